@@ -1,0 +1,6 @@
+"""Benchmark helpers shared by every operator: one timing method, one results format."""
+
+from .results import BenchResults, gpu_slug, run_meta
+from .timing import COPY_BANDWIDTH_TBPS, bench_us, floor_us
+
+__all__ = ["BenchResults", "COPY_BANDWIDTH_TBPS", "bench_us", "floor_us", "gpu_slug", "run_meta"]

@@ -1,0 +1,97 @@
+"""One results format for every benchmark.
+
+benchmarks/results/<gpu>/<op>.json = {"meta": {gpu, commit, date, torch, cuda, nvcc, ...},
+"rows": [{<case parameters>, "provider", "median_us", [floor_us, tbps, max_abs_err, rel_err,
+cosine]}]}, plus <op>.md, a Markdown table of the same rows.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import torch
+
+OPTIONAL_FIELDS = ("floor_us", "tbps", "max_abs_err", "rel_err", "cosine")
+
+
+def gpu_slug(name: str | None = None) -> str:
+    name = name or torch.cuda.get_device_name()
+    name = name.lower().replace("nvidia", "").strip()
+    return re.sub(r"[^a-z0-9]+", "_", name).strip("_") or "gpu"
+
+
+def _git_commit(repo: Path) -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        return out + ("-dirty" if dirty else "")
+    except Exception:
+        return "unknown"
+
+
+def run_meta(repo: Path | None = None, **extra) -> dict:
+    from ..jit.toolchain import nvcc_version
+
+    try:
+        nvcc = nvcc_version()
+    except Exception:
+        nvcc = "unknown"
+    meta = {
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "commit": _git_commit(repo or Path.cwd()),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nvcc": nvcc,
+    }
+    meta.update(extra)
+    return meta
+
+
+class BenchResults:
+    def __init__(self, op: str, out_dir: Path, **meta_extra):
+        self.op = op
+        self.out_dir = Path(out_dir)
+        self.meta = run_meta(**meta_extra)
+        self.rows: list[dict] = []
+
+    def add(self, provider: str, median_us: float, **fields) -> dict:
+        row = {k: v for k, v in fields.items() if k not in OPTIONAL_FIELDS}
+        row["provider"] = provider
+        row["median_us"] = round(float(median_us), 3)
+        for k in OPTIONAL_FIELDS:
+            if fields.get(k) is not None:
+                row[k] = float(fields[k])
+        self.rows.append(row)
+        return row
+
+    def markdown(self) -> str:
+        cols: list[str] = []
+        for r in self.rows:
+            for k in r:
+                if k not in cols:
+                    cols.append(k)
+        m = self.meta
+        head = (f"# {self.op}\n\nGPU {m['gpu']}, commit {m['commit']}, {m['date']}, torch {m['torch']}, "
+                f"CUDA {m['cuda']}, nvcc {m['nvcc']}\n\n")
+        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for r in self.rows:
+            cells = []
+            for c in cols:
+                v = r.get(c, "")
+                cells.append(f"{v:.4g}" if isinstance(v, float) else str(v))
+            lines.append("| " + " | ".join(cells) + " |")
+        return head + "\n".join(lines) + "\n"
+
+    def write(self) -> Path:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        path = self.out_dir / f"{self.op}.json"
+        path.write_text(json.dumps({"meta": self.meta, "rows": self.rows}, indent=1) + "\n")
+        (self.out_dir / f"{self.op}.md").write_text(self.markdown())
+        return path

@@ -1,0 +1,35 @@
+// Two dependent kernels chained with PDL, used by the tests to show that results are the
+// same with PDL on and off, eagerly and under CUDA-graph replay. The producer triggers its
+// dependents at entry (the earliest legal point) and then spins, so the consumer really is
+// resident and waiting while the producer still writes: a missing pdl_wait would show.
+#include <cstdint>
+
+#include "hpc_common/pdl.cuh"
+
+namespace {
+
+__global__ void pdl_producer(const float* __restrict__ x, float* __restrict__ y, int n, int spin) {
+  hpc::pdl_launch_dependents();
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  long long t0 = clock64();
+  while (clock64() - t0 < spin) {
+  }
+  if (i < n) y[i] = x[i] * 2.0f + 1.0f;
+}
+
+__global__ void pdl_consumer(const float* __restrict__ y, float* __restrict__ z, int n) {
+  hpc::pdl_wait();
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  // Read a value written by another CTA of the producer, so a partial wait would show.
+  if (i < n) z[i] = y[i] * y[i] + y[(i + 4096) % n];
+}
+
+}  // namespace
+
+cudaError_t launch_pdl_chain(const float* x, float* y, float* z, int n, int spin, bool pdl,
+                             cudaStream_t stream) {
+  dim3 block(256), grid((n + 255) / 256);
+  cudaError_t e = hpc::launch_kernel(pdl_producer, grid, block, 0, stream, pdl, x, y, n, spin);
+  if (e != cudaSuccess) return e;
+  return hpc::launch_kernel(pdl_consumer, grid, block, 0, stream, pdl, (const float*)y, z, n);
+}

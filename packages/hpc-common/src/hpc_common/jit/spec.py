@@ -1,0 +1,47 @@
+"""ExtensionSpec: one operator family's sources, loaded once per process.
+
+Every package declares its specs at import of its `_ext` module; `prebuild` walks the
+registry so images and air-gapped clusters can compile everything ahead of time.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+from .build import build_extension, load_extension
+
+_REGISTRY: dict[str, "ExtensionSpec"] = {}
+
+
+@dataclass
+class ExtensionSpec:
+    name: str
+    sources: list[Path]
+    include_dirs: list[Path] = field(default_factory=list)
+    cuda_flags: list[str] = field(default_factory=list)
+    cxx_flags: list[str] = field(default_factory=list)
+    _module: ModuleType | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _REGISTRY[self.name] = self
+
+    def _args(self):
+        return (self.name, self.sources, self.include_dirs, self.cuda_flags, self.cxx_flags)
+
+    def build(self) -> Path:
+        return build_extension(*self._args())
+
+    def load(self) -> ModuleType:
+        if self._module is None:
+            with self._lock:
+                if self._module is None:
+                    self._module = load_extension(*self._args())
+        return self._module
+
+
+def registered() -> dict[str, ExtensionSpec]:
+    return dict(_REGISTRY)
