@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One call on an H200: build every kernel, run the GPU test suite, run the benchmarks.
+# Usage (on the device machine, from the repo root): bash tools/gpu_check.sh OUT_DIR [pytest -k expr] [bench glob]
+# Writes OUT_DIR/prebuild.log, OUT_DIR/gpu_tests.log (+ junit xml), OUT_DIR/bench.log and
+# benchmark JSON/Markdown under OUT_DIR/results/<gpu>/.
+set -uo pipefail
+OUT=${1:?usage: gpu_check.sh OUT_DIR [pytest-k] [bench-glob]}
+KEXPR=${2:-}
+BENCH_GLOB=${3:-bench_*.py}
+mkdir -p "$OUT/results"
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+export PYTHONPATH="$ROOT/packages/hpc-common/src:$ROOT/packages/hpc-attention/src:$ROOT/packages/hpc-router-gemm/src:$ROOT/packages/hpc-moe/src:$ROOT/integration/src${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+export HPC_JIT_CACHE_DIR=${HPC_JIT_CACHE_DIR:-/tmp/hpc_jit}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+
+echo "== prebuild (parallel nvcc)"
+t0=$(date +%s)
+python3 -m hpc_common.jit.prebuild 2>&1 | tee "$OUT/prebuild.log"
+echo "prebuild took $(( $(date +%s) - t0 ))s"
+
+echo "== GPU tests"
+KARGS=()
+[ -n "$KEXPR" ] && KARGS=(-k "$KEXPR")
+python3 -m pytest -m gpu -x -q -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" "${KARGS[@]}" tests 2>&1 \
+  | tee "$OUT/gpu_tests.log" | tail -40
+TEST_RC=${PIPESTATUS[0]}
+
+echo "== benchmarks ($BENCH_GLOB)"
+for b in benchmarks/$BENCH_GLOB; do
+  [ -f "$b" ] || continue
+  echo "-- $b"
+  python3 "$b" --out-dir "$OUT/results" 2>&1 | tee -a "$OUT/bench.log" | tail -30
+done
+echo "GPU tests exit code: $TEST_RC"
+exit $TEST_RC
