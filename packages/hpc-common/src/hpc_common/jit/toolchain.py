@@ -21,7 +21,10 @@ class JitError(RuntimeError):
 def find_nvcc() -> str:
     candidates = []
     if env.nvcc_path():
-        candidates.append(env.nvcc_path())
+        explicit = env.nvcc_path()
+        if not (Path(explicit).is_file() and os.access(explicit, os.X_OK)):
+            raise JitError(f"HPC_NVCC={explicit} is not an executable nvcc")
+        return str(Path(explicit).resolve())
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
             candidates.append(str(Path(os.environ[var]) / "bin" / "nvcc"))

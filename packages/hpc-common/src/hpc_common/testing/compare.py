@@ -43,7 +43,8 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, atol: float, r
     if bool(bad.any()):
         n = int(bad.sum())
         finite = diff.masked_fill(~torch.isfinite(diff), 0)
-        worst = torch.topk(finite.flatten(), k=min(5, finite.numel())).indices
+        ranked = finite.masked_fill(~bad, -1.0).flatten()
+        worst = torch.topk(ranked, k=min(5, n)).indices
         lines = [f"{name}: {n} of {a.numel()} elements out of tolerance (atol={atol}, rtol={rtol});"
                  f" max |diff| {finite.max().item():.3e}"]
         for flat in worst.tolist():

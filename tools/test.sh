@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# README command 2 (and CI, through .ci/run): set up, then
+#   1. the CPU test suite (references, hypothesis properties, JIT cache, input validation);
+#   2. compile and link every CUDA source of every package for sm_90a (no run);
+#   3. build each wheel with hatch, check it carries its CUDA sources, and install hpc-moe
+#      alone into a clean virtual environment to show only hpc-common comes with it.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+source "$ROOT/tools/setup_env.sh"
+cd "$ROOT"
+WORK=${HPC_CI_WORK:-$ROOT/.ci-work}
+rm -rf "$WORK" && mkdir -p "$WORK"
+
+echo "== 1/3 CPU tests"
+"$HPC_VENV_PY" -m pytest -m "not gpu" -q -p no:cacheprovider
+
+echo "== 2/3 compile every CUDA source for sm_90a"
+HPC_JIT_CACHE_DIR="$WORK/jit" "$HPC_VENV_PY" -m hpc_common.jit.prebuild
+
+echo "== 3/3 wheels"
+"$HPC_VENV_PY" tools/check_wheels.py --work "$WORK"
+echo "all checks passed"
