@@ -1,0 +1,5 @@
+"""hpc_attention (in progress)."""
+
+from ._version import __version__
+
+__all__ = ["__version__"]
