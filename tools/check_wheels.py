@@ -59,6 +59,8 @@ def check_contents(name: str, whl: Path) -> None:
     missing = [e for e in expected if e not in names]
     if missing:
         raise SystemExit(f"{name}: wheel lacks CUDA sources {missing[:5]}")
+    if (src / "_ext.py").is_file() and not any(e.endswith(".cu") for e in expected):
+        raise SystemExit(f"{name}: declares a CUDA extension (_ext.py) but ships no .cu source")
     print(f"{name}: {whl.name} carries {len(expected)} CUDA/C++ source files")
 
 
