@@ -17,6 +17,7 @@ def _hopper_available() -> bool:
         return False
 
 
+@pytest.hookimpl(trylast=True)  # after `-m` deselection, so only selected tests count
 def pytest_collection_modifyitems(config, items):
     wants_gpu = any(item.get_closest_marker("gpu") for item in items)
     if wants_gpu and not _hopper_available():
