@@ -14,14 +14,15 @@ __global__ void pdl_producer(const float* __restrict__ x, float* __restrict__ y,
   long long t0 = clock64();
   while (clock64() - t0 < spin) {
   }
-  if (i < n) y[i] = x[i] * 2.0f + 1.0f;
+  // Explicit roundings (no FMA contraction) so torch's y = 2x + 1 matches bitwise.
+  if (i < n) y[i] = __fadd_rn(__fmul_rn(x[i], 2.0f), 1.0f);
 }
 
 __global__ void pdl_consumer(const float* __restrict__ y, float* __restrict__ z, int n) {
   hpc::pdl_wait();
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   // Read a value written by another CTA of the producer, so a partial wait would show.
-  if (i < n) z[i] = y[i] * y[i] + y[(i + 4096) % n];
+  if (i < n) z[i] = __fadd_rn(__fmul_rn(y[i], y[i]), y[(i + 4096) % n]);
 }
 
 }  // namespace
