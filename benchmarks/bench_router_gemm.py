@@ -1,0 +1,125 @@
+"""Router GEMM on the H200: ours against cuBLAS (FP32, FP32 with the BF16->FP32 cast of x,
+TF32, BF16) at the three shapes of BRIEF.md 2.2, timed in one process by CUDA-graph replay
+with L2 flushed before each replay (hpc_common.bench.bench_us), with max |error| against an
+FP64 reference and top-8 agreement for each provider.
+
+Writes DIR/<gpu>/router_gemm.{json,md} and, unless --no-sweep, DIR/<gpu>/router_gemm_paths
+.{json,md}: every path (fp32 / narrow / wide) at every split count, the measurement behind
+heuristics.py.
+
+    python benchmarks/bench_router_gemm.py [--out-dir benchmarks/results] [--quick] [--no-sweep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from pathlib import Path
+
+import torch
+from hpc_common.bench import BenchResults, bench_us, floor_us, gpu_slug
+from hpc_router_gemm import RouterWeight, plan_for, router_gemm
+from hpc_router_gemm.heuristics import FP32_MAX_M, Plan
+from hpc_router_gemm.reference import router_gemm_reference, topk_experts
+from hpc_router_gemm.router_gemm import launch
+
+SHAPES = {
+    "generic": (4096, 192, (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)),
+    "longcat_chat": (6144, 768, (1, 16, 64, 512, 4096)),
+    "longcat_lite": (3072, 384, (1, 16, 64, 512, 4096)),
+}
+QUICK_M = (1, 64, 4096)
+
+
+@contextlib.contextmanager
+def tf32(enabled: bool):
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def accuracy(out: torch.Tensor, ref: torch.Tensor, ref_top: torch.Tensor) -> dict:
+    err = (out.double() - ref).abs().max().item()
+    agree = (topk_experts(out.double()) == ref_top).all(dim=1).double().mean().item()
+    return {"max_abs_err": err, "top8_agree": round(agree, 6)}
+
+
+def bench_shape(res: BenchResults, paths: BenchResults | None, name: str, K: int, N: int, ms, reps: int,
+                gen: torch.Generator) -> None:
+    dev = torch.device("cuda")
+    w = torch.randn(N, K, device=dev, generator=gen) * 0.02
+    rw = RouterWeight(w)
+    w_bf16 = w.to(torch.bfloat16)
+    for M in ms:
+        x = torch.randn(M, K, device=dev, generator=gen).to(torch.bfloat16)
+        xf = x.float()
+        ref = router_gemm_reference(x, w)
+        ref_top = topk_experts(ref)
+        nbytes = N * K * 4 + M * K * 2 + M * N * 4
+        case = {"shape": name, "M": M, "K": K, "N": N}
+        out = torch.empty(M, N, device=dev)
+        plan = plan_for(M, N, K, dev)
+
+        def ours():
+            router_gemm(x, rw, out=out)
+
+        providers = {
+            "ours": (ours, lambda: out, False),
+            "cublas_fp32": (lambda: torch.mm(xf, w.T), None, False),
+            "cublas_fp32_cast": (lambda: torch.mm(x.float(), w.T), None, False),
+            "cublas_tf32": (lambda: torch.mm(xf, w.T), None, True),
+            "cublas_bf16": (lambda: torch.mm(x, w_bf16.T), None, False),
+        }
+        for prov, (fn, result, use_tf32) in providers.items():
+            with tf32(use_tf32):
+                t = bench_us(fn, reps=reps)
+                got = fn() if result is None else (fn(), result())[1]
+            extra = {"path": plan.path, "splits": plan.splits} if prov == "ours" else {}
+            flops = 4.0 * M * N * K if prov == "ours" else 2.0 * M * N * K
+            res.add(prov, t, **case, **extra, floor_us=floor_us(nbytes, flops),
+                    **accuracy(got, ref, ref_top))
+        if paths is not None:
+            sweep_paths(paths, case, x, rw, ref, ref_top, nbytes, reps)
+
+
+def sweep_paths(paths: BenchResults, case: dict, x, rw: RouterWeight, ref, ref_top, nbytes: int, reps: int) -> None:
+    M, K, N = case["M"], case["K"], case["N"]
+    out = torch.empty(M, N, device=x.device)
+    plans = [Plan("fp32", s) for s in (1, 2, 4, 8) if M <= FP32_MAX_M]
+    plans += [Plan(p, s) for p in ("narrow", "wide") for s in (1, 2, 4, 8) if s <= K // 64]
+    chosen = plan_for(M, N, K, x.device)
+    for plan in plans:
+        out.fill_(float("nan"))
+        t = bench_us(lambda: launch(x, rw, out, plan), reps=reps)
+        launch(x, rw, out, plan)
+        paths.add(f"{plan.path}_s{plan.splits}", t, **case, chosen=plan == chosen,
+                  floor_us=floor_us(nbytes, 4.0 * M * N * K), **accuracy(out, ref, ref_top))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--quick", action="store_true", help="M in (1, 64, 4096), fewer repetitions")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the per-path sweep")
+    args = ap.parse_args()
+    out_dir = args.out_dir / gpu_slug()
+    res = BenchResults("router_gemm", out_dir)
+    paths = None if args.no_sweep else BenchResults("router_gemm_paths", out_dir)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    reps = 30 if args.quick else 100
+    for name, (K, N, ms) in SHAPES.items():
+        ms = [m for m in ms if m in QUICK_M] if args.quick else ms
+        bench_shape(res, paths, name, K, N, ms, reps, gen)
+        print(f"{name} done", flush=True)
+    if paths is not None:
+        paths.write()
+        print(paths.markdown())
+    res.write()
+    print(res.markdown())
+
+
+if __name__ == "__main__":
+    main()

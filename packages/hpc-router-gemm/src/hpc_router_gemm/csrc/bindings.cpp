@@ -1,0 +1,38 @@
+// Python bindings of hpc_router_gemm: raw pointers, sizes and the stream cross here, no torch
+// types (one build serves every torch version).
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "hpc_common/check.h"
+#include "hpc_router_gemm/router_gemm_params.h"
+
+namespace py = pybind11;
+using std::uintptr_t;
+
+namespace rg = hpc::router_gemm;
+
+PYBIND11_MODULE(HPC_EXT_NAME, m) {
+  m.doc() = "hpc_router_gemm CUDA kernels (BF16 x FP32 router GEMM)";
+  m.def("fp32_splitk",
+        [](uintptr_t x, int64_t x_stride, uintptr_t w, uintptr_t out, int64_t out_stride, int M, int N, int K,
+           int splits, bool pdl, uintptr_t stream) {
+          rg::Fp32SplitKParams p{hpc::as_ptr<const void>(x), x_stride, hpc::as_ptr<const float>(w),
+                                 hpc::as_ptr<float>(out), out_stride, M, N, K, splits};
+          HPC_CUDA_CHECK(rg::run_fp32_splitk(p, hpc::as_stream(stream), pdl), "router_gemm_fp32_splitk");
+        });
+  m.def("bf16x2",
+        [](int tile, uintptr_t x, int64_t x_stride, uintptr_t w_hi, uintptr_t w_lo, uintptr_t out,
+           int64_t out_stride, int M, int N, int K, int splits, bool pdl, uintptr_t stream) {
+          rg::Bf16x2Params p{hpc::as_ptr<const void>(x), x_stride, hpc::as_ptr<const void>(w_hi),
+                             hpc::as_ptr<const void>(w_lo), hpc::as_ptr<float>(out), out_stride, M, N, K, splits};
+          HPC_CUDA_CHECK(rg::run_bf16x2(tile, p, hpc::as_stream(stream), pdl), "router_gemm_bf16x2_wgmma");
+        });
+  m.def("bf16x2_max_clusters", &rg::bf16x2_max_clusters, py::arg("tile"), py::arg("splits"));
+  m.def("bf16x2_tile_shape", [](int tile) {
+    int bm = 0, bn = 0;
+    rg::bf16x2_tile_shape(tile, &bm, &bn);
+    return std::make_pair(bm, bn);
+  });
+}

@@ -1,0 +1,45 @@
+// The instantiated router GEMM kernels and their C entry points (used by bindings.cpp).
+// Two tensor-core tiles keep the build short: NARROW for skinny M (64 x 32 tiles, many CTAs
+// to spread the weight read), WIDE for large M (128 x 192 tiles, the most reuse the register
+// file allows with two accumulators).
+#include "hpc_router_gemm/router_gemm_bf16x2_wgmma.cuh"
+#include "hpc_router_gemm/router_gemm_fp32_splitk.cuh"
+
+namespace hpc::router_gemm {
+
+using Narrow = Bf16x2Config<32, 1, 6>;
+using Wide = Bf16x2Config<192, 2, 3>;
+
+cudaError_t run_fp32_splitk(const Fp32SplitKParams& p, cudaStream_t stream, bool pdl) {
+  return launch_router_gemm_fp32_splitk(p, stream, pdl);
+}
+
+cudaError_t run_bf16x2(int tile, const Bf16x2Params& p, cudaStream_t stream, bool pdl) {
+  switch (tile) {
+    case 0:
+      return launch_router_gemm_bf16x2<Narrow>(p, stream, pdl);
+    case 1:
+      return launch_router_gemm_bf16x2<Wide>(p, stream, pdl);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+int bf16x2_max_clusters(int tile, int splits) {
+  switch (tile) {
+    case 0:
+      return bf16x2_max_active_clusters<Narrow>(splits);
+    case 1:
+      return bf16x2_max_active_clusters<Wide>(splits);
+    default:
+      return 0;
+  }
+}
+
+// {BM, BN} of each tile, for the Python planner.
+void bf16x2_tile_shape(int tile, int* bm, int* bn) {
+  *bm = tile == 0 ? Narrow::BM : Wide::BM;
+  *bn = tile == 0 ? Narrow::BN : Wide::BN;
+}
+
+}  // namespace hpc::router_gemm

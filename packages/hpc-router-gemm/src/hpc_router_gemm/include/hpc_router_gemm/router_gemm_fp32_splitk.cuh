@@ -1,0 +1,141 @@
+// scores[M, N] = x[M, K] (BF16) @ W[N, K]^T (FP32), exact FP32 on CUDA cores, for small M.
+//
+// At small M the call is a read of the FP32 weight (N*K*4 bytes), so the weight must be read
+// by every SM at once: the grid is (splits, N / 8) and the `splits` CTAs along K form one
+// thread-block cluster. Inside a CTA, 8 warps = 2 expert groups (4 experts each) x 4 K
+// quarters; a lane keeps 8 tokens x 4 experts of partial dot products over its float4 columns,
+// and a transposing butterfly (31 shuffles) leaves lane j with the warp's sum for value j.
+// Warp partials are summed in fixed order through shared memory, then the cluster's partials
+// are summed in rank order through distributed shared memory. No atomics anywhere: the result
+// is bitwise reproducible for a given (M, N, K, splits).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "hpc_common/pdl.cuh"
+#include "hpc_router_gemm/launch_cluster.cuh"
+#include "hpc_router_gemm/router_gemm_params.h"
+#include "hpc_router_gemm/sm90.cuh"
+
+namespace hpc::router_gemm {
+
+namespace fp32k {
+constexpr int kThreads = 256;
+constexpr int kExpertsPerWarp = 4;
+constexpr int kExperts = 8;  // per CTA: 2 expert groups
+constexpr int kKQuarters = 4;
+constexpr int kTokens = 8;  // per pass; kTokens * kExpertsPerWarp == 32 values per lane
+constexpr int kMaxM = 256;  // the CTA keeps [M, 8] partials in shared memory
+constexpr int kMaxSplits = 8;
+}  // namespace fp32k
+
+// Lane j ends with sum over the warp's lanes of v[j] (v has 32 entries). Fixed order.
+template <int HALF>
+__device__ __forceinline__ void transpose_reduce_step(float (&v)[32], int lane) {
+  const bool upper = lane & HALF;
+#pragma unroll
+  for (int i = 0; i < HALF; ++i) {
+    const float send = upper ? v[i] : v[i + HALF];
+    const float keep = upper ? v[i + HALF] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, HALF);
+  }
+}
+
+__device__ __forceinline__ float warp_transpose_reduce32(float (&v)[32], int lane) {
+  transpose_reduce_step<16>(v, lane);
+  transpose_reduce_step<8>(v, lane);
+  transpose_reduce_step<4>(v, lane);
+  transpose_reduce_step<2>(v, lane);
+  transpose_reduce_step<1>(v, lane);
+  return v[0];
+}
+
+__global__ void __launch_bounds__(fp32k::kThreads) router_gemm_fp32_splitk_kernel(const Fp32SplitKParams p) {
+  using namespace fp32k;
+  __shared__ float warp_part[kKQuarters][kTokens][kExperts];
+  __shared__ __align__(16) float cta_part[kMaxM * kExperts];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = warp % 2, quarter = warp / 2;
+  const int splits = p.splits;
+  const int rank = static_cast<int>(sm90::cluster_rank());
+  const int n0 = blockIdx.y * kExperts;
+  const int K4 = p.K / 4;
+  const int parts = splits * kKQuarters, part = rank * kKQuarters + quarter;
+  const int k4_begin = static_cast<int>(static_cast<int64_t>(part) * K4 / parts);
+  const int k4_end = static_cast<int>(static_cast<int64_t>(part + 1) * K4 / parts);
+  const float4* w4 = reinterpret_cast<const float4*>(p.w) + static_cast<int64_t>(n0 + group * kExpertsPerWarp) * K4;
+
+  const __nv_bfloat16* xb = static_cast<const __nv_bfloat16*>(p.x);
+
+  hpc::pdl_wait();
+  for (int m0 = 0; m0 < p.M; m0 += kTokens) {
+    float v[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) v[i] = 0.f;
+#pragma unroll 2
+    for (int k4 = k4_begin + lane; k4 < k4_end; k4 += 32) {
+      float4 wv[kExpertsPerWarp];
+#pragma unroll
+      for (int e = 0; e < kExpertsPerWarp; ++e) wv[e] = __ldg(w4 + static_cast<int64_t>(e) * K4 + k4);
+#pragma unroll
+      for (int m = 0; m < kTokens; ++m) {
+        uint2 raw = make_uint2(0u, 0u);
+        if (m0 + m < p.M) {
+          raw = __ldg(reinterpret_cast<const uint2*>(xb + static_cast<int64_t>(m0 + m) * p.x_stride) + k4);
+        }
+        // BF16 -> FP32 is exact: the BF16 bits are the top half of the FP32 bits.
+        const float x0 = __uint_as_float(raw.x << 16), x1 = __uint_as_float(raw.x & 0xffff0000u);
+        const float x2 = __uint_as_float(raw.y << 16), x3 = __uint_as_float(raw.y & 0xffff0000u);
+#pragma unroll
+        for (int e = 0; e < kExpertsPerWarp; ++e) {
+          float a = v[m * kExpertsPerWarp + e];
+          a = fmaf(wv[e].x, x0, a);
+          a = fmaf(wv[e].y, x1, a);
+          a = fmaf(wv[e].z, x2, a);
+          a = fmaf(wv[e].w, x3, a);
+          v[m * kExpertsPerWarp + e] = a;
+        }
+      }
+    }
+    const float s = warp_transpose_reduce32(v, lane);  // lane = m * 4 + e
+    warp_part[quarter][lane / kExpertsPerWarp][group * kExpertsPerWarp + lane % kExpertsPerWarp] = s;
+    __syncthreads();
+    if (threadIdx.x < kTokens * kExperts) {
+      const int m = threadIdx.x / kExperts, e = threadIdx.x % kExperts;
+      float acc = warp_part[0][m][e];
+#pragma unroll
+      for (int q = 1; q < kKQuarters; ++q) acc += warp_part[q][m][e];
+      if (m0 + m < p.M) cta_part[(m0 + m) * kExperts + e] = acc;
+    }
+    __syncthreads();
+  }
+  hpc::pdl_launch_dependents();
+
+  // Cluster reduction: CTA `rank` finishes outputs rank, rank + splits, ... of this expert tile.
+  sm90::cluster_sync();
+  const uint32_t base = sm90::smem_u32(cta_part);
+  for (int i = rank * kThreads + threadIdx.x; i < p.M * kExperts; i += splits * kThreads) {
+    const uint32_t addr = base + static_cast<uint32_t>(i) * 4u;
+    float acc = sm90::ld_dsmem_f32(sm90::map_to_rank(addr, 0));
+    for (int q = 1; q < splits; ++q) acc += sm90::ld_dsmem_f32(sm90::map_to_rank(addr, q));
+    p.out[static_cast<int64_t>(i / kExperts) * p.out_stride + n0 + i % kExperts] = acc;
+  }
+  sm90::cluster_sync();  // keep this CTA's shared memory alive until its peers have read it
+}
+
+// Raw-pointer launcher. Requirements (checked in Python, re-checked here): 1 <= M <= 256,
+// N % 8 == 0, K % 4 == 0, 1 <= splits <= 8.
+inline cudaError_t launch_router_gemm_fp32_splitk(const Fp32SplitKParams& p, cudaStream_t stream, bool pdl) {
+  using namespace fp32k;
+  if (p.M < 1 || p.M > kMaxM || p.N % kExperts || p.K % 4 || p.splits < 1 || p.splits > kMaxSplits) {
+    return cudaErrorInvalidValue;
+  }
+  dim3 grid(p.splits, p.N / kExperts, 1);
+  return launch_with_cluster(router_gemm_fp32_splitk_kernel, grid, dim3(kThreads), 0, p.splits, stream, pdl, p);
+}
+
+}  // namespace hpc::router_gemm

@@ -1,0 +1,40 @@
+// Plain parameter structs of the router GEMM launchers, shared by the kernel headers and the
+// binding layer (which is compiled by the host compiler and must not see device code).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace hpc::router_gemm {
+
+// Exact FP32 CUDA-core path (router_gemm_fp32_splitk.cuh).
+struct Fp32SplitKParams {
+  const void* x;  // BF16 [M, K], row stride x_stride elements, 8-byte aligned rows
+  int64_t x_stride;
+  const float* w;  // FP32 [N, K] contiguous, 16-byte aligned
+  float* out;      // FP32 [M, N], row stride out_stride elements
+  int64_t out_stride;
+  int M, N, K;
+  int splits;  // CTAs per cluster along K, 1..8
+};
+
+// Two-product BF16 tensor-core path (router_gemm_bf16x2_wgmma.cuh).
+struct Bf16x2Params {
+  const void* x;  // BF16 [M, K], row stride x_stride elements (multiple of 8), 16-byte aligned
+  int64_t x_stride;
+  const void* w_hi;  // BF16 [N, K] contiguous
+  const void* w_lo;  // BF16 [N, K] contiguous
+  float* out;        // FP32 [M, N], row stride out_stride (multiple of 4), 16-byte aligned
+  int64_t out_stride;
+  int M, N, K;
+  int splits;  // cluster size along K: 1, 2, 4 or 8
+};
+
+// C entry points (csrc/router_gemm.cu). `tile`: 0 = narrow (64 x 32), 1 = wide (128 x 192).
+cudaError_t run_fp32_splitk(const Fp32SplitKParams& p, cudaStream_t stream, bool pdl);
+cudaError_t run_bf16x2(int tile, const Bf16x2Params& p, cudaStream_t stream, bool pdl);
+int bf16x2_max_clusters(int tile, int splits);
+void bf16x2_tile_shape(int tile, int* bm, int* bn);
+
+}  // namespace hpc::router_gemm
