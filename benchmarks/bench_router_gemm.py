@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from hpc_common.bench import BenchResults, bench_us, floor_us, gpu_slug
 from hpc_router_gemm import RouterWeight, plan_for, router_gemm
-from hpc_router_gemm.heuristics import FP32_MAX_M, Plan
+from hpc_router_gemm.heuristics import FP32_MAX_M, TILES, Plan
 from hpc_router_gemm.reference import router_gemm_reference, topk_experts
 from hpc_router_gemm.router_gemm import launch
 
@@ -89,8 +89,10 @@ def sweep_paths(paths: BenchResults, case: dict, x, rw: RouterWeight, ref, ref_t
     M, K, N = case["M"], case["K"], case["N"]
     out = torch.empty(M, N, device=x.device)
     plans = [Plan("fp32", s) for s in (1, 2, 4, 8) if M <= FP32_MAX_M]
-    plans += [Plan(p, s) for p in ("narrow", "wide") for s in (1, 2, 4, 8) if s <= K // 64]
+    plans += [Plan(p, s) for p in ("narrow", "wide", "wide96") for s in (1, 2, 4, 8) if s <= K // 64]
     chosen = plan_for(M, N, K, x.device)
+    if M <= 64:  # the same call with a warm L2: how much of the cold time is the cold start
+        paths.add("chosen_warm_l2", bench_us(lambda: launch(x, rw, out, chosen), reps=reps, flush_l2=False), **case)
     for plan in plans:
         out.fill_(float("nan"))
         t = bench_us(lambda: launch(x, rw, out, plan), reps=reps)
@@ -107,7 +109,19 @@ def main() -> None:
     args = ap.parse_args()
     out_dir = args.out_dir / gpu_slug()
     res = BenchResults("router_gemm", out_dir)
-    paths = None if args.no_sweep else BenchResults("router_gemm_paths", out_dir)
+    paths = None
+    if not args.no_sweep:
+        from hpc_router_gemm.router_gemm import _device_max_clusters
+
+        clusters = {f"{p}_s{s}": _device_max_clusters(torch.cuda.current_device(), t, s)
+                    for p, t in TILES.items() for s in (1, 2, 4, 8)}
+        print("resident clusters per tile and split:", clusters)
+        paths = BenchResults("router_gemm_paths", out_dir, max_clusters=clusters)
+        # The timing floor of the method itself: one tiny kernel, replayed the same way.
+        tiny = torch.zeros(1, device="cuda")
+        for flush in (True, False):
+            paths.add("noop_kernel" + ("" if flush else "_warm_l2"), bench_us(tiny.zero_, flush_l2=flush),
+                      shape="probe", M=0, K=0, N=0)
     gen = torch.Generator(device="cuda").manual_seed(0)
     reps = 30 if args.quick else 100
     for name, (K, N, ms) in SHAPES.items():

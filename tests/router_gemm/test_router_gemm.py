@@ -55,13 +55,27 @@ def _fake_clusters(tile, s):
     return 132 // s if tile == heuristics.TILE_WIDE else 264 // s
 
 
-@pytest.mark.parametrize("M", [1, 8, 16, 17, 64, 255, 256, 511, 512, 4096])
-def test_plan_paths(M):
-    plan = heuristics.choose_plan(M, 192, 4096, _fake_clusters)
-    fp32_max, wide_min = heuristics.THRESHOLDS[(4096, 192)]
-    want = "fp32" if M <= fp32_max else ("wide" if M >= wide_min else "narrow")
-    assert plan.path == want
-    assert plan.splits in (1, 2, 4, 8)
+@pytest.mark.parametrize("K,N", list(heuristics.TABLE))
+def test_plan_table_is_ordered_and_valid(K, N):
+    rows = heuristics.TABLE[(K, N)]
+    assert [r[0] for r in rows] == sorted(r[0] for r in rows)
+    for m_max, path, s in rows:
+        assert path in heuristics.PATHS and s in heuristics.SPLIT_CHOICES
+        assert path != "fp32" or m_max <= heuristics.FP32_MAX_M
+        bm = heuristics.TILE_SHAPES[heuristics.TILES[path]][0] if path != "fp32" else 8
+        assert bm % s == 0 and s <= K // 64
+    for M in (1, 8, 9, 64, 512, 513, 4096, 100000):
+        plan = heuristics.choose_plan(M, N, K, _fake_clusters)
+        assert plan.path == next(p for m, p, _ in rows if M <= m)
+
+
+@pytest.mark.parametrize("M", [1, 8, 9, 64, 512, 513, 4096])
+def test_default_plan_for_unlisted_shapes(M):
+    plan = heuristics.choose_plan(M, 320, 1024, _fake_clusters)
+    assert plan.path == ("fp32" if M <= 8 else "narrow" if M <= 512 else "wide96")
+    assert plan.splits in heuristics.SPLIT_CHOICES
+    # A num_sms override (hpc_common.set_num_sms) bypasses the H200 table.
+    assert heuristics.choose_plan(M, 192, 4096, _fake_clusters, num_sms=66).path == plan.path
 
 
 def test_plan_splits_fill_the_gpu():
@@ -71,7 +85,9 @@ def test_plan_splits_fill_the_gpu():
     assert heuristics.choose_plan(4096, 768, 6144, _fake_clusters, path="wide").splits == 1
     # Never more splits than K blocks, and BM must divide by the split count.
     assert heuristics.choose_plan(64, 192, 128, _fake_clusters, path="narrow").splits <= 2
-    assert heuristics.fp32_splits(64) == 1 and heuristics.fp32_splits(4096) == 8
+    assert heuristics.fp32_splits(64, 192) == 1
+    assert heuristics.fp32_splits(4096, 192) == 8
+    assert heuristics.fp32_splits(6144, 768) == 2
 
 
 def test_plan_rejects_bad_forced_paths():
@@ -169,7 +185,7 @@ def test_listed_shapes_match_fp64(K, N, M):
 
 
 @gpu
-@pytest.mark.parametrize("path,splits", [("fp32", s) for s in (1, 2, 4, 8)] + [(p, s) for p in ("narrow", "wide") for s in (1, 2, 4, 8)])
+@pytest.mark.parametrize("path,splits", [(p, s) for p in ("fp32", "narrow", "wide", "wide96") for s in (1, 2, 4, 8)])
 @pytest.mark.parametrize("M", [1, 5, 64, 129, 250])
 def test_every_path_and_split(path, splits, M):
     from hpc_router_gemm import RouterWeight
@@ -181,7 +197,7 @@ def test_every_path_and_split(path, splits, M):
 
 @gpu
 @pytest.mark.parametrize("K,N", [(64, 64), (192, 128), (1024, 320), (2048, 448), (640, 1024)])
-@pytest.mark.parametrize("path", ["fp32", "narrow", "wide"])
+@pytest.mark.parametrize("path", ["fp32", "narrow", "wide", "wide96"])
 @pytest.mark.parametrize("M", [3, 200])
 def test_general_shapes(K, N, path, M):
     from hpc_router_gemm import RouterWeight

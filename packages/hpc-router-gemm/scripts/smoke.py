@@ -54,7 +54,7 @@ def main() -> int:
     w = torch.randn(N, K, device="cuda", generator=gen) * 0.02
     rw = RouterWeight(w)
     failures = 0
-    plans = [Plan("fp32", s) for s in (1, 8)] + [Plan(p, s) for p in ("narrow", "wide") for s in (1, 2, 8)]
+    plans = [Plan("fp32", s) for s in (1, 8)] + [Plan(p, s) for p in ("narrow", "wide", "wide96") for s in (1, 2, 8)]
     for plan in plans:
         for M in (1, 100):
             try:

@@ -1,55 +1,72 @@
 """Which kernel and split count serve a router GEMM of a given shape.
 
-Three paths (see NOTES.md): `fp32` (exact FP32 on CUDA cores, the weight read straight from
-its FP32 bytes, split-K over a cluster of 8 CTAs), `narrow` (two BF16 wgmma products,
-64 x 32 tiles, for skinny M) and `wide` (128 x 192 tiles, for large M). The thresholds are
-per (K, N), measured with `python benchmarks/bench_router_gemm.py --sweep` (CUDA-graph
-replay, L2 flushed before each replay); shapes not in the table use the default row.
+Four plans (see NOTES.md): `fp32` (exact FP32 on CUDA cores, the weight read straight from
+its FP32 bytes, split-K over a cluster of up to 8 CTAs), and the two-product BF16 wgmma
+kernel with three tiles: `narrow` (64 x 32, for skinny M), `wide` (128 x 192) and `wide96`
+(128 x 96). Each is combined with a split-K count S (CTAs per cluster along K).
+
+For the three shapes of BRIEF.md the plan is read from TABLE, the fastest plan measured per
+M with `python benchmarks/bench_router_gemm.py` (its sweep, benchmarks/results/h200/
+router_gemm_paths.json: CUDA-graph replay, L2 flushed before each replay). Other shapes use
+the rules in `default_plan`.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
 
-# (K, N) -> (largest M served by the fp32 path, smallest M served by the wide tile).
-# H200, nvcc 13.0, torch 2.11, the sweep of benchmarks/results/h200/router_gemm_paths.json:
-#   (filled in from the measurement; see NOTES.md for the table behind each number)
-THRESHOLDS: dict[tuple[int, int], tuple[int, int]] = {
-    (4096, 192): (16, 512),
-    (6144, 768): (16, 512),
-    (3072, 384): (16, 512),
-}
-DEFAULT_THRESHOLDS = (16, 512)
-
 FP32_MAX_M = 256  # the fp32 kernel keeps [M, 8] partials per CTA in shared memory
-TILE_NARROW, TILE_WIDE = 0, 1
-TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192)}  # (BM, BN), csrc/router_gemm.cu
+TILE_NARROW, TILE_WIDE, TILE_WIDE96 = 0, 1, 2
+TILES = {"narrow": TILE_NARROW, "wide": TILE_WIDE, "wide96": TILE_WIDE96}
+TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 96)}  # (BM, BN)
 SPLIT_CHOICES = (1, 2, 4, 8)
+PATHS = ("fp32", *TILES)
 
 
 @dataclass(frozen=True)
 class Plan:
-    path: str  # "fp32", "narrow" or "wide"
+    path: str  # "fp32", "narrow", "wide" or "wide96"
     splits: int  # CTAs per cluster along K
 
     @property
     def tile(self) -> int | None:
-        return {"narrow": TILE_NARROW, "wide": TILE_WIDE}.get(self.path)
+        return TILES.get(self.path)
 
 
-def fp32_splits(K: int) -> int:
-    # Eight K slices spread the weight read over 8x more SMs; below 256 columns per slice the
-    # slices are too thin to be worth a cluster.
-    return max(1, min(8, K // 256))
+# (K, N) -> [(largest M, path, splits), ...] in increasing M; the last row covers every
+# larger M. H200 (132 SMs), nvcc 13.0, torch 2.11; times in us are the medians of the sweep
+# that picked each row (the runner-up in brackets).
+TABLE: dict[tuple[int, int], list[tuple[int, str, int]]] = {
+    # K=4096 N=192. M<=8: fp32 S=8 8.5-8.8 [narrow S=8 9.5-9.6]; M=16..256: narrow S=8
+    # 9.5-11.3 [fp32 S=8 10.3 at M=16]; M=512: narrow S=4 14.2 [wide S=8 19.8].
+    (4096, 192): [(8, "fp32", 8), (256, "narrow", 8), (512, "narrow", 4), (1024, "wide96", 4),
+                  (1 << 30, "wide96", 2)],
+    # K=6144 N=768. M=1: fp32 S=2 14.7 [narrow S=4 18.6]; M=16: narrow S=4 15.3; M=64:
+    # narrow S=8 14.8 [S=4 15.7]; M=512: wide S=4 37.1.
+    (6144, 768): [(4, "fp32", 2), (32, "narrow", 4), (256, "narrow", 8), (1024, "wide96", 2),
+                  (1 << 30, "wide96", 1)],
+    # K=3072 N=384. M=1: fp32 S=2 9.4 [S=4 9.8]; M=16 and 64: narrow S=8 9.8-9.9; M=512:
+    # narrow S=2 17.2 [wide S=8 18.5].
+    (3072, 384): [(4, "fp32", 2), (256, "narrow", 8), (512, "narrow", 2), (1 << 30, "wide96", 2)],
+}
+
+
+def fp32_splits(K: int, N: int, num_sms: int = 132) -> int:
+    """About two CTAs per SM (the kernel fits two): (N / 8) expert tiles x S <= 2 x SMs, and no
+    K slice thinner than 256 columns."""
+    tiles = max(1, N // 8)
+    s = 1
+    while s < 8 and tiles * s * 2 <= 2 * num_sms and K // (s * 2) >= 256:
+        s *= 2
+    return s
 
 
 def bf16x2_splits(tile: int, M: int, N: int, K: int, max_clusters: Callable[[int], int]) -> int:
-    """Split count that minimises (waves of resident clusters) x (K blocks per CTA + a fixed
-    pipeline fill/epilogue cost of ~2 blocks, +1 for the cluster reduction).
-    `max_clusters(S)` is how many S-CTA clusters of this tile fit on the GPU at once."""
+    """Split count that minimises (waves of resident clusters) x (K blocks per CTA + ~2 blocks
+    of pipeline fill and epilogue, +1 for the cluster reduction). `max_clusters(S)`: how
+    many S-CTA clusters of this tile fit on the GPU at once."""
     bm, bn = TILE_SHAPES[tile]
     tiles = math.ceil(M / bm) * math.ceil(N / bn)
     ksteps = K // 64
@@ -66,23 +83,32 @@ def bf16x2_splits(tile: int, M: int, N: int, K: int, max_clusters: Callable[[int
     return best
 
 
-def choose_plan(M: int, N: int, K: int, max_clusters: Callable[[int, int], int],
-                path: str | None = None) -> Plan:
+def default_plan(M: int, N: int, K: int, num_sms: int, max_clusters: Callable[[int, int], int]) -> Plan:
+    """Shapes without a measured table: fp32 up to M=8, narrow up to 512, wide96 beyond."""
+    if M <= 8:
+        return Plan("fp32", fp32_splits(K, N, num_sms))
+    path = "narrow" if M <= 512 else "wide96"
+    return Plan(path, bf16x2_splits(TILES[path], M, N, K, lambda s: max_clusters(TILES[path], s)))
+
+
+def choose_plan(M: int, N: int, K: int, max_clusters: Callable[[int, int], int], path: str | None = None,
+                num_sms: int = 132) -> Plan:
     """`max_clusters(tile, S)`: resident clusters of S CTAs of that tile (device query,
-    scaled to hpc_common.get_num_sms()). `path` forces a path (tests, benchmarks)."""
-    fp32_max, wide_min = THRESHOLDS.get((K, N), DEFAULT_THRESHOLDS)
+    scaled to hpc_common.get_num_sms()). `path` forces a path (tests, benchmarks); its
+    split count then comes from the rules, not the table."""
     if path is None:
-        if M <= min(fp32_max, FP32_MAX_M):
-            path = "fp32"
-        elif M >= wide_min:
-            path = "wide"
-        else:
-            path = "narrow"
+        rows = TABLE.get((K, N))
+        if rows is None or num_sms != 132:
+            return default_plan(M, N, K, num_sms, max_clusters)
+        for m_max, p, s in rows:
+            if M <= m_max:
+                break
+        return Plan(p, s)
     if path == "fp32":
         if M > FP32_MAX_M:
             raise ValueError(f"router_gemm: the fp32 path serves M <= {FP32_MAX_M}, got M={M}")
-        return Plan("fp32", fp32_splits(K))
-    if path not in ("narrow", "wide"):
-        raise ValueError(f"router_gemm: unknown path {path!r} (fp32, narrow or wide)")
-    tile = TILE_NARROW if path == "narrow" else TILE_WIDE
-    return Plan(path, bf16x2_splits(tile, M, N, K, functools.partial(max_clusters, tile)))
+        return Plan("fp32", fp32_splits(K, N, num_sms))
+    if path not in TILES:
+        raise ValueError(f"router_gemm: unknown path {path!r} (one of {', '.join(PATHS)})")
+    tile = TILES[path]
+    return Plan(path, bf16x2_splits(tile, M, N, K, lambda s: max_clusters(tile, s)))

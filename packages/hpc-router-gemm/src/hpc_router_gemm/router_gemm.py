@@ -63,7 +63,7 @@ def plan_for(M: int, N: int, K: int, device: torch.device, path: str | None = No
         n = _device_max_clusters(index, tile, splits)
         return max(1, int(n * scale)) if n > 0 else 0
 
-    return choose_plan(M, N, K, max_clusters, path=path)
+    return choose_plan(M, N, K, max_clusters, path=path, num_sms=get_num_sms(device))
 
 
 def launch(x: torch.Tensor, rw: RouterWeight, out: torch.Tensor, plan: Plan, pdl: bool | None = None) -> None:

@@ -1,7 +1,8 @@
 // The instantiated router GEMM kernels and their C entry points (used by bindings.cpp).
-// Two tensor-core tiles keep the build short: NARROW for skinny M (64 x 32 tiles, many CTAs
-// to spread the weight read), WIDE for large M (128 x 192 tiles, the most reuse the register
-// file allows with two accumulators).
+// Three tensor-core tiles keep the build short: NARROW for skinny M (64 x 32 tiles, many CTAs
+// to spread the weight read), WIDE (128 x 192, the most reuse the register file allows with two
+// accumulators) and WIDE96 (128 x 96: twice the tiles of WIDE, so large M fills the GPU with
+// 2-CTA clusters, which always fit a TPC, instead of 4- or 8-CTA clusters, which leave waves).
 #include "hpc_router_gemm/router_gemm_bf16x2_wgmma.cuh"
 #include "hpc_router_gemm/router_gemm_fp32_splitk.cuh"
 
@@ -9,6 +10,7 @@ namespace hpc::router_gemm {
 
 using Narrow = Bf16x2Config<32, 1, 6>;
 using Wide = Bf16x2Config<192, 2, 3>;
+using Wide96 = Bf16x2Config<96, 2, 5>;
 
 cudaError_t run_fp32_splitk(const Fp32SplitKParams& p, cudaStream_t stream, bool pdl) {
   return launch_router_gemm_fp32_splitk(p, stream, pdl);
@@ -20,6 +22,8 @@ cudaError_t run_bf16x2(int tile, const Bf16x2Params& p, cudaStream_t stream, boo
       return launch_router_gemm_bf16x2<Narrow>(p, stream, pdl);
     case 1:
       return launch_router_gemm_bf16x2<Wide>(p, stream, pdl);
+    case 2:
+      return launch_router_gemm_bf16x2<Wide96>(p, stream, pdl);
     default:
       return cudaErrorInvalidValue;
   }
@@ -31,6 +35,8 @@ int bf16x2_max_clusters(int tile, int splits) {
       return bf16x2_max_active_clusters<Narrow>(splits);
     case 1:
       return bf16x2_max_active_clusters<Wide>(splits);
+    case 2:
+      return bf16x2_max_active_clusters<Wide96>(splits);
     default:
       return 0;
   }
@@ -38,8 +44,8 @@ int bf16x2_max_clusters(int tile, int splits) {
 
 // {BM, BN} of each tile, for the Python planner.
 void bf16x2_tile_shape(int tile, int* bm, int* bn) {
-  *bm = tile == 0 ? Narrow::BM : Wide::BM;
-  *bn = tile == 0 ? Narrow::BN : Wide::BN;
+  *bm = tile == 0 ? Narrow::BM : tile == 1 ? Wide::BM : Wide96::BM;
+  *bn = tile == 0 ? Narrow::BN : tile == 1 ? Wide::BN : Wide96::BN;
 }
 
 }  // namespace hpc::router_gemm

@@ -53,7 +53,7 @@ __device__ __forceinline__ float warp_transpose_reduce32(float (&v)[32], int lan
   return v[0];
 }
 
-__global__ void __launch_bounds__(fp32k::kThreads) router_gemm_fp32_splitk_kernel(const Fp32SplitKParams p) {
+__global__ void __launch_bounds__(fp32k::kThreads, 2) router_gemm_fp32_splitk_kernel(const Fp32SplitKParams p) {
   using namespace fp32k;
   __shared__ float warp_part[kKQuarters][kTokens][kExperts];
   __shared__ __align__(16) float cta_part[kMaxM * kExperts];

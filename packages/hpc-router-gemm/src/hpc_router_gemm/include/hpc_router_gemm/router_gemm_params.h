@@ -31,7 +31,8 @@ struct Bf16x2Params {
   int splits;  // cluster size along K: 1, 2, 4 or 8
 };
 
-// C entry points (csrc/router_gemm.cu). `tile`: 0 = narrow (64 x 32), 1 = wide (128 x 192).
+// C entry points (csrc/router_gemm.cu). `tile`: 0 = narrow (64 x 32), 1 = wide (128 x 192),
+// 2 = wide96 (128 x 96).
 cudaError_t run_fp32_splitk(const Fp32SplitKParams& p, cudaStream_t stream, bool pdl);
 cudaError_t run_bf16x2(int tile, const Bf16x2Params& p, cudaStream_t stream, bool pdl);
 int bf16x2_max_clusters(int tile, int splits);
