@@ -1,0 +1,161 @@
+"""Paged decode attention on the H200: the six cases of BRIEF.md 3.1 with 8/1 and 64/8 heads,
+BF16 and FP8 KV, page 64. Providers: `ours` (dynamic plan; decode + combine per call, plan
+built once per step outside the timed region), `ours_static` (the same kernel on a static
+split-KV plan), `ours_plan` (the device planner alone, also at batch 256), and FlashInfer /
+FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
+4.27 TB/s) and the achieved TB/s; `ours*` rows carry the error against float32 attention on
+the dequantised inputs.
+
+    python benchmarks/bench_decode_attention.py [--out-dir benchmarks/results] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+from hpc_common.bench import BenchResults, bench_us, floor_us, gpu_slug
+from hpc_common.testing import error_stats
+
+import hpc_attention as ha
+from hpc_attention.reference import decode_reference
+
+CASES = ["64x0.5K", "64x4K", "32x128+32x4K", "2x32K+30x4K", "1x64K+15x4K", "1x128K+31x4K"]
+HEADS = [(8, 1), (64, 8)]
+PAGE = 64
+FP8 = torch.float8_e4m3fn
+
+
+def parse_case(case: str) -> list[int]:
+    lens = []
+    for part in case.split("+"):
+        n, length = part.split("x")
+        tokens = int(float(length[:-1]) * 1024) if length.endswith("K") else int(length)
+        lens += [tokens] * int(n)
+    return lens
+
+
+def make_inputs(lens, hq, hkv, kv_dtype, gen):
+    dev = torch.device("cuda")
+    need = [(L + PAGE - 1) // PAGE for L in lens]
+    num_pages = sum(need)
+    shape = (num_pages, PAGE, hkv, 128)
+    if kv_dtype == "fp8":
+        k = torch.randn(shape, device=dev, generator=gen).to(FP8)
+        v = torch.randn(shape, device=dev, generator=gen).to(FP8)
+        scales = (0.5, 0.75)
+    else:
+        k = torch.randn(shape, device=dev, generator=gen, dtype=torch.bfloat16)
+        v = torch.randn(shape, device=dev, generator=gen, dtype=torch.bfloat16)
+        scales = (1.0, 1.0)
+    perm = torch.randperm(num_pages, device=dev, generator=gen).int()
+    pt = torch.zeros(len(lens), max(need), dtype=torch.int32, device=dev)
+    pos = 0
+    for b, n in enumerate(need):
+        pt[b, :n] = perm[pos:pos + n]
+        pos += n
+    q = torch.randn(len(lens), hq, 128, device=dev, generator=gen, dtype=torch.bfloat16)
+    kv_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
+    return q, k, v, pt, kv_lens, scales
+
+
+def flashinfer_fn(q, k, v, pt, lens, kv_dtype, scales):
+    import flashinfer  # noqa: F401  (optional)
+
+    dev = q.device
+    B, hq, _ = q.shape
+    hkv = k.shape[2]
+    need = [(L + PAGE - 1) // PAGE for L in lens]
+    indptr = torch.tensor([0] + list(torch.tensor(need).cumsum(0).tolist()), dtype=torch.int32, device=dev)
+    indices = torch.cat([pt[b, :n] for b, n in enumerate(need)])
+    last = torch.tensor([L - (n - 1) * PAGE for L, n in zip(lens, need)], dtype=torch.int32, device=dev)
+    best = None
+    for tc in (False, True):
+        ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tc)
+        w.plan(indptr, indices, last, hq, hkv, 128, PAGE, q_data_type=torch.bfloat16,
+               kv_data_type=k.dtype)
+        fn = (lambda w=w: w.run(q, (k, v), k_scale=scales[0], v_scale=scales[1]))
+        t = bench_us(fn)
+        best = t if best is None else min(best, t)
+    return best
+
+
+def flash_attn_fn(q, k, v, pt, kv_lens):
+    from flash_attn_interface import flash_attn_with_kvcache  # FA3 (optional)
+
+    fn = lambda: flash_attn_with_kvcache(q.unsqueeze(1), k, v, cache_seqlens=kv_lens, page_table=pt)  # noqa: E731
+    return bench_us(fn)
+
+
+def bench_case(res, case, hq, hkv, kv_dtype, gen, reps):
+    lens = parse_case(case)
+    q, k, v, pt, kv_lens, (ks, vs) = make_inputs(lens, hq, hkv, kv_dtype, gen)
+    B = len(lens)
+    elem = 1 if kv_dtype == "fp8" else 2
+    nbytes = 2 * sum(lens) * hkv * 128 * elem + 2 * q.numel() * 2 + pt.numel() * 4
+    floor = floor_us(nbytes)
+    fields = dict(case=case, Hq=hq, Hkv=hkv, kv_dtype=kv_dtype, floor_us=floor)
+    max_len = max(lens)
+    ref = decode_reference(q, k, v, pt, lens, sm_scale=128 ** -0.5, k_scale=ks, v_scale=vs, dtype=torch.float32)
+
+    def add(provider, t, out=None):
+        extra = error_stats(out, ref) if out is not None else {}
+        row = res.add(provider, t, **fields, tbps=nbytes / (t * 1e-6) / 1e12, **extra)
+        print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {provider:>12}: {t:8.2f} us  floor {floor:7.2f}"
+              f"  {row['tbps']:.2f} TB/s" + (f"  rel_err {extra['rel_err']:.2e}" if extra else ""), flush=True)
+
+    for provider, static in (("ours", None), ("ours_static", "auto")):
+        ws = ha.DecodeWorkspace(B, hkv, hq, max_len, static_splits=static)
+        plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, static_splits=static)
+        out = torch.empty(B, hq, 128, dtype=torch.bfloat16, device="cuda")
+        fn = (lambda plan=plan, out=out: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out))
+        fn()
+        torch.cuda.synchronize()
+        add(provider, bench_us(fn, reps=reps), out.clone())
+        if provider == "ours":
+            t = bench_us(lambda ws=ws: ha.plan_decode(kv_lens, hkv, hq, workspace=ws, validate=False), reps=reps)
+            res.add("ours_plan", t, **dict(fields, floor_us=None))
+            print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {'ours_plan':>12}: {t:8.2f} us", flush=True)
+        del ws
+    for name, call in (("flashinfer", lambda: flashinfer_fn(q, k, v, pt, lens, kv_dtype, (ks, vs))),
+                       ("flash_attn", lambda: flash_attn_fn(q, k, v, pt, kv_lens))):
+        try:
+            add(name, call())
+        except Exception as e:  # optional baselines: absent or unsupported here
+            print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {name:>12}: skipped ({type(e).__name__}: {str(e)[:80]})")
+
+
+def bench_plan_256(res, reps):
+    """The planner alone at batch 256 (once per decode step for all layers)."""
+    for hkv in (1, 8):
+        kv_lens = torch.full((256,), 4096, dtype=torch.int32, device="cuda")
+        kv_lens[::7] = 100
+        ws = ha.DecodeWorkspace(256, hkv, 8 * hkv, 4096)
+        t = bench_us(lambda: ha.plan_decode(kv_lens, hkv, 8 * hkv, workspace=ws, validate=False), reps=reps)
+        res.add("ours_plan", t, case="256x4K", Hq=8 * hkv, Hkv=hkv, kv_dtype="any")
+        print(f"{'256x4K':>14} {8 * hkv:>2}/{hkv}  any {'ours_plan':>12}: {t:8.2f} us", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions, 8/1 heads only")
+    args = ap.parse_args()
+    reps = 30 if args.quick else 100
+    res = BenchResults("decode_attention", args.out_dir / gpu_slug())
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    bench_plan_256(res, reps)
+    for hq, hkv in HEADS[:1] if args.quick else HEADS:
+        for kv_dtype in ("bf16", "fp8"):
+            for case in CASES:
+                bench_case(res, case, hq, hkv, kv_dtype, gen, reps)
+                torch.cuda.empty_cache()
+    path = res.write()
+    print(res.markdown())
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

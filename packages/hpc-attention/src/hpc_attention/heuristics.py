@@ -1,0 +1,40 @@
+"""Scheduling knobs of the decode attention, with the reasoning behind each value.
+
+Measurements that set them are in NOTES.md (H200, commit given there); change a value only
+with a new measurement next to it.
+"""
+
+from __future__ import annotations
+
+import math
+
+# The decode kernel keeps 4 (BF16) or 7 (FP8) stages of K+V in ~190 KB of shared memory:
+# one CTA per SM, which already holds 112-128 KB of KV in flight per SM (Little's law at
+# ~32 GB/s per SM and ~1-2 us of loaded DRAM latency needs ~64 KB).
+CTAS_PER_SM = 1
+
+# Work floor per CTA, in 64-token tiles. Each task costs a query load, a 4-warp merge and a
+# partial write + combine; at 4 tiles (128 KB of BF16 KV) that overhead is a few percent,
+# while a higher floor leaves SMs idle on small batches (64 x 0.5K with 8/1 heads has 512
+# tiles: floor 4 -> 128 CTAs busy, floor 8 -> 64).
+MIN_TILES_PER_CTA = 4
+
+TILE_TOKENS = 64
+HEAD_DIM = 128
+MAX_GROUP = 16
+
+
+def num_ctas(num_sms: int) -> int:
+    """Persistent CTAs of the decode kernel for a device with `num_sms` SMs."""
+    return max(1, int(num_sms) * CTAS_PER_SM)
+
+
+def combine_ctas(num_sms: int) -> int:
+    """Fixed grid of the combine kernel (units are strided over it, so any size is correct)."""
+    return max(1, int(num_sms))
+
+
+def default_static_splits(batch: int, num_kv_heads: int, num_ctas_: int) -> int:
+    """Split-KV baseline: enough splits per (request, head) that the batch fills the CTAs once,
+    whatever the lengths (the FlashDecoding rule, which is what the dynamic plan beats)."""
+    return max(1, math.ceil(num_ctas_ / max(1, batch * num_kv_heads)))

@@ -1,0 +1,80 @@
+// Parameter structs of the decode-attention kernels: plain data shared by the kernels and the
+// binding layer (host-only code includes this file, never the kernel headers).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace hpc::attn {
+
+constexpr int kPlanThreads = 1024;
+constexpr int kTileTokens = 64;
+
+// Counter slots written by the planner (int32).
+enum PlanCounter : int {
+  kNumTasks = 0,
+  kNumCombine = 1,
+  kBudget = 2,      // ceil(total / nb) in dynamic mode, 0 in static mode
+  kTotalTiles = 3,
+  kNumSlots = 4,
+  kNumBinsUsed = 5,
+  kNumClamped = 6,  // requests whose length was outside [0, max_len] and got clamped
+  kNumCounters = 8,
+};
+
+struct DecodePlanParams {
+  const int32_t* kv_lens;  // [batch]
+  int batch;
+  int num_kv_heads;
+  int num_bins;       // C: persistent CTAs of the decode kernel
+  int min_tiles;      // work floor per bin (dynamic mode)
+  int static_splits;  // 0: dynamic; > 0: fixed splits per item
+  int max_len;        // lengths are clamped into [0, max_len] (page-table capacity)
+  int4* tasks;        // {item, tile_begin, token_end, slot or -1}, bin-major
+  int32_t* bin_start; // [num_bins + 1]
+  int4* combine;      // {item, first slot, parts (0: empty item -> zeros), 0}
+  int32_t* counters;  // [kNumCounters]
+};
+
+struct PagedDecodeParams {
+  const void* q;  // [B, Hq, 128] BF16 or E4M3
+  long long q_stride_b, q_stride_h;  // elements
+  const float* q_scale;              // [B, Hq] FP32 (FP8 Q only)
+  long long q_scale_stride_b, q_scale_stride_h;
+  const void* k_cache;  // [num_pages, page_size, Hkv, 128] BF16 or E4M3
+  const void* v_cache;
+  long long k_stride_page, k_stride_tok, k_stride_head;  // elements
+  long long v_stride_page, v_stride_tok, v_stride_head;
+  int num_pages;
+  int page_size_log2;
+  const int32_t* page_table;  // [B, max_pages]
+  long long page_table_stride;
+  const int4* tasks;
+  const int32_t* bin_start;
+  void* out;  // [B, Hq, 128] BF16
+  long long out_stride_b, out_stride_h;
+  float* partial_o;    // [slots, G, 128]
+  float* partial_lse;  // [slots, G] (log2 domain)
+  const float* k_scale_ptr;  // optional device scales (read once); nullptr: use the floats
+  const float* v_scale_ptr;
+  float k_scale, v_scale;
+  float sm_scale_log2;  // softmax scale * log2(e)
+  int num_kv_heads;
+  int group;  // G = Hq / Hkv, 1..16
+};
+
+constexpr int kCombineThreads = 256;
+
+struct DecodeCombineParams {
+  const int4* combine;      // {item, first slot, parts, 0}
+  const int32_t* counters;  // counters[1] = number of entries
+  const float* partial_o;   // [slots, G, 128]
+  const float* partial_lse; // [slots, G], log2 domain
+  void* out;                // [B, Hq, 128] BF16
+  long long out_stride_b, out_stride_h;
+  int num_kv_heads;
+  int group;
+};
+
+}  // namespace hpc::attn

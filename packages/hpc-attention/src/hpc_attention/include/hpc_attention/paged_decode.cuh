@@ -1,0 +1,410 @@
+// Paged-KV decode attention, persistent and warp specialised (SM90).
+//
+// One CTA per bin of the plan (decode_plan.cuh). Warp 4 (the producer) walks the bin's tasks
+// tile by tile and streams each 64-token tile of K and V, row by row (a row = one token of one
+// KV head, 256 B in BF16, 128 B in FP8), with bulk copies into a ring of kStages shared-memory
+// stages that complete on an mbarrier; the first tile of a task also brings the task's G query
+// rows. Warps 0-3 (the consumers) each own 16 of the tile's 64 tokens: S = Q K^T and O += P V
+// on m16n8k16 tensor cores with the G query heads of the KV head padded to 16 rows, an online
+// softmax in FP32 (log2 domain) and FP32 accumulation of P V for the whole task. At the end of
+// a task the four warps' (m, l, O) are merged in shared memory in a fixed order, and the task
+// writes either the final BF16 output or an FP32 partial + log-sum-exp for the combine kernel.
+//
+// FP8 (E4M3) KV: tiles are converted to FP16 in registers (exact) and multiplied with FP16 Q
+// (BF16 Q is rounded to FP16, which needs |q| < 65504); P is FP16 and P V accumulates in
+// FP32 registers per tile (no FP8 tensor-core accumulation). The per-tensor K scale folds into
+// the softmax scale and the V scale into the output. FP8 Q carries one scale per (token, head)
+// that scales the rows of S.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "hpc_attention/sm90_primitives.cuh"
+#include "hpc_attention/decode_params.h"
+#include "hpc_common/pdl.cuh"
+
+namespace hpc::attn {
+
+
+template <bool kFp8Kv, bool kFp8Q>
+struct DecodeConfig {
+  static constexpr int kTile = 64;
+  static constexpr int kDim = 128;
+  static constexpr int kRowBytes = kFp8Kv ? 128 : 256;
+  static constexpr int kRowPitch = kRowBytes + 16;  // 16 B pad: conflict-free ldmatrix rows
+  static constexpr int kQRowBytes = kFp8Q ? 128 : 256;
+  static constexpr int kQPitch = 272;
+  static constexpr int kStages = kFp8Kv ? 7 : 4;  // ~112 / 128 KB of KV in flight per SM
+  static constexpr int kKOff = 0;
+  static constexpr int kVOff = kTile * kRowPitch;
+  static constexpr int kQOff = 2 * kTile * kRowPitch;
+  static constexpr int kStageBytes = kQOff + 16 * kQPitch;
+  static constexpr int kMergePitch = 136;  // floats; conflict-free float2 stores
+  static constexpr int kMergeOff = kStages * kStageBytes;
+  static constexpr int kStatsOff = kMergeOff + 4 * 16 * kMergePitch * 4;
+  static constexpr int kBarOff = kStatsOff + 2 * 4 * 16 * 4;
+  static constexpr int kSmemBytes = kBarOff + 2 * kStages * 8;
+  static constexpr int kConsumerWarps = 4;
+  static constexpr int kThreads = 32 * (kConsumerWarps + 1);
+  static_assert(kStageBytes % 16 == 0 && kMergeOff % 16 == 0 && kBarOff % 8 == 0, "alignment");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+};
+
+// Physical head-dim column of accumulator element e (0, 1) of n-tile nt held by lane quad j.
+template <bool kFp8Kv>
+__device__ __forceinline__ int out_col(int nt, int j, int e) {
+  if constexpr (kFp8Kv) {
+    // FP8 V fragments are built so that n-tile 4u + r, column c holds d = 32u + 4c + r.
+    return 32 * (nt >> 2) + 4 * (2 * j + e) + (nt & 3);
+  } else {
+    return 8 * nt + 2 * j + e;
+  }
+}
+
+template <bool kFp8Kv, bool kFp8Q>
+__device__ __forceinline__ void producer_warp(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
+                                              uint64_t* empty, int t_begin, int t_end) {
+  using Cfg = DecodeConfig<kFp8Kv, kFp8Q>;
+  const int lane = threadIdx.x & 31;
+  const uint64_t policy = l2_evict_first_policy();
+  const int page_mask = (1 << p.page_size_log2) - 1;
+  const char* kbase = static_cast<const char*>(p.k_cache);
+  const char* vbase = static_cast<const char*>(p.v_cache);
+  constexpr int kElem = kFp8Kv ? 1 : 2;
+  constexpr int kQElem = kFp8Q ? 1 : 2;
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int t = t_begin; t < t_end; ++t) {
+    const int4 task = p.tasks[t];
+    const int b = task.x / p.num_kv_heads, h = task.x - b * p.num_kv_heads;
+    const int32_t* pt = p.page_table + b * p.page_table_stride;
+    const int tile_end = (task.z + Cfg::kTile - 1) / Cfg::kTile;
+    // Page ids of this lane's rows (lane, lane + 32) for the next tile, loaded before the wait
+    // for a free stage so that their latency hides behind it.
+    auto page_of = [&](int tok) {
+      int pg = __ldg(pt + (tok >> p.page_size_log2));
+      return pg < 0 ? 0 : (pg >= p.num_pages ? p.num_pages - 1 : pg);  // never fault
+    };
+    for (int tile = task.y; tile < tile_end; ++tile) {
+      const int valid = min(Cfg::kTile, task.z - tile * Cfg::kTile);
+      const int tok0 = tile * Cfg::kTile + lane, tok1 = tok0 + 32;
+      const int pg0 = lane < valid ? page_of(tok0) : 0;
+      const int pg1 = lane + 32 < valid ? page_of(tok1) : 0;
+      mbar_wait(&empty[stage], phase ^ 1);
+      const bool first = tile == task.y;
+      const uint32_t bytes = 2u * valid * Cfg::kRowBytes + (first ? p.group * Cfg::kQRowBytes : 0);
+      if (lane == 0) mbar_arrive_expect_tx(&full[stage], bytes);
+      __syncwarp();
+      uint8_t* sb = smem + stage * Cfg::kStageBytes;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = lane + 32 * i;
+        if (r < valid) {
+          const int tok = i ? tok1 : tok0;
+          const long long pg = i ? pg1 : pg0;
+          const long long in_page = tok & page_mask;
+          const long long koff = pg * p.k_stride_page + in_page * p.k_stride_tok + h * p.k_stride_head;
+          const long long voff = pg * p.v_stride_page + in_page * p.v_stride_tok + h * p.v_stride_head;
+          bulk_g2s(sb + Cfg::kKOff + r * Cfg::kRowPitch, kbase + koff * kElem, Cfg::kRowBytes, &full[stage], policy);
+          bulk_g2s(sb + Cfg::kVOff + r * Cfg::kRowPitch, vbase + voff * kElem, Cfg::kRowBytes, &full[stage], policy);
+        }
+      }
+      if (first && lane < p.group) {
+        const char* qrow = static_cast<const char*>(p.q) +
+                           (b * p.q_stride_b + (h * p.group + lane) * p.q_stride_h) * kQElem;
+        bulk_g2s(sb + Cfg::kQOff + lane * Cfg::kQPitch, qrow, Cfg::kQRowBytes, &full[stage]);
+      }
+      if (++stage == Cfg::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+  }
+}
+
+// Query fragments (A operand, 16 rows x 128) for the 8 k-steps, from the stage's Q rows.
+// BF16 KV: BF16 operands in the standard layout. FP8 KV: FP16 operands with the head dim
+// permuted inside each k16 step (physical 4j..4j+3 -> logical 2j, 2j+1, 2j+8, 2j+9) to match
+// the K fragments read as 4 consecutive FP8 bytes.
+template <bool kFp8Kv, bool kFp8Q>
+__device__ __forceinline__ void load_q_frags(const uint8_t* qs, uint32_t (&qa)[8][4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, j = lane & 3;
+  if constexpr (!kFp8Kv && !kFp8Q) {
+    const uint32_t base = smem_u32(qs) + ((lane & 7) + 8 * ((lane >> 3) & 1)) * 272 + 16 * (lane >> 4);
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) ldsm_x4(base + ks * 32, qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3]);
+  } else {
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // rows g and g + 8
+        const uint8_t* row = qs + (g + 8 * half) * 272;
+        uint32_t lo, hi;  // lo -> regs 0/1 (cols 2j, 2j+1), hi -> regs 2/3 (cols 2j+8, 2j+9)
+        if constexpr (kFp8Kv && kFp8Q) {
+          const uint32_t w = *reinterpret_cast<const uint32_t*>(row + 16 * ks + 4 * j);
+          lo = e4m3x2_to_f16x2(w);
+          hi = e4m3x2_to_f16x2(w >> 16);
+        } else if constexpr (kFp8Kv) {  // BF16 Q -> FP16, permuted
+          const uint2 w = *reinterpret_cast<const uint2*>(row + 2 * (16 * ks + 4 * j));
+          lo = pack2<true>(bf16_lo(w.x), bf16_hi(w.x));
+          hi = pack2<true>(bf16_lo(w.y), bf16_hi(w.y));
+        } else {  // FP8 Q with BF16 KV: standard layout, E4M3 -> FP16 -> FP32 -> BF16 (exact)
+          const uint16_t a = *reinterpret_cast<const uint16_t*>(row + 16 * ks + 2 * j);
+          const uint16_t c = *reinterpret_cast<const uint16_t*>(row + 16 * ks + 8 + 2 * j);
+          const float2 fa = f16x2_to_float2(e4m3x2_to_f16x2(a));
+          const float2 fc = f16x2_to_float2(e4m3x2_to_f16x2(c));
+          lo = pack2<false>(fa.x, fa.y);
+          hi = pack2<false>(fc.x, fc.y);
+        }
+        qa[ks][half] = lo;
+        qa[ks][2 + half] = hi;
+      }
+    }
+  }
+}
+
+template <bool kFp8Kv, bool kFp8Q>
+__device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
+                                              uint64_t* empty, int t_begin, int t_end) {
+  using Cfg = DecodeConfig<kFp8Kv, kFp8Q>;
+  constexpr bool kF16 = kFp8Kv;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, j = lane & 3;
+  const int G = p.group;
+  const float k_scale = p.k_scale_ptr ? *p.k_scale_ptr : p.k_scale;
+  const float v_scale = p.v_scale_ptr ? *p.v_scale_ptr : p.v_scale;
+  const float score_scale = p.sm_scale_log2 * k_scale;
+  float* merge_o = reinterpret_cast<float*>(smem + Cfg::kMergeOff);
+  float* merge_m = reinterpret_cast<float*>(smem + Cfg::kStatsOff);
+  float* merge_l = merge_m + 4 * 16;
+  const float kNegInf = -__int_as_float(0x7f800000);
+
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int t = t_begin; t < t_end; ++t) {
+    const int4 task = p.tasks[t];
+    const int b = task.x / p.num_kv_heads, h = task.x - b * p.num_kv_heads;
+    float row_scale0 = score_scale, row_scale1 = score_scale;
+    if constexpr (kFp8Q) {
+      const float* qs = p.q_scale + b * p.q_scale_stride_b + (h * G) * p.q_scale_stride_h;
+      row_scale0 *= g < G ? qs[g * p.q_scale_stride_h] : 0.f;
+      row_scale1 *= g + 8 < G ? qs[(g + 8) * p.q_scale_stride_h] : 0.f;
+    }
+    const int tile_end = (task.z + Cfg::kTile - 1) / Cfg::kTile;
+    float o[16][4];
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+    float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
+    uint32_t qa[8][4];
+
+    for (int tile = task.y; tile < tile_end; ++tile) {
+      const int valid = min(Cfg::kTile, task.z - tile * Cfg::kTile);
+      mbar_wait(&full[stage], phase);
+      const uint8_t* sb = smem + stage * Cfg::kStageBytes;
+      if (tile == task.y) load_q_frags<kFp8Kv, kFp8Q>(sb + Cfg::kQOff, qa);
+
+      // ---- S = Q K^T for this warp's 16 tokens (2 n-tiles of 8) ----
+      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      const uint32_t kaddr = smem_u32(sb + Cfg::kKOff) +
+                             (16 * warp + (lane & 7) + 8 * (lane >> 4)) * Cfg::kRowPitch + 16 * ((lane >> 3) & 1);
+      if constexpr (!kFp8Kv) {
+#pragma unroll
+        for (int ks = 0; ks < 8; ++ks) {
+          uint32_t r0, r1, r2, r3;
+          ldsm_x4(kaddr + ks * 32, r0, r1, r2, r3);
+          mma_16816<kF16>(s[0], qa[ks], r0, r1);
+          mma_16816<kF16>(s[1], qa[ks], r2, r3);
+        }
+      } else {
+#pragma unroll
+        for (int s32 = 0; s32 < 4; ++s32) {  // 32 FP8 bytes = 2 k-steps per ldmatrix
+          uint32_t r0, r1, r2, r3;
+          ldsm_x4(kaddr + s32 * 32, r0, r1, r2, r3);
+          mma_16816<kF16>(s[0], qa[2 * s32], e4m3x2_to_f16x2(r0), e4m3x2_to_f16x2(r0 >> 16));
+          mma_16816<kF16>(s[0], qa[2 * s32 + 1], e4m3x2_to_f16x2(r1), e4m3x2_to_f16x2(r1 >> 16));
+          mma_16816<kF16>(s[1], qa[2 * s32], e4m3x2_to_f16x2(r2), e4m3x2_to_f16x2(r2 >> 16));
+          mma_16816<kF16>(s[1], qa[2 * s32 + 1], e4m3x2_to_f16x2(r3), e4m3x2_to_f16x2(r3 >> 16));
+        }
+      }
+
+      // ---- online softmax (log2 domain), tokens past the length masked ----
+      const int tok_base = 16 * warp + 2 * j;
+      float mx0 = kNegInf, mx1 = kNegInf;
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const bool ok = tok_base + 8 * n + e < valid;
+          s[n][e] = ok ? s[n][e] * row_scale0 : kNegInf;
+          s[n][2 + e] = ok ? s[n][2 + e] * row_scale1 : kNegInf;
+          mx0 = fmaxf(mx0, s[n][e]);
+          mx1 = fmaxf(mx1, s[n][2 + e]);
+        }
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      const float base0 = mn0 == kNegInf ? 0.f : mn0, base1 = mn1 == kNegInf ? 0.f : mn1;
+      const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
+      m0 = mn0;
+      m1 = mn1;
+      float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          s[n][e] = exp2f(s[n][e] - base0);
+          s[n][2 + e] = exp2f(s[n][2 + e] - base1);
+          ps0 += s[n][e];
+          ps1 += s[n][2 + e];
+        }
+      }
+      l0 = l0 * corr0 + ps0;
+      l1 = l1 * corr1 + ps1;
+#pragma unroll
+      for (int nt = 0; nt < 16; ++nt) {
+        o[nt][0] *= corr0;
+        o[nt][1] *= corr0;
+        o[nt][2] *= corr1;
+        o[nt][3] *= corr1;
+      }
+      uint32_t pa[4];
+      pa[0] = pack2<kF16>(s[0][0], s[0][1]);
+      pa[1] = pack2<kF16>(s[0][2], s[0][3]);
+      pa[2] = pack2<kF16>(s[1][0], s[1][1]);
+      pa[3] = pack2<kF16>(s[1][2], s[1][3]);
+
+      // ---- O += P V; V rows past the length are masked to zero (stale smem may hold NaN) ----
+      const uint32_t mlo = (tok_base < valid ? 0x0000FFFFu : 0u) | (tok_base + 1 < valid ? 0xFFFF0000u : 0u);
+      const uint32_t mhi = (tok_base + 8 < valid ? 0x0000FFFFu : 0u) | (tok_base + 9 < valid ? 0xFFFF0000u : 0u);
+      if constexpr (!kFp8Kv) {
+        const uint32_t vaddr = smem_u32(sb + Cfg::kVOff) +
+                               (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * Cfg::kRowPitch + 16 * (lane >> 4);
+#pragma unroll
+        for (int pp = 0; pp < 8; ++pp) {
+          uint32_t r0, r1, r2, r3;
+          ldsm_x4_trans(vaddr + pp * 32, r0, r1, r2, r3);
+          mma_16816<kF16>(o[2 * pp], pa, r0 & mlo, r1 & mhi);
+          mma_16816<kF16>(o[2 * pp + 1], pa, r2 & mlo, r3 & mhi);
+        }
+      } else {
+        const uint8_t* vrow = sb + Cfg::kVOff + (16 * warp + 2 * j) * Cfg::kRowPitch + 4 * g;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const uint32_t w0 = *reinterpret_cast<const uint32_t*>(vrow + 32 * u);
+          const uint32_t w1 = *reinterpret_cast<const uint32_t*>(vrow + Cfg::kRowPitch + 32 * u);
+          const uint32_t w2 = *reinterpret_cast<const uint32_t*>(vrow + 8 * Cfg::kRowPitch + 32 * u);
+          const uint32_t w3 = *reinterpret_cast<const uint32_t*>(vrow + 9 * Cfg::kRowPitch + 32 * u);
+          const uint32_t a01 = __byte_perm(w0, w1, 0x5140), a23 = __byte_perm(w0, w1, 0x7362);
+          const uint32_t c01 = __byte_perm(w2, w3, 0x5140), c23 = __byte_perm(w2, w3, 0x7362);
+          mma_16816<kF16>(o[4 * u + 0], pa, e4m3x2_to_f16x2(a01) & mlo, e4m3x2_to_f16x2(c01) & mhi);
+          mma_16816<kF16>(o[4 * u + 1], pa, e4m3x2_to_f16x2(a01 >> 16) & mlo, e4m3x2_to_f16x2(c01 >> 16) & mhi);
+          mma_16816<kF16>(o[4 * u + 2], pa, e4m3x2_to_f16x2(a23) & mlo, e4m3x2_to_f16x2(c23) & mhi);
+          mma_16816<kF16>(o[4 * u + 3], pa, e4m3x2_to_f16x2(a23 >> 16) & mlo, e4m3x2_to_f16x2(c23 >> 16) & mhi);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[stage]);
+      if (++stage == Cfg::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+
+    // ---- merge the 4 warps (fixed order) and write the task's output ----
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    float* mo = merge_o + warp * 16 * Cfg::kMergePitch;
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int d = out_col<kFp8Kv>(nt, j, e);
+        if (g < G) mo[g * Cfg::kMergePitch + d] = o[nt][e];
+        if (g + 8 < G) mo[(g + 8) * Cfg::kMergePitch + d] = o[nt][2 + e];
+      }
+    }
+    if (j == 0) {
+      merge_m[warp * 16 + g] = m0;
+      merge_l[warp * 16 + g] = l0;
+      merge_m[warp * 16 + g + 8] = m1;
+      merge_l[warp * 16 + g + 8] = l1;
+    }
+    named_barrier(1, 128);
+    const int d = threadIdx.x;  // 0..127
+    for (int row = 0; row < G; ++row) {
+      float mw[4], mmax = kNegInf;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        mw[w] = merge_m[w * 16 + row];
+        mmax = fmaxf(mmax, mw[w]);
+      }
+      const float mbase = mmax == kNegInf ? 0.f : mmax;
+      float L = 0.f, acc = 0.f;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const float f = exp2f(mw[w] - mbase);
+        L += f * merge_l[w * 16 + row];
+        acc += f * merge_o[(w * 16 + row) * Cfg::kMergePitch + d];
+      }
+      const float val = (L > 0.f ? acc / L : 0.f) * v_scale;
+      if (task.w < 0) {
+        __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + (h * G + row) * p.out_stride_h;
+        out[d] = __float2bfloat16_rn(val);
+      } else {
+        const long long slot_row = static_cast<long long>(task.w) * G + row;
+        p.partial_o[slot_row * Cfg::kDim + d] = val;
+        if (d == 0) p.partial_lse[slot_row] = mbase + __log2f(L);
+      }
+    }
+    named_barrier(1, 128);
+  }
+}
+
+template <bool kFp8Kv, bool kFp8Q>
+__global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q>::kThreads, 1)
+    paged_decode_kernel(const __grid_constant__ PagedDecodeParams p) {
+  using Cfg = DecodeConfig<kFp8Kv, kFp8Q>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarOff);
+  uint64_t* empty = full + Cfg::kStages;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], Cfg::kConsumerWarps);
+    }
+    mbar_fence_init();
+  }
+  // Q rows >= G of every stage are never copied: zero them once so padded rows are finite.
+  for (int i = threadIdx.x; i < Cfg::kStages * 16 * 16; i += blockDim.x) {
+    const int s = i >> 8, row = (i >> 4) & 15, c = i & 15;
+    if (row >= p.group) {
+      *reinterpret_cast<uint4*>(smem + s * Cfg::kStageBytes + Cfg::kQOff + row * Cfg::kQPitch + 16 * c) =
+          make_uint4(0, 0, 0, 0);
+    }
+  }
+  __syncthreads();
+  hpc::pdl_wait();  // plan, q and the KV cache may come from the previous kernels
+  hpc::pdl_launch_dependents();  // the combine kernel waits for our completion anyway
+  const int t_begin = p.bin_start[blockIdx.x], t_end = p.bin_start[blockIdx.x + 1];
+  if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
+    producer_warp<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end);
+  } else {
+    consumer_warp<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end);
+  }
+}
+
+template <bool kFp8Kv, bool kFp8Q>
+inline cudaError_t launch_paged_decode(const PagedDecodeParams& p, int num_ctas, cudaStream_t stream, bool pdl) {
+  using Cfg = DecodeConfig<kFp8Kv, kFp8Q>;
+  return hpc::launch_kernel(paged_decode_kernel<kFp8Kv, kFp8Q>, dim3(num_ctas), dim3(Cfg::kThreads),
+                            Cfg::kSmemBytes, stream, pdl, p);
+}
+
+}  // namespace hpc::attn

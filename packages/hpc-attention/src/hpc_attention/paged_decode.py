@@ -1,0 +1,348 @@
+"""Paged-KV decode attention with a device-side plan: `plan_decode` once per step, then
+`decode` for every layer. See README.md for the scheme and NOTES.md for the measurements."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from hpc_common import get_num_sms, get_pdl
+from hpc_common.checks import check_tensor
+from hpc_common.launch import require_hopper, stream_ptr
+
+from . import _ext, heuristics
+from .planner import NUM_COUNTERS, PlanTables, WorkspaceCaps, workspace_caps
+
+_FP8 = torch.float8_e4m3fn
+_LOG2E = 1.0 / math.log(2.0)
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+class DecodeWorkspace:
+    """Device buffers of the plan and of the partial outputs, sized once from maxima.
+
+    max_batch: most requests a plan may hold; max_kv_len: longest KV length (lengths above it
+    are clamped on the device, or rejected by validation); num_ctas: persistent CTAs (default
+    from the SM count); static_splits: None for dynamic plans only, an int S > 0 or "auto" to
+    also hold static split-KV plans. Nothing is allocated afterwards, so plan_decode and
+    decode can be captured in a CUDA graph.
+    """
+
+    def __init__(self, max_batch: int, num_kv_heads: int, num_qo_heads: int, max_kv_len: int,
+                 device: torch.device | str | None = None, *, num_ctas: int | None = None,
+                 static_splits: int | str | None = None):
+        op = "DecodeWorkspace"
+        if max_batch < 1 or num_kv_heads < 1 or max_kv_len < 0:
+            raise ValueError(f"{op}: max_batch and num_kv_heads must be >= 1 and max_kv_len >= 0, got "
+                             f"{max_batch}, {num_kv_heads}, {max_kv_len}")
+        _check_heads(num_qo_heads, num_kv_heads, op)
+        device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device = device
+        self.max_batch = int(max_batch)
+        self.num_kv_heads = int(num_kv_heads)
+        self.num_qo_heads = int(num_qo_heads)
+        self.group = num_qo_heads // num_kv_heads
+        self.max_kv_len = int(max_kv_len)
+        if num_ctas is None:
+            num_ctas = heuristics.num_ctas(get_num_sms(device))
+        if num_ctas < 1:
+            raise ValueError(f"{op}: num_ctas must be >= 1, got {num_ctas}")
+        self.num_ctas = int(num_ctas)
+        caps = workspace_caps(self.max_batch, self.num_kv_heads, self.num_ctas)
+        n = self.max_batch * self.num_kv_heads
+        if static_splits == "auto":
+            caps = WorkspaceCaps(max(caps.tasks, n + self.num_ctas), max(caps.combine, n),
+                                 max(caps.slots, n + self.num_ctas))
+        elif static_splits is not None:
+            s = workspace_caps(self.max_batch, self.num_kv_heads, self.num_ctas, int(static_splits))
+            caps = WorkspaceCaps(max(caps.tasks, s.tasks), max(caps.combine, s.combine), max(caps.slots, s.slots))
+        self.caps = caps
+        i32 = dict(dtype=torch.int32, device=device)
+        self.tasks = torch.zeros(caps.tasks, 4, **i32)
+        self.bin_start = torch.zeros(self.num_ctas + 1, **i32)
+        self.combine = torch.zeros(caps.combine, 4, **i32)
+        self.counters = torch.zeros(NUM_COUNTERS, **i32)
+        self.partial_o = torch.empty(caps.slots, self.group, heuristics.HEAD_DIM, dtype=torch.float32, device=device)
+        self.partial_lse = torch.empty(caps.slots, self.group, dtype=torch.float32, device=device)
+
+    def fits(self, batch: int, static_splits: int) -> WorkspaceCaps:
+        need = workspace_caps(batch, self.num_kv_heads, self.num_ctas, static_splits)
+        return need
+
+
+@dataclass
+class DecodePlan:
+    """A plan built by `plan_decode`: valid for the KV lengths it was built from (their values
+    at the time the plan kernel ran), for every layer of the step."""
+
+    workspace: DecodeWorkspace
+    batch: int
+    num_kv_heads: int
+    num_qo_heads: int
+    num_ctas: int
+    static_splits: int  # 0: dynamic
+    min_tiles: int
+    max_kv_len: int
+    kv_lens_ptr: int
+
+    def tables(self) -> PlanTables:
+        """The device tables as Python lists (synchronises; for tests and debugging)."""
+        ws = self.workspace
+        counters = ws.counters.tolist()
+        return PlanTables(tasks=[tuple(r) for r in ws.tasks[:counters[0]].tolist()],
+                          bin_start=ws.bin_start.tolist(),
+                          combine=[tuple(r) for r in ws.combine[:counters[1]].tolist()],
+                          counters=counters)
+
+
+def _check_heads(num_qo_heads: int, num_kv_heads: int, op: str) -> None:
+    if num_kv_heads < 1 or num_qo_heads % num_kv_heads:
+        raise ValueError(f"{op}: num_qo_heads ({num_qo_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+    g = num_qo_heads // num_kv_heads
+    if not 1 <= g <= heuristics.MAX_GROUP:
+        raise ValueError(f"{op}: GQA group num_qo_heads / num_kv_heads = {g} is not supported (1..{heuristics.MAX_GROUP})")
+
+
+# ---- custom ops (torch.compile / CUDA graphs see mutations, not Python objects) ----------------
+
+@torch.library.custom_op("hpc_attention::plan_decode", mutates_args=("tasks", "bin_start", "combine", "counters"))
+def _plan_op(kv_lens: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor, combine: torch.Tensor,
+             counters: torch.Tensor, num_kv_heads: int, num_ctas: int, min_tiles: int, static_splits: int,
+             max_len: int) -> None:
+    _ext.load().decode_plan(
+        kv_lens=kv_lens.data_ptr(), batch=kv_lens.shape[0], num_kv_heads=num_kv_heads, num_bins=num_ctas,
+        min_tiles=min_tiles, static_splits=static_splits, max_len=max_len, tasks=tasks.data_ptr(),
+        bin_start=bin_start.data_ptr(), combine=combine.data_ptr(), counters=counters.data_ptr(), pdl=get_pdl(),
+        stream=stream_ptr(kv_lens.device))
+
+
+@_plan_op.register_fake
+def _(kv_lens, tasks, bin_start, combine, counters, num_kv_heads, num_ctas, min_tiles, static_splits, max_len):
+    return None
+
+
+@torch.library.custom_op("hpc_attention::paged_decode", mutates_args=("out", "partial_o", "partial_lse"))
+def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Tensor, v_cache: torch.Tensor,
+               page_table: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor, combine: torch.Tensor,
+               counters: torch.Tensor, partial_o: torch.Tensor, partial_lse: torch.Tensor, out: torch.Tensor,
+               k_scale_t: torch.Tensor | None, v_scale_t: torch.Tensor | None, k_scale: float, v_scale: float,
+               sm_scale: float, num_ctas: int, combine_ctas: int) -> None:
+    ext = _ext.load()
+    pdl = get_pdl()
+    stream = stream_ptr(q.device)
+    hkv = k_cache.shape[2]
+    group = q.shape[1] // hkv
+    fp8_q = q.dtype == _FP8
+    ext.paged_decode(
+        q=q.data_ptr(), q_stride_b=q.stride(0), q_stride_h=q.stride(1), fp8_q=fp8_q,
+        q_scale=q_scale.data_ptr() if q_scale is not None else 0,
+        q_scale_stride_b=q_scale.stride(0) if q_scale is not None else 0,
+        q_scale_stride_h=q_scale.stride(1) if q_scale is not None else 0,
+        k_cache=k_cache.data_ptr(), v_cache=v_cache.data_ptr(), fp8_kv=k_cache.dtype == _FP8,
+        k_stride_page=k_cache.stride(0), k_stride_tok=k_cache.stride(1), k_stride_head=k_cache.stride(2),
+        v_stride_page=v_cache.stride(0), v_stride_tok=v_cache.stride(1), v_stride_head=v_cache.stride(2),
+        num_pages=k_cache.shape[0], page_size_log2=int(k_cache.shape[1]).bit_length() - 1,
+        page_table=page_table.data_ptr(), page_table_stride=page_table.stride(0), tasks=tasks.data_ptr(),
+        bin_start=bin_start.data_ptr(), out=out.data_ptr(), out_stride_b=out.stride(0), out_stride_h=out.stride(1),
+        partial_o=partial_o.data_ptr(), partial_lse=partial_lse.data_ptr(),
+        k_scale_ptr=k_scale_t.data_ptr() if k_scale_t is not None else 0,
+        v_scale_ptr=v_scale_t.data_ptr() if v_scale_t is not None else 0,
+        k_scale=k_scale, v_scale=v_scale, sm_scale_log2=sm_scale * _LOG2E, num_kv_heads=hkv, group=group,
+        num_ctas=num_ctas, pdl=pdl, stream=stream)
+    ext.decode_combine(
+        combine=combine.data_ptr(), counters=counters.data_ptr(), partial_o=partial_o.data_ptr(),
+        partial_lse=partial_lse.data_ptr(), out=out.data_ptr(), out_stride_b=out.stride(0),
+        out_stride_h=out.stride(1), num_kv_heads=hkv, group=group, num_ctas=combine_ctas, pdl=pdl, stream=stream)
+
+
+@_decode_op.register_fake
+def _(q, q_scale, k_cache, v_cache, page_table, tasks, bin_start, combine, counters, partial_o, partial_lse, out,
+      k_scale_t, v_scale_t, k_scale, v_scale, sm_scale, num_ctas, combine_ctas):
+    return None
+
+
+# ---- public API --------------------------------------------------------------------------------
+
+def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, max_kv_len: int | None = None,
+                workspace: DecodeWorkspace | None = None, static_splits: int | str | None = None,
+                min_tiles: int | None = None, validate: bool | None = None) -> DecodePlan:
+    """Build the decode plan on the device from the device-side lengths (no host sync).
+
+    kv_lens: [B] int32 CUDA tensor, the KV length of each request (0 allowed). The plan reads
+    it when the plan kernel runs, so a CUDA graph that captured this call re-plans from the
+    new lengths at every replay. workspace: a DecodeWorkspace (required under graph capture;
+    otherwise one is made for B requests and `max_kv_len`). static_splits: None for the
+    dynamic plan, an int S or "auto" for the split-KV baseline. min_tiles: work floor per CTA
+    in 64-token tiles (default heuristics.MIN_TILES_PER_CTA). validate: check on the host that
+    0 <= kv_lens <= max_kv_len (synchronises; default: when not capturing a CUDA graph). On the
+    device, lengths are clamped into that range whatever `validate` says.
+    """
+    op = "plan_decode"
+    check_tensor(kv_lens, "kv_lens", op, dtype=torch.int32, ndim=1, contiguous=True)
+    _check_heads(num_qo_heads, num_kv_heads, op)
+    B = kv_lens.shape[0]
+    if B < 1:
+        raise ValueError(f"{op}: kv_lens must hold at least one request, got shape {list(kv_lens.shape)}")
+    if workspace is None:
+        if max_kv_len is None:
+            raise ValueError(f"{op}: give max_kv_len (the longest KV length a request may have) or a workspace")
+        if _capturing():
+            raise RuntimeError(f"{op}: under CUDA-graph capture pass a preallocated DecodeWorkspace")
+        require_hopper(kv_lens, "kv_lens", op)
+        workspace = DecodeWorkspace(B, num_kv_heads, num_qo_heads, max_kv_len, kv_lens.device,
+                                    static_splits=static_splits)
+    ws = workspace
+    if (ws.num_kv_heads, ws.num_qo_heads) != (num_kv_heads, num_qo_heads):
+        raise ValueError(f"{op}: workspace was made for {ws.num_qo_heads}/{ws.num_kv_heads} heads, "
+                         f"got {num_qo_heads}/{num_kv_heads}")
+    if B > ws.max_batch:
+        raise ValueError(f"{op}: batch {B} exceeds the workspace's max_batch {ws.max_batch}")
+    if max_kv_len is not None and max_kv_len > ws.max_kv_len:
+        raise ValueError(f"{op}: max_kv_len {max_kv_len} exceeds the workspace's {ws.max_kv_len}")
+    max_len = ws.max_kv_len if max_kv_len is None else int(max_kv_len)
+    if static_splits == "auto":
+        splits = heuristics.default_static_splits(B, num_kv_heads, ws.num_ctas)
+    else:
+        splits = int(static_splits) if static_splits is not None else 0
+        if splits < 0:
+            raise ValueError(f"{op}: static_splits must be positive, got {splits}")
+    need = workspace_caps(B, num_kv_heads, ws.num_ctas, splits)
+    if splits > 0 and static_splits != "auto":
+        if need.tasks > ws.caps.tasks or need.slots > ws.caps.slots or need.combine > ws.caps.combine:
+            raise ValueError(f"{op}: the workspace is too small for {splits} static splits; create it with "
+                             f"static_splits={splits}")
+    floor = heuristics.MIN_TILES_PER_CTA if min_tiles is None else int(min_tiles)
+    if floor < 1:
+        raise ValueError(f"{op}: min_tiles must be >= 1, got {floor}")
+    if kv_lens.device != ws.device:
+        raise ValueError(f"{op}: kv_lens is on {kv_lens.device}, the workspace on {ws.device}")
+    require_hopper(kv_lens, "kv_lens", op)
+    if validate is None:
+        validate = not _capturing()
+    if validate:
+        lens = kv_lens.cpu()
+        bad = ((lens < 0) | (lens > max_len)).nonzero().flatten()
+        if bad.numel():
+            i = int(bad[0])
+            raise ValueError(f"{op}: kv_lens[{i}] = {int(lens[i])} is outside [0, max_kv_len={max_len}]")
+    torch.ops.hpc_attention.plan_decode(kv_lens, ws.tasks, ws.bin_start, ws.combine, ws.counters, num_kv_heads,
+                                        ws.num_ctas, floor, splits, max_len)
+    return DecodePlan(workspace=ws, batch=B, num_kv_heads=num_kv_heads, num_qo_heads=num_qo_heads,
+                      num_ctas=ws.num_ctas, static_splits=splits, min_tiles=floor, max_kv_len=max_len,
+                      kv_lens_ptr=kv_lens.data_ptr())
+
+
+def _scale_arg(x, name: str, op: str, device: torch.device):
+    if isinstance(x, torch.Tensor):
+        check_tensor(x, name, op, dtype=torch.float32)
+        if x.numel() != 1:
+            raise ValueError(f"{op}: {name} must hold one value (per-tensor scale), got shape {list(x.shape)}")
+        if x.device != device:
+            raise ValueError(f"{op}: {name} must be on {device}, got {x.device}")
+        return x, 1.0
+    return None, float(x)
+
+
+def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
+           kv_lens: torch.Tensor, plan: DecodePlan, *, sm_scale: float | None = None, k_scale=1.0, v_scale=1.0,
+           q_scale: torch.Tensor | None = None, out: torch.Tensor | None = None, validate: bool = False) -> torch.Tensor:
+    """Decode attention over a paged KV cache, one query token per request.
+
+    q: [B, Hq, 128] BF16, or FP8 E4M3 with q_scale [B, Hq] float32 (per token and head).
+    k_cache, v_cache: [num_pages, page_size, Hkv, 128] (NHD), both BF16 or both FP8 E4M3 with
+    per-tensor k_scale / v_scale (floats, or one-element float32 CUDA tensors). page_size a
+    power of two (64 is the reference). page_table: [B, max_pages] int32 page ids.
+    kv_lens: [B] int32, the tensor `plan` was built from. Hq / Hkv in 1..16.
+    Returns out [B, Hq, 128] BF16 (written into `out` when given). sm_scale defaults to
+    1 / sqrt(128). validate=True also checks on the host (synchronising) that the pages the
+    lengths reach are valid ids; the kernel clamps ids into range so it never faults.
+    """
+    op = "decode"
+    check_tensor(q, "q", op, dtype=(torch.bfloat16, _FP8), ndim=3, last_dim_contiguous=True)
+    check_tensor(k_cache, "k_cache", op, dtype=(torch.bfloat16, _FP8), ndim=4, last_dim_contiguous=True)
+    check_tensor(v_cache, "v_cache", op, dtype=k_cache.dtype, ndim=4, last_dim_contiguous=True)
+    check_tensor(page_table, "page_table", op, dtype=torch.int32, ndim=2, last_dim_contiguous=True)
+    check_tensor(kv_lens, "kv_lens", op, dtype=torch.int32, ndim=1)
+    if not isinstance(plan, DecodePlan):
+        raise TypeError(f"{op}: plan must be a DecodePlan from plan_decode, got {type(plan).__name__}")
+    B, Hq, D = q.shape
+    num_pages, page_size, Hkv, Dk = k_cache.shape
+    if D != heuristics.HEAD_DIM or Dk != heuristics.HEAD_DIM:
+        raise ValueError(f"{op}: head dim must be {heuristics.HEAD_DIM}, got q {D} and k_cache {Dk}")
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"{op}: v_cache shape {list(v_cache.shape)} != k_cache shape {list(k_cache.shape)}")
+    if page_size < 1 or page_size & (page_size - 1):
+        raise ValueError(f"{op}: page_size (k_cache.shape[1]) must be a power of two, got {page_size}")
+    _check_heads(Hq, Hkv, op)
+    if (plan.num_qo_heads, plan.num_kv_heads) != (Hq, Hkv):
+        raise ValueError(f"{op}: plan was built for {plan.num_qo_heads}/{plan.num_kv_heads} heads, "
+                         f"q and k_cache have {Hq}/{Hkv}")
+    check_tensor(kv_lens, "kv_lens", op, shape=(B,))
+    if plan.batch != B or plan.kv_lens_ptr != kv_lens.data_ptr():
+        raise ValueError(f"{op}: plan was built from another kv_lens tensor (batch {plan.batch}); "
+                         "pass the kv_lens given to plan_decode")
+    check_tensor(page_table, "page_table", op, shape=(B, None))
+    if page_table.shape[1] * page_size < plan.max_kv_len:
+        raise ValueError(f"{op}: page_table holds {page_table.shape[1]} pages of {page_size} tokens, fewer than "
+                         f"the plan's max_kv_len {plan.max_kv_len}")
+    fp8_q = q.dtype == _FP8
+    if fp8_q:
+        if q_scale is None:
+            raise ValueError(f"{op}: FP8 q needs q_scale [B, Hq] float32")
+        check_tensor(q_scale, "q_scale", op, dtype=torch.float32, shape=(B, Hq))
+    elif q_scale is not None:
+        raise ValueError(f"{op}: q_scale is only for FP8 q (q is {str(q.dtype).replace('torch.', '')})")
+    qe = q.element_size()
+    if (q.stride(0) * qe) % 16 or (q.stride(1) * qe) % 16:
+        raise ValueError(f"{op}: q strides must be multiples of 16 bytes, got {q.stride()}")
+    ke = k_cache.element_size()
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if any((s * ke) % 16 for s in t.stride()[:3]):
+            raise ValueError(f"{op}: {name} strides must be multiples of 16 bytes, got {t.stride()}")
+    if out is None:
+        out = torch.empty(B, Hq, D, dtype=torch.bfloat16, device=q.device)
+    check_tensor(out, "out", op, dtype=torch.bfloat16, shape=(B, Hq, D), last_dim_contiguous=True)
+    if out.stride(0) % 8 or out.stride(1) % 8:
+        raise ValueError(f"{op}: out strides must be multiples of 8 elements, got {out.stride()}")
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(D)
+    require_hopper(q, "q", op)
+    dev = q.device
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("page_table", page_table), ("kv_lens", kv_lens),
+                    ("out", out), ("q_scale", q_scale)):
+        if t is not None and t.device != dev:
+            raise ValueError(f"{op}: {name} must be on {dev} like q, got {t.device}")
+    ws = plan.workspace
+    if ws.device != dev:
+        raise ValueError(f"{op}: the plan's workspace is on {ws.device}, q on {dev}")
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out)):
+        if t.data_ptr() % 16:
+            raise ValueError(f"{op}: {name} must be 16-byte aligned (data_ptr {t.data_ptr():#x})")
+    k_t, k_f = _scale_arg(k_scale, "k_scale", op, dev)
+    v_t, v_f = _scale_arg(v_scale, "v_scale", op, dev)
+    if validate:
+        _validate_pages(page_table, kv_lens, page_size, num_pages, plan.max_kv_len, op)
+    torch.ops.hpc_attention.paged_decode(
+        q, q_scale, k_cache, v_cache, page_table, ws.tasks, ws.bin_start, ws.combine, ws.counters, ws.partial_o,
+        ws.partial_lse, out, k_t, v_t, k_f, v_f, float(sm_scale), plan.num_ctas,
+        heuristics.combine_ctas(get_num_sms(dev)))
+    return out
+
+
+def _validate_pages(page_table, kv_lens, page_size, num_pages, max_len, op) -> None:
+    lens = kv_lens.cpu().clamp(0, max_len)
+    pt = page_table.cpu()
+    for b, L in enumerate(lens.tolist()):
+        n = (L + page_size - 1) // page_size
+        ids = pt[b, :n]
+        bad = ((ids < 0) | (ids >= num_pages)).nonzero().flatten()
+        if bad.numel():
+            i = int(bad[0])
+            raise ValueError(f"{op}: page_table[{b}, {i}] = {int(ids[i])} is not a page id in [0, {num_pages}) "
+                             f"(request {b} has {L} tokens)")

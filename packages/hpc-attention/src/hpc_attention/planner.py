@@ -1,0 +1,139 @@
+"""The decode planner's plain-Python twin and the workspace bounds.
+
+`plan_tables` computes, with Python integers, exactly the tables that the CUDA planner
+(include/hpc_attention/decode_plan.cuh) writes on the device; the GPU tests compare the two
+and the CPU tests check the plan's properties on this twin. See decode_plan.cuh for the
+scheme. Tables:
+
+- tasks: (item, tile_begin, token_end, slot) with item = b * Hkv + h; tiles [tile_begin,
+  ceil(token_end / 64)) of the item; slot -1 means "write the final output".
+- bin_start: C + 1 offsets; bin c (persistent CTA c) runs tasks[bin_start[c]:bin_start[c+1]].
+- combine: (item, first slot, parts, 0) for items split in several parts, and
+  (item, 0, 0, 0) for empty items (their output is zero).
+- counters: num_tasks, num_combine, budget, total_tiles, num_slots, bins_used, num_clamped, 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .heuristics import TILE_TOKENS
+
+NUM_COUNTERS = 8
+
+
+@dataclass(frozen=True)
+class WorkspaceCaps:
+    tasks: int
+    combine: int
+    slots: int
+
+
+def workspace_caps(max_batch: int, num_kv_heads: int, num_ctas: int, static_splits: int = 0) -> WorkspaceCaps:
+    """Table sizes that hold any plan of at most `max_batch` requests, whatever the lengths.
+
+    Dynamic: each of the C - 1 bin boundaries splits at most one item, so tasks <= N + C - 1,
+    split items <= C - 1 and their parts (= slots) <= 2 (C - 1); combine entries are the split
+    items plus the empty ones (<= N). Static: S parts per item at most.
+    """
+    n = max_batch * num_kv_heads
+    c = num_ctas
+    if static_splits > 0:
+        return WorkspaceCaps(tasks=max(1, n * static_splits), combine=max(1, n), slots=max(1, n * static_splits))
+    return WorkspaceCaps(tasks=n + c, combine=n + c, slots=max(1, 2 * c))
+
+
+@dataclass
+class PlanTables:
+    tasks: list[tuple[int, int, int, int]]
+    bin_start: list[int]
+    combine: list[tuple[int, int, int, int]]
+    counters: list[int] = field(default_factory=list)
+
+
+def _tiles(length: int) -> int:
+    return (length + TILE_TOKENS - 1) // TILE_TOKENS
+
+
+def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_tiles: int,
+                static_splits: int = 0, max_len: int | None = None) -> PlanTables:
+    """The plan, computed the way the CUDA planner does (same integer arithmetic, same order)."""
+    if max_len is None:
+        max_len = max([0, *kv_lens])
+    raw = [int(x) for x in kv_lens]
+    lens = [min(max(x, 0), max_len) for x in raw]
+    clamped = sum(1 for x in raw if x < 0 or x > max_len)
+    hkv, C = num_kv_heads, num_ctas
+    ntiles = [_tiles(x) for x in lens]
+    total = sum(ntiles) * hkv
+    dynamic = static_splits <= 0
+    nb = 1
+    if dynamic and total > 0:
+        nb = min(C, max(1, total // max(1, min_tiles)))
+
+    def start(c: int) -> int:
+        return c * total // nb
+
+    def bin_of(x: int) -> int:
+        return ((x + 1) * nb + total - 1) // total - 1
+
+    def parts_of(s: int, n: int) -> int:
+        if n == 0:
+            return 0
+        if dynamic:
+            return bin_of(s + n - 1) - bin_of(s) + 1
+        chunk = -(-n // static_splits)
+        return -(-n // chunk)
+
+    # Items in order, with their global start on the tile line.
+    items = []
+    req_tiles = 0
+    for b, n in enumerate(ntiles):
+        for h in range(hkv):
+            s = req_tiles * hkv + h * n
+            items.append((b * hkv + h, lens[b], n, s, parts_of(s, n)))
+        req_tiles += n
+    num_tasks = sum(it[4] for it in items)
+
+    tasks: list = [None] * num_tasks
+    bin_start = [0] * (C + 1)
+    combine = []
+    per_bin, extra = divmod(num_tasks, C)
+
+    def static_base(c: int) -> int:
+        return c * per_bin + min(c, extra)
+
+    task = slot = 0
+    for item, length, n, s, parts in items:
+        if parts != 1:
+            combine.append((item, slot if parts > 1 else 0, parts, 0))
+        if dynamic:
+            first_bin = bin_of(s) if parts > 0 else 0
+            for q in range(parts):
+                c = first_bin + q
+                cs, ce = start(c), start(c + 1)
+                gb, ge = max(s, cs), min(s + n, ce)
+                tasks[task] = (item, gb - s, min(length, (ge - s) * TILE_TOKENS), slot + q if parts > 1 else -1)
+                if gb == cs:
+                    bin_start[c] = task
+                task += 1
+        else:
+            ch = -(-n // static_splits) if n > 0 else 0
+            for q in range(parts):
+                tb, te = q * ch, min(n, q * ch + ch)
+                pos = static_base(task % C) + task // C
+                tasks[pos] = (item, tb, min(length, te * TILE_TOKENS), slot + q if parts > 1 else -1)
+                task += 1
+        if parts > 1:
+            slot += parts
+
+    nb_used = (nb if total > 0 else 0) if dynamic else min(num_tasks, C)
+    for c in range(C + 1):
+        if not dynamic:
+            bin_start[c] = static_base(c)
+        elif c >= nb_used:
+            bin_start[c] = num_tasks
+    budget = (-(-total // nb) if total > 0 else 0) if dynamic else 0
+    counters = [num_tasks, len(combine), budget, total, slot, nb_used, clamped, 0]
+    return PlanTables(tasks=tasks, bin_start=bin_start, combine=combine, counters=counters)

@@ -1,0 +1,136 @@
+"""Pure-torch references of the decode attention (any device; float64 or float32).
+
+- `decode_reference`: one-pass softmax attention per request over the paged cache, on the
+  dequantised inputs (FP8 values times their scales), in `dtype`.
+- `decode_lowp_baseline`: the same computation done by PyTorch in BF16 (scores and output
+  rounded to BF16): the yardstick of the FA3-style tolerance rule in the tests.
+- `partial_attention` / `combine_partials`: the split-softmax algebra the kernels use
+  (log-sum-exp in the log2 domain), and `execute_plan`, which runs a plan's tasks with it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .heuristics import TILE_TOKENS
+from .planner import PlanTables
+
+LOG2E = 1.0 / math.log(2.0)
+
+
+def _gather_kv(cache: torch.Tensor, page_table_row: torch.Tensor, length: int) -> torch.Tensor:
+    """[length, Hkv, D] rows of one request from a [pages, page_size, Hkv, D] cache."""
+    page_size = cache.shape[1]
+    n_pages = (length + page_size - 1) // page_size
+    pages = page_table_row[:n_pages].long().to(cache.device)
+    return cache[pages].reshape(n_pages * page_size, *cache.shape[2:])[:length]
+
+
+def _dequant(x: torch.Tensor, scale, dtype: torch.dtype) -> torch.Tensor:
+    y = x.to(dtype)
+    if isinstance(scale, torch.Tensor):
+        return y * scale.to(dtype=dtype, device=y.device)
+    return y * scale if scale != 1.0 else y
+
+
+def decode_reference(q, k_cache, v_cache, page_table, kv_lens, *, sm_scale: float, k_scale=1.0, v_scale=1.0,
+                     q_scale=None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """softmax(q k^T * sm_scale) v per request, in `dtype`; [B, Hq, D]. Empty requests -> 0.
+
+    q [B, Hq, D] (FP8 q with q_scale [B, Hq]); caches [pages, page_size, Hkv, D]; page_table
+    [B, max_pages]; kv_lens [B] (a tensor or a list).
+    """
+    B, Hq, D = q.shape
+    Hkv = k_cache.shape[2]
+    G = Hq // Hkv
+    lens = [int(x) for x in (kv_lens.tolist() if isinstance(kv_lens, torch.Tensor) else kv_lens)]
+    qf = q.to(dtype)
+    if q_scale is not None:
+        qf = qf * q_scale.to(dtype=dtype, device=q.device)[..., None]
+    out = torch.zeros(B, Hq, D, dtype=dtype, device=q.device)
+    for b, L in enumerate(lens):
+        if L == 0:
+            continue
+        k = _dequant(_gather_kv(k_cache, page_table[b], L), k_scale, dtype)  # [L, Hkv, D]
+        v = _dequant(_gather_kv(v_cache, page_table[b], L), v_scale, dtype)
+        qb = qf[b].view(Hkv, G, D)
+        s = torch.einsum("hgd,lhd->hgl", qb, k) * sm_scale
+        p = torch.softmax(s, dim=-1)
+        out[b] = torch.einsum("hgl,lhd->hgd", p, v).reshape(Hq, D)
+    return out
+
+
+def decode_lowp_baseline(q, k_cache, v_cache, page_table, kv_lens, *, sm_scale: float, k_scale=1.0,
+                         v_scale=1.0, q_scale=None) -> torch.Tensor:
+    """PyTorch doing the same attention in BF16 (inputs dequantised to BF16, BF16 matmuls,
+    softmax in BF16 out). Its error against float64 sets the scale of the kernel's tolerance."""
+    B, Hq, D = q.shape
+    Hkv = k_cache.shape[2]
+    G = Hq // Hkv
+    lens = [int(x) for x in (kv_lens.tolist() if isinstance(kv_lens, torch.Tensor) else kv_lens)]
+    bf = torch.bfloat16
+    qf = q.to(torch.float32)
+    if q_scale is not None:
+        qf = qf * q_scale.float()[..., None]
+    qf = qf.to(bf)
+    out = torch.zeros(B, Hq, D, dtype=bf, device=q.device)
+    for b, L in enumerate(lens):
+        if L == 0:
+            continue
+        k = _dequant(_gather_kv(k_cache, page_table[b], L), k_scale, torch.float32).to(bf)
+        v = _dequant(_gather_kv(v_cache, page_table[b], L), v_scale, torch.float32).to(bf)
+        qb = qf[b].view(Hkv, G, D)
+        s = torch.matmul(qb, k.permute(1, 2, 0)) * sm_scale  # [Hkv, G, L] in BF16
+        p = torch.softmax(s, dim=-1)
+        out[b] = torch.matmul(p, v.permute(1, 0, 2)).reshape(Hq, D)
+    return out
+
+
+def partial_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sm_scale: float):
+    """Attention of q [G, D] over keys k, v [L, D] (L >= 1): (o [G, D] normalised over these
+    keys, lse [G] = log2 sum exp2(s * log2 e)), the pair the decode kernel writes per part."""
+    s2 = (q @ k.transpose(0, 1)) * (sm_scale * LOG2E)  # log2 domain
+    m = s2.max(dim=-1, keepdim=True).values
+    p = torch.exp2(s2 - m)
+    lsum = p.sum(dim=-1, keepdim=True)
+    return (p @ v) / lsum, (m + torch.log2(lsum)).squeeze(-1)
+
+
+def combine_partials(o_parts: torch.Tensor, lse_parts: torch.Tensor) -> torch.Tensor:
+    """Exact merge of P partial results: o_parts [P, ..., D], lse_parts [P, ...] (log2)."""
+    m = lse_parts.max(dim=0, keepdim=True).values
+    w = torch.exp2(lse_parts - m)
+    return (w[..., None] * o_parts).sum(0) / w.sum(0)[..., None]
+
+
+def execute_plan(tables: PlanTables, q, k_cache, v_cache, page_table, kv_lens, *, sm_scale: float,
+                 dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Run a plan's tasks and combine entries the way the kernels do, in `dtype` on the CPU:
+    tasks with slot -1 write final rows, the others write (o, lse) slots merged afterwards."""
+    B, Hq, D = q.shape
+    Hkv = k_cache.shape[2]
+    G = Hq // Hkv
+    lens = [int(x) for x in (kv_lens.tolist() if isinstance(kv_lens, torch.Tensor) else kv_lens)]
+    out = torch.full((B, Hq, D), float("nan"), dtype=dtype)
+    n_slots = max(1, tables.counters[4])
+    po = torch.full((n_slots, G, D), float("nan"), dtype=dtype)
+    pl = torch.full((n_slots, G), float("nan"), dtype=dtype)
+    for item, tile_begin, token_end, slot in tables.tasks:
+        b, h = divmod(item, Hkv)
+        k = _gather_kv(k_cache, page_table[b], lens[b])[:, h].to(dtype)
+        v = _gather_kv(v_cache, page_table[b], lens[b])[:, h].to(dtype)
+        lo = tile_begin * TILE_TOKENS
+        o, lse = partial_attention(q[b, h * G:(h + 1) * G].to(dtype), k[lo:token_end], v[lo:token_end], sm_scale)
+        if slot < 0:
+            out[b, h * G:(h + 1) * G] = o
+        else:
+            po[slot], pl[slot] = o, lse
+    for item, slot0, parts, _ in tables.combine:
+        b, h = divmod(item, Hkv)
+        if parts == 0:
+            out[b, h * G:(h + 1) * G] = 0
+        else:
+            out[b, h * G:(h + 1) * G] = combine_partials(po[slot0:slot0 + parts], pl[slot0:slot0 + parts])
+    return out

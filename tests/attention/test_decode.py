@@ -1,0 +1,256 @@
+"""Decode attention on the GPU: accuracy against float64, the plan twin, determinism,
+CUDA-graph replay with new lengths, PDL on/off, poisoned outputs and pages, bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import hpc_attention as ha
+from hpc_attention.planner import plan_tables
+from hpc_common import get_pdl, set_pdl
+from hpc_common.testing import assert_bitwise_equal, error_stats, poisoned_empty
+
+from ._cases import FP8, check_accuracy, make_case, reference
+
+pytestmark = pytest.mark.gpu
+
+AWKWARD = [1, 63, 64, 65, 799, 1023, 4097, 0, 239]
+
+
+def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out=None):
+    B, Hq = case.q.shape[:2]
+    Hkv = case.k.shape[2]
+    ws = ws or ha.DecodeWorkspace(B, Hkv, Hq, case.max_kv_len, num_ctas=num_ctas, static_splits=static_splits)
+    plan = ha.plan_decode(case.kv_lens, Hkv, Hq, workspace=ws, static_splits=static_splits, min_tiles=min_tiles)
+    out = out if out is not None else poisoned_empty(B, Hq, 128, dtype=torch.bfloat16, device=case.q.device)
+    return ha.decode(case.q, case.k, case.v, case.page_table, case.kv_lens, plan, sm_scale=case.sm_scale,
+                     k_scale=case.k_scale, v_scale=case.v_scale, q_scale=case.q_scale, out=out), plan
+
+
+@pytest.mark.parametrize("static_splits", [None, 3])
+@pytest.mark.parametrize("num_ctas", [1, 7, 132])
+def test_planner_matches_python_twin(num_ctas, static_splits):
+    gen = torch.Generator().manual_seed(num_ctas)
+    for trial in range(6):
+        B = int(torch.randint(1, 300, (1,), generator=gen))
+        kind = trial % 3
+        if kind == 0:
+            lens = torch.randint(0, 300, (B,), generator=gen)
+        elif kind == 1:
+            lens = torch.randint(0, 140_000, (B,), generator=gen)
+        else:
+            lens = torch.full((B,), 20)
+            lens[0] = 130_000
+        hkv = [1, 2, 8][trial % 3]
+        kv_lens = lens.int().cuda()
+        ws = ha.DecodeWorkspace(B, hkv, hkv * 4, 140_000, num_ctas=num_ctas, static_splits=static_splits)
+        plan = ha.plan_decode(kv_lens, hkv, hkv * 4, workspace=ws, static_splits=static_splits)
+        got = plan.tables()
+        want = plan_tables(lens.tolist(), hkv, num_ctas, plan.min_tiles, static_splits=static_splits or 0,
+                           max_len=140_000)
+        assert got.counters == want.counters, (trial, got.counters, want.counters)
+        assert got.bin_start == want.bin_start, trial
+        assert got.tasks == want.tasks, trial
+        assert got.combine == want.combine, trial
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("group", [1, 2, 4, 8, 16])
+def test_matches_reference(group, kv_dtype):
+    case = make_case(AWKWARD, 2, group, kv_dtype, seed=group)
+    out, _ = run(case)
+    check_accuracy(out, case)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("num_ctas", [1, 3, 17, 400])
+def test_any_cta_count(num_ctas, kv_dtype):
+    """Small grids split long items over few CTAs; more CTAs than SMs still completes."""
+    case = make_case([5000, 64, 1, 300, 0, 2500], 1, 8, kv_dtype, seed=num_ctas)
+    out, _ = run(case, num_ctas=num_ctas, min_tiles=1)
+    check_accuracy(out, case)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("splits", [1, 4, "auto"])
+def test_static_split_matches_reference(splits, kv_dtype):
+    case = make_case([3000, 1, 65, 0, 700], 2, 4, kv_dtype, seed=7)
+    out, plan = run(case, static_splits=splits)
+    assert plan.static_splits >= 1
+    check_accuracy(out, case, "static decode")
+
+
+@pytest.mark.parametrize("page_size", [16, 32, 128, 256])
+def test_other_page_sizes(page_size):
+    case = make_case([1, 100, 1000, 4100, 0], 2, 8, torch.bfloat16, page_size=page_size, seed=page_size)
+    out, _ = run(case)
+    check_accuracy(out, case)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+def test_fp8_q_with_per_token_head_scale(kv_dtype):
+    case = make_case([1, 77, 640, 3000], 2, 8, kv_dtype, q_dtype=FP8, seed=11)
+    out, _ = run(case)
+    check_accuracy(out, case)
+
+
+def test_fp8_long_context_accuracy():
+    """FP8 KV on 128K tokens: relative error <= 0.005 against float32 on the dequantised
+    inputs (P V accumulates in FP32 registers, so no drift with length)."""
+    case = make_case([128 * 1024, 4096, 17], 1, 8, FP8, seed=5)
+    out, _ = run(case)
+    ref32 = reference(case, torch.float32)
+    err = error_stats(out, ref32)
+    assert err["rel_err"] <= 0.005, f"FP8 rel err {err['rel_err']:.4g} (max abs {err['max_abs_err']:.3g})"
+
+
+def test_kv_scale_as_device_tensor():
+    case = make_case([900, 3], 1, 4, FP8, seed=2)
+    a, _ = run(case)
+    ks = torch.tensor([case.k_scale], device="cuda")
+    vs = torch.tensor([case.v_scale], device="cuda")
+    ws = ha.DecodeWorkspace(2, 1, 4, case.max_kv_len)
+    plan = ha.plan_decode(case.kv_lens, 1, 4, workspace=ws)
+    b = ha.decode(case.q, case.k, case.v, case.page_table, case.kv_lens, plan, sm_scale=case.sm_scale,
+                  k_scale=ks, v_scale=vs)
+    assert_bitwise_equal(b, a)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+def test_bitwise_deterministic(kv_dtype):
+    case = make_case([20000, 5, 3000, 64, 900], 2, 8, kv_dtype, seed=3)
+    first, _ = run(case)
+    for _ in range(3):
+        again, _ = run(case)
+        assert_bitwise_equal(again, first)
+
+
+def test_pdl_on_equals_off():
+    case = make_case([20000, 5, 3000], 1, 8, torch.bfloat16, seed=4)
+    before = get_pdl()
+    try:
+        set_pdl(True)
+        on, _ = run(case)
+        set_pdl(False)
+        off, _ = run(case)
+    finally:
+        set_pdl(before)
+    assert_bitwise_equal(on, off)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+def test_cuda_graph_replay_with_new_lengths_equals_eager(kv_dtype):
+    lens_a = [4000, 10, 700, 0]
+    lens_b = [12, 9000, 0, 3000]
+    max_len = 9100
+    case = make_case(lens_b, 2, 4, kv_dtype, seed=8, max_kv_len=max_len)  # pages cover both
+    B, Hq = case.q.shape[:2]
+    ws = ha.DecodeWorkspace(B, 2, Hq, max_len)
+    kv_lens = torch.tensor(lens_a, dtype=torch.int32, device="cuda")
+    out = poisoned_empty(B, Hq, 128, dtype=torch.bfloat16, device="cuda")
+
+    def step():
+        plan = ha.plan_decode(kv_lens, 2, Hq, workspace=ws)
+        ha.decode(case.q, case.k, case.v, case.page_table, kv_lens, plan, sm_scale=case.sm_scale,
+                  k_scale=case.k_scale, v_scale=case.v_scale, out=out)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()  # warm-up (JIT load) outside capture
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    kv_lens.copy_(torch.tensor(lens_b, dtype=torch.int32))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    eager, _ = run(case)
+    assert_bitwise_equal(out, eager, name="graph replay vs eager")
+    check_accuracy(out, case, "graph replay")
+
+
+def test_planner_clamps_out_of_range_lengths_without_validation():
+    kv_lens = torch.tensor([100, 99999, -5], dtype=torch.int32, device="cuda")
+    plan = ha.plan_decode(kv_lens, 1, 8, max_kv_len=1024, validate=False)
+    assert plan.tables().counters[6] == 2
+
+
+# ---- bad input -----------------------------------------------------------------------------
+
+def _small():
+    case = make_case([100, 5], 1, 8, torch.bfloat16)
+    ws = ha.DecodeWorkspace(2, 1, 8, case.max_kv_len)
+    return case, ws, ha.plan_decode(case.kv_lens, 1, 8, workspace=ws)
+
+
+def test_error_length_beyond_max_kv_len():
+    kv_lens = torch.tensor([100, 5000], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match=r"kv_lens\[1\] = 5000"):
+        ha.plan_decode(kv_lens, 1, 8, max_kv_len=1024)
+
+
+def test_error_negative_length():
+    kv_lens = torch.tensor([-1], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match=r"kv_lens\[0\] = -1"):
+        ha.plan_decode(kv_lens, 1, 8, max_kv_len=1024)
+
+
+def test_error_page_id_out_of_range():
+    case, ws, plan = _small()
+    pt = case.page_table.clone()
+    pt[0, 1] = case.k.shape[0] + 5
+    with pytest.raises(ValueError, match=r"page_table\[0, 1\]"):
+        ha.decode(case.q, case.k, case.v, pt, case.kv_lens, plan, validate=True)
+
+
+def test_error_batch_over_workspace():
+    case, ws, _ = _small()
+    kv_lens = torch.tensor([1, 2, 3], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="max_batch"):
+        ha.plan_decode(kv_lens, 1, 8, workspace=ws)
+
+
+def test_error_plan_from_other_lengths():
+    case, ws, plan = _small()
+    other = case.kv_lens.clone()
+    with pytest.raises(ValueError, match="another kv_lens"):
+        ha.decode(case.q, case.k, case.v, case.page_table, other, plan)
+
+
+def test_error_heads_mismatch_plan():
+    case, ws, plan = _small()
+    q = torch.randn(2, 4, 128, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="heads"):
+        ha.decode(q, case.k, case.v, case.page_table, case.kv_lens, plan)
+
+
+def test_error_group_too_large():
+    kv_lens = torch.tensor([1], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="group"):
+        ha.plan_decode(kv_lens, 1, 32, max_kv_len=64)
+
+
+def test_error_wrong_dtypes_and_shapes():
+    case, ws, plan = _small()
+    args = (case.k, case.v, case.page_table, case.kv_lens, plan)
+    with pytest.raises(TypeError, match="q must be"):
+        ha.decode(case.q.float(), *args)
+    with pytest.raises(TypeError, match="v_cache must be"):
+        ha.decode(case.q, case.k, case.v.to(FP8), case.page_table, case.kv_lens, plan)
+    with pytest.raises(TypeError, match="page_table must be"):
+        ha.decode(case.q, case.k, case.v, case.page_table.long(), case.kv_lens, plan)
+    with pytest.raises(ValueError, match="head dim"):
+        ha.decode(case.q[..., :64].contiguous(), *args)
+    with pytest.raises(TypeError, match="out must be"):
+        ha.decode(case.q, *args, out=torch.empty(2, 8, 128, device="cuda"))
+    with pytest.raises(ValueError, match="q_scale"):
+        ha.decode(case.q.to(FP8), *args)
+
+
+def test_error_page_table_too_narrow():
+    case, ws, plan = _small()
+    with pytest.raises(ValueError, match="page_table holds"):
+        ha.decode(case.q, case.k, case.v, case.page_table[:, :1].contiguous(), case.kv_lens, plan)

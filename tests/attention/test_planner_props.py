@@ -1,0 +1,174 @@
+"""Properties of the decode plan, on the planner's plain-Python twin (CPU, runs in CI).
+
+The GPU test test_decode.py::test_planner_matches_python_twin shows the CUDA planner writes
+the same tables."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from hpc_attention.planner import plan_tables, workspace_caps
+from hpc_attention.reference import decode_reference, execute_plan
+
+T = 64
+
+
+def tiles(n: int) -> int:
+    return (n + T - 1) // T
+
+
+def lengths_strategy(max_batch: int = 64, max_len: int = 140_000):
+    small = st.integers(0, 300)
+    big = st.integers(0, max_len)
+    return st.one_of(
+        st.lists(small, min_size=1, max_size=max_batch),
+        st.lists(st.one_of(small, big), min_size=1, max_size=max_batch),
+        st.lists(st.sampled_from([0, 1, 63, 64, 65, 127, 128, 129, 4096]), min_size=1, max_size=max_batch),
+    )
+
+
+def check_plan(lens, hkv, C, floor, splits=0):
+    t = plan_tables(lens, hkv, C, floor, static_splits=splits)
+    num_tasks, num_comb, budget, total, num_slots, nb_used, clamped, _ = t.counters
+    ntiles = [tiles(x) for x in lens]
+    assert total == sum(ntiles) * hkv
+    assert num_tasks == len(t.tasks) and num_comb == len(t.combine) and clamped == 0
+    caps = workspace_caps(len(lens), hkv, C, splits)
+    assert num_tasks <= caps.tasks and num_comb <= caps.combine and num_slots <= caps.slots
+
+    # Every tile of every item assigned exactly once; tasks never empty; token_end consistent.
+    seen: dict[int, list[tuple[int, int]]] = {}
+    for item, tb, tok_end, slot in t.tasks:
+        b = item // hkv
+        te = tiles(tok_end)
+        assert 0 <= tb < te <= ntiles[b], (item, tb, tok_end)
+        assert tok_end == min(lens[b], te * T)
+        seen.setdefault(item, []).append((tb, te))
+    for item in range(len(lens) * hkv):
+        n = ntiles[item // hkv]
+        ranges = sorted(seen.get(item, []))
+        covered = [x for a, e in ranges for x in range(a, e)]
+        assert covered == list(range(n)), f"item {item}: tiles {covered} != 0..{n - 1}"
+
+    # Bins: contiguous task ranges covering the list once.
+    bs = t.bin_start
+    assert len(bs) == C + 1 and bs[0] == 0 and bs[-1] == num_tasks
+    assert all(a <= b for a, b in zip(bs, bs[1:]))
+    per_bin = []
+    for c in range(C):
+        per_bin.append(sum(tiles(tok_end) - tb for _, tb, tok_end, _ in t.tasks[bs[c]:bs[c + 1]]))
+    assert sum(per_bin) == total
+
+    # Slots: each split item owns consecutive, disjoint slots; combine lists exactly the split
+    # and the empty items, in item order.
+    parts: dict[int, list[int]] = {}
+    for item, _, _, slot in t.tasks:
+        parts.setdefault(item, []).append(slot)
+    expect_comb = []
+    used_slots = []
+    for item in range(len(lens) * hkv):
+        sl = parts.get(item, [])
+        if not sl:
+            expect_comb.append((item, 0, 0, 0))
+        elif len(sl) == 1:
+            assert sl == [-1]
+        else:
+            assert sorted(sl) == list(range(min(sl), min(sl) + len(sl)))
+            expect_comb.append((item, min(sl), len(sl), 0))
+            used_slots += sl
+    assert t.combine == expect_comb
+    assert sorted(used_slots) == list(range(num_slots))
+    return t, per_bin
+
+
+@settings(max_examples=300, deadline=None)
+@given(lens=lengths_strategy(), hkv=st.sampled_from([1, 2, 8]), C=st.sampled_from([1, 2, 7, 66, 132, 264]),
+       floor=st.sampled_from([1, 4, 16]))
+@example(lens=[0], hkv=1, C=132, floor=4)
+@example(lens=[1], hkv=8, C=132, floor=4)
+@example(lens=[0, 1, 0, 1], hkv=2, C=3, floor=1)
+@example(lens=[131072] + [4096] * 31, hkv=1, C=132, floor=4)
+@example(lens=[512] * 64, hkv=1, C=132, floor=4)
+def test_dynamic_plan_properties(lens, hkv, C, floor):
+    t, per_bin = check_plan(lens, hkv, C, floor)
+    num_tasks, _, budget, total, _, nb, _, _ = t.counters
+    if total == 0:
+        assert num_tasks == 0 and nb == 0 and all(x == 0 for x in t.bin_start)
+        return
+    # Used bins first, each within one tile of the budget; at least `floor` tiles unless the
+    # batch has fewer in total; idle bins only when the floor caps the bin count.
+    assert nb == min(C, max(1, total // floor))
+    assert all(budget - 1 <= x <= budget for x in per_bin[:nb]), (per_bin[:nb], budget)
+    assert all(x == 0 for x in per_bin[nb:])
+    if total >= floor:
+        assert min(per_bin[:nb]) >= floor
+    # Request order kept: tasks sorted by (item, first tile), and so is every bin.
+    keys = [(item, tb) for item, tb, _, _ in t.tasks]
+    assert keys == sorted(keys)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lens=lengths_strategy(), hkv=st.sampled_from([1, 4]), C=st.sampled_from([1, 5, 132]),
+       splits=st.sampled_from([1, 2, 3, 16, 64]))
+@example(lens=[131072] + [4096] * 31, hkv=1, C=132, splits=5)
+def test_static_plan_properties(lens, hkv, C, splits):
+    t, per_bin = check_plan(lens, hkv, C, 4, splits)
+    # Every non-empty item in at most `splits` parts of ceil(n / splits) tiles, round robin.
+    for item, tb, tok_end, _ in t.tasks:
+        n = tiles(lens[item // hkv])
+        assert tiles(tok_end) - tb <= -(-n // splits)
+    n_tasks = t.counters[0]
+    counts = [t.bin_start[c + 1] - t.bin_start[c] for c in range(C)]
+    assert max(counts) - min(counts) <= 1 if n_tasks >= C else max(counts) <= 1
+
+
+def test_one_request_holds_99_percent():
+    lens = [128 * 1024] + [20] * 40  # 2048 tiles against 40
+    t, per_bin = check_plan(lens, 1, 132, 4)
+    budget = t.counters[2]
+    assert t.counters[5] == 132
+    long_bins = {c for c in range(132) for task in t.tasks[t.bin_start[c]:t.bin_start[c + 1]] if task[0] == 0}
+    assert len(long_bins) >= 125, "the long request must spread over nearly all CTAs"
+    assert max(per_bin) <= budget
+
+
+def test_length_clamped_and_counted():
+    t = plan_tables([10, 5000, -3], 1, 4, 1, max_len=1024)
+    assert t.counters[6] == 2
+    assert t.counters[3] == tiles(10) + tiles(1024)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), hkv=st.sampled_from([1, 2]), g=st.sampled_from([1, 4, 16]),
+       C=st.sampled_from([1, 3, 8]), splits=st.sampled_from([0, 0, 3]))
+def test_executing_the_plan_equals_one_pass_softmax(seed, hkv, g, C, splits):
+    """Tasks + partials + combine, in float64, give the one-pass softmax (the plan is exact)."""
+    rng = random.Random(seed)
+    B = rng.randint(1, 5)
+    lens = [rng.choice([0, 1, 63, 64, 65, rng.randint(1, 700)]) for _ in range(B)]
+    page = 64
+    max_pages = max(1, max(tiles(x) for x in lens))
+    gen = torch.Generator().manual_seed(seed)
+    num_pages = B * max_pages + 3
+    k = torch.randn(num_pages, page, hkv, 128, generator=gen, dtype=torch.float64)
+    v = torch.randn(num_pages, page, hkv, 128, generator=gen, dtype=torch.float64)
+    q = torch.randn(B, hkv * g, 128, generator=gen, dtype=torch.float64)
+    pt = torch.randperm(num_pages, generator=gen)[:B * max_pages].view(B, max_pages).int()
+    t = plan_tables(lens, hkv, C, 1, static_splits=splits)
+    got = execute_plan(t, q, k, v, pt, lens, sm_scale=0.0883)
+    ref = decode_reference(q, k, v, pt, lens, sm_scale=0.0883)
+    torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("C", [1, 132])
+def test_workspace_caps_hold_worst_cases(C):
+    # Many tiny items and one item spanning every boundary.
+    for lens in ([1] * 500, [64] * 500, [C * 64 * 4] + [0] * 10, [65] * 3):
+        t = plan_tables(lens, 1, C, 1)
+        caps = workspace_caps(len(lens), 1, C)
+        assert t.counters[0] <= caps.tasks and t.counters[4] <= caps.slots and t.counters[1] <= caps.combine
