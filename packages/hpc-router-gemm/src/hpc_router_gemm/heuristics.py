@@ -36,20 +36,28 @@ class Plan:
 
 
 # (K, N) -> [(largest M, path, splits), ...] in increasing M; the last row covers every
-# larger M. H200 (132 SMs), nvcc 13.0, torch 2.11; times in us are the medians of the sweep
-# that picked each row (the runner-up in brackets).
+# larger M. H200 (132 SMs), nvcc 13.0, torch 2.11. Times (us) are the sweep medians that
+# picked each row, runner-up in brackets. Resident clusters measured on the H200 (1 CTA/SM
+# for the wide tiles): S=1 132, S=2 66, S=4 30, S=8 15, so a row never asks for more
+# clusters than fit at once (a second wave doubles the time: wide S=4 at M=4096 ran 54 us
+# against 28.8 for wide96 S=2).
 TABLE: dict[tuple[int, int], list[tuple[int, str, int]]] = {
-    # K=4096 N=192. M<=8: fp32 S=8 8.5-8.8 [narrow S=8 9.5-9.6]; M=16..256: narrow S=8
-    # 9.5-11.3 [fp32 S=8 10.3 at M=16]; M=512: narrow S=4 14.2 [wide S=8 19.8].
+    # K=4096 N=192. M<=8: fp32 S=8 8.5-8.6 [narrow S=8 9.5]; M=16..256: narrow S=8 9.4-11.3
+    # [fp32 S=8 9.9 at M=16]; 512: narrow S=4 14.0 [wide96 S=8 14.1]; 1024: wide96 S=4
+    # 17.9 [narrow S=2 20.6]; 2048: wide96 S=2 25.8 [wide S=4 28.7]; 4096: wide96 S=2 28.8
+    # [wide96 S=1 40.3].
     (4096, 192): [(8, "fp32", 8), (256, "narrow", 8), (512, "narrow", 4), (1024, "wide96", 4),
                   (1 << 30, "wide96", 2)],
-    # K=6144 N=768. M=1: fp32 S=2 14.7 [narrow S=4 18.6]; M=16: narrow S=4 15.3; M=64:
-    # narrow S=8 14.8 [S=4 15.7]; M=512: wide S=4 37.1.
-    (6144, 768): [(4, "fp32", 2), (32, "narrow", 4), (256, "narrow", 8), (1024, "wide96", 2),
-                  (1 << 30, "wide96", 1)],
-    # K=3072 N=384. M=1: fp32 S=2 9.4 [S=4 9.8]; M=16 and 64: narrow S=8 9.8-9.9; M=512:
-    # narrow S=2 17.2 [wide S=8 18.5].
-    (3072, 384): [(4, "fp32", 2), (256, "narrow", 8), (512, "narrow", 2), (1 << 30, "wide96", 2)],
+    # K=6144 N=768. M=1: fp32 S=2 14.3 [wide96 S=8 16.1]; 16: narrow S=8 15.2 [S=4 15.6];
+    # 64: narrow S=8 14.7 [wide96 S=8 16.6]; 512: wide96 S=2 34.1 [wide S=4 37.5]; 4096:
+    # wide S=1 112.1 [wide96 S=1 116.8]. 128 and 256: the resident-cluster rule (16 and 32
+    # wide96 tiles), see the sweep for their measurement.
+    (6144, 768): [(4, "fp32", 2), (64, "narrow", 8), (128, "wide96", 8), (256, "wide96", 4),
+                  (1024, "wide96", 2), (1 << 30, "wide", 1)],
+    # K=3072 N=384. M=1: fp32 S=2 9.4-9.8 [narrow S=8 9.6]; 16 and 64: narrow S=8 9.7-10.0;
+    # 512: wide96 S=4 15.8 [narrow S=2 17.3]; 4096: wide96 S=1 33.3 [wide S=2 40.5].
+    (3072, 384): [(4, "fp32", 2), (64, "narrow", 8), (256, "wide96", 8), (512, "wide96", 4),
+                  (2048, "wide96", 2), (1 << 30, "wide96", 1)],
 }
 
 
