@@ -69,11 +69,20 @@ __device__ __forceinline__ Scan3 block_exclusive_scan(Scan3 v, Scan3& total) {
   return Scan3{base.a + inc.a - v.a, base.b + inc.b - v.b, base.c + inc.c - v.c};
 }
 
-struct BinLine {  // the cut of `total` tiles into `nb` bins
+// The cut of `total` tiles into `nb` bins: start(c) = floor(c * total / nb). 32-bit division
+// whenever (total + 1) * nb fits (any realistic batch); 64-bit division is a slow software
+// routine on the GPU and made the first planner version take 20 us.
+struct BinLine {
   long long total;
   long long nb;
-  __device__ __forceinline__ long long start(long long c) const { return c * total / nb; }
-  __device__ __forceinline__ long long bin_of(long long x) const { return ((x + 1) * nb + total - 1) / total - 1; }
+  bool narrow;
+  __device__ __forceinline__ long long start(long long c) const {
+    return narrow ? static_cast<long long>(static_cast<unsigned>(c * total) / static_cast<unsigned>(nb)) : c * total / nb;
+  }
+  __device__ __forceinline__ long long bin_of(long long x) const {
+    const long long num = (x + 1) * nb + total - 1;
+    return (narrow ? static_cast<long long>(static_cast<unsigned>(num) / static_cast<unsigned>(total)) : num / total) - 1;
+  }
 };
 
 __device__ __forceinline__ int item_parts_dynamic(const BinLine& line, long long s, int n) {
@@ -111,12 +120,15 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_
   const Scan3 pre1 = block_exclusive_scan(mine, tot1);
   const long long total = static_cast<long long>(tot1.a) * hkv;
   const bool dynamic = p.static_splits <= 0;
-  BinLine line{total, 1};
+  BinLine line{total, 1, false};
   if (dynamic && total > 0) {
     long long nb = total / (p.min_tiles > 0 ? p.min_tiles : 1);
     nb = nb < 1 ? 1 : (nb > p.num_bins ? p.num_bins : nb);
     line.nb = nb;
+    line.narrow = (total + 1) * nb + total < 0xFFFFFFFFll;
   }
+  // Bin starts advance by q0 or q0 + 1: start(c + 1) = start(c) + q0 + (carry of c * rr mod nb).
+  const long long q0 = total > 0 ? total / line.nb : 0, rr = total > 0 ? total % line.nb : 0;
 
   // Pass 2: tasks, partial slots and combine entries per request.
   Scan3 cnt{0, 0, 0};
@@ -153,9 +165,14 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_
       if (parts != 1) p.combine[comb++] = make_int4(item, parts > 1 ? slot : 0, parts, 0);
       if (dynamic) {
         const long long first_bin = parts > 0 ? line.bin_of(s) : 0;
+        long long ce = parts > 0 ? line.start(first_bin) : 0;
+        long long rem = parts > 0 ? static_cast<unsigned>(first_bin * rr) % static_cast<unsigned>(line.nb) : 0;
         for (int q = 0; q < parts; ++q) {
           const long long c = first_bin + q;
-          const long long cs = line.start(c), ce = line.start(c + 1);
+          const long long cs = ce;
+          rem += rr;
+          ce = cs + q0 + (rem >= line.nb ? 1 : 0);
+          if (rem >= line.nb) rem -= line.nb;
           const long long gb = s > cs ? s : cs;
           const long long ge = (s + n) < ce ? (s + n) : ce;
           const int tile_end = static_cast<int>(ge - s);

@@ -1,10 +1,12 @@
 // Paged-KV decode attention, persistent and warp specialised (SM90).
 //
-// One CTA per bin of the plan (decode_plan.cuh). Warp 4 (the producer) walks the bin's tasks
-// tile by tile and streams each 64-token tile of K and V, row by row (a row = one token of one
-// KV head, 256 B in BF16, 128 B in FP8), with bulk copies into a ring of kStages shared-memory
-// stages that complete on an mbarrier; the first tile of a task also brings the task's G query
-// rows. Warps 0-3 (the consumers) each own 16 of the tile's 64 tokens: S = Q K^T and O += P V
+// One CTA per bin of the plan (decode_plan.cuh). Warps 4-7 (the producers) walk the bin's
+// tasks tile by tile and stream each 64-token tile of K and V (a row = one token of one KV head,
+// 256 B in BF16, 128 B in FP8; rows found through the page table) with 16-byte cp.async copies
+// into a ring of kStages shared-memory stages; each producer thread's copies arrive on the
+// stage's mbarrier when they land. The first tile of a task also brings the task's G query
+// rows. (A first version used one bulk copy per row: 128 copy-engine instructions per tile
+// capped it at ~7 GB/s per SM, see NOTES.md.) Warps 0-3 (the consumers) each own 16 of the tile's 64 tokens: S = Q K^T and O += P V
 // on m16n8k16 tensor cores with the G query heads of the KV head padded to 16 rows, an online
 // softmax in FP32 (log2 domain) and FP32 accumulation of P V for the whole task. At the end of
 // a task the four warps' (m, l, O) are merged in shared memory in a fixed order, and the task
@@ -48,7 +50,8 @@ struct DecodeConfig {
   static constexpr int kBarOff = kStatsOff + 2 * 4 * 16 * 4;
   static constexpr int kSmemBytes = kBarOff + 2 * kStages * 8;
   static constexpr int kConsumerWarps = 4;
-  static constexpr int kThreads = 32 * (kConsumerWarps + 1);
+  static constexpr int kProducerThreads = 128;
+  static constexpr int kThreads = 32 * kConsumerWarps + kProducerThreads;
   static_assert(kStageBytes % 16 == 0 && kMergeOff % 16 == 0 && kBarOff % 8 == 0, "alignment");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
@@ -65,16 +68,21 @@ __device__ __forceinline__ int out_col(int nt, int j, int e) {
 }
 
 template <bool kFp8Kv, bool kFp8Q>
-__device__ __forceinline__ void producer_warp(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
-                                              uint64_t* empty, int t_begin, int t_end) {
+__device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
+                                               uint64_t* empty, int t_begin, int t_end) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q>;
-  const int lane = threadIdx.x & 31;
-  const uint64_t policy = l2_evict_first_policy();
-  const int page_mask = (1 << p.page_size_log2) - 1;
-  const char* kbase = static_cast<const char*>(p.k_cache);
-  const char* vbase = static_cast<const char*>(p.v_cache);
+  constexpr int kChunks = Cfg::kRowBytes / 16;                  // 16-byte chunks per row
+  constexpr int kRowsPerPass = Cfg::kProducerThreads / kChunks;  // rows covered per pass
+  constexpr int kPasses = Cfg::kTile / kRowsPerPass;
+  constexpr int kQChunks = Cfg::kQRowBytes / 16;
   constexpr int kElem = kFp8Kv ? 1 : 2;
   constexpr int kQElem = kFp8Q ? 1 : 2;
+  const int pid = threadIdx.x - 32 * Cfg::kConsumerWarps;  // 0..127
+  const int row0 = pid / kChunks, col = pid % kChunks;
+  const uint64_t policy = l2_evict_first_policy();
+  const int page_mask = (1 << p.page_size_log2) - 1;
+  const char* kbase = static_cast<const char*>(p.k_cache) + col * 16;
+  const char* vbase = static_cast<const char*>(p.v_cache) + col * 16;
   int stage = 0;
   uint32_t phase = 0;
   for (int t = t_begin; t < t_end; ++t) {
@@ -82,41 +90,39 @@ __device__ __forceinline__ void producer_warp(const PagedDecodeParams& p, uint8_
     const int b = task.x / p.num_kv_heads, h = task.x - b * p.num_kv_heads;
     const int32_t* pt = p.page_table + b * p.page_table_stride;
     const int tile_end = (task.z + Cfg::kTile - 1) / Cfg::kTile;
-    // Page ids of this lane's rows (lane, lane + 32) for the next tile, loaded before the wait
-    // for a free stage so that their latency hides behind it.
-    auto page_of = [&](int tok) {
-      int pg = __ldg(pt + (tok >> p.page_size_log2));
-      return pg < 0 ? 0 : (pg >= p.num_pages ? p.num_pages - 1 : pg);  // never fault
-    };
     for (int tile = task.y; tile < tile_end; ++tile) {
       const int valid = min(Cfg::kTile, task.z - tile * Cfg::kTile);
-      const int tok0 = tile * Cfg::kTile + lane, tok1 = tok0 + 32;
-      const int pg0 = lane < valid ? page_of(tok0) : 0;
-      const int pg1 = lane + 32 < valid ? page_of(tok1) : 0;
+      // Page ids of this thread's rows, loaded before the wait for a free stage so that their
+      // latency hides behind it. Ids are clamped into range: a bad table never faults.
+      int pg[kPasses];
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i) {
+        const int r = row0 + i * kRowsPerPass;
+        int id = r < valid ? __ldg(pt + ((tile * Cfg::kTile + r) >> p.page_size_log2)) : 0;
+        pg[i] = id < 0 ? 0 : (id >= p.num_pages ? p.num_pages - 1 : id);
+      }
       mbar_wait(&empty[stage], phase ^ 1);
-      const bool first = tile == task.y;
-      const uint32_t bytes = 2u * valid * Cfg::kRowBytes + (first ? p.group * Cfg::kQRowBytes : 0);
-      if (lane == 0) mbar_arrive_expect_tx(&full[stage], bytes);
-      __syncwarp();
       uint8_t* sb = smem + stage * Cfg::kStageBytes;
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int r = lane + 32 * i;
+      for (int i = 0; i < kPasses; ++i) {
+        const int r = row0 + i * kRowsPerPass;
         if (r < valid) {
-          const int tok = i ? tok1 : tok0;
-          const long long pg = i ? pg1 : pg0;
-          const long long in_page = tok & page_mask;
-          const long long koff = pg * p.k_stride_page + in_page * p.k_stride_tok + h * p.k_stride_head;
-          const long long voff = pg * p.v_stride_page + in_page * p.v_stride_tok + h * p.v_stride_head;
-          bulk_g2s(sb + Cfg::kKOff + r * Cfg::kRowPitch, kbase + koff * kElem, Cfg::kRowBytes, &full[stage], policy);
-          bulk_g2s(sb + Cfg::kVOff + r * Cfg::kRowPitch, vbase + voff * kElem, Cfg::kRowBytes, &full[stage], policy);
+          const long long in_page = (tile * Cfg::kTile + r) & page_mask;
+          const long long koff = pg[i] * p.k_stride_page + in_page * p.k_stride_tok + h * p.k_stride_head;
+          const long long voff = pg[i] * p.v_stride_page + in_page * p.v_stride_tok + h * p.v_stride_head;
+          cp_async_16(sb + Cfg::kKOff + r * Cfg::kRowPitch + col * 16, kbase + koff * kElem, policy);
+          cp_async_16(sb + Cfg::kVOff + r * Cfg::kRowPitch + col * 16, vbase + voff * kElem, policy);
         }
       }
-      if (first && lane < p.group) {
-        const char* qrow = static_cast<const char*>(p.q) +
-                           (b * p.q_stride_b + (h * p.group + lane) * p.q_stride_h) * kQElem;
-        bulk_g2s(sb + Cfg::kQOff + lane * Cfg::kQPitch, qrow, Cfg::kQRowBytes, &full[stage]);
+      if (tile == task.y) {
+        const char* q = static_cast<const char*>(p.q) + (b * p.q_stride_b + h * p.group * p.q_stride_h) * kQElem;
+        for (int c = pid; c < p.group * kQChunks; c += Cfg::kProducerThreads) {
+          const int qr = c / kQChunks, qc = c - qr * kQChunks;
+          cp_async_16(sb + Cfg::kQOff + qr * Cfg::kQPitch + qc * 16, q + qr * p.q_stride_h * kQElem + qc * 16,
+                      policy);
+        }
       }
+      cp_async_arrive_noinc(&full[stage]);
       if (++stage == Cfg::kStages) {
         stage = 0;
         phase ^= 1;
@@ -265,12 +271,14 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       }
       l0 = l0 * corr0 + ps0;
       l1 = l1 * corr1 + ps1;
+      if (__any_sync(0xffffffffu, corr0 != 1.f || corr1 != 1.f)) {  // the running max moved
 #pragma unroll
-      for (int nt = 0; nt < 16; ++nt) {
-        o[nt][0] *= corr0;
-        o[nt][1] *= corr0;
-        o[nt][2] *= corr1;
-        o[nt][3] *= corr1;
+        for (int nt = 0; nt < 16; ++nt) {
+          o[nt][0] *= corr0;
+          o[nt][1] *= corr0;
+          o[nt][2] *= corr1;
+          o[nt][3] *= corr1;
+        }
       }
       uint32_t pa[4];
       pa[0] = pack2<kF16>(s[0][0], s[0][1]);
@@ -376,7 +384,7 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q>::kThreads, 1)
   uint64_t* empty = full + Cfg::kStages;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
-      mbar_init(&full[s], 1);
+      mbar_init(&full[s], Cfg::kProducerThreads);
       mbar_init(&empty[s], Cfg::kConsumerWarps);
     }
     mbar_fence_init();
@@ -394,7 +402,7 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q>::kThreads, 1)
   hpc::pdl_launch_dependents();  // the combine kernel waits for our completion anyway
   const int t_begin = p.bin_start[blockIdx.x], t_end = p.bin_start[blockIdx.x + 1];
   if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
-    producer_warp<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end);
+    producer_warps<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end);
   } else {
     consumer_warp<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end);
   }
