@@ -49,14 +49,16 @@ TABLE: dict[tuple[int, int], list[tuple[int, str, int]]] = {
     (4096, 192): [(8, "fp32", 8), (256, "narrow", 8), (512, "narrow", 4), (1024, "wide96", 4),
                   (1 << 30, "wide96", 2)],
     # K=6144 N=768. M=1: fp32 S=2 14.3 [wide96 S=8 16.1]; 16: narrow S=8 15.2 [S=4 15.6];
-    # 64: narrow S=8 14.7 [wide96 S=8 16.6]; 512: wide96 S=2 34.1 [wide S=4 37.5]; 4096:
-    # wide S=1 112.1 [wide96 S=1 116.8]. 128 and 256: the resident-cluster rule (16 and 32
-    # wide96 tiles), see the sweep for their measurement.
+    # 64: narrow S=8 14.5 [wide96 S=8 16.6]; 128: wide96 S=8 18.0 [narrow S=4 17.7, within
+    # noise]; 256: wide96 S=4 22.3; 512 and 1024: wide96 S=2 34.1, 35.1 [wide S=4 37.5 at
+    # 512]; 4096: wide S=1 112.2 [wide96 S=1 116.8].
     (6144, 768): [(4, "fp32", 2), (64, "narrow", 8), (128, "wide96", 8), (256, "wide96", 4),
                   (1024, "wide96", 2), (1 << 30, "wide", 1)],
-    # K=3072 N=384. M=1: fp32 S=2 9.4-9.8 [narrow S=8 9.6]; 16 and 64: narrow S=8 9.7-10.0;
-    # 512: wide96 S=4 15.8 [narrow S=2 17.3]; 4096: wide96 S=1 33.3 [wide S=2 40.5].
-    (3072, 384): [(4, "fp32", 2), (64, "narrow", 8), (256, "wide96", 8), (512, "wide96", 4),
+    # K=3072 N=384. M=1: fp32 S=2 9.2-9.8 [narrow S=8 9.6]; 16, 64, 128: narrow S=8 9.5,
+    # 9.6, 10.6 [wide96 S=8 13.3 at 128]; 256: narrow S=4 12.2 [wide96 S=8 13.5]; 512:
+    # wide96 S=4 15.6 [narrow S=2 17.3]; 1024: wide96 S=2 21.2; 4096: wide96 S=1 33.5
+    # [wide S=2 40.5].
+    (3072, 384): [(4, "fp32", 2), (128, "narrow", 8), (256, "narrow", 4), (512, "wide96", 4),
                   (2048, "wide96", 2), (1 << 30, "wide96", 1)],
 }
 
