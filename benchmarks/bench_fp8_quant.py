@@ -1,0 +1,118 @@
+"""Bandwidth of the FP8 E4M3 quantisers against the 4.27 TB/s copy ceiling of an H200.
+
+Cases: every mode on bf16 inputs of 1 MB to 256 MB (rows of 4096: the hidden size of Qwen3 /
+Hy3; per-token-per-head as [T, 32, 128]), plus at 64 MB an odd row length (scalar path) and
+fp32 input. Providers: `ours` (the kernels) and `torch_ref` (hpc_common.fp8.reference run on
+the GPU, the same float32 operations in eager torch ops). Timing: hpc_common.bench.bench_us
+(CUDA-graph replay, L2 emptied before each replay, median).
+
+Bytes per call: input read + FP8 written + scales written; dynamic per-tensor reads the input
+twice (amax pass, then quantising pass), and its floor counts both reads (a tensor larger
+than L2 cannot be quantised with one dynamic scale in one read). `bitwise` says whether this
+run's output equalled the reference's, byte for byte (q and scales).
+
+    python benchmarks/bench_fp8_quant.py [--quick] [--out-dir benchmarks/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import torch
+
+from hpc_common import fp8
+from hpc_common.bench import COPY_BANDWIDTH_TBPS, BenchResults, bench_us, floor_us, gpu_slug
+from hpc_common.fp8 import reference as ref
+
+MB = 1 << 20
+N = 4096
+HEADS, HEAD_DIM = 32, 128
+
+
+def _calls(mode: str, x: torch.Tensor, static: torch.Tensor):
+    """(ours, torch_ref, number of scales, input reads) for one mode."""
+    if mode == "per_tensor_static":
+        return (lambda: fp8.quantize_per_tensor(x, static), lambda: ref.quantize_per_tensor_ref(x, static), 0, 1)
+    if mode == "per_tensor_dynamic":
+        return (lambda: fp8.quantize_per_tensor(x), lambda: ref.quantize_per_tensor_ref(x), 1, 2)
+    if mode == "per_token":
+        return (lambda: fp8.quantize_per_token(x), lambda: ref.quantize_per_token_ref(x), x.shape[0], 1)
+    if mode.startswith("group128"):
+        col, e8 = mode.endswith("_col"), mode.endswith("_ue8m0")
+        g = math.ceil(x.shape[1] / 128)
+        return (lambda: fp8.quantize_per_token_group(x, 128, column_major_scales=col, ue8m0=e8),
+                lambda: ref.quantize_per_token_group_ref(x, 128, ue8m0=e8, column_major_scales=col),
+                x.shape[0] * g, 1)
+    if mode == "per_token_head":
+        return (lambda: fp8.quantize_per_token_head(x), lambda: ref.quantize_per_token_head_ref(x),
+                x.shape[0] * x.shape[1], 1)
+    raise KeyError(mode)
+
+
+MODES = ("per_tensor_static", "per_tensor_dynamic", "per_token", "group128", "group128_col",
+         "group128_ue8m0", "per_token_head")
+
+
+def _cases(quick: bool):
+    sizes = (1, 64) if quick else (1, 4, 16, 64, 256)
+    for mode in MODES:
+        for mb in sizes:
+            yield mode, mb, N, torch.bfloat16
+    if not quick:
+        for mode in ("per_token", "group128", "per_tensor_dynamic"):
+            yield mode, 64, N - 1, torch.bfloat16
+        for mode in ("per_token", "group128"):
+            yield mode, 64, N, torch.float32
+
+
+def _same(a, b) -> bool:
+    (q, s), (qr, sr) = a, b
+    return bool(torch.equal(q.view(torch.uint8), qr.view(torch.uint8)) and s.shape == sr.shape
+                and torch.equal(s.contiguous().view(torch.int32), sr.contiguous().view(torch.int32)))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--quick", action="store_true", help="1 MB and 64 MB only")
+    ap.add_argument("--reps", type=int, default=100)
+    args = ap.parse_args(argv)
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    res = BenchResults("fp8_quant", args.out_dir / gpu_slug(), copy_tbps=COPY_BANDWIDTH_TBPS)
+    static = torch.tensor([0.02], device=dev)
+    gen = torch.Generator(dev).manual_seed(0)
+    for mode, mb, n, dtype in _cases(args.quick):
+        esize = torch.empty((), dtype=dtype).element_size()
+        rows = max(1, mb * MB // (2 * n))  # sized by the bf16 bytes of the case
+        if mode == "per_token_head":
+            x = torch.randn(rows, HEADS, HEAD_DIM, device=dev, generator=gen).to(dtype)
+            shape = dict(M=rows, N=HEADS * HEAD_DIM, heads=HEADS)
+        else:
+            x = torch.randn(rows, n, device=dev, generator=gen).to(dtype)
+            shape = dict(M=rows, N=n, heads=1)
+        ours, torch_ref, n_scales, reads = _calls(mode, x, static)
+        bitwise = _same(ours(), torch_ref())
+        nbytes = reads * x.numel() * esize + x.numel() + 4 * n_scales
+        fl = floor_us(nbytes)
+        params = dict(mode=mode, **shape, dtype=str(dtype).replace("torch.", ""), input_mb=round(x.numel() * esize / MB, 1))
+        for provider, fn in (("ours", ours), ("torch_ref", torch_ref)):
+            t = bench_us(fn, reps=args.reps)
+            tbps = nbytes / (t * 1e-6) / 1e12
+            extra = dict(bitwise=bitwise) if provider == "ours" else {}
+            res.add(provider, t, **params, pct_of_copy=round(100 * tbps / COPY_BANDWIDTH_TBPS, 1), **extra,
+                    floor_us=fl, tbps=tbps)
+            print(f"{mode:20s} {tuple(x.shape)!s:18s} {params['dtype']:8s} {provider:9s} {t:9.2f} us "
+                  f"{tbps:5.2f} TB/s ({100 * tbps / COPY_BANDWIDTH_TBPS:4.1f}% of copy)", flush=True)
+        del x
+        torch.cuda.empty_cache()
+    path = res.write()
+    print(res.markdown())
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

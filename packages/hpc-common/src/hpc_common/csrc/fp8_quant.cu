@@ -1,0 +1,22 @@
+// FP8 E4M3 quantisation: dispatch on input dtype and on the vectorised / scalar path.
+// Six instantiations of each kernel (3 dtypes x 2 paths); the mode is runtime geometry.
+#include "hpc_common/fp8_quant.cuh"
+
+using hpc::fp8::QuantParams;
+
+cudaError_t launch_fp8_quant(const QuantParams& p, cudaStream_t stream, bool pdl) {
+  using namespace hpc::fp8;
+  switch (p.dtype) {
+    case kBF16:
+      return p.vectorized ? launch_fp8_quant_typed<kBF16, 8>(p, stream, pdl)
+                          : launch_fp8_quant_typed<kBF16, 1>(p, stream, pdl);
+    case kFP16:
+      return p.vectorized ? launch_fp8_quant_typed<kFP16, 8>(p, stream, pdl)
+                          : launch_fp8_quant_typed<kFP16, 1>(p, stream, pdl);
+    case kFP32:
+      return p.vectorized ? launch_fp8_quant_typed<kFP32, 4>(p, stream, pdl)
+                          : launch_fp8_quant_typed<kFP32, 1>(p, stream, pdl);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
