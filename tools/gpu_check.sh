@@ -12,6 +12,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 export PYTHONPATH="$ROOT/packages/hpc-common/src:$ROOT/packages/hpc-attention/src:$ROOT/packages/hpc-router-gemm/src:$ROOT/packages/hpc-moe/src:$ROOT/integration/src${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
+# The device copy has no .git; tools/gpu_commit.txt (written by the caller) names the commit.
+export HPC_GIT_COMMIT=${HPC_GIT_COMMIT:-$(cat tools/gpu_commit.txt 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 export HPC_JIT_CACHE_DIR=${HPC_JIT_CACHE_DIR:-/tmp/hpc_jit}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
 
 import torch
+
+from .timing import TIMING_METHOD
 
 OPTIONAL_FIELDS = ("floor_us", "tbps", "max_abs_err", "rel_err", "cosine")
 
@@ -25,6 +28,10 @@ def gpu_slug(name: str | None = None) -> str:
 
 
 def _git_commit(repo: Path) -> str:
+    # The device machine gets a copy of the tree without .git: tools/gpu_check.sh passes
+    # the commit it was started from.
+    if os.environ.get("HPC_GIT_COMMIT"):
+        return os.environ["HPC_GIT_COMMIT"]
     try:
         out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"],
                              capture_output=True, text=True, check=True).stdout.strip()
@@ -49,6 +56,7 @@ def run_meta(repo: Path | None = None, **extra) -> dict:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "nvcc": nvcc,
+        "timing": TIMING_METHOD,
     }
     meta.update(extra)
     return meta
