@@ -1,20 +1,30 @@
 // FP8 E4M3 quantisation: dispatch on input dtype and on the vectorised / scalar path.
 // Six instantiations of each kernel (3 dtypes x 2 paths); the mode is runtime geometry.
 #include "hpc_common/fp8_quant.cuh"
+#include "hpc_common/fp8_quant_small_seg.cuh"
 
 using hpc::fp8::QuantParams;
+
+namespace {
+template <int DT, int VEC>
+cudaError_t launch_vector_path(const QuantParams& p, cudaStream_t stream, bool pdl) {
+  using namespace hpc::fp8;
+  return small_seg_applies(p, VEC) ? launch_fp8_quant_small_seg<DT, VEC>(p, stream, pdl)
+                                   : launch_fp8_quant_typed<DT, VEC>(p, stream, pdl);
+}
+}  // namespace
 
 cudaError_t launch_fp8_quant(const QuantParams& p, cudaStream_t stream, bool pdl) {
   using namespace hpc::fp8;
   switch (p.dtype) {
     case kBF16:
-      return p.vectorized ? launch_fp8_quant_typed<kBF16, 8>(p, stream, pdl)
+      return p.vectorized ? launch_vector_path<kBF16, 8>(p, stream, pdl)
                           : launch_fp8_quant_typed<kBF16, 1>(p, stream, pdl);
     case kFP16:
-      return p.vectorized ? launch_fp8_quant_typed<kFP16, 8>(p, stream, pdl)
+      return p.vectorized ? launch_vector_path<kFP16, 8>(p, stream, pdl)
                           : launch_fp8_quant_typed<kFP16, 1>(p, stream, pdl);
     case kFP32:
-      return p.vectorized ? launch_fp8_quant_typed<kFP32, 4>(p, stream, pdl)
+      return p.vectorized ? launch_vector_path<kFP32, 4>(p, stream, pdl)
                           : launch_fp8_quant_typed<kFP32, 1>(p, stream, pdl);
     default:
       return cudaErrorInvalidValue;

@@ -130,3 +130,23 @@ def dequantize_ref(q: torch.Tensor, scale: torch.Tensor, group_size: int | None 
     if group_size is not None:
         scale = scale.repeat_interleave(group_size, dim=-1)[..., : q.shape[-1]]
     return qf * scale
+
+
+def cpu_demo() -> str:
+    """Small-shape run of every mode, for the main job's report on machines without SM90."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(4, 256, generator=g) * 3).to(torch.bfloat16)
+    x[1] = 0  # a zero row keeps a finite scale
+    x[2, 5] = float("inf")  # saturates to 448 and does not enter the row's amax
+    lines = []
+    for name, (q, s) in {
+        "per-tensor dynamic": quantize_per_tensor_ref(x),
+        "per-token": quantize_per_token_ref(x),
+        "per-token-group-128": quantize_per_token_group_ref(x, 128),
+        "per-token-per-head [4,2,128]": quantize_per_token_head_ref(x.view(4, 2, 128)),
+    }.items():
+        deq = dequantize_ref(q, s, 128 if "group" in name else None).reshape(x.shape).float()
+        finite = torch.isfinite(x.float())
+        err = ((deq - x.float()).abs()[finite] / x.float().abs()[finite].clamp_min(1e-3)).max().item()
+        lines.append(f"{name:30s} scales {tuple(s.shape)}, max rel. dequant error {err:.3f}")
+    return "\n".join(lines)

@@ -44,11 +44,11 @@ constexpr float kE4M3Max = 448.0f;
 // Dynamic scales never go below kAmaxFloor / 448, so a zero (or all-NaN) segment gets a
 // finite, normal scale and an all-zero output. Same value as fp8/reference.py AMAX_FLOOR.
 constexpr float kAmaxFloor = 1e-10f;
-// Vectors each thread keeps in flight: 8 x 16 bytes on the vector path; 16 elements on the
-// scalar path. (First H200 measurement, with 4 vectors or 4 scalars per thread, 1024 threads
-// per SM and a per-element division: 48-50% of the copy bandwidth for per-token/group, 11%
-// on the scalar path: too few bytes in flight per SM.)
-constexpr int vec_per_thread(int vec) { return vec == 1 ? 16 : 8; }
+// Vectors each thread keeps in flight: 16 (16-byte vectors, or scalars on the scalar path).
+// First H200 measurement with 4 per thread: 48-50% of the copy bandwidth (too few bytes in
+// flight per SM); with 8: per-token 60-72%, where a 4096-wide bf16 row needed a 64-thread
+// team and two block barriers per row. 16 makes that row one warp (shuffles only); no spills.
+constexpr int vec_per_thread(int vec) { return 16; }
 constexpr int kMinBlock = 256;
 // Largest team (and block). 1024 would cap registers at 64 and make the vector path spill.
 constexpr int kMaxTeam = 512;
