@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on an H200: build every kernel, run the GPU test suite, run the benchmarks.
 # Usage (on the device machine, from the repo root): bash tools/gpu_check.sh OUT_DIR [pytest -k expr] [bench glob]
-# Writes OUT_DIR/prebuild.log, OUT_DIR/gpu_tests.log (+ junit xml), OUT_DIR/bench.log and
+# Writes (packed into OUT_DIR/gpu_check.tgz) OUT_DIR/prebuild.log, OUT_DIR/gpu_tests.log (+ junit xml), OUT_DIR/bench.log and
 # benchmark JSON/Markdown under OUT_DIR/results/<gpu>/.
 set -uo pipefail
 OUT=${1:?usage: gpu_check.sh OUT_DIR [pytest-k] [bench-glob]}
@@ -36,4 +36,7 @@ for b in benchmarks/$BENCH_GLOB; do
   python3 "$b" --out-dir "$OUT/results" 2>&1 | tee -a "$OUT/bench.log" | tail -30
 done
 echo "GPU tests exit code: $TEST_RC"
+# The device tool returns at most 8 files: pack everything into one archive.
+tar -C "$OUT" -czf /tmp/gpu_check.tgz --exclude=gpu_check.tgz . && mv /tmp/gpu_check.tgz "$OUT/gpu_check.tgz"
+find "$OUT" -mindepth 1 ! -name gpu_check.tgz ! -name gpu_tests.log -delete 2>/dev/null || true
 exit $TEST_RC
