@@ -25,9 +25,12 @@ echo "prebuild took $(( $(date +%s) - t0 ))s"
 echo "== GPU tests"
 KARGS=()
 [ -n "$KEXPR" ] && KARGS=(-k "$KEXPR")
-python3 -m pytest -m gpu -x -q -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" "${KARGS[@]}" tests 2>&1 \
+python3 -m pytest -m gpu -q -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" "${KARGS[@]}" tests 2>&1 \
   | tee "$OUT/gpu_tests.log" | tail -40
 TEST_RC=${PIPESTATUS[0]}
+
+echo "== timing harness check"
+python3 tools/timing_check.py 2>&1 | tee "$OUT/timing_check.log"
 
 echo "== benchmarks ($BENCH_GLOB)"
 for b in benchmarks/$BENCH_GLOB; do

@@ -15,7 +15,8 @@ def test_pdl_switch_roundtrip(monkeypatch):
         hpc_common.set_pdl(True)
         assert hpc_common.get_pdl() is True
     finally:
-        hpc_common.launch._pdl_enabled = None
+        hpc_common.set_pdl(None)
+    assert hpc_common.get_pdl() is True  # None restored the default
     monkeypatch.setenv("HPC_PDL", "0")
     assert hpc_common.get_pdl() is False
     monkeypatch.setenv("HPC_PDL", "1")

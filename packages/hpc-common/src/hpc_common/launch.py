@@ -12,10 +12,11 @@ _pdl_enabled: bool | None = None
 _num_sms_override: int | None = None
 
 
-def set_pdl(enabled: bool) -> None:
-    """Turn Programmatic Dependent Launch on or off for every hpc-ops kernel launched after."""
+def set_pdl(enabled: bool | None) -> None:
+    """Turn Programmatic Dependent Launch on or off for every hpc-ops kernel launched after;
+    None restores the default (HPC_PDL, on unless set to 0)."""
     global _pdl_enabled
-    _pdl_enabled = bool(enabled)
+    _pdl_enabled = None if enabled is None else bool(enabled)
 
 
 def get_pdl() -> bool:

@@ -9,6 +9,8 @@
 
 #include <cuda_runtime.h>
 
+#include <utility>
+
 namespace hpc {
 
 __device__ __forceinline__ void pdl_wait() {
@@ -23,28 +25,42 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// Launch `kernel<<<grid, block, smem, stream>>>(args...)`, with the PDL attribute when
-// `pdl` is true (the process-wide switch lives in Python: hpc_common.set_pdl). Returns the
-// launch error; callers turn it into an exception naming the kernel (see check.h).
+// Launch `kernel<<<grid, block, smem, stream>>>(args...)` with the PDL attribute when `pdl`
+// is true (the process-wide switch lives in Python: hpc_common.set_pdl) and, when
+// `cluster_x` > 1, as thread-block clusters of `cluster_x` CTAs along x. Returns the launch
+// error; callers turn it into an exception naming the kernel (see check.h).
 template <typename... KernelArgs, typename... Args>
-inline cudaError_t launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block,
-                                 size_t smem, cudaStream_t stream, bool pdl, Args&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+inline cudaError_t launch_kernel_cluster(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+                                         unsigned cluster_x, cudaStream_t stream, bool pdl, Args&&... args) {
   if (smem > 48 * 1024) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[n++].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  if (cluster_x > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster_x;
+    attr[n].val.clusterDim.y = 1;
+    attr[n++].val.clusterDim.z = 1;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+template <typename... KernelArgs, typename... Args>
+inline cudaError_t launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+                                 cudaStream_t stream, bool pdl, Args&&... args) {
+  return launch_kernel_cluster(kernel, grid, block, smem, 1u, stream, pdl, std::forward<Args>(args)...);
 }
 
 }  // namespace hpc

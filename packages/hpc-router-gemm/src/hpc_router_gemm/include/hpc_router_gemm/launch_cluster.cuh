@@ -1,5 +1,4 @@
-// Host helpers of the router GEMM launchers: a launch with a thread-block-cluster shape and the
-// PDL attribute (hpc::launch_kernel in hpc_common/pdl.cuh sets PDL only), and TMA descriptor
+// Host helpers of the router GEMM launchers: cluster launch (from hpc_common) and TMA descriptor
 // encoding through the driver entry point (no -lcuda: the runtime hands us the function).
 #pragma once
 
@@ -10,59 +9,18 @@
 #include <cstdint>
 #include <utility>
 
+#include "hpc_common/pdl.cuh"
+#include "hpc_common/persistent.cuh"
+
 namespace hpc::router_gemm {
+
+// Cluster launches and cluster occupancy come from hpc_common (pdl.cuh, persistent.cuh).
+using hpc::max_active_clusters;
 
 template <typename... KernelArgs, typename... Args>
 inline cudaError_t launch_with_cluster(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
                                        unsigned cluster_x, cudaStream_t stream, bool pdl, Args&&... args) {
-  if (smem > 48 * 1024) {
-    cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster_x;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 2;
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-}
-
-// How many clusters of `cluster_x` CTAs of this kernel fit on the device at once.
-template <typename Kernel>
-inline int max_active_clusters(Kernel kernel, int threads, size_t smem, unsigned cluster_x) {
-  if (smem > 48 * 1024 &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
-          cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(cluster_x, 1, 1);
-  cfg.blockDim = dim3(threads, 1, 1);
-  cfg.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster_x;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
+  return hpc::launch_kernel_cluster(kernel, grid, block, smem, cluster_x, stream, pdl, std::forward<Args>(args)...);
 }
 
 inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
