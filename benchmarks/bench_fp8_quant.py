@@ -24,6 +24,7 @@ import torch
 
 from hpc_common import fp8
 from hpc_common.bench import COPY_BANDWIDTH_TBPS, BenchResults, bench_us, floor_us, gpu_slug
+from hpc_common.fp8 import quant
 from hpc_common.fp8 import reference as ref
 
 MB = 1 << 20
@@ -98,7 +99,11 @@ def main(argv=None) -> int:
         nbytes = reads * x.numel() * esize + x.numel() + 4 * n_scales
         fl = floor_us(nbytes)
         params = dict(mode=mode, **shape, dtype=str(dtype).replace("torch.", ""), input_mb=round(x.numel() * esize / MB, 1))
-        for provider, fn in (("ours", ours), ("torch_ref", torch_ref)):
+        providers = [("ours", ours), ("torch_ref", torch_ref)]
+        if mode.startswith("group128") or mode == "per_token_head":
+            providers.append(("ours_generic_kernel", ours))
+        for provider, fn in providers:
+            quant.USE_SHORT_SEGMENT_KERNEL = provider != "ours_generic_kernel"
             t = bench_us(fn, reps=args.reps)
             tbps = nbytes / (t * 1e-6) / 1e12
             extra = dict(bitwise=bitwise) if provider == "ours" else {}
@@ -106,6 +111,7 @@ def main(argv=None) -> int:
                     floor_us=fl, tbps=tbps)
             print(f"{mode:20s} {tuple(x.shape)!s:18s} {params['dtype']:8s} {provider:9s} {t:9.2f} us "
                   f"{tbps:5.2f} TB/s ({100 * tbps / COPY_BANDWIDTH_TBPS:4.1f}% of copy)", flush=True)
+        quant.USE_SHORT_SEGMENT_KERNEL = True
         del x
         torch.cuda.empty_cache()
     path = res.write()

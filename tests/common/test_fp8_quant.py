@@ -401,3 +401,24 @@ def test_torch_compile_functionalises_the_mutating_op_cpu():
     x = make_input((61, 256), torch.bfloat16, 5)
     got = torch.compile(f, fullgraph=True)(x)
     assert_same(got, ref.quantize_per_token_group_ref(x * 2, 128, column_major_scales=True), what="compiled")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("short_segments", [True, False], ids=["short_segment_kernel", "generic_kernel"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("mode,group_size", [("group", 128), ("group_col", 128), ("group", 256), ("per_head", 128)])
+@pytest.mark.parametrize("m", [1, 37, 1000])
+def test_short_segment_and_generic_kernels_match_reference(cuda, short_segments, dtype, mode, group_size, m):
+    """Both kernels that serve group/per-head scales give the reference's bits (the short-segment
+    kernel takes 16- and 32-vector segments; others fall back to the generic kernel)."""
+    from hpc_common.fp8 import quant
+
+    x = make_input(shape_for(mode, m, 512 if mode != "per_head" else 128), dtype, seed=m * 7 + group_size)
+    xg = x.to(cuda)
+    quant.USE_SHORT_SEGMENT_KERNEL = short_segments
+    try:
+        kw = {} if mode == "per_head" else {"group_size": group_size}
+        got = run(mode, xg, **kw)
+    finally:
+        quant.USE_SHORT_SEGMENT_KERNEL = True
+    assert_same(got, run_ref(mode, x, **kw), what=f"{mode} g{group_size} {dtype} short={short_segments}")

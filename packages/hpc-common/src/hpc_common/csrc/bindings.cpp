@@ -29,7 +29,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
          uintptr_t workspace, int64_t rows, int64_t heads, int64_t row_len, int64_t seg_len,
          int64_t segs_per_row, int64_t x_stride_t, int64_t x_stride_h, int64_t q_stride_t,
          int64_t q_stride_h, int64_t scale_stride_row, int64_t scale_stride_seg, int dtype,
-         int scale_source, bool per_tensor_dynamic, bool ue8m0, bool vectorized, int num_sms, bool pdl,
+         int scale_source, bool per_tensor_dynamic, bool ue8m0, bool vectorized, bool short_segments, int num_sms, bool pdl,
          uintptr_t stream) {
         hpc::fp8::QuantParams p{};
         p.x = hpc::as_ptr<const void>(x);
@@ -54,6 +54,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.per_tensor_dynamic = per_tensor_dynamic;
         p.ue8m0 = ue8m0;
         p.vectorized = vectorized;
+        p.short_segments = short_segments;
         p.num_sms = num_sms;
         HPC_CUDA_CHECK(launch_fp8_quant(p, hpc::as_stream(stream), pdl), "fp8_quant");
       },
@@ -61,6 +62,6 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       py::arg("workspace"), py::arg("rows"), py::arg("heads"), py::arg("row_len"), py::arg("seg_len"),
       py::arg("segs_per_row"), py::arg("x_stride_t"), py::arg("x_stride_h"), py::arg("q_stride_t"),
       py::arg("q_stride_h"), py::arg("scale_stride_row"), py::arg("scale_stride_seg"), py::arg("dtype"),
-      py::arg("scale_source"), py::arg("per_tensor_dynamic"), py::arg("ue8m0"), py::arg("vectorized"),
+      py::arg("scale_source"), py::arg("per_tensor_dynamic"), py::arg("ue8m0"), py::arg("vectorized"), py::arg("short_segments"),
       py::arg("num_sms"), py::arg("pdl"), py::arg("stream"));
 }

@@ -9,8 +9,14 @@ namespace {
 template <int DT, int VEC>
 cudaError_t launch_vector_path(const QuantParams& p, cudaStream_t stream, bool pdl) {
   using namespace hpc::fp8;
-  return small_seg_applies(p, VEC) ? launch_fp8_quant_small_seg<DT, VEC>(p, stream, pdl)
-                                   : launch_fp8_quant_typed<DT, VEC>(p, stream, pdl);
+  switch (small_seg_vectors_per_lane(p, VEC)) {
+    case 4:
+      return launch_fp8_quant_small_seg<DT, VEC, 4>(p, stream, pdl);
+    case 8:
+      return launch_fp8_quant_small_seg<DT, VEC, 8>(p, stream, pdl);
+    default:
+      return launch_fp8_quant_typed<DT, VEC>(p, stream, pdl);
+  }
 }
 }  // namespace
 

@@ -71,6 +71,11 @@ def _vectorizable(x: torch.Tensor, out: torch.Tensor, geo: dict) -> bool:
     return all(o % vec == 0 for o in offs)
 
 
+# Group-128 / per-head quantisation takes the short-segment kernel (fp8_quant_small_seg.cuh);
+# benchmarks/bench_fp8_quant.py turns this off to time the generic kernel beside it.
+USE_SHORT_SEGMENT_KERNEL = True
+
+
 def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor], mode: int,
             group_size: int, ue8m0: bool, scale_source: int, static_scale: Optional[torch.Tensor],
             static_value: float) -> None:
@@ -93,7 +98,7 @@ def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor
         static_value=float(static_value), workspace=workspace.data_ptr() if workspace is not None else 0,
         scale_stride_row=s_row, scale_stride_seg=s_seg, dtype=_DTYPE_CODE[x.dtype],
         scale_source=scale_source, per_tensor_dynamic=per_tensor_dynamic, ue8m0=bool(ue8m0),
-        vectorized=_vectorizable(x, out, geo), num_sms=num_sms, pdl=get_pdl(),
+        vectorized=_vectorizable(x, out, geo), short_segments=USE_SHORT_SEGMENT_KERNEL, num_sms=num_sms, pdl=get_pdl(),
         stream=stream_ptr(x.device), **geo)
 
 
