@@ -1,7 +1,10 @@
 """Paged decode attention on the H200: the six cases of BRIEF.md 3.1 with 8/1 and 64/8 heads,
 BF16 and FP8 KV, page 64. Providers: `ours` (dynamic plan; decode + combine per call, plan
 built once per step outside the timed region), `ours_static` (the same kernel on a static
-split-KV plan), `ours_plan` (the device planner alone, also at batch 256), and FlashInfer /
+split-KV plan), `ours_plan` (the device planner alone, also at batch 256), diagnostics
+`diag_decode_only` (decode kernel without the combine launch) and `diag_stream_only` (decode
+kernel streaming K/V with the consumers skipping the math; both give wrong outputs, timing
+only), and FlashInfer /
 FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
 4.27 TB/s) and the achieved TB/s; `ours*` rows carry the error against float32 attention on
 the dequantised inputs.
@@ -89,7 +92,7 @@ def flash_attn_fn(q, k, v, pt, kv_lens):
     return bench_us(fn)
 
 
-def bench_case(res, case, hq, hkv, kv_dtype, gen, reps):
+def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True):
     lens = parse_case(case)
     q, k, v, pt, kv_lens, (ks, vs) = make_inputs(lens, hq, hkv, kv_dtype, gen)
     B = len(lens)
@@ -118,6 +121,18 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps):
             t = bench_us(lambda ws=ws: ha.plan_decode(kv_lens, hkv, hq, workspace=ws, validate=False), reps=reps)
             res.add("ours_plan", t, **dict(fields, floor_us=None))
             print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {'ours_plan':>12}: {t:8.2f} us", flush=True)
+            if diag:
+                # Diagnostics (outputs wrong while set): the decode kernel without the combine
+                # launch, and the same with the consumers skipping the math (memory side only).
+                from hpc_attention import paged_decode as pd
+                for name, d in (("diag_decode_only", dict(skip_combine=True, flags=0)),
+                                ("diag_stream_only", dict(skip_combine=True, flags=1))):
+                    pd.DIAG.update(d)
+                    try:
+                        t = bench_us(fn, reps=reps)
+                    finally:
+                        pd.DIAG.update(skip_combine=False, flags=0)
+                    add(name, t)
         del ws
     for name, call in (("flashinfer", lambda: flashinfer_fn(q, k, v, pt, lens, kv_dtype, (ks, vs))),
                        ("flash_attn", lambda: flash_attn_fn(q, k, v, pt, kv_lens))):
@@ -142,6 +157,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, 8/1 heads only")
+    ap.add_argument("--no-diag", action="store_true", help="leave out the diag_* rows (decode only, stream only)")
     args = ap.parse_args()
     reps = 30 if args.quick else 100
     res = BenchResults("decode_attention", args.out_dir / gpu_slug())
@@ -150,7 +166,7 @@ def main() -> None:
     for hq, hkv in HEADS[:1] if args.quick else HEADS:
         for kv_dtype in ("bf16", "fp8"):
             for case in CASES:
-                bench_case(res, case, hq, hkv, kv_dtype, gen, reps)
+                bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=not args.no_diag)
                 torch.cuda.empty_cache()
     path = res.write()
     print(res.markdown())

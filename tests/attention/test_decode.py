@@ -32,8 +32,9 @@ def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out
 @pytest.mark.parametrize("num_ctas", [1, 7, 132])
 def test_planner_matches_python_twin(num_ctas, static_splits):
     gen = torch.Generator().manual_seed(num_ctas)
-    for trial in range(6):
-        B = int(torch.randint(1, 300, (1,), generator=gen))
+    for trial in range(8):
+        # Trials 6-7: more requests than planner threads (several requests per thread).
+        B = int(torch.randint(1, 300, (1,), generator=gen)) if trial < 6 else 1100 + trial
         kind = trial % 3
         if kind == 0:
             lens = torch.randint(0, 300, (B,), generator=gen)

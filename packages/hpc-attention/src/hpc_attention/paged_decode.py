@@ -18,6 +18,12 @@ _FP8 = torch.float8_e4m3fn
 _LOG2E = 1.0 / math.log(2.0)
 
 
+# Benchmark diagnostics (never set by the library): "skip_combine" leaves out the combine
+# launch, "flags" is passed to the decode kernel (bit 0: consumers skip the math). Read when
+# the op runs, so a CUDA graph keeps what was set at capture. Outputs are wrong while set.
+DIAG = {"skip_combine": False, "flags": 0}
+
+
 def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
@@ -154,7 +160,9 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
         k_scale_ptr=k_scale_t.data_ptr() if k_scale_t is not None else 0,
         v_scale_ptr=v_scale_t.data_ptr() if v_scale_t is not None else 0,
         k_scale=k_scale, v_scale=v_scale, sm_scale_log2=sm_scale * _LOG2E, num_kv_heads=hkv, group=group,
-        num_ctas=num_ctas, pdl=pdl, stream=stream)
+        diag=int(DIAG["flags"]), num_ctas=num_ctas, pdl=pdl, stream=stream)
+    if DIAG["skip_combine"]:
+        return
     ext.decode_combine(
         combine=combine.data_ptr(), counters=counters.data_ptr(), partial_o=partial_o.data_ptr(),
         partial_lse=partial_lse.data_ptr(), out=out.data_ptr(), out_stride_b=out.stride(0),

@@ -56,7 +56,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
          long long page_table_stride, uintptr_t tasks, uintptr_t bin_start, uintptr_t out, long long out_stride_b,
          long long out_stride_h, uintptr_t partial_o, uintptr_t partial_lse, uintptr_t k_scale_ptr,
          uintptr_t v_scale_ptr, float k_scale, float v_scale, float sm_scale_log2, int num_kv_heads, int group,
-         int num_ctas, bool pdl, uintptr_t stream) {
+         int diag, int num_ctas, bool pdl, uintptr_t stream) {
         PagedDecodeParams p{};
         p.q = hpc::as_ptr<const void>(q);
         p.q_stride_b = q_stride_b;
@@ -90,6 +90,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.sm_scale_log2 = sm_scale_log2;
         p.num_kv_heads = num_kv_heads;
         p.group = group;
+        p.diag = diag;
         cudaStream_t s = hpc::as_stream(stream);
         HPC_CUDA_CHECK(fp8_kv ? hpc_attn_launch_paged_decode_fp8kv(p, fp8_q, num_ctas, s, pdl)
                               : hpc_attn_launch_paged_decode_bf16kv(p, fp8_q, num_ctas, s, pdl),
@@ -102,7 +103,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       py::arg("page_size_log2"), py::arg("page_table"), py::arg("page_table_stride"), py::arg("tasks"),
       py::arg("bin_start"), py::arg("out"), py::arg("out_stride_b"), py::arg("out_stride_h"), py::arg("partial_o"),
       py::arg("partial_lse"), py::arg("k_scale_ptr"), py::arg("v_scale_ptr"), py::arg("k_scale"),
-      py::arg("v_scale"), py::arg("sm_scale_log2"), py::arg("num_kv_heads"), py::arg("group"), py::arg("num_ctas"),
+      py::arg("v_scale"), py::arg("sm_scale_log2"), py::arg("num_kv_heads"), py::arg("group"), py::arg("diag"), py::arg("num_ctas"),
       py::arg("pdl"), py::arg("stream"));
 
   m.def(

@@ -3,10 +3,15 @@
 // and writes zeros for empty requests. Items that fit one CTA were written by the decode
 // kernel directly and do not appear here.
 //
-// One work unit = (combine entry, query row of the group); units are strided over a fixed
-// grid so that the launch shape does not depend on the lengths (CUDA-graph safe). In a unit,
-// warp w merges parts w, w + 8, ... with a running max, then warp 0 merges the 8 warps in a
-// fixed order: results are bitwise reproducible.
+// One work unit = (combine entry, query row of the group). Version 2 (latency first; the
+// first version gave each unit a whole CTA and walked the parts with one dependent L2 round
+// trip per 8 parts, and strided 4+ units per CTA on batches like 64 x 0.5K):
+// - a unit with at most kWarpParts parts is merged by one warp (lane = 4 head dims), all of
+//   its parts' loads issued together, in batches of kBatch;
+// - a longer unit (a long context split over many CTAs) gets a whole CTA: warp w takes parts
+//   w, w + 8, ... in batches, then warp 0 merges the 8 warps in a fixed order.
+// Every unit's arithmetic depends only on the plan, never on which warp or CTA runs it, so
+// results are bitwise reproducible.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -19,73 +24,149 @@
 
 namespace hpc::attn {
 
+constexpr int kCombineBatch = 8;
+constexpr int kWarpParts = 16;
+
+// Running (m, l, acc) over parts q = q_begin, q_begin + step, ... < q_end of a unit; the loads
+// of a batch are issued before any of its arithmetic.
+__device__ __forceinline__ void merge_parts(const DecodeCombineParams& p, long long first_row, int G, int q_begin,
+                                            int q_end, int step, int lane, float& m, float& l, float4& acc) {
+  const float kNegInf = -__int_as_float(0x7f800000);
+  for (int q0 = q_begin; q0 < q_end; q0 += kCombineBatch * step) {
+    float lse[kCombineBatch];
+    float4 v[kCombineBatch];
+#pragma unroll
+    for (int k = 0; k < kCombineBatch; ++k) {
+      const int q = q0 + k * step;
+      if (q < q_end) {
+        const long long sr = first_row + static_cast<long long>(q) * G;
+        lse[k] = p.partial_lse[sr];
+        v[k] = reinterpret_cast<const float4*>(p.partial_o + sr * 128)[lane];
+      } else {
+        lse[k] = kNegInf;
+        v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+    float mb = m;
+#pragma unroll
+    for (int k = 0; k < kCombineBatch; ++k) mb = fmaxf(mb, lse[k]);
+    const float base = mb == kNegInf ? 0.f : mb;
+    const float a = exp2f(m - base);
+    l *= a;
+    acc.x *= a;
+    acc.y *= a;
+    acc.z *= a;
+    acc.w *= a;
+#pragma unroll
+    for (int k = 0; k < kCombineBatch; ++k) {
+      const float w = exp2f(lse[k] - base);  // 0 for the padding (lse = -inf)
+      l += w;
+      acc.x += w * v[k].x;
+      acc.y += w * v[k].y;
+      acc.z += w * v[k].z;
+      acc.w += w * v[k].w;
+    }
+    m = mb;
+  }
+}
+
+__device__ __forceinline__ void store_row(__nv_bfloat16* out, int lane, float4 r, float inv) {
+  __nv_bfloat162 lo = __floats2bfloat162_rn(r.x * inv, r.y * inv);
+  __nv_bfloat162 hi = __floats2bfloat162_rn(r.z * inv, r.w * inv);
+  uint2 packed;
+  packed.x = *reinterpret_cast<uint32_t*>(&lo);
+  packed.y = *reinterpret_cast<uint32_t*>(&hi);
+  reinterpret_cast<uint2*>(out)[lane] = packed;
+}
 
 __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const __grid_constant__ DecodeCombineParams p) {
-  __shared__ float s_m[8], s_l[8];
-  __shared__ float4 s_acc[8][32];
+  constexpr int kWarps = kCombineThreads / 32;
+  __shared__ float s_m[kWarps], s_l[kWarps];
+  __shared__ float4 s_acc[kWarps][32];
+  __shared__ int s_list[kCombineThreads];
+  __shared__ int s_count;
   hpc::pdl_wait();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int G = p.group;
-  const int units = p.counters[1] * G;
+  const int units = p.counters[kNumCombine] * G;
   const float kNegInf = -__int_as_float(0x7f800000);
-  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+  auto out_row = [&](int item, int row) {
+    const int b = item / p.num_kv_heads, h = item - b * p.num_kv_heads;
+    return static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + (h * G + row) * p.out_stride_h;
+  };
+
+  // Units of a warp: u = global warp id, strided over all warps; long ones are left to phase 2.
+  const int gw = blockIdx.x * kWarps + warp, nw = gridDim.x * kWarps;
+  for (int u = gw; u < units; u += nw) {
     const int4 e = p.combine[u / G];
     const int row = u - (u / G) * G;
-    const int b = e.x / p.num_kv_heads, h = e.x - b * p.num_kv_heads;
-    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + (h * G + row) * p.out_stride_h;
-    const int parts = e.z;
-    if (parts == 0) {  // empty request: softmax over no keys, defined as 0
-      if (warp == 0) reinterpret_cast<uint2*>(out)[lane] = make_uint2(0, 0);
+    if (e.z > kWarpParts) continue;
+    __nv_bfloat16* out = out_row(e.x, row);
+    if (e.z == 0) {  // empty request: softmax over no keys, defined as 0
+      reinterpret_cast<uint2*>(out)[lane] = make_uint2(0, 0);
       continue;
     }
     float m = kNegInf, l = 0.f;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
-    for (int q = warp; q < parts; q += 8) {
-      const long long sr = static_cast<long long>(e.y + q) * G + row;
-      const float lse = p.partial_lse[sr];
-      const float4 v = reinterpret_cast<const float4*>(p.partial_o + sr * 128)[lane];
-      const float mn = fmaxf(m, lse);
-      const float a = exp2f(m - mn), w = exp2f(lse - mn);
-      l = l * a + w;
-      acc.x = acc.x * a + w * v.x;
-      acc.y = acc.y * a + w * v.y;
-      acc.z = acc.z * a + w * v.z;
-      acc.w = acc.w * a + w * v.w;
-      m = mn;
-    }
-    s_acc[warp][lane] = acc;
-    if (lane == 0) {
-      s_m[warp] = m;
-      s_l[warp] = l;
-    }
+    merge_parts(p, static_cast<long long>(e.y) * G + row, G, 0, e.z, 1, lane, m, l, acc);
+    store_row(out, lane, acc, 1.f / l);
+  }
+
+  // Phase 2: units with more than kWarpParts parts, one CTA each (units u = blockIdx.x + k * grid).
+  for (int base = 0; blockIdx.x + base * gridDim.x < units; base += kCombineThreads) {
     __syncthreads();
-    if (warp == 0) {
-      float mx = kNegInf;
-#pragma unroll
-      for (int w = 0; w < 8; ++w) mx = fmaxf(mx, s_m[w]);
-      float L = 0.f;
-      float4 r = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-      for (int w = 0; w < 8; ++w) {
-        if (s_l[w] == 0.f) continue;  // warp saw no part
-        const float f = exp2f(s_m[w] - mx);
-        const float4 v = s_acc[w][lane];
-        L += f * s_l[w];
-        r.x += f * v.x;
-        r.y += f * v.y;
-        r.z += f * v.z;
-        r.w += f * v.w;
+    if (threadIdx.x == 0) s_count = 0;
+    __syncthreads();
+    const int u = blockIdx.x + (base + threadIdx.x) * gridDim.x;
+    const bool is_long = u < units && p.combine[u / G].z > kWarpParts;
+    const unsigned ball = __ballot_sync(0xffffffffu, is_long);
+    // Compact in thread order (warp counts in shared memory, then ranks): a fixed list.
+    if (lane == 0) s_list[warp] = __popc(ball);
+    __syncthreads();
+    int off = 0;
+    for (int w = 0; w < warp; ++w) off += s_list[w];
+    const int total_long = [&] {
+      int t = 0;
+      for (int w = 0; w < kWarps; ++w) t += s_list[w];
+      return t;
+    }();
+    __syncthreads();
+    if (is_long) s_list[off + __popc(ball & ((1u << lane) - 1u))] = u;
+    __syncthreads();
+    for (int i = 0; i < total_long; ++i) {
+      const int uu = s_list[i];
+      const int4 e = p.combine[uu / G];
+      const int row = uu - (uu / G) * G;
+      float m = kNegInf, l = 0.f;
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      merge_parts(p, static_cast<long long>(e.y) * G + row, G, warp, e.z, kWarps, lane, m, l, acc);
+      s_acc[warp][lane] = acc;
+      if (lane == 0) {
+        s_m[warp] = m;
+        s_l[warp] = l;
       }
-      const float inv = 1.f / L;
-      __nv_bfloat162 lo = __floats2bfloat162_rn(r.x * inv, r.y * inv);
-      __nv_bfloat162 hi = __floats2bfloat162_rn(r.z * inv, r.w * inv);
-      uint2 packed;
-      packed.x = *reinterpret_cast<uint32_t*>(&lo);
-      packed.y = *reinterpret_cast<uint32_t*>(&hi);
-      reinterpret_cast<uint2*>(out)[lane] = packed;
+      __syncthreads();
+      if (warp == 0) {
+        float mx = kNegInf;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w]);
+        float L = 0.f;
+        float4 r = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+          if (s_l[w] == 0.f) continue;  // warp saw no part
+          const float f = exp2f(s_m[w] - mx);
+          const float4 v = s_acc[w][lane];
+          L += f * s_l[w];
+          r.x += f * v.x;
+          r.y += f * v.y;
+          r.z += f * v.z;
+          r.w += f * v.w;
+        }
+        store_row(out_row(e.x, row), lane, r, 1.f / L);
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
 }
 

@@ -8,7 +8,7 @@
 
 namespace hpc::attn {
 
-constexpr int kPlanThreads = 1024;
+constexpr int kPlanThreads = 512;  // 1024 capped registers at 64 and spilled
 constexpr int kTileTokens = 64;
 
 // Counter slots written by the planner (int32).
@@ -62,6 +62,7 @@ struct PagedDecodeParams {
   float sm_scale_log2;  // softmax scale * log2(e)
   int num_kv_heads;
   int group;  // G = Hq / Hkv, 1..16
+  int diag;   // benchmark diagnostics only: bit 0 = consumers skip the math (output undefined)
 };
 
 constexpr int kCombineThreads = 256;

@@ -69,31 +69,232 @@ __device__ __forceinline__ Scan3 block_exclusive_scan(Scan3 v, Scan3& total) {
   return Scan3{base.a + inc.a - v.a, base.b + inc.b - v.b, base.c + inc.c - v.c};
 }
 
-// The cut of `total` tiles into `nb` bins: start(c) = floor(c * total / nb). 32-bit division
-// whenever (total + 1) * nb fits (any realistic batch); 64-bit division is a slow software
-// routine on the GPU and made the first planner version take 20 us.
-struct BinLine {
-  long long total;
-  long long nb;
-  bool narrow;
-  __device__ __forceinline__ long long start(long long c) const {
-    return narrow ? static_cast<long long>(static_cast<unsigned>(c * total) / static_cast<unsigned>(nb)) : c * total / nb;
-  }
-  __device__ __forceinline__ long long bin_of(long long x) const {
-    const long long num = (x + 1) * nb + total - 1;
-    return (narrow ? static_cast<long long>(static_cast<unsigned>(num) / static_cast<unsigned>(total)) : num / total) - 1;
-  }
-};
-
-__device__ __forceinline__ int item_parts_dynamic(const BinLine& line, long long s, int n) {
-  return n == 0 ? 0 : static_cast<int>(line.bin_of(s + n - 1) - line.bin_of(s) + 1);
-}
-
 __device__ __forceinline__ int static_chunk(int n, int splits) { return (n + splits - 1) / splits; }
 __device__ __forceinline__ int item_parts_static(int n, int splits) {
   if (n == 0) return 0;
   const int chunk = static_chunk(n, splits);
   return (n + chunk - 1) / chunk;
+}
+
+// ---- dynamic plan, version 3 ------------------------------------------------------------
+// Same tables as before (the Python twin is unchanged); the work is organised for latency:
+// one thread per request (lengths kept in registers), all 32-bit arithmetic whenever the line
+// fits (64-bit division is a software routine), and instead of two divisions per item the
+// bins are walked incrementally from one division per request: start(c + 1) = start(c) + q0 +
+// carry, where carry comes from the running remainder of c * total mod nb. A request whose
+// items span many bins (a long context) is written by its whole warp, one piece per lane.
+
+template <typename T>
+struct Line {
+  T total, nb, q0, rr;
+  __device__ __forceinline__ T start(T c) const { return c * total / nb; }
+  __device__ __forceinline__ T bin_of(T x) const { return ((x + 1) * nb + total - 1) / total - 1; }
+};
+
+// Walk over the bins: bin c = [cs, ce); remn = ((c + 1) * total) mod nb.
+template <typename T>
+struct BinWalk {
+  T c, cs, ce, remn;
+  __device__ __forceinline__ void init(const Line<T>& L, T c0) {
+    c = c0;
+    cs = L.start(c0);
+    const T rem = c0 * L.total - cs * L.nb;
+    const T r2 = rem + L.rr;
+    const bool carry = r2 >= L.nb;
+    ce = cs + L.q0 + (carry ? 1 : 0);
+    remn = carry ? r2 - L.nb : r2;
+  }
+  __device__ __forceinline__ void advance(const Line<T>& L) {
+    ++c;
+    cs = ce;
+    const T r2 = remn + L.rr;
+    const bool carry = r2 >= L.nb;
+    ce = cs + L.q0 + (carry ? 1 : 0);
+    remn = carry ? r2 - L.nb : r2;
+  }
+};
+
+constexpr int kPlanWalkMax = 24;  // a request spanning more bin boundaries is written by its warp
+
+template <typename T>
+__device__ __forceinline__ T shfl_t(T v, int src) {
+  if constexpr (sizeof(T) == 8) {
+    return static_cast<T>(__shfl_sync(0xffffffffu, static_cast<unsigned long long>(v), src));
+  } else {
+    return static_cast<T>(__shfl_sync(0xffffffffu, static_cast<unsigned>(v), src));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, int r1, int len0,
+                                             long long req_tiles0, long long total_ll, int clamped_total) {
+  const int hkv = p.num_kv_heads;
+  const int lane = threadIdx.x & 31;
+  const int chunk = (p.batch + blockDim.x - 1) / blockDim.x;
+  auto length = [&](int b) {
+    if (b == r0) return len0;
+    const int raw = p.kv_lens[b];
+    return raw < 0 ? 0 : (raw > p.max_len ? p.max_len : raw);
+  };
+  auto tiles = [&](int len) { return (len + kTileTokens - 1) / kTileTokens; };
+  Line<T> L;
+  L.total = static_cast<T>(total_ll);
+  long long nb = total_ll / (p.min_tiles > 0 ? p.min_tiles : 1);
+  nb = nb < 1 ? 1 : (nb > p.num_bins ? p.num_bins : nb);
+  if (total_ll == 0) nb = 1;
+  L.nb = static_cast<T>(nb);
+  L.q0 = total_ll > 0 ? L.total / L.nb : 0;
+  L.rr = total_ll > 0 ? L.total - L.q0 * L.nb : 0;
+
+  // Pass 2: tasks, slots and combine entries of my requests.
+  Scan3 cnt{0, 0, 0};
+  {
+    T rt = static_cast<T>(req_tiles0);
+    for (int b = r0; b < r1; ++b) {
+      const int n = tiles(length(b));
+      if (n == 0) {
+        cnt.c += hkv;
+        continue;
+      }
+      const T S = rt * hkv, E = S + static_cast<T>(n) * hkv;
+      const T bS = L.bin_of(S), bE = L.bin_of(E - 1);
+      if (bE - bS <= static_cast<T>(kPlanWalkMax)) {
+        BinWalk<T> w;
+        w.init(L, bS);
+        for (int h = 0; h < hkv; ++h) {
+          const T s = S + static_cast<T>(h) * n, e = s + n;
+          while (w.ce <= s) w.advance(L);
+          int parts = 1;
+          while (w.ce < e) {
+            w.advance(L);
+            ++parts;
+          }
+          cnt.a += parts;
+          if (parts > 1) {
+            cnt.b += parts;
+            cnt.c += 1;
+          }
+        }
+      } else {
+        for (int h = 0; h < hkv; ++h) {
+          const T s = S + static_cast<T>(h) * n;
+          const int parts = static_cast<int>(L.bin_of(s + n - 1) - L.bin_of(s)) + 1;
+          cnt.a += parts;
+          if (parts > 1) {
+            cnt.b += parts;
+            cnt.c += 1;
+          }
+        }
+      }
+      rt += n;
+    }
+  }
+  Scan3 tot2;
+  const Scan3 pre2 = block_exclusive_scan(cnt, tot2);
+  const int num_tasks = tot2.a;
+
+  // Pass 3: write. Loop bounds are warp-uniform (chunk iterations) for the ballots.
+  int task = pre2.a, slot = pre2.b, comb = pre2.c;
+  T rt = static_cast<T>(req_tiles0);
+  for (int i = 0; i < chunk; ++i) {
+    const int b = r0 + i;
+    const bool valid = b < r1;
+    const int len = valid ? length(b) : 0;
+    const int n = tiles(len);
+    const T S = rt * hkv, E = S + static_cast<T>(n) * hkv;
+    bool is_long = false;
+    T bS = 0;
+    if (n > 0) {
+      bS = L.bin_of(S);
+      is_long = L.bin_of(E - 1) - bS > static_cast<T>(kPlanWalkMax);
+    }
+    if (valid && n == 0) {
+      for (int h = 0; h < hkv; ++h) p.combine[comb++] = make_int4(b * hkv + h, 0, 0, 0);
+    } else if (valid && !is_long) {
+      BinWalk<T> w;
+      w.init(L, bS);
+      for (int h = 0; h < hkv; ++h) {
+        const int item = b * hkv + h;
+        const T s = S + static_cast<T>(h) * n, e = s + n;
+        while (w.ce <= s) w.advance(L);
+        const bool split = w.ce < e;
+        int q = 0;
+        while (true) {
+          const T gb = s > w.cs ? s : w.cs;
+          const T ge = e < w.ce ? e : w.ce;
+          const int token_end = min(len, static_cast<int>(ge - s) * kTileTokens);
+          p.tasks[task] = make_int4(item, static_cast<int>(gb - s), token_end, split ? slot + q : -1);
+          if (gb == w.cs) p.bin_start[w.c] = task;
+          ++task;
+          ++q;
+          if (w.ce < e) {
+            w.advance(L);
+          } else {
+            break;
+          }
+        }
+        if (split) {
+          p.combine[comb++] = make_int4(item, slot, q, 0);
+          slot += q;
+        }
+      }
+    }
+    unsigned mask = __ballot_sync(0xffffffffu, valid && is_long);
+    while (mask) {
+      const int src = __ffs(mask) - 1;
+      mask &= mask - 1;
+      const int bb = __shfl_sync(0xffffffffu, b, src);
+      const int nn = __shfl_sync(0xffffffffu, n, src);
+      const int ll = __shfl_sync(0xffffffffu, len, src);
+      const T SS = shfl_t(S, src);
+      int t_ = __shfl_sync(0xffffffffu, task, src);
+      int s_ = __shfl_sync(0xffffffffu, slot, src);
+      int c_ = __shfl_sync(0xffffffffu, comb, src);
+      for (int h = 0; h < hkv; ++h) {
+        const int item = bb * hkv + h;
+        const T s = SS + static_cast<T>(h) * nn, e = s + nn;
+        const T first = L.bin_of(s);
+        const int parts = static_cast<int>(L.bin_of(e - 1) - first) + 1;
+        for (int q = lane; q < parts; q += 32) {
+          const T c = first + q;
+          const T cs = L.start(c), ce = L.start(c + 1);
+          const T gb = s > cs ? s : cs;
+          const T ge = e < ce ? e : ce;
+          const int token_end = min(ll, static_cast<int>(ge - s) * kTileTokens);
+          p.tasks[t_ + q] = make_int4(item, static_cast<int>(gb - s), token_end, parts > 1 ? s_ + q : -1);
+          if (gb == cs) p.bin_start[c] = t_ + q;
+        }
+        if (parts > 1) {
+          if (lane == 0) p.combine[c_] = make_int4(item, s_, parts, 0);
+          ++c_;
+          s_ += parts;
+        }
+        t_ += parts;
+      }
+      if (lane == src) {
+        task = t_;
+        slot = s_;
+        comb = c_;
+      }
+    }
+    rt += n;
+  }
+
+  const int C = p.num_bins;
+  const int nb_used = total_ll > 0 ? static_cast<int>(nb) : 0;
+  for (int c = threadIdx.x; c <= C; c += blockDim.x) {
+    if (c >= nb_used) p.bin_start[c] = num_tasks;
+  }
+  if (threadIdx.x == 0) {
+    p.counters[kNumTasks] = num_tasks;
+    p.counters[kNumCombine] = tot2.c;
+    p.counters[kBudget] = total_ll > 0 ? static_cast<int>((total_ll + nb - 1) / nb) : 0;
+    p.counters[kTotalTiles] = static_cast<int>(total_ll);
+    p.counters[kNumSlots] = tot2.b;
+    p.counters[kNumBinsUsed] = nb_used;
+    p.counters[kNumClamped] = clamped_total;
+    p.counters[7] = 0;
+  }
 }
 
 __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_constant__ DecodePlanParams p) {
@@ -103,110 +304,76 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_
   const int hkv = p.num_kv_heads;
   const int chunk = (p.batch + blockDim.x - 1) / blockDim.x;
   const int r0 = min(p.batch, tid * chunk), r1 = min(p.batch, r0 + chunk);
-  auto length = [&](int b) {
-    const int raw = p.kv_lens[b];
-    return raw < 0 ? 0 : (raw > p.max_len ? p.max_len : raw);
-  };
+  auto clamp_len = [&](int raw) { return raw < 0 ? 0 : (raw > p.max_len ? p.max_len : raw); };
+  auto length = [&](int b) { return clamp_len(p.kv_lens[b]); };
   auto tiles = [&](int len) { return (len + kTileTokens - 1) / kTileTokens; };
 
   // Pass 1: tiles per request (identical for every head of a request), clamped lengths.
   Scan3 mine{0, 0, 0};
+  int len0 = 0;
   for (int b = r0; b < r1; ++b) {
     const int raw = p.kv_lens[b];
-    mine.a += tiles(length(b));
+    const int len = clamp_len(raw);
+    if (b == r0) len0 = len;
+    mine.a += tiles(len);
     mine.b += (raw < 0 || raw > p.max_len) ? 1 : 0;
   }
   Scan3 tot1;
   const Scan3 pre1 = block_exclusive_scan(mine, tot1);
   const long long total = static_cast<long long>(tot1.a) * hkv;
   const bool dynamic = p.static_splits <= 0;
-  BinLine line{total, 1, false};
-  if (dynamic && total > 0) {
+  if (dynamic) {
     long long nb = total / (p.min_tiles > 0 ? p.min_tiles : 1);
     nb = nb < 1 ? 1 : (nb > p.num_bins ? p.num_bins : nb);
-    line.nb = nb;
-    line.narrow = (total + 1) * nb + total < 0xFFFFFFFFll;
+    if ((total + 1) * nb + total < 0xFFFFFFFFll) {
+      plan_dynamic<unsigned>(p, r0, r1, len0, pre1.a, total, tot1.b);
+    } else {
+      plan_dynamic<unsigned long long>(p, r0, r1, len0, pre1.a, total, tot1.b);
+    }
+    return;
   }
-  // Bin starts advance by q0 or q0 + 1: start(c + 1) = start(c) + q0 + (carry of c * rr mod nb).
-  const long long q0 = total > 0 ? total / line.nb : 0, rr = total > 0 ? total % line.nb : 0;
 
-  // Pass 2: tasks, partial slots and combine entries per request.
+  // Static mode (the split-KV baseline): every item in `static_splits` equal parts, tasks
+  // dealt to the bins round robin.
   Scan3 cnt{0, 0, 0};
-  long long req_tiles = pre1.a;  // tiles of requests before b (one head)
   for (int b = r0; b < r1; ++b) {
     const int n = tiles(length(b));
-    for (int h = 0; h < hkv; ++h) {
-      const long long s = req_tiles * hkv + static_cast<long long>(h) * n;
-      const int parts = dynamic ? item_parts_dynamic(line, s, n) : item_parts_static(n, p.static_splits);
-      cnt.a += parts;
-      cnt.b += parts > 1 ? parts : 0;
-      cnt.c += (parts > 1 || parts == 0) ? 1 : 0;
-    }
-    req_tiles += n;
+    const int parts = item_parts_static(n, p.static_splits);
+    cnt.a += parts * hkv;
+    cnt.b += parts > 1 ? parts * hkv : 0;
+    cnt.c += (parts > 1 || parts == 0) ? hkv : 0;
   }
   Scan3 tot2;
   const Scan3 pre2 = block_exclusive_scan(cnt, tot2);
   const int num_tasks = tot2.a;
   const int C = p.num_bins;
-  // Static mode: task k goes to bin k % C at position base(k % C) + k / C.
+  // Task k goes to bin k % C at position base(k % C) + k / C.
   const int per_bin = num_tasks / C, extra = num_tasks % C;
   auto static_base = [&](int c) { return c * per_bin + min(c, extra); };
-
-  // Pass 3: write the tables.
   int task = pre2.a, slot = pre2.b, comb = pre2.c;
-  req_tiles = pre1.a;
   for (int b = r0; b < r1; ++b) {
     const int len = length(b);
     const int n = tiles(len);
+    const int parts = item_parts_static(n, p.static_splits);
+    const int ch = n > 0 ? static_chunk(n, p.static_splits) : 0;
     for (int h = 0; h < hkv; ++h) {
       const int item = b * hkv + h;
-      const long long s = req_tiles * hkv + static_cast<long long>(h) * n;
-      const int parts = dynamic ? item_parts_dynamic(line, s, n) : item_parts_static(n, p.static_splits);
       if (parts != 1) p.combine[comb++] = make_int4(item, parts > 1 ? slot : 0, parts, 0);
-      if (dynamic) {
-        const long long first_bin = parts > 0 ? line.bin_of(s) : 0;
-        long long ce = parts > 0 ? line.start(first_bin) : 0;
-        long long rem = parts > 0 ? static_cast<unsigned>(first_bin * rr) % static_cast<unsigned>(line.nb) : 0;
-        for (int q = 0; q < parts; ++q) {
-          const long long c = first_bin + q;
-          const long long cs = ce;
-          rem += rr;
-          ce = cs + q0 + (rem >= line.nb ? 1 : 0);
-          if (rem >= line.nb) rem -= line.nb;
-          const long long gb = s > cs ? s : cs;
-          const long long ge = (s + n) < ce ? (s + n) : ce;
-          const int tile_end = static_cast<int>(ge - s);
-          const int token_end = min(len, tile_end * kTileTokens);
-          p.tasks[task] = make_int4(item, static_cast<int>(gb - s), token_end, parts > 1 ? slot + q : -1);
-          if (gb == cs) p.bin_start[c] = task;
-          ++task;
-        }
-      } else {
-        const int ch = n > 0 ? static_chunk(n, p.static_splits) : 0;
-        for (int q = 0; q < parts; ++q) {
-          const int tb = q * ch, te = min(n, tb + ch);
-          const int pos = static_base(task % C) + task / C;
-          p.tasks[pos] = make_int4(item, tb, min(len, te * kTileTokens), parts > 1 ? slot + q : -1);
-          ++task;
-        }
+      for (int q = 0; q < parts; ++q) {
+        const int tb = q * ch, te = min(n, tb + ch);
+        const int pos = static_base(task % C) + task / C;
+        p.tasks[pos] = make_int4(item, tb, min(len, te * kTileTokens), parts > 1 ? slot + q : -1);
+        ++task;
       }
       if (parts > 1) slot += parts;
     }
-    req_tiles += n;
   }
-
-  const int nb_used = dynamic ? (total > 0 ? static_cast<int>(line.nb) : 0) : min(num_tasks, C);
-  for (int c = tid; c <= C; c += blockDim.x) {
-    if (!dynamic) {
-      p.bin_start[c] = static_base(c);
-    } else if (c >= nb_used) {
-      p.bin_start[c] = num_tasks;
-    }
-  }
+  const int nb_used = min(num_tasks, C);
+  for (int c = tid; c <= C; c += blockDim.x) p.bin_start[c] = static_base(c);
   if (tid == 0) {
     p.counters[kNumTasks] = num_tasks;
     p.counters[kNumCombine] = tot2.c;
-    p.counters[kBudget] = dynamic ? (total > 0 ? static_cast<int>((total + line.nb - 1) / line.nb) : 0) : 0;
+    p.counters[kBudget] = 0;
     p.counters[kTotalTiles] = static_cast<int>(total);
     p.counters[kNumSlots] = tot2.b;
     p.counters[kNumBinsUsed] = nb_used;

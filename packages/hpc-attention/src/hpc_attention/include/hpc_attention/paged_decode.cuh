@@ -85,8 +85,10 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
   const char* vbase = static_cast<const char*>(p.v_cache) + col * 16;
   int stage = 0;
   uint32_t phase = 0;
+  int4 next = t_begin < t_end ? p.tasks[t_begin] : make_int4(0, 0, 0, 0);
   for (int t = t_begin; t < t_end; ++t) {
-    const int4 task = p.tasks[t];
+    const int4 task = next;
+    if (t + 1 < t_end) next = p.tasks[t + 1];  // in flight while this task streams
     const int b = task.x / p.num_kv_heads, h = task.x - b * p.num_kv_heads;
     const int32_t* pt = p.page_table + b * p.page_table_stride;
     const int tile_end = (task.z + Cfg::kTile - 1) / Cfg::kTile;
@@ -189,8 +191,10 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
 
   int stage = 0;
   uint32_t phase = 0;
+  int4 next = t_begin < t_end ? p.tasks[t_begin] : make_int4(0, 0, 0, 0);
   for (int t = t_begin; t < t_end; ++t) {
-    const int4 task = p.tasks[t];
+    const int4 task = next;
+    if (t + 1 < t_end) next = p.tasks[t + 1];  // in flight while this task computes
     const int b = task.x / p.num_kv_heads, h = task.x - b * p.num_kv_heads;
     float row_scale0 = score_scale, row_scale1 = score_scale;
     if constexpr (kFp8Q) {
@@ -209,6 +213,15 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       const int valid = min(Cfg::kTile, task.z - tile * Cfg::kTile);
       mbar_wait(&full[stage], phase);
       const uint8_t* sb = smem + stage * Cfg::kStageBytes;
+      if (p.diag & 1) {  // diagnostics: stream only (measures the producer / memory side)
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[stage]);
+        if (++stage == Cfg::kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+        continue;
+      }
       if (tile == task.y) load_q_frags<kFp8Kv, kFp8Q>(sb + Cfg::kQOff, qa);
 
       // ---- S = Q K^T for this warp's 16 tokens (2 n-tiles of 8) ----
