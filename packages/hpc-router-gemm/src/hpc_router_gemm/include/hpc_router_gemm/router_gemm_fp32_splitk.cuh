@@ -9,11 +9,14 @@
 // are summed in rank order through distributed shared memory. No atomics anywhere: the result
 // is bitwise reproducible for a given (M, N, K, splits).
 //
-// Two instantiations: kTokens = 8 (M > 1) and kTokens = 1 (M = 1, single-request decode).
-// With one token a lane needs 4 accumulators instead of 32, so it can keep 4 K-steps x 4
-// experts = 16 float4 weight loads in flight (predicated, issued before any FMA) instead of
-// 8: on LongCat-Flash Chat (K=6144, N=768) a lane walks 6 K-steps, which took 3 dependent
-// DRAM round trips with 2 steps per batch (13.2 us against FP32 cuBLAS's 11.2 at M=1).
+// Two instantiations: kTokens = 8 (M > 1, 2 CTAs per SM) and kTokens = 1 (M = 1,
+// single-request decode). With one token a lane needs 4 accumulators instead of 32, so the
+// kernel fits 3 CTAs per SM with 3 K-steps x 4 experts = 12 float4 weight loads per lane in
+// flight (predicated, issued before any FMA): 147 KB per SM, the whole weight slice of an SM
+// on LongCat-Flash Chat (K=6144, N=768: 18.9 MB / 132 SMs = 143 KB) in one DRAM round trip.
+// There 96 expert tiles x 4 splits = 384 CTAs fill 396 slots in one wave; with 2 CTAs per SM
+// and S=2 (192 CTAs on 132 SMs) 60 SMs carried twice the work of the rest and a lane walked
+// 6 K-steps in 3 dependent batches (13.2 us against FP32 cuBLAS's 11.2 at M=1).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -73,8 +76,9 @@ __device__ __forceinline__ float warp_reduce4(float (&v)[4], int lane) {
 
 // kTokens tokens per pass (kTokens * kExpertsPerWarp accumulators per lane) and kSteps
 // K-steps of 32 float4 columns whose weights are loaded together.
-template <int kTokens, int kSteps>
-__global__ void __launch_bounds__(fp32k::kThreads, 2) router_gemm_fp32_splitk_kernel(const Fp32SplitKParams p) {
+template <int kTokens, int kSteps, int kMinBlocksPerSm>
+__global__ void __launch_bounds__(fp32k::kThreads, kMinBlocksPerSm)
+    router_gemm_fp32_splitk_kernel(const Fp32SplitKParams p) {
   using namespace fp32k;
   constexpr int kValues = kTokens * kExpertsPerWarp;
   static_assert(kValues == 32 || kValues == 4, "warp reductions exist for 32 and 4 values per lane");
@@ -178,10 +182,11 @@ inline cudaError_t launch_router_gemm_fp32_splitk(const Fp32SplitKParams& p, cud
   }
   dim3 grid(p.splits, p.N / kExperts, 1);
   if (p.M == 1) {
-    return launch_with_cluster(router_gemm_fp32_splitk_kernel<1, 4>, grid, dim3(kThreads), 0, p.splits, stream, pdl,
-                               p);
+    return launch_with_cluster(router_gemm_fp32_splitk_kernel<1, 3, 3>, grid, dim3(kThreads), 0, p.splits, stream,
+                               pdl, p);
   }
-  return launch_with_cluster(router_gemm_fp32_splitk_kernel<8, 2>, grid, dim3(kThreads), 0, p.splits, stream, pdl, p);
+  return launch_with_cluster(router_gemm_fp32_splitk_kernel<8, 2, 2>, grid, dim3(kThreads), 0, p.splits, stream, pdl,
+                             p);
 }
 
 }  // namespace hpc::router_gemm
