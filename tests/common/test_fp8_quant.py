@@ -406,7 +406,8 @@ def test_torch_compile_functionalises_the_mutating_op_cpu():
 @pytest.mark.gpu
 @pytest.mark.parametrize("short_segments", [True, False], ids=["short_segment_kernel", "generic_kernel"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("mode,group_size", [("group", 128), ("group_col", 128), ("group", 256), ("per_head", 128)])
+@pytest.mark.parametrize("mode,group_size", [("group", 128), ("group_col", 128), ("group", 256), ("group", 64),
+                                             ("group", 32), ("per_head", 128)])
 @pytest.mark.parametrize("m", [1, 37, 1000])
 def test_short_segment_and_generic_kernels_match_reference(cuda, short_segments, dtype, mode, group_size, m):
     """Both kernels that serve group/per-head scales give the reference's bits (the short-segment

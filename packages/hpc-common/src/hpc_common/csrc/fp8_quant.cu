@@ -10,6 +10,10 @@ template <int DT, int VEC>
 cudaError_t launch_vector_path(const QuantParams& p, cudaStream_t stream, bool pdl) {
   using namespace hpc::fp8;
   switch (small_seg_vectors_per_lane(p, VEC)) {
+    case 1:
+      return launch_fp8_quant_small_seg<DT, VEC, 1>(p, stream, pdl);
+    case 2:
+      return launch_fp8_quant_small_seg<DT, VEC, 2>(p, stream, pdl);
     case 4:
       return launch_fp8_quant_small_seg<DT, VEC, 4>(p, stream, pdl);
     case 8:
