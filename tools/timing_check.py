@@ -1,23 +1,39 @@
-"""Sanity check of the benchmark harness on the GPU: an empty kernel and a 1 GiB copy timed
-with events inside the graph (the harness default) and with events around graph replay.
-The two should differ by the graph launch cost alone (a few us), and the copy should give
-the ~4.27 TB/s the floors assume. Prints one line each; run by tools/gpu_check.sh."""
+"""Sanity check of the benchmark harness on the GPU (run by tools/gpu_check.sh).
+
+- An empty kernel and a 1 GiB copy timed with events inside the graph (the harness default)
+  and with events around graph replay: they should differ by the graph launch cost alone.
+- The 1 GiB copy and a 256 MB FP8 quantisation after a *written* and after a *read* L2
+  flush: the difference is the write-back of the flush's dirty lines inside the timed call.
+"""
 
 import torch
 
 from hpc_common.bench import timing
+from hpc_common.fp8 import quantize_per_tensor
 
 dev = torch.device("cuda", 0)
 tiny = torch.empty(1, device=dev)
 src = torch.empty(1 << 29, dtype=torch.float16, device=dev).normal_()
 dst = torch.empty_like(src)
+x = torch.randn(32768, 4096, device=dev, dtype=torch.bfloat16)
+q = torch.empty(x.shape, device=dev, dtype=torch.float8_e4m3fn)
+scale = torch.tensor([0.02], device=dev)
 stream = torch.cuda.Stream()
-for name, fn, nbytes in (("empty kernel", lambda: tiny.zero_(), 0), ("1 GiB copy", lambda: dst.copy_(src), 2 << 30)):
+cases = (("empty kernel", lambda: tiny.zero_(), 0),
+         ("1 GiB copy", lambda: dst.copy_(src), 2 << 30),
+         ("fp8 per-tensor 256 MB", lambda: quantize_per_tensor(x, scale, out=q), 3 * x.numel()))
+for name, fn, nbytes in cases:
     with torch.cuda.stream(stream):
         fn()
         timing._flush_l2(dev)
         stream.synchronize()
         inside = timing._bench_in_graph(fn, 50, True, dev, stream)
         around = timing._bench_around_replay(fn, 50, True, dev, stream, True)
-    bw = f", {nbytes / inside / 1e6:.2f} TB/s in-graph" if nbytes else ""
-    print(f"timing check: {name}: in-graph events {inside:.2f} us, around replay {around:.2f} us{bw}")
+        saved = timing.FLUSH_MODE
+        timing.FLUSH_MODE = "read" if saved == "write" else "write"
+        other = timing._bench_in_graph(fn, 50, True, dev, stream)
+        timing.FLUSH_MODE = saved
+    bw = (lambda t: f" ({nbytes / t / 1e6:.2f} TB/s)") if nbytes else (lambda t: "")
+    print(f"timing check: {name}: in-graph {inside:.2f} us{bw(inside)} [{saved} flush], around replay "
+          f"{around:.2f} us, in-graph after a {'read' if saved == 'write' else 'write'} flush {other:.2f} us"
+          f"{bw(other)}")

@@ -20,12 +20,22 @@ def floor_us(nbytes: float, flops: float = 0.0, tflops: float = 750.0) -> float:
 _flush_buf: dict[torch.device, torch.Tensor] = {}
 
 
-def _flush_l2(device: torch.device) -> None:
+# How the L2 is emptied before each timed call: "write" rewrites a 128 MB buffer (what
+# triton's do_bench does with zero_()), "read" reads it. A written flush leaves up to an
+# L2's worth of dirty lines whose write-back lands inside the timed call; a read flush
+# evicts the call's inputs just as well and leaves clean lines.
+FLUSH_MODE = "write"
+
+
+def _flush_l2(device: torch.device, mode: str | None = None) -> None:
     buf = _flush_buf.get(device)
     if buf is None:
         # Twice the H200's 60 MB L2, so nothing of the timed call's inputs survives.
         buf = _flush_buf[device] = torch.empty(128 << 20, dtype=torch.uint8, device=device)
-    buf.bitwise_not_()
+    if (mode or FLUSH_MODE) == "read":
+        buf.view(torch.int64).max()
+    else:
+        buf.bitwise_not_()
 
 
 TIMING_METHOD = ("CUDA graph of [128 MB L2 flush, event, call, event] replayed; median over replays "
