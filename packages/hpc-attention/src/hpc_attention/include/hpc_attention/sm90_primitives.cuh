@@ -1,4 +1,4 @@
-// Device primitives shared by the decode-attention kernels: mbarriers, bulk (TMA) copies,
+// Device primitives of the decode-attention kernels: mbarrier waits and arrivals, bulk (TMA) copies,
 // ldmatrix, m16n8k16 tensor-core products and FP8 -> FP16 conversion. Plain PTX wrappers;
 // each one is small enough to check against the PTX ISA by eye.
 #pragma once
@@ -8,16 +8,16 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "hpc_common/sm90.cuh"
+
 namespace hpc::attn {
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+// Shared with the other operators (hpc_common/sm90.cuh). The waits below keep their own
+// watchdog (10 s of %globaltimer, with a message) instead of hpc::sm90::mbar_wait's poll count.
+using hpc::sm90::mbar_init;
+using hpc::sm90::smem_u32;
 
 // ---- mbarrier ---------------------------------------------------------------------------
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
 
 // Makes the initialised barriers visible to the async (copy-engine) proxy.
 __device__ __forceinline__ void mbar_fence_init() {
