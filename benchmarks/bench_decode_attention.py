@@ -1,10 +1,13 @@
 """Paged decode attention on the H200: the six cases of BRIEF.md 3.1 with 8/1 and 64/8 heads,
 BF16 and FP8 KV, page 64. Providers: `ours` (dynamic plan; decode + combine per call, plan
-built once per step outside the timed region), `ours_static` (the same kernel on a static
-split-KV plan), `ours_plan` (the device planner alone, also at batch 256), diagnostics
-`diag_decode_only` (decode kernel without the combine launch) and `diag_stream_only` (decode
-kernel streaming K/V with the consumers skipping the math; both give wrong outputs, timing
-only), and FlashInfer /
+built once per step outside the timed region; split items merged by the path that
+`heuristics.MERGE_IN_DECODE` selects, by default inside the decode kernel), `ours_static` (the
+same kernel on a static split-KV plan), `ours_plan` (the device planner alone, also at batch
+256), diagnostics `diag_separate_combine` (`ours` with the other merge path: the separate
+combine kernel when the default merges in the decode kernel; correct outputs, so it carries
+its error too), `diag_decode_only` (decode kernel without the combine launch and without the
+in-kernel merge) and `diag_stream_only` (decode kernel streaming K/V with the consumers
+skipping the math; these two give wrong outputs, timing only), and FlashInfer /
 FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
 4.27 TB/s) and the achieved TB/s; `ours*` rows carry the error against float32 attention on
 the dequantised inputs.
@@ -122,8 +125,24 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True):
             res.add("ours_plan", t, **dict(fields, floor_us=None))
             print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {'ours_plan':>12}: {t:8.2f} us", flush=True)
             if diag:
+                # The other split-merge path (same plan and workspace): with the default
+                # MERGE_IN_DECODE = True this is the separate combine kernel of version 3.
+                from hpc_attention import heuristics
+                default = heuristics.MERGE_IN_DECODE
+                heuristics.MERGE_IN_DECODE = not default
+                try:
+                    out2 = torch.empty_like(out)
+                    fn2 = (lambda plan=plan, out2=out2: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks,
+                                                                  v_scale=vs, out=out2))
+                    fn2()
+                    torch.cuda.synchronize()
+                    t = bench_us(fn2, reps=reps)
+                finally:
+                    heuristics.MERGE_IN_DECODE = default
+                add("diag_separate_combine" if default else "diag_merge_in_decode", t, out2.clone())
                 # Diagnostics (outputs wrong while set): the decode kernel without the combine
-                # launch, and the same with the consumers skipping the math (memory side only).
+                # launch or the in-kernel merge, and the same with the consumers skipping the
+                # math (memory side only).
                 from hpc_attention import paged_decode as pd
                 for name, d in (("diag_decode_only", dict(skip_combine=True, flags=0)),
                                 ("diag_stream_only", dict(skip_combine=True, flags=1))):
@@ -157,7 +176,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, 8/1 heads only")
-    ap.add_argument("--no-diag", action="store_true", help="leave out the diag_* rows (decode only, stream only)")
+    ap.add_argument("--no-diag", action="store_true",
+                    help="leave out the diag_* rows (separate combine, decode only, stream only)")
     args = ap.parse_args()
     reps = 30 if args.quick else 100
     res = BenchResults("decode_attention", args.out_dir / gpu_slug())

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import hpc_attention as ha
+from hpc_attention import heuristics
 from hpc_attention.planner import plan_tables
 from hpc_common import get_pdl, set_pdl
 from hpc_common.testing import assert_bitwise_equal, error_stats, poisoned_empty
@@ -16,6 +17,17 @@ from ._cases import FP8, check_accuracy, make_case, reference
 pytestmark = pytest.mark.gpu
 
 AWKWARD = [1, 63, 64, 65, 799, 1023, 4097, 0, 239]
+
+
+@pytest.fixture(params=[True, False], ids=["merge_in_decode", "combine_kernel"])
+def merge_mode(request, monkeypatch):
+    """Runs a test on both split-merge paths (heuristics.MERGE_IN_DECODE on / off)."""
+    monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", request.param)
+    return request.param
+
+
+def check_counters_zero(ws):
+    assert not ws.merge_counts.any(), "merge counters must be back to zero after every call"
 
 
 def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out=None):
@@ -54,11 +66,12 @@ def test_planner_matches_python_twin(num_ctas, static_splits):
         assert got.bin_start == want.bin_start, trial
         assert got.tasks == want.tasks, trial
         assert got.combine == want.combine, trial
+        assert got.slot_meta == want.slot_meta, trial
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("group", [1, 2, 4, 8, 16])
-def test_matches_reference(group, kv_dtype):
+def test_matches_reference(group, kv_dtype, merge_mode):
     case = make_case(AWKWARD, 2, group, kv_dtype, seed=group)
     out, _ = run(case)
     check_accuracy(out, case)
@@ -66,20 +79,23 @@ def test_matches_reference(group, kv_dtype):
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("num_ctas", [1, 3, 17, 400])
-def test_any_cta_count(num_ctas, kv_dtype):
-    """Small grids split long items over few CTAs; more CTAs than SMs still completes."""
+def test_any_cta_count(num_ctas, kv_dtype, merge_mode):
+    """Small grids split long items over few CTAs; more CTAs than SMs still completes (the
+    in-kernel merge never waits on another CTA, so it needs no co-residency)."""
     case = make_case([5000, 64, 1, 300, 0, 2500], 1, 8, kv_dtype, seed=num_ctas)
-    out, _ = run(case, num_ctas=num_ctas, min_tiles=1)
+    out, plan = run(case, num_ctas=num_ctas, min_tiles=1)
     check_accuracy(out, case)
+    check_counters_zero(plan.workspace)
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("splits", [1, 4, "auto"])
-def test_static_split_matches_reference(splits, kv_dtype):
+def test_static_split_matches_reference(splits, kv_dtype, merge_mode):
     case = make_case([3000, 1, 65, 0, 700], 2, 4, kv_dtype, seed=7)
     out, plan = run(case, static_splits=splits)
     assert plan.static_splits >= 1
     check_accuracy(out, case, "static decode")
+    check_counters_zero(plan.workspace)
 
 
 @pytest.mark.parametrize("page_size", [16, 32, 128, 256])
@@ -119,15 +135,60 @@ def test_kv_scale_as_device_tensor():
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
-def test_bitwise_deterministic(kv_dtype):
+def test_bitwise_deterministic(kv_dtype, merge_mode):
     case = make_case([20000, 5, 3000, 64, 900], 2, 8, kv_dtype, seed=3)
-    first, _ = run(case)
+    first, plan = run(case)
+    ws = plan.workspace
     for _ in range(3):
         again, _ = run(case)
         assert_bitwise_equal(again, first)
+        again, _ = run(case, ws=ws)  # the same workspace (counters reused)
+        assert_bitwise_equal(again, first)
+    check_counters_zero(ws)
 
 
-def test_pdl_on_equals_off():
+# Items split in P parts for P in 2..105: one-level merges (P <= 16, one or two batches of 8)
+# and two-level ones (P > 16; P > 64 gives groups of more than 8 parts), G = 1, 2, 8, 16.
+# num_ctas -> parts of the split items of the case below (planner twin): 2 | 8, 2 | 10 (two
+# batches) | 16 (largest one-level) | 20 (two levels) | 54, 14 | 80, 20 | 105 (groups of 13-14), 27.
+MERGE_PARTS = {2: [2], 9: [8, 2], 12: [10, 3], 20: [16, 4], 24: [20, 5], 67: [54, 14], 100: [80, 20],
+               132: [105, 27]}
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("num_ctas,group", [(2, 8), (9, 16), (12, 8), (20, 1), (24, 8), (67, 16), (100, 2),
+                                            (132, 8)])
+def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype, monkeypatch):
+    """The in-kernel merge and the combine kernel run the same arithmetic (split_merge.cuh) in
+    the same order: identical bits, whichever CTA finishes last."""
+    case = make_case([64 * 160, 5, 0, 64 * 40 + 7], 1, group, kv_dtype, seed=num_ctas)
+    outs = {}
+    for mode in (False, True, True):
+        monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", mode)
+        out, plan = run(case, num_ctas=num_ctas, min_tiles=1)
+        check_counters_zero(plan.workspace)
+        if mode in outs:
+            assert_bitwise_equal(out, outs[mode], name="merge in decode, run to run")
+        outs[mode] = out
+    parts = [c[2] for c in plan.tables().combine if c[2] > 0]
+    assert parts == MERGE_PARTS[num_ctas]
+    assert_bitwise_equal(outs[True], outs[False], name=f"merge in decode vs combine kernel (parts {parts})")
+    check_accuracy(outs[True], case)
+
+
+@pytest.mark.parametrize("splits", [4, 40, "auto"])
+def test_merge_in_decode_bitwise_equals_combine_kernel_static(splits, monkeypatch):
+    """Static plans: several split tasks per CTA, items of 4, 40 (two-level) or 'auto' parts."""
+    case = make_case([3000, 1, 65, 0, 700, 64 * 45], 2, 4, torch.bfloat16, seed=9)
+    outs = {}
+    for mode in (False, True):
+        monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", mode)
+        outs[mode], plan = run(case, static_splits=splits)
+        check_counters_zero(plan.workspace)
+    assert_bitwise_equal(outs[True], outs[False], name=f"static {splits}: merge in decode vs combine kernel")
+
+
+def test_pdl_on_equals_off(merge_mode):
     case = make_case([20000, 5, 3000], 1, 8, torch.bfloat16, seed=4)
     before = get_pdl()
     try:
@@ -141,7 +202,7 @@ def test_pdl_on_equals_off():
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
-def test_cuda_graph_replay_with_new_lengths_equals_eager(kv_dtype):
+def test_cuda_graph_replay_with_new_lengths_equals_eager(kv_dtype, merge_mode):
     lens_a = [4000, 10, 700, 0]
     lens_b = [12, 9000, 0, 3000]
     max_len = 9100
@@ -171,6 +232,16 @@ def test_cuda_graph_replay_with_new_lengths_equals_eager(kv_dtype):
     eager, _ = run(case)
     assert_bitwise_equal(out, eager, name="graph replay vs eager")
     check_accuracy(out, case, "graph replay")
+    # Replays again (the in-kernel merge's counters must have been put back to zero by the
+    # previous replay, without any host memset), back to the first lengths and then again B.
+    kv_lens.copy_(torch.tensor(lens_a, dtype=torch.int32))
+    graph.replay()
+    kv_lens.copy_(torch.tensor(lens_b, dtype=torch.int32))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_bitwise_equal(out, eager, name="third graph replay vs eager")
+    check_counters_zero(ws)
 
 
 def test_planner_clamps_out_of_range_lengths_without_validation():

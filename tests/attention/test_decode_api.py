@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import hpc_attention as ha
+from hpc_attention import heuristics
 from hpc_attention import paged_decode as dec
 from hpc_common import set_num_sms
 
@@ -63,22 +64,44 @@ def inputs(B=3, hkv=2, g=4, page=64, pages=10, kv=torch.bfloat16):
     return q, k, v, pt, lens
 
 
-def test_dry_run_passes_every_binding_argument(fake):
+@pytest.mark.parametrize("merge_in_decode", [True, False], ids=["merge_in_decode", "combine_kernel"])
+def test_dry_run_passes_every_binding_argument(fake, monkeypatch, merge_in_decode):
+    monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", merge_in_decode)
     q, k, v, pt, lens = inputs(page=128, kv=FP8)
     ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu")
     plan = ha.plan_decode(lens, 2, 8, workspace=ws, validate=True)
     out = ha.decode(q, k, v, pt, lens, plan, k_scale=0.5, v_scale=torch.tensor([2.0]))
     assert out.shape == (3, 8, 128) and out.dtype == torch.bfloat16
     names = [c[0] for c in fake.calls]
-    assert names == ["decode_plan", "paged_decode", "decode_combine"]
-    plan_kw, dec_kw, comb_kw = (c[1] for c in fake.calls)
+    assert names == ["decode_plan", "paged_decode"] + ([] if merge_in_decode else ["decode_combine"])
+    plan_kw, dec_kw = fake.calls[0][1], fake.calls[1][1]
     assert plan_kw["batch"] == 3 and plan_kw["num_bins"] == 132 and plan_kw["max_len"] == 256
     assert plan_kw["static_splits"] == 0 and plan_kw["min_tiles"] >= 1
+    assert plan_kw["slot_meta"] == ws.slot_meta.data_ptr()
     assert dec_kw["fp8_kv"] and not dec_kw["fp8_q"] and dec_kw["page_size_log2"] == 7
     assert dec_kw["group"] == 4 and dec_kw["num_kv_heads"] == 2 and dec_kw["num_ctas"] == 132
     assert dec_kw["k_scale"] == 0.5 and dec_kw["k_scale_ptr"] == 0 and dec_kw["v_scale_ptr"] != 0
     assert dec_kw["k_stride_tok"] == 2 * 128 and dec_kw["k_stride_page"] == 128 * 2 * 128
-    assert comb_kw["group"] == 4 and comb_kw["partial_o"] == ws.partial_o.data_ptr()
+    assert dec_kw["merge"] == int(merge_in_decode)
+    assert dec_kw["slot_meta"] == ws.slot_meta.data_ptr() and dec_kw["merge_counts"] == ws.merge_counts.data_ptr()
+    assert dec_kw["merge_ml"] == ws.merge_ml.data_ptr() and dec_kw["combine"] == ws.combine.data_ptr()
+    assert dec_kw["counters"] == ws.counters.data_ptr()
+    assert ws.merge_counts.shape == (ws.caps.slots,) and not ws.merge_counts.any()
+    assert ws.merge_ml.shape == (ws.caps.slots, 4, 2) and ws.slot_meta.shape == (ws.caps.slots, 2)
+    if not merge_in_decode:
+        comb_kw = fake.calls[2][1]
+        assert comb_kw["group"] == 4 and comb_kw["partial_o"] == ws.partial_o.data_ptr()
+
+
+def test_diag_skip_combine_turns_the_merge_off(fake, monkeypatch):
+    monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", True)
+    monkeypatch.setitem(dec.DIAG, "skip_combine", True)
+    q, k, v, pt, lens = inputs()
+    ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu")
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws)
+    ha.decode(q, k, v, pt, lens, plan)
+    assert [c[0] for c in fake.calls] == ["decode_plan", "paged_decode"]
+    assert fake.calls[1][1]["merge"] == 0
 
 
 def test_static_auto_plan_passes_splits(fake):

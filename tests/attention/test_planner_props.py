@@ -83,7 +83,59 @@ def check_plan(lens, hkv, C, floor, splits=0):
             used_slots += sl
     assert t.combine == expect_comb
     assert sorted(used_slots) == list(range(num_slots))
+    # slot_meta: (first slot, parts) of the owning split item, for every slot.
+    assert len(t.slot_meta) == num_slots
+    for item, sl in parts.items():
+        if len(sl) > 1:
+            assert all(t.slot_meta[x] == (min(sl), len(sl)) for x in sl), item
+    simulate_in_kernel_merge(t, random.Random(len(lens) * 7919 + C))
     return t, per_bin
+
+
+def simulate_in_kernel_merge(t, rng: random.Random, rounds: int = 2):
+    """The arrival protocol of the merge inside the decode kernel (paged_decode.cuh,
+    merge_split_task), replayed with the parts finishing in random orders and the counters
+    kept across calls like the workspace's: every split item is merged exactly once, after all
+    its parts (one level for P <= 16; for P > 16 each residue group g after its parts, the final
+    fold after the 8 groups), counters of different items never overlap, and every counter is
+    back to zero after each call."""
+    num_slots = t.counters[4]
+    counts = [0] * max(1, num_slots)
+    split = [task for task in t.tasks if task[3] >= 0]
+    for _ in range(rounds):
+        order = split[:]
+        rng.shuffle(order)
+        done: set[int] = set()
+        merged: dict[int, int] = {}
+        groups_merged: dict[int, set[int]] = {}
+        owner: dict[int, int] = {}
+        for item, _, _, slot in order:
+            f, P = t.slot_meta[slot]
+            done.add(slot)
+            g = (slot - f) & 7
+            grouped = P > 16
+            ctr = f + 1 + g if grouped else f
+            need = (P - g + 7) // 8 if grouped else P
+            assert f <= ctr < f + P and owner.setdefault(ctr, item) == item
+            counts[ctr] += 1
+            if counts[ctr] != need:
+                continue
+            counts[ctr] = 0
+            if not grouped:
+                assert done >= set(range(f, f + P))
+                merged[item] = merged.get(item, 0) + 1
+                continue
+            assert done >= {f + q for q in range(g, P, 8)}
+            groups_merged.setdefault(item, set()).add(g)
+            assert owner.setdefault(f, item) == item
+            counts[f] += 1
+            if counts[f] == 8:
+                counts[f] = 0
+                assert groups_merged[item] == set(range(8))
+                merged[item] = merged.get(item, 0) + 1
+        assert not any(counts)
+        split_items = {c[0] for c in t.combine if c[2] > 1}
+        assert merged == {item: 1 for item in split_items}
 
 
 @settings(max_examples=300, deadline=None)

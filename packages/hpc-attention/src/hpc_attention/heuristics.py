@@ -19,6 +19,14 @@ CTAS_PER_SM = 1
 # tiles: floor 4 -> 128 CTAs busy, floor 8 -> 64).
 MIN_TILES_PER_CTA = 4
 
+# Split items (one (request, KV head) over several CTAs) are merged inside the decode kernel by
+# the last of their parts to finish (no combine launch) when True, by the separate combine
+# kernel when False. Both give bitwise identical outputs (same arithmetic, split_merge.cuh) and
+# the GPU tests run both. The combine launch measured 3.2 us of 16.8 on 64x0.5K and 5.5 us of
+# 52.3 on 1x128K+31x4K (8/1 BF16, commit 8f4e192); the predicted gain of the in-kernel merge is
+# in NOTES.md (version 4). Read when `decode` is called (a CUDA graph keeps the capture's value).
+MERGE_IN_DECODE = True
+
 TILE_TOKENS = 64
 HEAD_DIM = 128
 MAX_GROUP = 16

@@ -19,8 +19,9 @@ _LOG2E = 1.0 / math.log(2.0)
 
 
 # Benchmark diagnostics (never set by the library): "skip_combine" leaves out the combine
-# launch, "flags" is passed to the decode kernel (bit 0: consumers skip the math). Read when
-# the op runs, so a CUDA graph keeps what was set at capture. Outputs are wrong while set.
+# launch and the in-kernel merge (the decode kernel alone), "flags" is passed to the decode
+# kernel (bit 0: consumers skip the math). Read when the op runs, so a CUDA graph keeps what
+# was set at capture. Outputs are wrong while set.
 DIAG = {"skip_combine": False, "flags": 0}
 
 
@@ -76,6 +77,12 @@ class DecodeWorkspace:
         self.counters = torch.zeros(NUM_COUNTERS, **i32)
         self.partial_o = torch.empty(caps.slots, self.group, heuristics.HEAD_DIM, dtype=torch.float32, device=device)
         self.partial_lse = torch.empty(caps.slots, self.group, dtype=torch.float32, device=device)
+        # In-kernel merge (heuristics.MERGE_IN_DECODE): {first slot, parts} per slot (planner),
+        # arrival counters (zero here; every merging CTA puts its counter back to zero, so each
+        # call and each graph replay starts from zero), group states (m, l) per slot and row.
+        self.slot_meta = torch.zeros(caps.slots, 2, **i32)
+        self.merge_counts = torch.zeros(caps.slots, **i32)
+        self.merge_ml = torch.empty(caps.slots, self.group, 2, dtype=torch.float32, device=device)
 
     def fits(self, batch: int, static_splits: int) -> WorkspaceCaps:
         need = workspace_caps(batch, self.num_kv_heads, self.num_ctas, static_splits)
@@ -104,7 +111,8 @@ class DecodePlan:
         return PlanTables(tasks=[tuple(r) for r in ws.tasks[:counters[0]].tolist()],
                           bin_start=ws.bin_start.tolist(),
                           combine=[tuple(r) for r in ws.combine[:counters[1]].tolist()],
-                          counters=counters)
+                          counters=counters,
+                          slot_meta=[tuple(r) for r in ws.slot_meta[:counters[4]].tolist()])
 
 
 def _check_heads(num_qo_heads: int, num_kv_heads: int, op: str) -> None:
@@ -117,29 +125,35 @@ def _check_heads(num_qo_heads: int, num_kv_heads: int, op: str) -> None:
 
 # ---- custom ops (torch.compile / CUDA graphs see mutations, not Python objects) ----------------
 
-@torch.library.custom_op("hpc_attention::plan_decode", mutates_args=("tasks", "bin_start", "combine", "counters"))
+@torch.library.custom_op("hpc_attention::plan_decode",
+                        mutates_args=("tasks", "bin_start", "combine", "counters", "slot_meta"))
 def _plan_op(kv_lens: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor, combine: torch.Tensor,
-             counters: torch.Tensor, num_kv_heads: int, num_ctas: int, min_tiles: int, static_splits: int,
-             max_len: int) -> None:
+             counters: torch.Tensor, slot_meta: torch.Tensor, num_kv_heads: int, num_ctas: int, min_tiles: int,
+             static_splits: int, max_len: int) -> None:
     _ext.load().decode_plan(
         kv_lens=kv_lens.data_ptr(), batch=kv_lens.shape[0], num_kv_heads=num_kv_heads, num_bins=num_ctas,
         min_tiles=min_tiles, static_splits=static_splits, max_len=max_len, tasks=tasks.data_ptr(),
-        bin_start=bin_start.data_ptr(), combine=combine.data_ptr(), counters=counters.data_ptr(), pdl=get_pdl(),
-        stream=stream_ptr(kv_lens.device))
+        bin_start=bin_start.data_ptr(), combine=combine.data_ptr(), counters=counters.data_ptr(),
+        slot_meta=slot_meta.data_ptr(), pdl=get_pdl(), stream=stream_ptr(kv_lens.device))
 
 
 @_plan_op.register_fake
-def _(kv_lens, tasks, bin_start, combine, counters, num_kv_heads, num_ctas, min_tiles, static_splits, max_len):
+def _(kv_lens, tasks, bin_start, combine, counters, slot_meta, num_kv_heads, num_ctas, min_tiles, static_splits,
+      max_len):
     return None
 
 
-@torch.library.custom_op("hpc_attention::paged_decode", mutates_args=("out", "partial_o", "partial_lse"))
+@torch.library.custom_op("hpc_attention::paged_decode",
+                        mutates_args=("out", "partial_o", "partial_lse", "merge_counts", "merge_ml"))
 def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Tensor, v_cache: torch.Tensor,
                page_table: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor, combine: torch.Tensor,
-               counters: torch.Tensor, partial_o: torch.Tensor, partial_lse: torch.Tensor, out: torch.Tensor,
+               counters: torch.Tensor, partial_o: torch.Tensor, partial_lse: torch.Tensor, slot_meta: torch.Tensor,
+               merge_counts: torch.Tensor, merge_ml: torch.Tensor, out: torch.Tensor,
                k_scale_t: torch.Tensor | None, v_scale_t: torch.Tensor | None, k_scale: float, v_scale: float,
-               sm_scale: float, num_ctas: int, combine_ctas: int) -> None:
+               sm_scale: float, num_ctas: int, combine_ctas: int, merge_in_decode: bool) -> None:
     ext = _ext.load()
+    skip_combine = bool(DIAG["skip_combine"])
+    merge = merge_in_decode and not skip_combine
     pdl = get_pdl()
     stream = stream_ptr(q.device)
     hkv = k_cache.shape[2]
@@ -160,8 +174,10 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
         k_scale_ptr=k_scale_t.data_ptr() if k_scale_t is not None else 0,
         v_scale_ptr=v_scale_t.data_ptr() if v_scale_t is not None else 0,
         k_scale=k_scale, v_scale=v_scale, sm_scale_log2=sm_scale * _LOG2E, num_kv_heads=hkv, group=group,
-        diag=int(DIAG["flags"]), num_ctas=num_ctas, pdl=pdl, stream=stream)
-    if DIAG["skip_combine"]:
+        diag=int(DIAG["flags"]), merge=int(merge), slot_meta=slot_meta.data_ptr(),
+        merge_counts=merge_counts.data_ptr(), merge_ml=merge_ml.data_ptr(), combine=combine.data_ptr(),
+        counters=counters.data_ptr(), num_ctas=num_ctas, pdl=pdl, stream=stream)
+    if merge or skip_combine:
         return
     ext.decode_combine(
         combine=combine.data_ptr(), counters=counters.data_ptr(), partial_o=partial_o.data_ptr(),
@@ -170,8 +186,9 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
 
 
 @_decode_op.register_fake
-def _(q, q_scale, k_cache, v_cache, page_table, tasks, bin_start, combine, counters, partial_o, partial_lse, out,
-      k_scale_t, v_scale_t, k_scale, v_scale, sm_scale, num_ctas, combine_ctas):
+def _(q, q_scale, k_cache, v_cache, page_table, tasks, bin_start, combine, counters, partial_o, partial_lse, slot_meta,
+      merge_counts, merge_ml, out, k_scale_t, v_scale_t, k_scale, v_scale, sm_scale, num_ctas, combine_ctas,
+      merge_in_decode):
     return None
 
 
@@ -239,8 +256,8 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
         if bad.numel():
             i = int(bad[0])
             raise ValueError(f"{op}: kv_lens[{i}] = {int(lens[i])} is outside [0, max_kv_len={max_len}]")
-    torch.ops.hpc_attention.plan_decode(kv_lens, ws.tasks, ws.bin_start, ws.combine, ws.counters, num_kv_heads,
-                                        ws.num_ctas, floor, splits, max_len)
+    torch.ops.hpc_attention.plan_decode(kv_lens, ws.tasks, ws.bin_start, ws.combine, ws.counters, ws.slot_meta,
+                                        num_kv_heads, ws.num_ctas, floor, splits, max_len)
     return DecodePlan(workspace=ws, batch=B, num_kv_heads=num_kv_heads, num_qo_heads=num_qo_heads,
                       num_ctas=ws.num_ctas, static_splits=splits, min_tiles=floor, max_kv_len=max_len,
                       kv_lens_ptr=kv_lens.data_ptr())
@@ -338,8 +355,8 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
         _validate_pages(page_table, kv_lens, page_size, num_pages, plan.max_kv_len, op)
     torch.ops.hpc_attention.paged_decode(
         q, q_scale, k_cache, v_cache, page_table, ws.tasks, ws.bin_start, ws.combine, ws.counters, ws.partial_o,
-        ws.partial_lse, out, k_t, v_t, k_f, v_f, float(sm_scale), plan.num_ctas,
-        heuristics.combine_ctas(get_num_sms(dev)))
+        ws.partial_lse, ws.slot_meta, ws.merge_counts, ws.merge_ml, out, k_t, v_t, k_f, v_f, float(sm_scale),
+        plan.num_ctas, heuristics.combine_ctas(get_num_sms(dev)), bool(heuristics.MERGE_IN_DECODE))
     return out
 
 

@@ -11,6 +11,9 @@ scheme. Tables:
 - combine: (item, first slot, parts, 0) for items split in several parts, and
   (item, 0, 0, 0) for empty items (their output is zero).
 - counters: num_tasks, num_combine, budget, total_tiles, num_slots, bins_used, num_clamped, 0.
+- slot_meta: per slot (num_slots entries), (first slot, parts) of the split item owning it;
+  the decode kernel's in-kernel merge (heuristics.MERGE_IN_DECODE) finds an item's parts and
+  its arrival counters from it.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class PlanTables:
     bin_start: list[int]
     combine: list[tuple[int, int, int, int]]
     counters: list[int] = field(default_factory=list)
+    slot_meta: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _tiles(length: int) -> int:
@@ -104,10 +108,13 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
     def static_base(c: int) -> int:
         return c * per_bin + min(c, extra)
 
+    slot_meta: list = []
     task = slot = 0
     for item, length, n, s, parts in items:
         if parts != 1:
             combine.append((item, slot if parts > 1 else 0, parts, 0))
+        if parts > 1:
+            slot_meta += [(slot, parts)] * parts
         if dynamic:
             first_bin = bin_of(s) if parts > 0 else 0
             for q in range(parts):
@@ -136,4 +143,4 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
             bin_start[c] = num_tasks
     budget = (-(-total // nb) if total > 0 else 0) if dynamic else 0
     counters = [num_tasks, len(combine), budget, total, slot, nb_used, clamped, 0]
-    return PlanTables(tasks=tasks, bin_start=bin_start, combine=combine, counters=counters)
+    return PlanTables(tasks=tasks, bin_start=bin_start, combine=combine, counters=counters, slot_meta=slot_meta)

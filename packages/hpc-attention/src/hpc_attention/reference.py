@@ -5,7 +5,8 @@
 - `decode_lowp_baseline`: the same computation done by PyTorch in BF16 (scores and output
   rounded to BF16): the yardstick of the FA3-style tolerance rule in the tests.
 - `partial_attention` / `combine_partials`: the split-softmax algebra the kernels use
-  (log-sum-exp in the log2 domain), and `execute_plan`, which runs a plan's tasks with it.
+  (log-sum-exp in the log2 domain), `merge_split_item`: the kernels' fixed merge order (one
+  level, or 8 residue groups folded), and `execute_plan`, which runs a plan's tasks with it.
 """
 
 from __future__ import annotations
@@ -103,6 +104,43 @@ def combine_partials(o_parts: torch.Tensor, lse_parts: torch.Tensor) -> torch.Te
     m = lse_parts.max(dim=0, keepdim=True).values
     w = torch.exp2(lse_parts - m)
     return (w[..., None] * o_parts).sum(0) / w.sum(0)[..., None]
+
+
+def _running_merge(o_parts: torch.Tensor, lse_parts: torch.Tensor, qs: list[int], batch: int = 8):
+    """(m, l, acc) over parts qs, in batches of `batch` (the kernels' running merge)."""
+    m = torch.full_like(lse_parts[0], float("-inf"))
+    l = torch.zeros_like(lse_parts[0])
+    acc = torch.zeros_like(o_parts[0])
+    for i in range(0, len(qs), batch):
+        idx = qs[i:i + batch]
+        mb = torch.maximum(m, lse_parts[idx].max(dim=0).values)
+        base = torch.where(torch.isinf(mb) & (mb < 0), torch.zeros_like(mb), mb)
+        a = torch.exp2(m - base)
+        w = torch.exp2(lse_parts[idx] - base)
+        l = l * a + w.sum(0)
+        acc = acc * a[..., None] + (w[..., None] * o_parts[idx]).sum(0)
+        m = mb
+    return m, l, acc
+
+
+def merge_split_item(o_parts: torch.Tensor, lse_parts: torch.Tensor, warp_parts: int = 16,
+                     groups: int = 8) -> torch.Tensor:
+    """The fixed-order merge of the combine kernel and of the decode kernel's in-kernel merge
+    (split_merge.cuh), as algebra: P <= warp_parts parts in one running merge; more in `groups`
+    residue groups (parts g, g + groups, ...) folded in group order. Equals combine_partials."""
+    P = o_parts.shape[0]
+    if P <= warp_parts:
+        _, l, acc = _running_merge(o_parts, lse_parts, list(range(P)))
+        return acc / l[..., None]
+    states = [_running_merge(o_parts, lse_parts, list(range(g, P, groups))) for g in range(groups)]
+    mx = torch.stack([s[0] for s in states]).max(dim=0).values
+    L = torch.zeros_like(mx)
+    r = torch.zeros_like(o_parts[0])
+    for m, l, acc in states:
+        f = torch.exp2(m - mx)
+        L = L + f * l
+        r = r + f[..., None] * acc
+    return r / L[..., None]
 
 
 def execute_plan(tables: PlanTables, q, k_cache, v_cache, page_table, kv_lens, *, sm_scale: float,

@@ -27,8 +27,8 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
   m.def(
       "decode_plan",
       [](uintptr_t kv_lens, int batch, int num_kv_heads, int num_bins, int min_tiles, int static_splits,
-         int max_len, uintptr_t tasks, uintptr_t bin_start, uintptr_t combine, uintptr_t counters, bool pdl,
-         uintptr_t stream) {
+         int max_len, uintptr_t tasks, uintptr_t bin_start, uintptr_t combine, uintptr_t counters,
+         uintptr_t slot_meta, bool pdl, uintptr_t stream) {
         DecodePlanParams p{};
         p.kv_lens = hpc::as_ptr<const int32_t>(kv_lens);
         p.batch = batch;
@@ -41,11 +41,12 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.bin_start = hpc::as_ptr<int32_t>(bin_start);
         p.combine = hpc::as_ptr<int4>(combine);
         p.counters = hpc::as_ptr<int32_t>(counters);
+        p.slot_meta = hpc::as_ptr<int2>(slot_meta);
         HPC_CUDA_CHECK(hpc_attn_launch_decode_plan(p, hpc::as_stream(stream), pdl), "decode_plan");
       },
       py::arg("kv_lens"), py::arg("batch"), py::arg("num_kv_heads"), py::arg("num_bins"), py::arg("min_tiles"),
       py::arg("static_splits"), py::arg("max_len"), py::arg("tasks"), py::arg("bin_start"), py::arg("combine"),
-      py::arg("counters"), py::arg("pdl"), py::arg("stream"));
+      py::arg("counters"), py::arg("slot_meta"), py::arg("pdl"), py::arg("stream"));
 
   m.def(
       "paged_decode",
@@ -56,7 +57,8 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
          long long page_table_stride, uintptr_t tasks, uintptr_t bin_start, uintptr_t out, long long out_stride_b,
          long long out_stride_h, uintptr_t partial_o, uintptr_t partial_lse, uintptr_t k_scale_ptr,
          uintptr_t v_scale_ptr, float k_scale, float v_scale, float sm_scale_log2, int num_kv_heads, int group,
-         int diag, int num_ctas, bool pdl, uintptr_t stream) {
+         int diag, int merge, uintptr_t slot_meta, uintptr_t merge_counts, uintptr_t merge_ml, uintptr_t combine,
+         uintptr_t counters, int num_ctas, bool pdl, uintptr_t stream) {
         PagedDecodeParams p{};
         p.q = hpc::as_ptr<const void>(q);
         p.q_stride_b = q_stride_b;
@@ -91,6 +93,12 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.num_kv_heads = num_kv_heads;
         p.group = group;
         p.diag = diag;
+        p.merge = merge;
+        p.slot_meta = hpc::as_ptr<const int2>(slot_meta);
+        p.merge_counts = hpc::as_ptr<int>(merge_counts);
+        p.merge_ml = hpc::as_ptr<float2>(merge_ml);
+        p.combine = hpc::as_ptr<const int4>(combine);
+        p.counters = hpc::as_ptr<const int32_t>(counters);
         cudaStream_t s = hpc::as_stream(stream);
         HPC_CUDA_CHECK(fp8_kv ? hpc_attn_launch_paged_decode_fp8kv(p, fp8_q, num_ctas, s, pdl)
                               : hpc_attn_launch_paged_decode_bf16kv(p, fp8_q, num_ctas, s, pdl),
@@ -103,8 +111,9 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       py::arg("page_size_log2"), py::arg("page_table"), py::arg("page_table_stride"), py::arg("tasks"),
       py::arg("bin_start"), py::arg("out"), py::arg("out_stride_b"), py::arg("out_stride_h"), py::arg("partial_o"),
       py::arg("partial_lse"), py::arg("k_scale_ptr"), py::arg("v_scale_ptr"), py::arg("k_scale"),
-      py::arg("v_scale"), py::arg("sm_scale_log2"), py::arg("num_kv_heads"), py::arg("group"), py::arg("diag"), py::arg("num_ctas"),
-      py::arg("pdl"), py::arg("stream"));
+      py::arg("v_scale"), py::arg("sm_scale_log2"), py::arg("num_kv_heads"), py::arg("group"), py::arg("diag"),
+      py::arg("merge"), py::arg("slot_meta"), py::arg("merge_counts"), py::arg("merge_ml"), py::arg("combine"),
+      py::arg("counters"), py::arg("num_ctas"), py::arg("pdl"), py::arg("stream"));
 
   m.def(
       "decode_combine",

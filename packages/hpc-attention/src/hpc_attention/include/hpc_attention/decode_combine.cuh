@@ -7,11 +7,12 @@
 // first version gave each unit a whole CTA and walked the parts with one dependent L2 round
 // trip per 8 parts, and strided 4+ units per CTA on batches like 64 x 0.5K):
 // - a unit with at most kWarpParts parts is merged by one warp (lane = 4 head dims), all of
-//   its parts' loads issued together, in batches of kBatch;
+//   its parts' loads issued together, in batches of kCombineBatch;
 // - a longer unit (a long context split over many CTAs) gets a whole CTA: warp w takes parts
 //   w, w + 8, ... in batches, then warp 0 merges the 8 warps in a fixed order.
 // Every unit's arithmetic depends only on the plan, never on which warp or CTA runs it, so
-// results are bitwise reproducible.
+// results are bitwise reproducible. The arithmetic lives in split_merge.cuh, shared with the
+// merge inside the decode kernel (heuristics.MERGE_IN_DECODE), which gives identical bits.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,64 +21,12 @@
 #include <cstdint>
 
 #include "hpc_attention/decode_params.h"
+#include "hpc_attention/split_merge.cuh"
 #include "hpc_common/pdl.cuh"
 
 namespace hpc::attn {
 
-constexpr int kCombineBatch = 8;
-constexpr int kWarpParts = 16;
-
-// Running (m, l, acc) over parts q = q_begin, q_begin + step, ... < q_end of a unit; the loads
-// of a batch are issued before any of its arithmetic.
-__device__ __forceinline__ void merge_parts(const DecodeCombineParams& p, long long first_row, int G, int q_begin,
-                                            int q_end, int step, int lane, float& m, float& l, float4& acc) {
-  const float kNegInf = -__int_as_float(0x7f800000);
-  for (int q0 = q_begin; q0 < q_end; q0 += kCombineBatch * step) {
-    float lse[kCombineBatch];
-    float4 v[kCombineBatch];
-#pragma unroll
-    for (int k = 0; k < kCombineBatch; ++k) {
-      const int q = q0 + k * step;
-      if (q < q_end) {
-        const long long sr = first_row + static_cast<long long>(q) * G;
-        lse[k] = p.partial_lse[sr];
-        v[k] = reinterpret_cast<const float4*>(p.partial_o + sr * 128)[lane];
-      } else {
-        lse[k] = kNegInf;
-        v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-    }
-    float mb = m;
-#pragma unroll
-    for (int k = 0; k < kCombineBatch; ++k) mb = fmaxf(mb, lse[k]);
-    const float base = mb == kNegInf ? 0.f : mb;
-    const float a = exp2f(m - base);
-    l *= a;
-    acc.x *= a;
-    acc.y *= a;
-    acc.z *= a;
-    acc.w *= a;
-#pragma unroll
-    for (int k = 0; k < kCombineBatch; ++k) {
-      const float w = exp2f(lse[k] - base);  // 0 for the padding (lse = -inf)
-      l += w;
-      acc.x += w * v[k].x;
-      acc.y += w * v[k].y;
-      acc.z += w * v[k].z;
-      acc.w += w * v[k].w;
-    }
-    m = mb;
-  }
-}
-
-__device__ __forceinline__ void store_row(__nv_bfloat16* out, int lane, float4 r, float inv) {
-  __nv_bfloat162 lo = __floats2bfloat162_rn(r.x * inv, r.y * inv);
-  __nv_bfloat162 hi = __floats2bfloat162_rn(r.z * inv, r.w * inv);
-  uint2 packed;
-  packed.x = *reinterpret_cast<uint32_t*>(&lo);
-  packed.y = *reinterpret_cast<uint32_t*>(&hi);
-  reinterpret_cast<uint2*>(out)[lane] = packed;
-}
+static_assert(kCombineThreads / 32 == kMergeGroups, "phase 2: one warp per merge group");
 
 __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const __grid_constant__ DecodeCombineParams p) {
   constexpr int kWarps = kCombineThreads / 32;
@@ -115,9 +64,10 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
       continue;
     }
     float m = kNegInf, l = 0.f;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    merge_parts(p, static_cast<long long>(e.y) * G + row, G, 0, e.z, 1, lane, m, l, acc);
-    store_row(out, lane, acc, 1.f / l);
+    float4 acc[1] = {make_float4(0.f, 0.f, 0.f, 0.f)};
+    merge_parts<1, false>(p.partial_o, p.partial_lse, static_cast<long long>(e.y) * G + row, G, 0, e.z, 1,
+                          4 * lane, m, l, acc);
+    store_bf16_row<1>(out + 4 * lane, acc, 1.f / l);
   }
 
   // Phase 2: units with more than kWarpParts parts, one CTA each (units u = cb + k * grid).
@@ -144,32 +94,28 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
       const int4 e = p.combine[uu / G];
       const int row = uu - (uu / G) * G;
       float m = kNegInf, l = 0.f;
-      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      merge_parts(p, static_cast<long long>(e.y) * G + row, G, warp, e.z, kWarps, lane, m, l, acc);
-      s_acc[warp][lane] = acc;
+      float4 acc[1] = {make_float4(0.f, 0.f, 0.f, 0.f)};
+      merge_parts<1, false>(p.partial_o, p.partial_lse, static_cast<long long>(e.y) * G + row, G, warp, e.z,
+                            kWarps, 4 * lane, m, l, acc);
+      s_acc[warp][lane] = acc[0];
       if (lane == 0) {
         s_m[warp] = m;
         s_l[warp] = l;
       }
       __syncthreads();
       if (warp == 0) {
-        float mx = kNegInf;
+        float gm[kMergeGroups], gl[kMergeGroups];
+        float4 ga[kMergeGroups][1];
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w]);
-        float L = 0.f;
-        float4 r = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
-          if (s_l[w] == 0.f) continue;  // warp saw no part
-          const float f = exp2f(s_m[w] - mx);
-          const float4 v = s_acc[w][lane];
-          L += f * s_l[w];
-          r.x += f * v.x;
-          r.y += f * v.y;
-          r.z += f * v.z;
-          r.w += f * v.w;
+        for (int w = 0; w < kMergeGroups; ++w) {
+          gm[w] = s_m[w];
+          gl[w] = s_l[w];
+          ga[w][0] = s_acc[w][lane];
         }
-        store_row(out_row(e.x, row), lane, r, 1.f / L);
+        float L;
+        float4 r[1];
+        fold_groups<1>(gm, gl, ga, L, r);
+        store_bf16_row<1>(out_row(e.x, row) + 4 * lane, r, 1.f / L);
       }
       __syncthreads();
     }

@@ -35,6 +35,7 @@ struct DecodePlanParams {
   int32_t* bin_start; // [num_bins + 1]
   int4* combine;      // {item, first slot, parts (0: empty item -> zeros), 0}
   int32_t* counters;  // [kNumCounters]
+  int2* slot_meta;    // [slots]: {first slot, parts} of the split item that owns the slot
 };
 
 struct PagedDecodeParams {
@@ -56,6 +57,14 @@ struct PagedDecodeParams {
   long long out_stride_b, out_stride_h;
   float* partial_o;    // [slots, G, 128]
   float* partial_lse;  // [slots, G] (log2 domain)
+  // Merge of split items inside the decode kernel (merge != 0; the combine kernel is then not
+  // launched): the last part of an item to finish merges it (see paged_decode.cuh).
+  int merge;
+  const int2* slot_meta;  // [slots]: {first slot f, parts P}
+  int* merge_counts;      // [slots], zero between calls: arrivals per item (index f) / group (f + 1 + g)
+  float2* merge_ml;       // [slots, G]: (m, l) of merge group g of an item, at slot f + g
+  const int4* combine;    // {item, first slot, parts, 0}: entries with parts == 0 (empty items) -> zeros
+  const int32_t* counters;
   const float* k_scale_ptr;  // optional device scales (read once); nullptr: use the floats
   const float* v_scale_ptr;
   float k_scale, v_scale;

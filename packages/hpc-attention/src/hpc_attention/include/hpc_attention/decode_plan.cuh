@@ -7,7 +7,8 @@
 // start(c) = floor(c * total / nb): every bin holds floor or ceil of total / nb tiles (the
 // budget), at least min_tiles unless the whole batch has fewer. A bin is one persistent CTA's
 // work; an item that crosses bin boundaries becomes several tasks (parts) that write partial
-// outputs + log-sum-exp into slots, merged later by the combine kernel; an item that fits one
+// outputs + log-sum-exp into slots (slot_meta[slot] = {first slot, parts} of the item), merged
+// later by the combine kernel or by the decode kernel itself; an item that fits one
 // bin writes its final output directly. Static mode (the split-KV baseline): every item is
 // cut into `static_splits` equal parts and tasks go to bins round robin.
 //
@@ -235,6 +236,7 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
         }
         if (split) {
           p.combine[comb++] = make_int4(item, slot, q, 0);
+          for (int k = 0; k < q; ++k) p.slot_meta[slot + k] = make_int2(slot, q);
           slot += q;
         }
       }
@@ -262,6 +264,7 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
           const T ge = e < ce ? e : ce;
           const int token_end = min(ll, static_cast<int>(ge - s) * kTileTokens);
           p.tasks[t_ + q] = make_int4(item, static_cast<int>(gb - s), token_end, parts > 1 ? s_ + q : -1);
+          if (parts > 1) p.slot_meta[s_ + q] = make_int2(s_, parts);
           if (gb == cs) p.bin_start[c] = t_ + q;
         }
         if (parts > 1) {
@@ -363,6 +366,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_
         const int tb = q * ch, te = min(n, tb + ch);
         const int pos = static_base(task % C) + task / C;
         p.tasks[pos] = make_int4(item, tb, min(len, te * kTileTokens), parts > 1 ? slot + q : -1);
+        if (parts > 1) p.slot_meta[slot + q] = make_int2(slot, parts);
         ++task;
       }
       if (parts > 1) slot += parts;

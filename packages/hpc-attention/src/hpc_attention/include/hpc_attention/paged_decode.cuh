@@ -10,7 +10,20 @@
 // on m16n8k16 tensor cores with the G query heads of the KV head padded to 16 rows, an online
 // softmax in FP32 (log2 domain) and FP32 accumulation of P V for the whole task. At the end of
 // a task the four warps' (m, l, O) are merged in shared memory in a fixed order, and the task
-// writes either the final BF16 output or an FP32 partial + log-sum-exp for the combine kernel.
+// writes either the final BF16 output or an FP32 partial + log-sum-exp of a split item.
+//
+// Split items are merged either by the separate combine kernel (merge == 0) or here (merge != 0,
+// heuristics.MERGE_IN_DECODE): after writing its partial, a part arrives on a counter of its item
+// (release: every writer thread fences, then one atomicAdd); the CTA whose arrival completes the
+// count reads the parts in the fixed part order and writes the final BF16 rows, with the same
+// arithmetic as the combine kernel (split_merge.cuh), so the two paths give identical bits and
+// the result never depends on which CTA finished last. An item of P <= kWarpParts parts is merged
+// in one level; a longer one (a long context over many CTAs) in two: the last part of each of the
+// 8 residue groups (parts g, g + 8, ...) merges its group into a state (m, l, acc) kept in slot
+// f + g, and the last group merges the 8 states (the combine kernel's phase 2, spread over 9
+// CTAs instead of one). Counters live in the workspace, are zeroed at its creation and put back
+// to zero by the merging CTA, so every call (and every CUDA-graph replay) starts from zero
+// without host memsets. Empty items (length 0) get their zero rows from the producer warps.
 //
 // FP8 (E4M3) KV: tiles are converted to FP16 in registers (exact) and multiplied with FP16 Q
 // (BF16 Q is rounded to FP16, which needs |q| < 65504); P is FP16 and P V accumulates in
@@ -26,6 +39,7 @@
 
 #include "hpc_attention/sm90_primitives.cuh"
 #include "hpc_attention/decode_params.h"
+#include "hpc_attention/split_merge.cuh"
 #include "hpc_common/pdl.cuh"
 
 namespace hpc::attn {
@@ -48,7 +62,8 @@ struct DecodeConfig {
   static constexpr int kMergeOff = kStages * kStageBytes;
   static constexpr int kStatsOff = kMergeOff + 4 * 16 * kMergePitch * 4;
   static constexpr int kBarOff = kStatsOff + 2 * 4 * 16 * 4;
-  static constexpr int kSmemBytes = kBarOff + 2 * kStages * 8;
+  static constexpr int kFlagOff = kBarOff + 2 * kStages * 8;  // int: "this CTA merges" broadcast
+  static constexpr int kSmemBytes = kFlagOff + 16;
   static constexpr int kConsumerWarps = 4;
   static constexpr int kProducerThreads = 128;
   static constexpr int kThreads = 32 * kConsumerWarps + kProducerThreads;
@@ -131,6 +146,96 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
       }
     }
   }
+  if (p.merge) {
+    // No combine kernel: empty items (combine entries with 0 parts) get their zero rows here,
+    // entries strided over the CTAs, after this CTA's loads are issued (off the critical path).
+    const int n_comb = p.counters[kNumCombine];
+    for (int e = blockIdx.x; e < n_comb; e += gridDim.x) {
+      const int4 ent = p.combine[e];
+      if (ent.z != 0) continue;
+      const int b = ent.x / p.num_kv_heads, h = ent.x - b * p.num_kv_heads;
+      __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + h * p.group * p.out_stride_h;
+      for (int c = pid; c < p.group * 16; c += Cfg::kProducerThreads) {
+        *reinterpret_cast<uint4*>(out + (c >> 4) * p.out_stride_h + 8 * (c & 15)) = make_uint4(0, 0, 0, 0);
+      }
+    }
+  }
+}
+
+// ---- merge of split items inside the decode kernel (merge mode) ----------------------------
+// Called by the 128 consumer threads together (uniform control flow, named barrier 1).
+
+// Arrival of this CTA on `ctr`, which completes at `need` arrivals. Returns true (in every
+// consumer thread) when this arrival is the last one; the counter is then put back to zero.
+__device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* flag) {
+  __threadfence();  // release: this thread's partial / state writes, device-wide
+  named_barrier(1, 128);
+  if (threadIdx.x == 0) {
+    const int old = atomicAdd(ctr, 1);
+    const int last = old == need - 1 ? 1 : 0;
+    if (last) atomicExch(ctr, 0);  // every arrival of this call is in: zero for the next call
+    __threadfence();  // acquire: the other arrivals' writes before the merge reads them
+    *flag = last;
+  }
+  named_barrier(1, 128);
+  const bool last = *flag != 0;
+  if (last) __threadfence();
+  return last;
+}
+
+// Task of slot `slot` of split item (b, h) with meta = {first slot f, parts P} has written its
+// partial: arrive, and if last merge (thread t: rows t / 16 + 8 k, columns 8 (t % 16) .. + 7).
+__device__ __forceinline__ void merge_split_task(const PagedDecodeParams& p, int b, int h, int G, int slot,
+                                                 int2 meta, volatile int* flag) {
+  const float kNegInf = -__int_as_float(0x7f800000);
+  const int f = meta.x, P = meta.y;
+  const int g = (slot - f) & (kMergeGroups - 1);
+  const bool grouped = P > kWarpParts;
+  const int need = grouped ? (P - g + kMergeGroups - 1) / kMergeGroups : P;
+  if (!arrive_last(p.merge_counts + (grouped ? f + 1 + g : f), need, flag)) return;
+  const int tid = threadIdx.x, col = 8 * (tid & 15);
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + h * G * p.out_stride_h + col;
+  const long long first_row = static_cast<long long>(f) * G;
+  if (!grouped) {  // one level: parts 0 .. P - 1 (the combine kernel's warp units)
+    for (int row = tid >> 4; row < G; row += 8) {
+      float m = kNegInf, l = 0.f;
+      float4 acc[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
+      merge_parts<2, true>(p.partial_o, p.partial_lse, first_row + row, G, 0, P, 1, col, m, l, acc);
+      store_bf16_row<2>(out + row * p.out_stride_h, acc, 1.f / l);
+    }
+    return;
+  }
+  // Level 1: group g (parts g, g + 8, ...). Its state goes to slot f + g: the partial_o columns
+  // a thread writes are those it alone read (part g is in its first batch), partial_lse is kept.
+  for (int row = tid >> 4; row < G; row += 8) {
+    float m = kNegInf, l = 0.f;
+    float4 acc[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
+    merge_parts<2, true>(p.partial_o, p.partial_lse, first_row + row, G, g, P, kMergeGroups, col, m, l, acc);
+    const long long sr = first_row + static_cast<long long>(g) * G + row;
+    float4* dst = reinterpret_cast<float4*>(p.partial_o + sr * 128 + col);
+    dst[0] = acc[0];
+    dst[1] = acc[1];
+    if ((tid & 15) == 0) p.merge_ml[sr] = make_float2(m, l);
+  }
+  if (!arrive_last(p.merge_counts + f, kMergeGroups, flag)) return;
+  // Level 2: the 8 group states, folded in group order (the combine kernel's phase 2).
+  for (int row = tid >> 4; row < G; row += 8) {
+    float gm[kMergeGroups], gl[kMergeGroups];
+    float4 ga[kMergeGroups][2];
+#pragma unroll
+    for (int w = 0; w < kMergeGroups; ++w) {
+      const long long sr = first_row + static_cast<long long>(w) * G + row;
+      const float2 ml = __ldcg(p.merge_ml + sr);
+      gm[w] = ml.x;
+      gl[w] = ml.y;
+      ga[w][0] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + sr * 128 + col));
+      ga[w][1] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + sr * 128 + col + 4));
+    }
+    float L;
+    float4 r[2];
+    fold_groups<2>(gm, gl, ga, L, r);
+    store_bf16_row<2>(out + row * p.out_stride_h, r, 1.f / L);
+  }
 }
 
 // Query fragments (A operand, 16 rows x 128) for the 8 k-steps, from the stage's Q rows.
@@ -196,6 +301,8 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     const int4 task = next;
     if (t + 1 < t_end) next = p.tasks[t + 1];  // in flight while this task computes
     const int b = task.x / p.num_kv_heads, h = task.x - b * p.num_kv_heads;
+    // Merge mode: {first slot, parts} of a split item, in flight while the task computes.
+    const int2 meta = p.merge && task.w >= 0 ? p.slot_meta[task.w] : make_int2(0, 0);
     float row_scale0 = score_scale, row_scale1 = score_scale;
     if constexpr (kFp8Q) {
       const float* qs = p.q_scale + b * p.q_scale_stride_b + (h * G) * p.q_scale_stride_h;
@@ -384,6 +491,9 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
         if (d == 0) p.partial_lse[slot_row] = mbase + __log2f(L);
       }
     }
+    if (p.merge && task.w >= 0) {
+      merge_split_task(p, b, h, G, task.w, meta, reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff));
+    }
     named_barrier(1, 128);
   }
 }
@@ -412,7 +522,10 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q>::kThreads, 1)
   }
   __syncthreads();
   hpc::pdl_wait();  // plan, q and the KV cache may come from the previous kernels
-  hpc::pdl_launch_dependents();  // the combine kernel waits for our completion anyway
+  // Dependents (the combine kernel, or in merge mode the next layer's kernels) wait for our
+  // completion in griddepcontrol.wait before reading the output, so the early trigger only
+  // lets their prologues start; it is safe in both modes.
+  hpc::pdl_launch_dependents();
   const int t_begin = p.bin_start[blockIdx.x], t_end = p.bin_start[blockIdx.x + 1];
   if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
     producer_warps<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end);

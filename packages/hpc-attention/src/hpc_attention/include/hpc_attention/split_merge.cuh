@@ -1,0 +1,143 @@
+// Fixed-order merge arithmetic of split items (request, KV head), shared by the combine
+// kernel (decode_combine.cuh) and the merge inside the decode kernel (paged_decode.cuh), so
+// that both paths compute the same floating-point operations in the same order per output
+// element and give bitwise identical results.
+//
+// A split item has P parts in consecutive slots f .. f + P - 1; part q of row r is the FP32
+// row partial_o[((f + q) * G + r) * 128 ...] (normalised, V scale applied) with its log2-sum-exp
+// partial_lse[(f + q) * G + r].
+// - P <= kWarpParts: one running (m, l, acc) over parts 0, 1, ..., P - 1 in batches of
+//   kCombineBatch (all loads of a batch before its arithmetic).
+// - P > kWarpParts: kMergeGroups running states, group g over parts g, g + 8, g + 16, ... (same
+//   batches), then the groups folded in the order g = 0 .. 7 (fold_groups).
+// Per element the arithmetic depends only on the parts' values and P, never on the thread
+// that runs it, so the result is the same whichever CTA merges.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace hpc::attn {
+
+constexpr int kCombineBatch = 8;
+constexpr int kWarpParts = 16;
+constexpr int kMergeGroups = 8;
+
+template <bool kL2Only>
+__device__ __forceinline__ float merge_load(const float* p) {
+  if constexpr (kL2Only) {
+    return __ldcg(p);  // written by other CTAs of the running grid: never from L1
+  } else {
+    return *p;
+  }
+}
+
+template <bool kL2Only>
+__device__ __forceinline__ float4 merge_load4(const float* p) {
+  if constexpr (kL2Only) {
+    return __ldcg(reinterpret_cast<const float4*>(p));
+  } else {
+    return *reinterpret_cast<const float4*>(p);
+  }
+}
+
+// Running (m, l, acc) over parts q = q_begin, q_begin + step, ... < q_end of one (item, row):
+// acc holds kVec float4 = columns col .. col + 4 kVec - 1. first_row = f * G + r.
+template <int kVec, bool kL2Only>
+__device__ __forceinline__ void merge_parts(const float* partial_o, const float* partial_lse, long long first_row,
+                                            int G, int q_begin, int q_end, int step, int col, float& m, float& l,
+                                            float4 (&acc)[kVec]) {
+  const float kNegInf = -__int_as_float(0x7f800000);
+  for (int q0 = q_begin; q0 < q_end; q0 += kCombineBatch * step) {
+    float lse[kCombineBatch];
+    float4 v[kCombineBatch][kVec];
+#pragma unroll
+    for (int k = 0; k < kCombineBatch; ++k) {
+      const int q = q0 + k * step;
+      if (q < q_end) {
+        const long long sr = first_row + static_cast<long long>(q) * G;
+        lse[k] = merge_load<kL2Only>(partial_lse + sr);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) v[k][i] = merge_load4<kL2Only>(partial_o + sr * 128 + col + 4 * i);
+      } else {
+        lse[k] = kNegInf;
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) v[k][i] = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+    float mb = m;
+#pragma unroll
+    for (int k = 0; k < kCombineBatch; ++k) mb = fmaxf(mb, lse[k]);
+    const float base = mb == kNegInf ? 0.f : mb;
+    const float a = exp2f(m - base);
+    l *= a;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      acc[i].x *= a;
+      acc[i].y *= a;
+      acc[i].z *= a;
+      acc[i].w *= a;
+    }
+#pragma unroll
+    for (int k = 0; k < kCombineBatch; ++k) {
+      const float w = exp2f(lse[k] - base);  // 0 for the padding (lse = -inf)
+      l += w;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        acc[i].x += w * v[k][i].x;
+        acc[i].y += w * v[k][i].y;
+        acc[i].z += w * v[k][i].z;
+        acc[i].w += w * v[k][i].w;
+      }
+    }
+    m = mb;
+  }
+}
+
+// Fold of the kMergeGroups group states (m, l, acc) of one row, in group order.
+template <int kVec>
+__device__ __forceinline__ void fold_groups(const float (&gm)[kMergeGroups], const float (&gl)[kMergeGroups],
+                                            const float4 (&ga)[kMergeGroups][kVec], float& L, float4 (&r)[kVec]) {
+  float mx = -__int_as_float(0x7f800000);
+#pragma unroll
+  for (int w = 0; w < kMergeGroups; ++w) mx = fmaxf(mx, gm[w]);
+  L = 0.f;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) r[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int w = 0; w < kMergeGroups; ++w) {
+    if (gl[w] == 0.f) continue;  // group saw no part
+    const float f = exp2f(gm[w] - mx);
+    L += f * gl[w];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      r[i].x += f * ga[w][i].x;
+      r[i].y += f * ga[w][i].y;
+      r[i].z += f * ga[w][i].z;
+      r[i].w += f * ga[w][i].w;
+    }
+  }
+}
+
+// out[0 .. 4 kVec) = bf16(r * inv).
+template <int kVec>
+__device__ __forceinline__ void store_bf16_row(__nv_bfloat16* out, const float4 (&r)[kVec], float inv) {
+  uint32_t w[2 * kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    __nv_bfloat162 lo = __floats2bfloat162_rn(r[i].x * inv, r[i].y * inv);
+    __nv_bfloat162 hi = __floats2bfloat162_rn(r[i].z * inv, r[i].w * inv);
+    w[2 * i] = *reinterpret_cast<uint32_t*>(&lo);
+    w[2 * i + 1] = *reinterpret_cast<uint32_t*>(&hi);
+  }
+  if constexpr (kVec == 1) {
+    *reinterpret_cast<uint2*>(out) = make_uint2(w[0], w[1]);
+  } else {
+    static_assert(kVec == 2, "kVec 1 or 2");
+    *reinterpret_cast<uint4*>(out) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+}  // namespace hpc::attn
