@@ -52,16 +52,16 @@ TABLE: dict[tuple[int, int], list[tuple[int, str, int]]] = {
     # 64: narrow S=8 14.5 [wide96 S=8 16.6]; 128: wide96 S=8 18.0 [narrow S=4 17.7, within
     # noise]; 256: wide96 S=4 22.3; 512 and 1024: wide96 S=2 34.1, 35.1 [wide S=4 37.5 at
     # 512]; 4096: wide S=1 112.2 [wide96 S=1 116.8].
-    # M=1 (one-token kernel, 3 CTAs/SM): S=4 gives 384 CTAs for 396 slots, one DRAM round
-    # trip per lane; predicted ~9.5 us against S=2's 12.2 with the 2-CTA kernel (run 84b6531).
-    (6144, 768): [(1, "fp32", 4), (4, "fp32", 2), (64, "narrow", 8), (128, "wide96", 8), (256, "wide96", 4),
+    # M=1 (one-token kernel, 3 CTAs/SM), run 1c2ea65: S=1 12.8, S=2 12.1, S=4 14.4 (predicted
+    # 9.5: 384 CTAs in 4-CTA clusters did not run as one wave), S=8 17.3; FP32 cuBLAS 11.2.
+    (6144, 768): [(4, "fp32", 2), (64, "narrow", 8), (128, "wide96", 8), (256, "wide96", 4),
                   (1024, "wide96", 2), (1 << 30, "wide", 1)],
     # K=3072 N=384. M=1: fp32 S=2 9.2-9.8 [narrow S=8 9.6]; 16, 64, 128: narrow S=8 9.5,
     # 9.6, 10.6 [wide96 S=8 13.3 at 128]; 256: narrow S=4 12.2 [wide96 S=8 13.5]; 512:
     # wide96 S=4 15.6 [narrow S=2 17.3]; 1024: wide96 S=2 21.2; 4096: wide96 S=1 33.5
     # [wide S=2 40.5].
-    # M=1: S=4, 192 CTAs each one batch of 2 K-steps (predicted ~7.0 us; S=2 7.5 at 84b6531).
-    (3072, 384): [(1, "fp32", 4), (4, "fp32", 2), (128, "narrow", 8), (256, "narrow", 4), (512, "wide96", 4),
+    # M=1, run 1c2ea65: S=1 7.87, S=2 7.71, S=4 7.74, S=8 9.92 (FP32 cuBLAS 7.36).
+    (3072, 384): [(4, "fp32", 2), (128, "narrow", 8), (256, "narrow", 4), (512, "wide96", 4),
                   (2048, "wide96", 2), (1 << 30, "wide96", 1)],
 }
 
