@@ -84,10 +84,6 @@ class DecodeWorkspace:
         self.merge_counts = torch.zeros(caps.slots, **i32)
         self.merge_ml = torch.empty(caps.slots, self.group, 2, dtype=torch.float32, device=device)
 
-    def fits(self, batch: int, static_splits: int) -> WorkspaceCaps:
-        need = workspace_caps(batch, self.num_kv_heads, self.num_ctas, static_splits)
-        return need
-
 
 @dataclass
 class DecodePlan:
