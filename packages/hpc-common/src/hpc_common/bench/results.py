@@ -62,6 +62,12 @@ def run_meta(repo: Path | None = None, **extra) -> dict:
     return meta
 
 
+def dump_results(meta: dict, rows: list[dict]) -> str:
+    """The JSON text of a results file: meta, then one row per line (diffs stay readable)."""
+    body = ",\n".join("  " + json.dumps(r) for r in rows)
+    return '{"meta": ' + json.dumps(meta, indent=1) + ',\n "rows": [\n' + body + "\n ]}\n"
+
+
 class BenchResults:
     def __init__(self, op: str, out_dir: Path, **meta_extra):
         self.op = op
@@ -100,6 +106,6 @@ class BenchResults:
     def write(self) -> Path:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         path = self.out_dir / f"{self.op}.json"
-        path.write_text(json.dumps({"meta": self.meta, "rows": self.rows}, indent=1) + "\n")
+        path.write_text(dump_results(self.meta, self.rows))
         (self.out_dir / f"{self.op}.md").write_text(self.markdown())
         return path

@@ -38,7 +38,8 @@ def _flush_l2(device: torch.device, mode: str | None = None) -> None:
         buf.bitwise_not_()
 
 
-TIMING_METHOD = ("CUDA graph of [128 MB L2 flush, event, call, event] replayed; median over replays "
+TIMING_METHOD = ("CUDA graph of [128 MB L2 flush (written unless FLUSH_MODE='read'), event, call, event] replayed; "
+                 "median over replays "
                  "of the in-graph event pair (graph launch overhead excluded)")
 
 
