@@ -4,13 +4,7 @@ from pathlib import Path
 
 from .jit import ExtensionSpec
 
-_HERE = Path(__file__).resolve().parent
-
-SPEC = ExtensionSpec(
-    name="_hpc_common_C",
-    sources=sorted((_HERE / "csrc").glob("*.cu")) + [_HERE / "csrc" / "bindings.cpp"],
-    include_dirs=[_HERE / "include"],
-)
+SPEC = ExtensionSpec.for_package("_hpc_common_C", Path(__file__).resolve().parent)
 
 
 def load():

@@ -4,13 +4,7 @@ from pathlib import Path
 
 from hpc_common.jit import ExtensionSpec
 
-_HERE = Path(__file__).resolve().parent
-
-SPEC = ExtensionSpec(
-    name="_hpc_router_gemm_C",
-    sources=[_HERE / "csrc" / "router_gemm.cu", _HERE / "csrc" / "bindings.cpp"],
-    include_dirs=[_HERE / "include"],
-)
+SPEC = ExtensionSpec.for_package("_hpc_router_gemm_C", Path(__file__).resolve().parent)
 
 
 def load():

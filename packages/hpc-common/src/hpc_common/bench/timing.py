@@ -4,6 +4,7 @@ CUDA events around the replay alone, median of many (the method of BRIEF.md sect
 from __future__ import annotations
 
 import statistics
+import sys
 from typing import Callable
 
 import torch
@@ -101,16 +102,14 @@ def bench_us(fn: Callable[[], object], *, reps: int = 100, warmup: int = 5, flus
         if flush_l2:
             _flush_l2(device)  # allocate the flush buffer outside any capture
         stream.synchronize()
-        try:
-            if not use_graph:
-                raise RuntimeError("eager timing requested")
-            result = _bench_in_graph(fn, reps, flush_l2, device, stream)
-        except (RuntimeError, TypeError) as e:
-            if use_graph:
-                import sys
-
+        if not use_graph:
+            result = _bench_around_replay(fn, reps, flush_l2, device, stream, False)
+        else:
+            try:
+                result = _bench_in_graph(fn, reps, flush_l2, device, stream)
+            except (RuntimeError, TypeError) as e:
                 print(f"[hpc-ops bench] in-graph events unavailable ({e}); timing around graph replay "
-                      "instead (adds the graph launch, ~4 us)", file=sys.stderr)
-            result = _bench_around_replay(fn, reps, flush_l2, device, stream, use_graph)
+                      "instead (adds the graph launch, ~1 us)", file=sys.stderr)
+                result = _bench_around_replay(fn, reps, flush_l2, device, stream, True)
     torch.cuda.current_stream(device).wait_stream(stream)
     return result

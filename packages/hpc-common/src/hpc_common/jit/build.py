@@ -170,7 +170,10 @@ def build_extension(name: str, sources: Sequence[Path], include_dirs: Sequence[P
                 leftover.unlink()
             # mkdtemp makes 0700; a cache prebuilt into an image is read by other users.
             os.chmod(tmp, 0o755)
-            os.replace(tmp, final) if not final.exists() else shutil.rmtree(tmp)
+            if final.exists():  # built by a process that did not share our lock (another host)
+                shutil.rmtree(tmp)
+            else:
+                os.replace(tmp, final)
             print(f"[hpc-ops] built {name} in {time.time() - t0:.1f}s", file=sys.stderr, flush=True)
         finally:
             if tmp.exists():

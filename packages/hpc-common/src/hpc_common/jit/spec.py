@@ -29,6 +29,14 @@ class ExtensionSpec:
     def __post_init__(self) -> None:
         _REGISTRY[self.name] = self
 
+    @classmethod
+    def for_package(cls, name: str, package_dir: Path) -> "ExtensionSpec":
+        """The layout every hpc-ops package uses: csrc/*.cu + csrc/bindings.cpp, headers in include/."""
+        package_dir = Path(package_dir)
+        return cls(name=name,
+                   sources=sorted((package_dir / "csrc").glob("*.cu")) + [package_dir / "csrc" / "bindings.cpp"],
+                   include_dirs=[package_dir / "include"])
+
     def _args(self):
         return (self.name, self.sources, self.include_dirs, self.cuda_flags, self.cxx_flags)
 

@@ -15,6 +15,7 @@ namespace hpc::attn {
 // Shared with the other operators (hpc_common/sm90.cuh). The waits below keep their own
 // watchdog (10 s of %globaltimer, with a message) instead of hpc::sm90::mbar_wait's poll count.
 using hpc::sm90::mbar_init;
+using hpc::sm90::named_barrier;
 using hpc::sm90::smem_u32;
 
 // ---- mbarrier ---------------------------------------------------------------------------
@@ -108,10 +109,6 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
 
-// Named barrier over the first `threads` threads of the CTA (id 0 is __syncthreads).
-__device__ __forceinline__ void named_barrier(uint32_t id, uint32_t threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
 
 // ---- ldmatrix / mma --------------------------------------------------------------------
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,

@@ -19,7 +19,8 @@
 #include <cstdint>
 
 #include "hpc_common/pdl.cuh"
-#include "hpc_router_gemm/launch_cluster.cuh"
+#include "hpc_common/persistent.cuh"
+#include "hpc_router_gemm/tma_encode.cuh"
 #include "hpc_router_gemm/router_gemm_params.h"
 #include "hpc_router_gemm/sm90.cuh"
 #include "hpc_router_gemm/wgmma_ops.cuh"
@@ -226,13 +227,13 @@ inline cudaError_t launch_router_gemm_bf16x2(const Bf16x2Params& p, cudaStream_t
   if (e != cudaSuccess) return e;
   const Bf16x2DevParams dp{p.out, p.out_stride, p.M, p.N, p.K};
   dim3 grid(p.splits, (p.N + C::BN - 1) / C::BN, (p.M + C::BM - 1) / C::BM);
-  return launch_with_cluster(bf16x2_kernel<C>(), grid, dim3(C::kThreads), C::kSmemBytes, p.splits, stream, pdl,
+  return hpc::launch_kernel_cluster(bf16x2_kernel<C>(), grid, dim3(C::kThreads), C::kSmemBytes, p.splits, stream, pdl,
                              tm_x, tm_whi, tm_wlo, dp);
 }
 
 template <class C>
 inline int bf16x2_max_active_clusters(int splits) {
-  return max_active_clusters(bf16x2_kernel<C>(), C::kThreads, C::kSmemBytes, splits);
+  return hpc::max_active_clusters(bf16x2_kernel<C>(), C::kThreads, C::kSmemBytes, splits);
 }
 
 }  // namespace hpc::router_gemm

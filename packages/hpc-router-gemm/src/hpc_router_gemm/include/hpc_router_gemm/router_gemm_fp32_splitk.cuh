@@ -25,7 +25,7 @@
 #include <cstdint>
 
 #include "hpc_common/pdl.cuh"
-#include "hpc_router_gemm/launch_cluster.cuh"
+#include "hpc_common/persistent.cuh"
 #include "hpc_router_gemm/router_gemm_params.h"
 #include "hpc_router_gemm/sm90.cuh"
 
@@ -182,10 +182,10 @@ inline cudaError_t launch_router_gemm_fp32_splitk(const Fp32SplitKParams& p, cud
   }
   dim3 grid(p.splits, p.N / kExperts, 1);
   if (p.M == 1) {
-    return launch_with_cluster(router_gemm_fp32_splitk_kernel<1, 3, 3>, grid, dim3(kThreads), 0, p.splits, stream,
+    return hpc::launch_kernel_cluster(router_gemm_fp32_splitk_kernel<1, 3, 3>, grid, dim3(kThreads), 0, p.splits, stream,
                                pdl, p);
   }
-  return launch_with_cluster(router_gemm_fp32_splitk_kernel<8, 2, 2>, grid, dim3(kThreads), 0, p.splits, stream, pdl,
+  return hpc::launch_kernel_cluster(router_gemm_fp32_splitk_kernel<8, 2, 2>, grid, dim3(kThreads), 0, p.splits, stream, pdl,
                              p);
 }
 

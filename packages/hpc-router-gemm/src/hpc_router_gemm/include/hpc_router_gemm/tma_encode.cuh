@@ -1,5 +1,6 @@
-// Host helpers of the router GEMM launchers: cluster launch (from hpc_common) and TMA descriptor
-// encoding through the driver entry point (no -lcuda: the runtime hands us the function).
+// TMA descriptor encoding for the router GEMM launchers, through the driver entry point (no
+// -lcuda: the runtime hands us the function). Cluster launches and cluster occupancy are
+// hpc::launch_kernel_cluster / hpc::max_active_clusters (hpc_common pdl.cuh, persistent.cuh).
 #pragma once
 
 #include <cuda.h>
@@ -7,21 +8,8 @@
 #include <cudaTypedefs.h>
 
 #include <cstdint>
-#include <utility>
-
-#include "hpc_common/pdl.cuh"
-#include "hpc_common/persistent.cuh"
 
 namespace hpc::router_gemm {
-
-// Cluster launches and cluster occupancy come from hpc_common (pdl.cuh, persistent.cuh).
-using hpc::max_active_clusters;
-
-template <typename... KernelArgs, typename... Args>
-inline cudaError_t launch_with_cluster(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
-                                       unsigned cluster_x, cudaStream_t stream, bool pdl, Args&&... args) {
-  return hpc::launch_kernel_cluster(kernel, grid, block, smem, cluster_x, stream, pdl, std::forward<Args>(args)...);
-}
 
 inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
