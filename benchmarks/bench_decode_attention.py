@@ -112,16 +112,22 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True):
         print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {provider:>12}: {t:8.2f} us  floor {floor:7.2f}"
               f"  {row['tbps']:.2f} TB/s" + (f"  rel_err {extra['rel_err']:.2e}" if extra else ""), flush=True)
 
-    for provider, static in (("ours", None), ("ours_static", "auto")):
+    kv_torch = torch.float8_e4m3fn if kv_dtype == "fp8" else torch.bfloat16
+    variants = [("ours", None, None), ("ours_static", "auto", None)]
+    if diag:  # the plan cut on tiles alone (version 4's plan): what the per-item task cost buys
+        variants.append(("diag_task_cost0", None, 0))
+    for provider, static, cost in variants:
         ws = ha.DecodeWorkspace(B, hkv, hq, max_len, static_splits=static)
-        plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, static_splits=static)
+        plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, static_splits=static, kv_dtype=kv_torch,
+                              task_cost=cost)
         out = torch.empty(B, hq, 128, dtype=torch.bfloat16, device="cuda")
         fn = (lambda plan=plan, out=out: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out))
         fn()
         torch.cuda.synchronize()
         add(provider, bench_us(fn, reps=reps), out.clone())
         if provider == "ours":
-            t = bench_us(lambda ws=ws: ha.plan_decode(kv_lens, hkv, hq, workspace=ws, validate=False), reps=reps)
+            t = bench_us(lambda ws=ws: ha.plan_decode(kv_lens, hkv, hq, workspace=ws, kv_dtype=kv_torch,
+                                                      validate=False), reps=reps)
             res.add("ours_plan", t, **dict(fields, floor_us=None))
             print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {'ours_plan':>12}: {t:8.2f} us", flush=True)
             if diag:

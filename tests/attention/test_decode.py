@@ -40,9 +40,10 @@ def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out
                      k_scale=case.k_scale, v_scale=case.v_scale, q_scale=case.q_scale, out=out), plan
 
 
+@pytest.mark.parametrize("task_cost", [None, 0, 7], ids=["cost_default", "cost0", "cost7"])
 @pytest.mark.parametrize("static_splits", [None, 3])
 @pytest.mark.parametrize("num_ctas", [1, 7, 132])
-def test_planner_matches_python_twin(num_ctas, static_splits):
+def test_planner_matches_python_twin(num_ctas, static_splits, task_cost):
     gen = torch.Generator().manual_seed(num_ctas)
     for trial in range(8):
         # Trials 6-7: more requests than planner threads (several requests per thread).
@@ -58,10 +59,11 @@ def test_planner_matches_python_twin(num_ctas, static_splits):
         hkv = [1, 2, 8][trial % 3]
         kv_lens = lens.int().cuda()
         ws = ha.DecodeWorkspace(B, hkv, hkv * 4, 140_000, num_ctas=num_ctas, static_splits=static_splits)
-        plan = ha.plan_decode(kv_lens, hkv, hkv * 4, workspace=ws, static_splits=static_splits)
+        plan = ha.plan_decode(kv_lens, hkv, hkv * 4, workspace=ws, static_splits=static_splits,
+                              task_cost=task_cost)
         got = plan.tables()
         want = plan_tables(lens.tolist(), hkv, num_ctas, plan.min_tiles, static_splits=static_splits or 0,
-                           max_len=140_000)
+                           max_len=140_000, task_cost=plan.task_cost)
         assert got.counters == want.counters, (trial, got.counters, want.counters)
         assert got.bin_start == want.bin_start, trial
         assert got.tasks == want.tasks, trial

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 # The decode kernel keeps 4 (BF16) or 7 (FP8) stages of K+V in ~190 KB of shared memory:
 # one CTA per SM, which already holds 112-128 KB of KV in flight per SM (Little's law at
 # ~32 GB/s per SM and ~1-2 us of loaded DRAM latency needs ~64 KB).
@@ -27,9 +29,26 @@ MIN_TILES_PER_CTA = 4
 # in NOTES.md (version 4). Read when `decode` is called (a CUDA graph keeps the capture's value).
 MERGE_IN_DECODE = True
 
+# Fixed cost of a task in tiles' worth of streaming, charged per non-empty (request, KV head)
+# item when the planner cuts the work line into bins, so a CTA that gets many short items gets
+# fewer of them. Why: each task pays a start-up chain (descriptor -> page id -> first bytes) and
+# a 4-warp merge + output write that do not overlap its own tiles. Measured at commit 1c2ea65
+# (64/8 heads, 32x128+32x4K, task_cost 0): the CTAs holding 64 two-tile items each ran ~3.4 us
+# (BF16) / ~3.9 us (FP8) per item against ~1.2 / ~0.8 us per tile in steady streaming, i.e. a
+# fixed cost of ~1.4 BF16 tiles / ~3.7 FP8 tiles per item; dynamic ran 222.6 / 251.9 us there
+# against 165.0 / 112.7 for the static split. Values rounded (see NOTES.md for the run after).
+TASK_COST_TILES_BF16 = 2
+TASK_COST_TILES_FP8 = 4
+MAX_TASK_COST = 64
+
 TILE_TOKENS = 64
 HEAD_DIM = 128
 MAX_GROUP = 16
+
+
+def task_cost_tiles(kv_dtype=None) -> int:
+    """Default per-item fixed cost (in tiles) of a plan serving KV of `kv_dtype` (None: BF16)."""
+    return TASK_COST_TILES_FP8 if kv_dtype == torch.float8_e4m3fn else TASK_COST_TILES_BF16
 
 
 def num_ctas(num_sms: int) -> int:

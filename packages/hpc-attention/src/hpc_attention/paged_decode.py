@@ -97,6 +97,7 @@ class DecodePlan:
     num_ctas: int
     static_splits: int  # 0: dynamic
     min_tiles: int
+    task_cost: int  # fixed cost per item on the work line (dynamic plans; 0 for static)
     max_kv_len: int
     kv_lens_ptr: int
 
@@ -125,17 +126,18 @@ def _check_heads(num_qo_heads: int, num_kv_heads: int, op: str) -> None:
                         mutates_args=("tasks", "bin_start", "combine", "counters", "slot_meta"))
 def _plan_op(kv_lens: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor, combine: torch.Tensor,
              counters: torch.Tensor, slot_meta: torch.Tensor, num_kv_heads: int, num_ctas: int, min_tiles: int,
-             static_splits: int, max_len: int) -> None:
+             static_splits: int, max_len: int, task_cost: int) -> None:
     _ext.load().decode_plan(
         kv_lens=kv_lens.data_ptr(), batch=kv_lens.shape[0], num_kv_heads=num_kv_heads, num_bins=num_ctas,
-        min_tiles=min_tiles, static_splits=static_splits, max_len=max_len, tasks=tasks.data_ptr(),
+        min_tiles=min_tiles, static_splits=static_splits, max_len=max_len, task_cost=task_cost,
+        tasks=tasks.data_ptr(),
         bin_start=bin_start.data_ptr(), combine=combine.data_ptr(), counters=counters.data_ptr(),
         slot_meta=slot_meta.data_ptr(), pdl=get_pdl(), stream=stream_ptr(kv_lens.device))
 
 
 @_plan_op.register_fake
 def _(kv_lens, tasks, bin_start, combine, counters, slot_meta, num_kv_heads, num_ctas, min_tiles, static_splits,
-      max_len):
+      max_len, task_cost):
     return None
 
 
@@ -192,7 +194,8 @@ def _(q, q_scale, k_cache, v_cache, page_table, tasks, bin_start, combine, count
 
 def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, max_kv_len: int | None = None,
                 workspace: DecodeWorkspace | None = None, static_splits: int | str | None = None,
-                min_tiles: int | None = None, validate: bool | None = None) -> DecodePlan:
+                min_tiles: int | None = None, kv_dtype: torch.dtype | None = None, task_cost: int | None = None,
+                validate: bool | None = None) -> DecodePlan:
     """Build the decode plan on the device from the device-side lengths (no host sync).
 
     kv_lens: [B] int32 CUDA tensor, the KV length of each request (0 allowed). The plan reads
@@ -200,7 +203,11 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
     new lengths at every replay. workspace: a DecodeWorkspace (required under graph capture;
     otherwise one is made for B requests and `max_kv_len`). static_splits: None for the
     dynamic plan, an int S or "auto" for the split-KV baseline. min_tiles: work floor per CTA
-    in 64-token tiles (default heuristics.MIN_TILES_PER_CTA). validate: check on the host that
+    in 64-token tiles (default heuristics.MIN_TILES_PER_CTA). kv_dtype: the KV cache dtype the
+    plan will serve (torch.bfloat16 by default, or torch.float8_e4m3fn): it selects the default
+    task_cost, the fixed cost per (request, KV head) counted in tiles when the bins are cut
+    (heuristics.task_cost_tiles; 0 cuts on tiles alone). Any plan is correct with any KV dtype;
+    these only balance the CTAs. validate: check on the host that
     0 <= kv_lens <= max_kv_len (synchronises; default: when not capturing a CUDA graph). On the
     device, lengths are clamped into that range whatever `validate` says.
     """
@@ -241,6 +248,11 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
     floor = heuristics.MIN_TILES_PER_CTA if min_tiles is None else int(min_tiles)
     if floor < 1:
         raise ValueError(f"{op}: min_tiles must be >= 1, got {floor}")
+    if kv_dtype is not None and kv_dtype not in (torch.bfloat16, torch.float8_e4m3fn):
+        raise ValueError(f"{op}: kv_dtype must be torch.bfloat16 or torch.float8_e4m3fn, got {kv_dtype}")
+    cost = heuristics.task_cost_tiles(kv_dtype) if task_cost is None else int(task_cost)
+    if not 0 <= cost <= heuristics.MAX_TASK_COST:
+        raise ValueError(f"{op}: task_cost must be in [0, {heuristics.MAX_TASK_COST}], got {cost}")
     if kv_lens.device != ws.device:
         raise ValueError(f"{op}: kv_lens is on {kv_lens.device}, the workspace on {ws.device}")
     require_hopper(kv_lens, "kv_lens", op)
@@ -253,9 +265,10 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
             i = int(bad[0])
             raise ValueError(f"{op}: kv_lens[{i}] = {int(lens[i])} is outside [0, max_kv_len={max_len}]")
     torch.ops.hpc_attention.plan_decode(kv_lens, ws.tasks, ws.bin_start, ws.combine, ws.counters, ws.slot_meta,
-                                        num_kv_heads, ws.num_ctas, floor, splits, max_len)
+                                        num_kv_heads, ws.num_ctas, floor, splits, max_len, cost)
     return DecodePlan(workspace=ws, batch=B, num_kv_heads=num_kv_heads, num_qo_heads=num_qo_heads,
-                      num_ctas=ws.num_ctas, static_splits=splits, min_tiles=floor, max_kv_len=max_len,
+                      num_ctas=ws.num_ctas, static_splits=splits, min_tiles=floor, task_cost=cost if splits == 0 else 0,
+                      max_kv_len=max_len,
                       kv_lens_ptr=kv_lens.data_ptr())
 
 

@@ -61,8 +61,12 @@ def _tiles(length: int) -> int:
 
 
 def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_tiles: int,
-                static_splits: int = 0, max_len: int | None = None) -> PlanTables:
-    """The plan, computed the way the CUDA planner does (same integer arithmetic, same order)."""
+                static_splits: int = 0, max_len: int | None = None, task_cost: int = 0) -> PlanTables:
+    """The plan, computed the way the CUDA planner does (same integer arithmetic, same order).
+
+    task_cost: tiles' worth of fixed cost charged to every non-empty item on the work line
+    (dynamic mode): the line holds, per item, `task_cost` units of fixed cost followed by the
+    item's tiles, and the bins cut that line. 0 gives the plain tile line."""
     if max_len is None:
         max_len = max([0, *kv_lens])
     raw = [int(x) for x in kv_lens]
@@ -70,7 +74,9 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
     clamped = sum(1 for x in raw if x < 0 or x > max_len)
     hkv, C = num_kv_heads, num_ctas
     ntiles = [_tiles(x) for x in lens]
-    total = sum(ntiles) * hkv
+    total_tiles = sum(ntiles) * hkv
+    ovh = max(0, int(task_cost)) if static_splits <= 0 else 0
+    total = total_tiles + ovh * hkv * sum(1 for n in ntiles if n > 0)
     dynamic = static_splits <= 0
     nb = 1
     if dynamic and total > 0:
@@ -90,14 +96,15 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
         chunk = -(-n // static_splits)
         return -(-n // chunk)
 
-    # Items in order, with their global start on the tile line.
+    # Items in order, with the start of their fixed cost (s0) and of their tiles (s) on the line.
     items = []
-    req_tiles = 0
+    pos = 0
     for b, n in enumerate(ntiles):
         for h in range(hkv):
-            s = req_tiles * hkv + h * n
-            items.append((b * hkv + h, lens[b], n, s, parts_of(s, n)))
-        req_tiles += n
+            s0 = pos
+            s = s0 + (ovh if n > 0 else 0)
+            items.append((b * hkv + h, lens[b], n, s, parts_of(s, n), s0))
+            pos = s + n
     num_tasks = sum(it[4] for it in items)
 
     tasks: list = [None] * num_tasks
@@ -110,19 +117,25 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
 
     slot_meta: list = []
     task = slot = 0
-    for item, length, n, s, parts in items:
+    for item, length, n, s, parts, s0 in items:
         if parts != 1:
             combine.append((item, slot if parts > 1 else 0, parts, 0))
         if parts > 1:
             slot_meta += [(slot, parts)] * parts
         if dynamic:
             first_bin = bin_of(s) if parts > 0 else 0
+            # Bins that start inside this item's fixed cost hold no tile of it before its first
+            # task: they begin at that task (a bin lying wholly inside the fixed cost is empty).
+            if parts > 0:
+                for c in range(bin_of(s0), first_bin):
+                    if start(c) >= s0:
+                        bin_start[c] = task
             for q in range(parts):
                 c = first_bin + q
                 cs, ce = start(c), start(c + 1)
                 gb, ge = max(s, cs), min(s + n, ce)
                 tasks[task] = (item, gb - s, min(length, (ge - s) * TILE_TOKENS), slot + q if parts > 1 else -1)
-                if gb == cs:
+                if cs >= s0:
                     bin_start[c] = task
                 task += 1
         else:
@@ -142,5 +155,5 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
         elif c >= nb_used:
             bin_start[c] = num_tasks
     budget = (-(-total // nb) if total > 0 else 0) if dynamic else 0
-    counters = [num_tasks, len(combine), budget, total, slot, nb_used, clamped, 0]
+    counters = [num_tasks, len(combine), budget, total_tiles, slot, nb_used, clamped, 0]
     return PlanTables(tasks=tasks, bin_start=bin_start, combine=combine, counters=counters, slot_meta=slot_meta)

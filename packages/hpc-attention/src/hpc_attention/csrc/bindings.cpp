@@ -27,7 +27,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
   m.def(
       "decode_plan",
       [](uintptr_t kv_lens, int batch, int num_kv_heads, int num_bins, int min_tiles, int static_splits,
-         int max_len, uintptr_t tasks, uintptr_t bin_start, uintptr_t combine, uintptr_t counters,
+         int max_len, int task_cost, uintptr_t tasks, uintptr_t bin_start, uintptr_t combine, uintptr_t counters,
          uintptr_t slot_meta, bool pdl, uintptr_t stream) {
         DecodePlanParams p{};
         p.kv_lens = hpc::as_ptr<const int32_t>(kv_lens);
@@ -37,6 +37,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.min_tiles = min_tiles;
         p.static_splits = static_splits;
         p.max_len = max_len;
+        p.task_cost = task_cost;
         p.tasks = hpc::as_ptr<int4>(tasks);
         p.bin_start = hpc::as_ptr<int32_t>(bin_start);
         p.combine = hpc::as_ptr<int4>(combine);
@@ -45,7 +46,8 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         HPC_CUDA_CHECK(hpc_attn_launch_decode_plan(p, hpc::as_stream(stream), pdl), "decode_plan");
       },
       py::arg("kv_lens"), py::arg("batch"), py::arg("num_kv_heads"), py::arg("num_bins"), py::arg("min_tiles"),
-      py::arg("static_splits"), py::arg("max_len"), py::arg("tasks"), py::arg("bin_start"), py::arg("combine"),
+      py::arg("static_splits"), py::arg("max_len"), py::arg("task_cost"), py::arg("tasks"), py::arg("bin_start"),
+      py::arg("combine"),
       py::arg("counters"), py::arg("slot_meta"), py::arg("pdl"), py::arg("stream"));
 
   m.def(

@@ -15,7 +15,7 @@ constexpr int kTileTokens = 64;
 enum PlanCounter : int {
   kNumTasks = 0,
   kNumCombine = 1,
-  kBudget = 2,      // ceil(total / nb) in dynamic mode, 0 in static mode
+  kBudget = 2,      // ceil(line / nb) in dynamic mode (line = tiles + task_cost per item), 0 in static
   kTotalTiles = 3,
   kNumSlots = 4,
   kNumBinsUsed = 5,
@@ -31,6 +31,7 @@ struct DecodePlanParams {
   int min_tiles;      // work floor per bin (dynamic mode)
   int static_splits;  // 0: dynamic; > 0: fixed splits per item
   int max_len;        // lengths are clamped into [0, max_len] (page-table capacity)
+  int task_cost;      // dynamic mode: tiles' worth of fixed cost charged per non-empty item
   int4* tasks;        // {item, tile_begin, token_end, slot or -1}, bin-major
   int32_t* bin_start; // [num_bins + 1]
   int4* combine;      // {item, first slot, parts (0: empty item -> zeros), 0}

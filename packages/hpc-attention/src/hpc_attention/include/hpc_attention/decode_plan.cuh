@@ -126,10 +126,16 @@ __device__ __forceinline__ T shfl_t(T v, int src) {
   }
 }
 
+// Fixed cost per item (DecodePlanParams::task_cost): the line holds, for each non-empty item,
+// `ovh` units of fixed cost [s0, s) and then its n tiles [s, s + n); bins cut that line, so a
+// bin of many short items gets fewer of them. A bin that starts inside an item's fixed cost
+// begins at the item's first task; one lying wholly inside it is empty (start = next start).
 template <typename T>
 __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, int r1, int len0,
-                                             long long req_tiles0, long long total_ll, int clamped_total) {
+                                             long long line0, long long total_ll, long long total_tiles,
+                                             int clamped_total) {
   const int hkv = p.num_kv_heads;
+  const T ovh = static_cast<T>(p.task_cost > 0 ? p.task_cost : 0);
   const int lane = threadIdx.x & 31;
   const int chunk = (p.batch + blockDim.x - 1) / blockDim.x;
   auto length = [&](int b) {
@@ -150,20 +156,21 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
   // Pass 2: tasks, slots and combine entries of my requests.
   Scan3 cnt{0, 0, 0};
   {
-    T rt = static_cast<T>(req_tiles0);
+    T pos = static_cast<T>(line0);  // line position of my first request
     for (int b = r0; b < r1; ++b) {
       const int n = tiles(length(b));
       if (n == 0) {
         cnt.c += hkv;
         continue;
       }
-      const T S = rt * hkv, E = S + static_cast<T>(n) * hkv;
+      const T span = static_cast<T>(n) + ovh;  // one item on the line
+      const T S = pos, E = S + span * hkv;
       const T bS = L.bin_of(S), bE = L.bin_of(E - 1);
       if (bE - bS <= static_cast<T>(kPlanWalkMax)) {
         BinWalk<T> w;
         w.init(L, bS);
         for (int h = 0; h < hkv; ++h) {
-          const T s = S + static_cast<T>(h) * n, e = s + n;
+          const T s = S + static_cast<T>(h) * span + ovh, e = s + n;
           while (w.ce <= s) w.advance(L);
           int parts = 1;
           while (w.ce < e) {
@@ -178,7 +185,7 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
         }
       } else {
         for (int h = 0; h < hkv; ++h) {
-          const T s = S + static_cast<T>(h) * n;
+          const T s = S + static_cast<T>(h) * span + ovh;
           const int parts = static_cast<int>(L.bin_of(s + n - 1) - L.bin_of(s)) + 1;
           cnt.a += parts;
           if (parts > 1) {
@@ -187,7 +194,7 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
           }
         }
       }
-      rt += n;
+      pos = E;
     }
   }
   Scan3 tot2;
@@ -196,13 +203,14 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
 
   // Pass 3: write. Loop bounds are warp-uniform (chunk iterations) for the ballots.
   int task = pre2.a, slot = pre2.b, comb = pre2.c;
-  T rt = static_cast<T>(req_tiles0);
+  T pos = static_cast<T>(line0);
   for (int i = 0; i < chunk; ++i) {
     const int b = r0 + i;
     const bool valid = b < r1;
     const int len = valid ? length(b) : 0;
     const int n = tiles(len);
-    const T S = rt * hkv, E = S + static_cast<T>(n) * hkv;
+    const T span = static_cast<T>(n) + ovh;
+    const T S = pos, E = S + (n > 0 ? span * hkv : 0);
     bool is_long = false;
     T bS = 0;
     if (n > 0) {
@@ -216,8 +224,11 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
       w.init(L, bS);
       for (int h = 0; h < hkv; ++h) {
         const int item = b * hkv + h;
-        const T s = S + static_cast<T>(h) * n, e = s + n;
-        while (w.ce <= s) w.advance(L);
+        const T s0 = S + static_cast<T>(h) * span, s = s0 + ovh, e = s + n;
+        while (w.ce <= s) {  // bins wholly inside my fixed cost: empty, they start at my task
+          if (w.cs >= s0) p.bin_start[w.c] = task;
+          w.advance(L);
+        }
         const bool split = w.ce < e;
         int q = 0;
         while (true) {
@@ -225,7 +236,7 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
           const T ge = e < w.ce ? e : w.ce;
           const int token_end = min(len, static_cast<int>(ge - s) * kTileTokens);
           p.tasks[task] = make_int4(item, static_cast<int>(gb - s), token_end, split ? slot + q : -1);
-          if (gb == w.cs) p.bin_start[w.c] = task;
+          if (w.cs >= s0) p.bin_start[w.c] = task;  // no earlier item has tiles in this bin
           ++task;
           ++q;
           if (w.ce < e) {
@@ -249,14 +260,20 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
       const int nn = __shfl_sync(0xffffffffu, n, src);
       const int ll = __shfl_sync(0xffffffffu, len, src);
       const T SS = shfl_t(S, src);
+      const T sp = static_cast<T>(nn) + ovh;
       int t_ = __shfl_sync(0xffffffffu, task, src);
       int s_ = __shfl_sync(0xffffffffu, slot, src);
       int c_ = __shfl_sync(0xffffffffu, comb, src);
       for (int h = 0; h < hkv; ++h) {
         const int item = bb * hkv + h;
-        const T s = SS + static_cast<T>(h) * nn, e = s + nn;
+        const T s0 = SS + static_cast<T>(h) * sp, s = s0 + ovh, e = s + nn;
         const T first = L.bin_of(s);
         const int parts = static_cast<int>(L.bin_of(e - 1) - first) + 1;
+        if (lane == 0) {  // bins wholly inside the fixed cost: empty, they start at the first task
+          for (T c = L.bin_of(s0); c < first; ++c) {
+            if (L.start(c) >= s0) p.bin_start[c] = t_;
+          }
+        }
         for (int q = lane; q < parts; q += 32) {
           const T c = first + q;
           const T cs = L.start(c), ce = L.start(c + 1);
@@ -265,7 +282,7 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
           const int token_end = min(ll, static_cast<int>(ge - s) * kTileTokens);
           p.tasks[t_ + q] = make_int4(item, static_cast<int>(gb - s), token_end, parts > 1 ? s_ + q : -1);
           if (parts > 1) p.slot_meta[s_ + q] = make_int2(s_, parts);
-          if (gb == cs) p.bin_start[c] = t_ + q;
+          if (cs >= s0) p.bin_start[c] = t_ + q;
         }
         if (parts > 1) {
           if (lane == 0) p.combine[c_] = make_int4(item, s_, parts, 0);
@@ -280,7 +297,7 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
         comb = c_;
       }
     }
-    rt += n;
+    pos = E;
   }
 
   const int C = p.num_bins;
@@ -292,7 +309,7 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
     p.counters[kNumTasks] = num_tasks;
     p.counters[kNumCombine] = tot2.c;
     p.counters[kBudget] = total_ll > 0 ? static_cast<int>((total_ll + nb - 1) / nb) : 0;
-    p.counters[kTotalTiles] = static_cast<int>(total_ll);
+    p.counters[kTotalTiles] = static_cast<int>(total_tiles);
     p.counters[kNumSlots] = tot2.b;
     p.counters[kNumBinsUsed] = nb_used;
     p.counters[kNumClamped] = clamped_total;
@@ -320,18 +337,23 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_
     if (b == r0) len0 = len;
     mine.a += tiles(len);
     mine.b += (raw < 0 || raw > p.max_len) ? 1 : 0;
+    mine.c += len > 0 ? 1 : 0;  // non-empty requests: each of their items pays task_cost
   }
   Scan3 tot1;
   const Scan3 pre1 = block_exclusive_scan(mine, tot1);
   const long long total = static_cast<long long>(tot1.a) * hkv;
   const bool dynamic = p.static_splits <= 0;
   if (dynamic) {
-    long long nb = total / (p.min_tiles > 0 ? p.min_tiles : 1);
+    // The work line: tiles plus task_cost units per non-empty item (see plan_dynamic).
+    const long long ovh = p.task_cost > 0 ? p.task_cost : 0;
+    const long long line = total + ovh * hkv * tot1.c;
+    const long long line0 = static_cast<long long>(pre1.a) * hkv + ovh * hkv * pre1.c;
+    long long nb = line / (p.min_tiles > 0 ? p.min_tiles : 1);
     nb = nb < 1 ? 1 : (nb > p.num_bins ? p.num_bins : nb);
-    if ((total + 1) * nb + total < 0xFFFFFFFFll) {
-      plan_dynamic<unsigned>(p, r0, r1, len0, pre1.a, total, tot1.b);
+    if ((line + 1) * nb + line < 0xFFFFFFFFll) {
+      plan_dynamic<unsigned>(p, r0, r1, len0, line0, line, total, tot1.b);
     } else {
-      plan_dynamic<unsigned long long>(p, r0, r1, len0, pre1.a, total, tot1.b);
+      plan_dynamic<unsigned long long>(p, r0, r1, len0, line0, line, total, tot1.b);
     }
     return;
   }
