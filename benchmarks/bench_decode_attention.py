@@ -159,6 +159,19 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True):
                         pd.DIAG.update(skip_combine=False, flags=0)
                     add(name, t)
         del ws
+    if diag and case == "1x128K+31x4K":
+        # The static variant with more splits than the default FlashDecoding rule (which gives
+        # the 128K request only ceil(C / B) parts): how strong a static split can be here, so the
+        # dynamic / static ratio is also read against the best fixed split count.
+        for splits in (16, 32, 64):
+            ws = ha.DecodeWorkspace(B, hkv, hq, max_len, static_splits=splits)
+            plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, static_splits=splits)
+            out = torch.empty(B, hq, 128, dtype=torch.bfloat16, device="cuda")
+            fn = (lambda plan=plan, out=out: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out))
+            fn()
+            torch.cuda.synchronize()
+            add(f"diag_static_s{splits}", bench_us(fn, reps=reps), out.clone())
+            del ws
     for name, call in (("flashinfer", lambda: flashinfer_fn(q, k, v, pt, lens, kv_dtype, (ks, vs))),
                        ("flash_attn", lambda: flash_attn_fn(q, k, v, pt, kv_lens))):
         try:
