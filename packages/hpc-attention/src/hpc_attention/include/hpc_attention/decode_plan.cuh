@@ -130,14 +130,16 @@ __device__ __forceinline__ T shfl_t(T v, int src) {
 // `ovh` units of fixed cost [s0, s) and then its n tiles [s, s + n); bins cut that line, so a
 // bin of many short items gets fewer of them. A bin that starts inside an item's fixed cost
 // begins at the item's first task; one lying wholly inside it is empty (start = next start).
+// This thread owns heads [h0, h1) of requests [r0, r1) (see decode_plan_kernel); `chunk` is the
+// block-uniform number of requests per thread.
 template <typename T>
-__device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, int r1, int len0,
-                                             long long line0, long long total_ll, long long total_tiles,
+__device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, int r1, int h0, int h1, int chunk,
+                                             int len0, long long line0, long long total_ll, long long total_tiles,
                                              int clamped_total) {
   const int hkv = p.num_kv_heads;
+  const int nh = h1 - h0;
   const T ovh = static_cast<T>(p.task_cost > 0 ? p.task_cost : 0);
   const int lane = threadIdx.x & 31;
-  const int chunk = (p.batch + blockDim.x - 1) / blockDim.x;
   auto length = [&](int b) {
     if (b == r0) return len0;
     const int raw = p.kv_lens[b];
@@ -160,16 +162,16 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
     for (int b = r0; b < r1; ++b) {
       const int n = tiles(length(b));
       if (n == 0) {
-        cnt.c += hkv;
+        cnt.c += nh;
         continue;
       }
       const T span = static_cast<T>(n) + ovh;  // one item on the line
-      const T S = pos, E = S + span * hkv;
+      const T S = pos, E = S + span * nh;
       const T bS = L.bin_of(S), bE = L.bin_of(E - 1);
       if (bE - bS <= static_cast<T>(kPlanWalkMax)) {
         BinWalk<T> w;
         w.init(L, bS);
-        for (int h = 0; h < hkv; ++h) {
+        for (int h = 0; h < nh; ++h) {
           const T s = S + static_cast<T>(h) * span + ovh, e = s + n;
           while (w.ce <= s) w.advance(L);
           int parts = 1;
@@ -184,7 +186,7 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
           }
         }
       } else {
-        for (int h = 0; h < hkv; ++h) {
+        for (int h = 0; h < nh; ++h) {
           const T s = S + static_cast<T>(h) * span + ovh;
           const int parts = static_cast<int>(L.bin_of(s + n - 1) - L.bin_of(s)) + 1;
           cnt.a += parts;
@@ -210,7 +212,7 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
     const int len = valid ? length(b) : 0;
     const int n = tiles(len);
     const T span = static_cast<T>(n) + ovh;
-    const T S = pos, E = S + (n > 0 ? span * hkv : 0);
+    const T S = pos, E = S + (n > 0 ? span * nh : 0);
     bool is_long = false;
     T bS = 0;
     if (n > 0) {
@@ -218,13 +220,13 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
       is_long = L.bin_of(E - 1) - bS > static_cast<T>(kPlanWalkMax);
     }
     if (valid && n == 0) {
-      for (int h = 0; h < hkv; ++h) p.combine[comb++] = make_int4(b * hkv + h, 0, 0, 0);
+      for (int h = h0; h < h1; ++h) p.combine[comb++] = make_int4(b * hkv + h, 0, 0, 0);
     } else if (valid && !is_long) {
       BinWalk<T> w;
       w.init(L, bS);
-      for (int h = 0; h < hkv; ++h) {
+      for (int h = h0; h < h1; ++h) {
         const int item = b * hkv + h;
-        const T s0 = S + static_cast<T>(h) * span, s = s0 + ovh, e = s + n;
+        const T s0 = S + static_cast<T>(h - h0) * span, s = s0 + ovh, e = s + n;
         while (w.ce <= s) {  // bins wholly inside my fixed cost: empty, they start at my task
           if (w.cs >= s0) p.bin_start[w.c] = task;
           w.advance(L);
@@ -261,12 +263,13 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
       const int ll = __shfl_sync(0xffffffffu, len, src);
       const T SS = shfl_t(S, src);
       const T sp = static_cast<T>(nn) + ovh;
+      const int hh0 = __shfl_sync(0xffffffffu, h0, src), hh1 = __shfl_sync(0xffffffffu, h1, src);
       int t_ = __shfl_sync(0xffffffffu, task, src);
       int s_ = __shfl_sync(0xffffffffu, slot, src);
       int c_ = __shfl_sync(0xffffffffu, comb, src);
-      for (int h = 0; h < hkv; ++h) {
+      for (int h = hh0; h < hh1; ++h) {
         const int item = bb * hkv + h;
-        const T s0 = SS + static_cast<T>(h) * sp, s = s0 + ovh, e = s + nn;
+        const T s0 = SS + static_cast<T>(h - hh0) * sp, s = s0 + ovh, e = s + nn;
         const T first = L.bin_of(s);
         const int parts = static_cast<int>(L.bin_of(e - 1) - first) + 1;
         if (lane == 0) {  // bins wholly inside the fixed cost: empty, they start at the first task
@@ -322,38 +325,55 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_
   hpc::pdl_launch_dependents();  // the decode kernel waits for our completion anyway
   const int tid = threadIdx.x;
   const int hkv = p.num_kv_heads;
-  const int chunk = (p.batch + blockDim.x - 1) / blockDim.x;
-  const int r0 = min(p.batch, tid * chunk), r1 = min(p.batch, r0 + chunk);
+  const bool dynamic = p.static_splits <= 0;
+  // Work per thread: a chunk of requests with all their heads, or, for a dynamic plan of fewer
+  // requests than threads, one request and a contiguous range of its heads (tpr threads per
+  // request): the per-item walk is serial per thread and dominated the 64/8-head plan time.
+  // Thread order is item order either way, so the scans below keep the tasks in item order.
+  const int tpr = dynamic ? max(1, min(hkv, static_cast<int>(blockDim.x) / p.batch)) : 1;
+  int chunk, r0, r1, h0 = 0, h1 = hkv;
+  if (tpr > 1) {
+    const int b = tid / tpr, sub = tid - b * tpr;
+    chunk = 1;
+    r0 = min(p.batch, b);
+    r1 = min(p.batch, b + 1);
+    h0 = sub * hkv / tpr;
+    h1 = (sub + 1) * hkv / tpr;
+  } else {
+    chunk = (p.batch + blockDim.x - 1) / blockDim.x;
+    r0 = min(p.batch, tid * chunk);
+    r1 = min(p.batch, r0 + chunk);
+  }
+  const int nh = h1 - h0;
   auto clamp_len = [&](int raw) { return raw < 0 ? 0 : (raw > p.max_len ? p.max_len : raw); };
   auto length = [&](int b) { return clamp_len(p.kv_lens[b]); };
   auto tiles = [&](int len) { return (len + kTileTokens - 1) / kTileTokens; };
 
-  // Pass 1: tiles per request (identical for every head of a request), clamped lengths.
+  // Pass 1: tiles of my items (a request's tiles, once per head), clamped lengths, non-empty items.
   Scan3 mine{0, 0, 0};
   int len0 = 0;
   for (int b = r0; b < r1; ++b) {
     const int raw = p.kv_lens[b];
     const int len = clamp_len(raw);
     if (b == r0) len0 = len;
-    mine.a += tiles(len);
-    mine.b += (raw < 0 || raw > p.max_len) ? 1 : 0;
-    mine.c += len > 0 ? 1 : 0;  // non-empty requests: each of their items pays task_cost
+    mine.a += tiles(len) * nh;
+    mine.b += (h0 == 0 && (raw < 0 || raw > p.max_len)) ? 1 : 0;
+    mine.c += len > 0 ? nh : 0;  // non-empty items: each pays task_cost on the line
   }
   Scan3 tot1;
   const Scan3 pre1 = block_exclusive_scan(mine, tot1);
-  const long long total = static_cast<long long>(tot1.a) * hkv;
-  const bool dynamic = p.static_splits <= 0;
+  const long long total = tot1.a;
   if (dynamic) {
     // The work line: tiles plus task_cost units per non-empty item (see plan_dynamic).
     const long long ovh = p.task_cost > 0 ? p.task_cost : 0;
-    const long long line = total + ovh * hkv * tot1.c;
-    const long long line0 = static_cast<long long>(pre1.a) * hkv + ovh * hkv * pre1.c;
+    const long long line = total + ovh * tot1.c;
+    const long long line0 = static_cast<long long>(pre1.a) + ovh * pre1.c;
     long long nb = line / (p.min_tiles > 0 ? p.min_tiles : 1);
     nb = nb < 1 ? 1 : (nb > p.num_bins ? p.num_bins : nb);
     if ((line + 1) * nb + line < 0xFFFFFFFFll) {
-      plan_dynamic<unsigned>(p, r0, r1, len0, line0, line, total, tot1.b);
+      plan_dynamic<unsigned>(p, r0, r1, h0, h1, chunk, len0, line0, line, total, tot1.b);
     } else {
-      plan_dynamic<unsigned long long>(p, r0, r1, len0, line0, line, total, tot1.b);
+      plan_dynamic<unsigned long long>(p, r0, r1, h0, h1, chunk, len0, line0, line, total, tot1.b);
     }
     return;
   }
