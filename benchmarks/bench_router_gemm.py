@@ -4,10 +4,10 @@ with L2 flushed before each replay (hpc_common.bench.bench_us), with max |error|
 FP64 reference and top-8 agreement for each provider.
 
 Writes DIR/<gpu>/router_gemm.{json,md} and, unless --no-sweep, DIR/<gpu>/router_gemm_paths
-.{json,md}: every path (fp32 / narrow / wide) at every split count, the measurement behind
+.{json,md}: every path (fp32 / gemv / narrow / wide / wide96) at every split count, the measurement behind
 heuristics.py.
 
-    python benchmarks/bench_router_gemm.py [--out-dir benchmarks/results] [--quick] [--no-sweep]
+    python benchmarks/bench_router_gemm.py [--out-dir benchmarks/results] [--quick] [--no-sweep] [--m 1,2,4]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from hpc_common.bench import BenchResults, bench_us, floor_us, gpu_slug
 from hpc_router_gemm import RouterWeight, plan_for, router_gemm
-from hpc_router_gemm.heuristics import FP32_MAX_M, TILES, Plan
+from hpc_router_gemm.heuristics import FP32_MAX_M, GEMV_MAX_M, GEMV_SPLITS, TILE_GEMV, TILES, Plan, gemv_fits
 from hpc_router_gemm.reference import router_gemm_reference, topk_experts
 from hpc_router_gemm.router_gemm import launch
 
@@ -89,6 +89,7 @@ def sweep_paths(paths: BenchResults, case: dict, x, rw: RouterWeight, ref, ref_t
     M, K, N = case["M"], case["K"], case["N"]
     out = torch.empty(M, N, device=x.device)
     plans = [Plan("fp32", s) for s in (1, 2, 4, 8) if M <= FP32_MAX_M]
+    plans += [Plan("gemv", s) for s in GEMV_SPLITS if M <= GEMV_MAX_M and gemv_fits(M, K, s)]
     plans += [Plan(p, s) for p in ("narrow", "wide", "wide96") for s in (1, 2, 4, 8) if s <= K // 64]
     chosen = plan_for(M, N, K, x.device)
     if M <= 64:  # the same call with a warm L2: how much of the cold time is the cold start
@@ -106,6 +107,8 @@ def main() -> None:
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--quick", action="store_true", help="M in (1, 64, 4096), fewer repetitions")
     ap.add_argument("--no-sweep", action="store_true", help="skip the per-path sweep")
+    ap.add_argument("--m", type=lambda v: tuple(int(m) for m in v.split(",")), default=None,
+                    help="comma-separated M values to run at every shape (instead of each shape's list)")
     args = ap.parse_args()
     out_dir = args.out_dir / gpu_slug()
     res = BenchResults("router_gemm", out_dir)
@@ -115,6 +118,8 @@ def main() -> None:
 
         clusters = {f"{p}_s{s}": _device_max_clusters(torch.cuda.current_device(), t, s)
                     for p, t in TILES.items() for s in (1, 2, 4, 8)}
+        clusters.update({f"gemv_s{s}": _device_max_clusters(torch.cuda.current_device(), TILE_GEMV, s)
+                         for s in GEMV_SPLITS})
         print("resident clusters per tile and split:", clusters)
         paths = BenchResults("router_gemm_paths", out_dir, max_clusters=clusters)
         # The timing floor of the method itself: one tiny kernel, replayed the same way.
@@ -125,7 +130,7 @@ def main() -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     reps = 30 if args.quick else 100
     for name, (K, N, ms) in SHAPES.items():
-        ms = [m for m in ms if m in QUICK_M] if args.quick else ms
+        ms = args.m if args.m else [m for m in ms if m in QUICK_M] if args.quick else ms
         bench_shape(res, paths, name, K, N, ms, reps, gen)
         print(f"{name} done", flush=True)
     if paths is not None:

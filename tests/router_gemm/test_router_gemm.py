@@ -62,6 +62,9 @@ def test_plan_table_is_ordered_and_valid(K, N):
     for m_max, path, s in rows:
         assert path in heuristics.PATHS and s in heuristics.SPLIT_CHOICES
         assert path != "fp32" or m_max <= heuristics.FP32_MAX_M
+        if path == "gemv":
+            assert m_max <= heuristics.GEMV_MAX_M and s in heuristics.GEMV_SPLITS and heuristics.gemv_fits(m_max, K, s)
+            continue
         bm = heuristics.TILE_SHAPES[heuristics.TILES[path]][0] if path != "fp32" else 8
         assert bm % s == 0 and s <= K // 64
     for M in (1, 8, 9, 64, 512, 513, 4096, 100000):

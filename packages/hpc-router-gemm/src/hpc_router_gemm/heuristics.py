@@ -1,7 +1,9 @@
 """Which kernel and split count serve a router GEMM of a given shape.
 
-Four plans (see NOTES.md): `fp32` (exact FP32 on CUDA cores, the weight read straight from
-its FP32 bytes, split-K over a cluster of up to 8 CTAs), and the two-product BF16 wgmma
+Five plans (see NOTES.md): `fp32` (exact FP32 on CUDA cores, the weight read straight from
+its FP32 bytes, split-K over a cluster of up to 8 CTAs), `gemv` (exact FP32 too, M <= 8: one
+CTA per SM streams a contiguous range of whole rows through shared memory with bulk copies,
+split along K over a cluster of S <= 4 CTAs), and the two-product BF16 wgmma
 kernel with three tiles: `narrow` (64 x 32, for skinny M), `wide` (128 x 192) and `wide96`
 (128 x 96). Each is combined with a split-K count S (CTAs per cluster along K).
 
@@ -18,16 +20,21 @@ from dataclasses import dataclass
 from typing import Callable
 
 FP32_MAX_M = 256  # the fp32 kernel keeps [M, 8] partials per CTA in shared memory
+GEMV_MAX_M = 8  # the gemv kernel keeps the x slices of every token in shared memory
+GEMV_SPLITS = (1, 2, 4)
+# Shared memory the gemv kernel may use per CTA (router_gemv_fp32.cuh, gemv::kSmemBudget).
+GEMV_SMEM_BUDGET = 227 * 1024 - 1024
 TILE_NARROW, TILE_WIDE, TILE_WIDE96 = 0, 1, 2
+TILE_GEMV = 3  # not a wgmma tile: the key of the gemv kernel's resident-cluster query
 TILES = {"narrow": TILE_NARROW, "wide": TILE_WIDE, "wide96": TILE_WIDE96}
 TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 96)}  # (BM, BN)
 SPLIT_CHOICES = (1, 2, 4, 8)
-PATHS = ("fp32", *TILES)
+PATHS = ("fp32", "gemv", *TILES)
 
 
 @dataclass(frozen=True)
 class Plan:
-    path: str  # "fp32", "narrow", "wide" or "wide96"
+    path: str  # "fp32", "gemv", "narrow", "wide" or "wide96"
     splits: int  # CTAs per cluster along K
 
     @property
@@ -76,6 +83,33 @@ def fp32_splits(K: int, N: int, num_sms: int = 132) -> int:
     return s
 
 
+def gemv_fits(M: int, K: int, splits: int) -> bool:
+    """One row slice (K / S FP32) and the M x slices (BF16) fit the kernel's shared memory."""
+    ks = K // splits
+    return K % (16 * splits) == 0 and M * ks * 2 + ks * 4 + 8 * 1024 <= GEMV_SMEM_BUDGET
+
+
+def gemv_clusters(splits: int, num_sms: int, max_clusters: Callable[[int], int]) -> int:
+    """Clusters in the gemv grid: one CTA per SM, never more clusters than fit at once."""
+    return max(1, min(num_sms // splits, max_clusters(splits)))
+
+
+def gemv_splits(M: int, N: int, K: int, num_sms: int, max_clusters: Callable[[int], int]) -> int | None:
+    """The split that minimises the bytes of the busiest SM, ceil(N / clusters) x K / S x 4
+    (whole rows per cluster, so few rows per SM leave some SMs a row ahead: N=192 on 132 SMs
+    is 1 or 2 rows with S=1, 2 or 3 half rows with S=2); ties go to the smaller S. None when
+    no split fits shared memory."""
+    best, best_bytes = None, math.inf
+    for s in GEMV_SPLITS:
+        if not gemv_fits(M, K, s) or max_clusters(s) <= 0:
+            continue
+        g = min(N, gemv_clusters(s, num_sms, max_clusters))
+        nbytes = math.ceil(N / g) * (K // s) * 4
+        if nbytes < best_bytes:
+            best, best_bytes = s, nbytes
+    return best
+
+
 def bf16x2_splits(tile: int, M: int, N: int, K: int, max_clusters: Callable[[int], int]) -> int:
     """Split count that minimises (waves of resident clusters) x (K blocks per CTA + ~2 blocks
     of pipeline fill and epilogue, +1 for the cluster reduction). `max_clusters(S)`: how
@@ -117,6 +151,12 @@ def choose_plan(M: int, N: int, K: int, max_clusters: Callable[[int, int], int],
             if M <= m_max:
                 break
         return Plan(p, s)
+    if path == "gemv":
+        s = gemv_splits(M, N, K, num_sms, lambda s: max_clusters(TILE_GEMV, s)) if M <= GEMV_MAX_M else None
+        if s is None:
+            raise ValueError(f"router_gemm: the gemv path serves M <= {GEMV_MAX_M} with a K slice that fits "
+                             f"shared memory, got M={M}, K={K}")
+        return Plan("gemv", s)
     if path == "fp32":
         if M > FP32_MAX_M:
             raise ValueError(f"router_gemm: the fp32 path serves M <= {FP32_MAX_M}, got M={M}")

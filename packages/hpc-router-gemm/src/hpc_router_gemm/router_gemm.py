@@ -9,7 +9,7 @@ from hpc_common.checks import check_aligned, check_tensor
 from hpc_common.launch import get_num_sms, get_pdl, require_hopper, stream_ptr
 
 from . import _ext
-from .heuristics import Plan, choose_plan
+from .heuristics import TILE_GEMV, Plan, choose_plan, gemv_clusters
 from .weight import RouterWeight, check_weight, prepare
 
 _OP = "router_gemm"
@@ -50,11 +50,13 @@ def _check_device_side(x: torch.Tensor, out: torch.Tensor | None) -> None:
 @functools.lru_cache(maxsize=None)
 def _device_max_clusters(device_index: int, tile: int, splits: int) -> int:
     with torch.cuda.device(device_index):
+        if tile == TILE_GEMV:
+            return int(_ext.load().gemv_max_clusters(splits))
         return int(_ext.load().bf16x2_max_clusters(tile, splits))
 
 
-def plan_for(M: int, N: int, K: int, device: torch.device, path: str | None = None) -> Plan:
-    """The kernel and split count `router_gemm` uses for this shape on `device`."""
+def _scaled_max_clusters(device: torch.device):
+    """`max_clusters(tile, splits)` of this device, scaled to hpc_common.get_num_sms()."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     device_sms = torch.cuda.get_device_properties(index).multi_processor_count
     scale = min(1.0, get_num_sms(device) / device_sms)
@@ -63,7 +65,12 @@ def plan_for(M: int, N: int, K: int, device: torch.device, path: str | None = No
         n = _device_max_clusters(index, tile, splits)
         return max(1, int(n * scale)) if n > 0 else 0
 
-    return choose_plan(M, N, K, max_clusters, path=path, num_sms=get_num_sms(device))
+    return max_clusters
+
+
+def plan_for(M: int, N: int, K: int, device: torch.device, path: str | None = None) -> Plan:
+    """The kernel and split count `router_gemm` uses for this shape on `device`."""
+    return choose_plan(M, N, K, _scaled_max_clusters(device), path=path, num_sms=get_num_sms(device))
 
 
 def launch(x: torch.Tensor, rw: RouterWeight, out: torch.Tensor, plan: Plan, pdl: bool | None = None) -> None:
@@ -76,7 +83,12 @@ def launch(x: torch.Tensor, rw: RouterWeight, out: torch.Tensor, plan: Plan, pdl
     ext = _ext.load()
     pdl = get_pdl() if pdl is None else bool(pdl)
     stream = stream_ptr(x.device)
-    if plan.path == "fp32":
+    if plan.path == "gemv":
+        max_clusters = _scaled_max_clusters(x.device)
+        clusters = min(N, gemv_clusters(plan.splits, get_num_sms(x.device), lambda s: max_clusters(TILE_GEMV, s)))
+        ext.gemv_fp32(x.data_ptr(), x.stride(0), rw.weight.data_ptr(), out.data_ptr(), out.stride(0), M, N, K,
+                      plan.splits, clusters, pdl, stream)
+    elif plan.path == "fp32":
         ext.fp32_splitk(x.data_ptr(), x.stride(0), rw.weight.data_ptr(), out.data_ptr(), out.stride(0),
                         M, N, K, plan.splits, pdl, stream)
     else:

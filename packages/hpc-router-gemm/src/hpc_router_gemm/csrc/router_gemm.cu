@@ -5,6 +5,7 @@
 // 2-CTA clusters, which always fit a TPC, instead of 4- or 8-CTA clusters, which leave waves).
 #include "hpc_router_gemm/router_gemm_bf16x2_wgmma.cuh"
 #include "hpc_router_gemm/router_gemm_fp32_splitk.cuh"
+#include "hpc_router_gemm/router_gemv_fp32.cuh"
 
 namespace hpc::router_gemm {
 
@@ -15,6 +16,12 @@ using Wide96 = Bf16x2Config<96, 2, 5>;
 cudaError_t run_fp32_splitk(const Fp32SplitKParams& p, cudaStream_t stream, bool pdl) {
   return launch_router_gemm_fp32_splitk(p, stream, pdl);
 }
+
+cudaError_t run_gemv_fp32(const GemvFp32Params& p, cudaStream_t stream, bool pdl) {
+  return launch_router_gemv_fp32(p, stream, pdl);
+}
+
+int gemv_max_clusters(int splits) { return router_gemv_max_clusters(splits); }
 
 cudaError_t run_bf16x2(int tile, const Bf16x2Params& p, cudaStream_t stream, bool pdl) {
   switch (tile) {

@@ -19,6 +19,18 @@ struct Fp32SplitKParams {
   int splits;  // CTAs per cluster along K, 1..8
 };
 
+// Exact FP32 streaming GEMV for one to eight tokens (router_gemv_fp32.cuh).
+struct GemvFp32Params {
+  const void* x;  // BF16 [M, K], row stride x_stride elements (multiple of 8), 16-byte aligned
+  int64_t x_stride;
+  const float* w;  // FP32 [N, K] contiguous, 16-byte aligned
+  float* out;      // FP32 [M, N], row stride out_stride elements
+  int64_t out_stride;
+  int M, N, K;
+  int splits;    // CTAs per cluster along K: 1, 2 or 4
+  int clusters;  // clusters in the grid (each owns a contiguous range of rows); <= N
+};
+
 // Two-product BF16 tensor-core path (router_gemm_bf16x2_wgmma.cuh).
 struct Bf16x2Params {
   const void* x;  // BF16 [M, K], row stride x_stride elements (multiple of 8), 16-byte aligned
@@ -36,6 +48,8 @@ struct Bf16x2Params {
 cudaError_t run_fp32_splitk(const Fp32SplitKParams& p, cudaStream_t stream, bool pdl);
 cudaError_t run_bf16x2(int tile, const Bf16x2Params& p, cudaStream_t stream, bool pdl);
 int bf16x2_max_clusters(int tile, int splits);
+cudaError_t run_gemv_fp32(const GemvFp32Params& p, cudaStream_t stream, bool pdl);
+int gemv_max_clusters(int splits);
 void bf16x2_tile_shape(int tile, int* bm, int* bn);
 
 }  // namespace hpc::router_gemm

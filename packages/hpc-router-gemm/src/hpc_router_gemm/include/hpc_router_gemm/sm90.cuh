@@ -66,3 +66,17 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 }
 
 }  // namespace hpc::router_gemm::sm90
+
+namespace hpc::router_gemm::sm90 {
+
+// ---- 1-D bulk copy (TMA without a tensor map) ---------------------------------------------
+// Copy `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to this CTA's
+// shared memory; completion is counted in bytes on `bar`.
+__device__ __forceinline__ void bulk_load_1d(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_u32(bar))
+      : "memory");
+}
+
+}  // namespace hpc::router_gemm::sm90

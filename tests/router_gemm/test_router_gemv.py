@@ -1,0 +1,152 @@
+"""The gemv path (router_gemv_fp32.cuh, M <= 8): FP64 agreement on the listed and general shapes
+at every split, bitwise independence of the grid size (set_num_sms), determinism, CUDA-graph
+replay and PDL; CPU tests of its split rule and of forced-path errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hpc_common.testing import assert_bitwise_equal, poisoned_empty
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from hpc_router_gemm import heuristics
+
+from ._cases import SHAPES, check_against_fp64, make_inputs
+
+
+def _clusters(tile, s):  # the H200's measured residency: 2-CTA clusters 66, 4-CTA clusters 30
+    return {1: 132, 2: 66, 4: 30, 8: 15}[s]
+
+
+# ----------------------------------------------------------------------------- CPU tests
+
+
+def test_gemv_split_rule():
+    # N=192 rows on 132 SMs: S=1 leaves 60 SMs a whole row (16 KB) ahead; S=2 (66 clusters,
+    # 2-3 half rows) has the smallest busiest SM; S=4 (30 clusters, 6-7 quarter rows) is worse.
+    assert heuristics.gemv_splits(1, 192, 4096, 132, lambda s: _clusters(0, s)) == 2
+    # Chat and Lite: whole rows already balance (5-6 and 2-3 rows per SM); ties go to S=1.
+    assert heuristics.gemv_splits(1, 768, 6144, 132, lambda s: _clusters(0, s)) == 1
+    assert heuristics.gemv_splits(1, 384, 3072, 132, lambda s: _clusters(0, s)) == 1
+    # A row slice larger than shared memory forces a split; none fits -> None.
+    assert heuristics.gemv_splits(1, 64, 65536, 132, lambda s: _clusters(0, s)) == 2
+    assert heuristics.gemv_splits(1, 64, 262144, 132, lambda s: _clusters(0, s)) is None
+    assert heuristics.gemv_clusters(2, 132, lambda s: _clusters(0, s)) == 66
+    assert heuristics.gemv_clusters(4, 132, lambda s: _clusters(0, s)) == 30
+    assert heuristics.gemv_clusters(2, 7, lambda s: _clusters(0, s)) == 3
+
+
+def test_gemv_forced_path():
+    plan = heuristics.choose_plan(1, 768, 6144, _clusters, path="gemv")
+    assert plan == heuristics.Plan("gemv", 1) and plan.tile is None
+    with pytest.raises(ValueError, match="gemv path serves M <= 8"):
+        heuristics.choose_plan(9, 192, 4096, _clusters, path="gemv")
+    with pytest.raises(ValueError, match="gemv path serves M <= 8"):
+        heuristics.choose_plan(1, 64, 262144, _clusters, path="gemv")
+
+
+# ----------------------------------------------------------------------------- GPU tests
+
+GENERAL = [(64, 64), (1024, 320), (640, 1024), (8192, 128)]
+
+
+def _gemv(x, rw, splits, out=None):
+    from hpc_router_gemm.heuristics import Plan
+    from hpc_router_gemm.router_gemm import launch
+
+    out = poisoned_empty(x.shape[0], rw.weight.shape[0], dtype=torch.float32, device=x.device) if out is None else out
+    launch(x, rw, out, Plan("gemv", splits))
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("K,N", SHAPES + GENERAL)
+@pytest.mark.parametrize("splits", heuristics.GEMV_SPLITS)
+@pytest.mark.parametrize("M", [1, 3, 8])
+def test_gemv_matches_fp64(K, N, splits, M):
+    from hpc_router_gemm import RouterWeight
+
+    x, w = make_inputs(M, K, N, seed=K + N + M + splits)
+    out = _gemv(x, RouterWeight(w), splits)
+    check_against_fp64(out, x, w, strict_top8=(K, N) in SHAPES, tag=f"gemv S={splits} M={M} K={K} N={N}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("K,N", SHAPES)
+@pytest.mark.parametrize("M", [1, 5])
+def test_gemv_grid_size_deterministic_graph_pdl(K, N, M):
+    import hpc_common
+    from hpc_router_gemm import RouterWeight
+
+    x, w = make_inputs(M, K, N, seed=21 + M)
+    rw = RouterWeight(w)
+    for splits in heuristics.GEMV_SPLITS:
+        first = _gemv(x, rw, splits)
+        for _ in range(3):
+            assert_bitwise_equal(_gemv(x, rw, splits), first, name=f"S={splits} rerun")
+        try:  # fewer clusters own more rows each; every row's sum order stays the same
+            for sms in (7, 50, 131):
+                hpc_common.set_num_sms(sms)
+                assert_bitwise_equal(_gemv(x, rw, splits), first, name=f"S={splits} num_sms={sms}")
+        finally:
+            hpc_common.set_num_sms(None)
+        try:
+            for pdl in (False, True):
+                hpc_common.set_pdl(pdl)
+                assert_bitwise_equal(_gemv(x, rw, splits), first, name=f"S={splits} pdl={pdl}")
+        finally:
+            hpc_common.launch._pdl_enabled = None
+        out = poisoned_empty(M, N, dtype=torch.float32, device="cuda")
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            _gemv(x, rw, splits, out=out)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=s):
+                _gemv(x, rw, splits, out=out)
+        torch.cuda.current_stream().wait_stream(s)
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert_bitwise_equal(out, first, name=f"S={splits} graph replay")
+
+
+@pytest.mark.gpu
+def test_gemv_strided_x_and_out():
+    from hpc_router_gemm import RouterWeight
+
+    xw, w = make_inputs(6, 6144 + 64, 768, seed=31)
+    x = xw[:, 64:]  # row stride 6208, offset 128 bytes
+    big = poisoned_empty(6, 1024, dtype=torch.float32, device="cuda")
+    out = big[:, :768]
+    for splits in heuristics.GEMV_SPLITS:
+        _gemv(x, RouterWeight(w[:, :6144].contiguous()), splits, out=out)
+        check_against_fp64(out, x, w[:, :6144], strict_top8=True, tag=f"strided S={splits}")
+        assert torch.isnan(big[:, 768:]).all(), "wrote outside out"
+
+
+_weights: dict = {}
+
+
+@pytest.mark.gpu
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=st.sampled_from(SHAPES), M=st.integers(1, heuristics.GEMV_MAX_M),
+       splits=st.sampled_from(heuristics.GEMV_SPLITS), seed=st.integers(0, 2**31 - 1))
+@example(shape=SHAPES[1], M=1, splits=1, seed=0)
+@example(shape=SHAPES[2], M=1, splits=1, seed=1)
+@example(shape=SHAPES[0], M=1, splits=2, seed=2)
+@example(shape=SHAPES[1], M=8, splits=1, seed=3)  # x of 8 tokens shrinks the stage ring
+def test_gemv_random_m(shape, M, splits, seed):
+    from hpc_router_gemm import RouterWeight
+
+    K, N = shape
+    if shape not in _weights:
+        _weights[shape] = RouterWeight(make_inputs(1, K, N, seed=K + N)[1])
+    rw = _weights[shape]
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(M, K, device="cuda", generator=gen).to(torch.bfloat16)
+    out = _gemv(x, rw, splits)
+    repro = f"repro: shape={shape} M={M} splits={splits} seed={seed}"
+    check_against_fp64(out, x, rw.weight, strict_top8=False, tag=repro)
+    assert_bitwise_equal(_gemv(x, rw, splits), out, name=repro)
