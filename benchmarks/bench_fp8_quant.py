@@ -2,7 +2,9 @@
 
 Cases: every mode on bf16 inputs of 1 MB to 256 MB (rows of 4096: the hidden size of Qwen3 /
 Hy3; per-token-per-head as [T, 32, 128]), plus at 64 MB an odd row length (scalar path) and
-fp32 input. Providers: `ours` (the kernels) and `torch_ref` (hpc_common.fp8.reference run on
+fp32 input. Providers: `ours` (the default dispatch: the bulk-copy kernel where it applies),
+`ours_register` (the register kernels it replaces), `ours_generic_kernel` (group / per-head
+modes: the generic register kernel) and `torch_ref` (hpc_common.fp8.reference run on
 the GPU, the same float32 operations in eager torch ops). Timing: hpc_common.bench.bench_us
 (CUDA-graph replay, L2 emptied before each replay, median).
 
@@ -11,7 +13,8 @@ twice (amax pass, then quantising pass), and its floor counts both reads (a tens
 than L2 cannot be quantised with one dynamic scale in one read). `bitwise` says whether this
 run's output equalled the reference's, byte for byte (q and scales).
 
-    python benchmarks/bench_fp8_quant.py [--quick] [--out-dir benchmarks/results]
+    python benchmarks/bench_fp8_quant.py [--quick] [--sizes 64,256] [--modes per_token,group128] [--no-ref]
+                                         [--out-dir benchmarks/results]
 """
 
 from __future__ import annotations
@@ -56,12 +59,12 @@ MODES = ("per_tensor_static", "per_tensor_dynamic", "per_token", "group128", "gr
          "group128_ue8m0", "per_token_head")
 
 
-def _cases(quick: bool):
-    sizes = (1, 64) if quick else (1, 4, 16, 64, 256)
-    for mode in MODES:
+def _cases(quick: bool, sizes=None, modes=MODES):
+    sizes = sizes or ((1, 64) if quick else (1, 4, 16, 64, 256))
+    for mode in modes:
         for mb in sizes:
             yield mode, mb, N, torch.bfloat16
-    if not quick:
+    if not quick and modes == MODES:
         for mode in ("per_token", "group128", "per_tensor_dynamic"):
             yield mode, 64, N - 1, torch.bfloat16
         for mode in ("per_token", "group128"):
@@ -79,13 +82,17 @@ def main(argv=None) -> int:
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--quick", action="store_true", help="1 MB and 64 MB only")
     ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--sizes", type=lambda v: tuple(int(t) for t in v.split(",")), default=None,
+                    help="input sizes in MB, e.g. 64,256 (default: 1..256, --quick: 1,64)")
+    ap.add_argument("--modes", type=lambda v: tuple(v.split(",")), default=MODES)
+    ap.add_argument("--no-ref", action="store_true", help="skip the torch_ref provider (saves time)")
     args = ap.parse_args(argv)
 
     dev = torch.device("cuda", torch.cuda.current_device())
     res = BenchResults("fp8_quant", args.out_dir / gpu_slug(), copy_tbps=COPY_BANDWIDTH_TBPS)
     static = torch.tensor([0.02], device=dev)
     gen = torch.Generator(dev).manual_seed(0)
-    for mode, mb, n, dtype in _cases(args.quick):
+    for mode, mb, n, dtype in _cases(args.quick, args.sizes, args.modes):
         esize = torch.empty((), dtype=dtype).element_size()
         rows = max(1, mb * MB // (2 * n))  # sized by the bf16 bytes of the case
         if mode == "per_token_head":
@@ -95,23 +102,30 @@ def main(argv=None) -> int:
             x = torch.randn(rows, n, device=dev, generator=gen).to(dtype)
             shape = dict(M=rows, N=n, heads=1)
         ours, torch_ref, n_scales, reads = _calls(mode, x, static)
-        bitwise = _same(ours(), torch_ref())
         nbytes = reads * x.numel() * esize + x.numel() + 4 * n_scales
         fl = floor_us(nbytes)
         params = dict(mode=mode, **shape, dtype=str(dtype).replace("torch.", ""), input_mb=round(x.numel() * esize / MB, 1))
-        providers = [("ours", ours), ("torch_ref", torch_ref)]
+        # ours: default dispatch (the bulk-copy kernel where it applies); ours_register: the
+        # register kernels (short-segment kernel for groups); ours_generic_kernel: neither.
+        providers = [("ours", ours), ("ours_register", ours)]
+        if not args.no_ref:
+            providers.append(("torch_ref", torch_ref))
         if mode.startswith("group128") or mode == "per_token_head":
             providers.append(("ours_generic_kernel", ours))
         for provider, fn in providers:
             quant.USE_SHORT_SEGMENT_KERNEL = provider != "ours_generic_kernel"
+            quant.USE_BULK_KERNEL = provider == "ours"
+            if provider.startswith("ours"):
+                bitwise = _same(ours(), torch_ref())
             t = bench_us(fn, reps=args.reps)
             tbps = nbytes / (t * 1e-6) / 1e12
-            extra = dict(bitwise=bitwise) if provider == "ours" else {}
+            extra = dict(bitwise=bitwise) if provider.startswith("ours") else {}
             res.add(provider, t, **params, pct_of_copy=round(100 * tbps / COPY_BANDWIDTH_TBPS, 1), **extra,
                     floor_us=fl, tbps=tbps)
             print(f"{mode:20s} {tuple(x.shape)!s:18s} {params['dtype']:8s} {provider:9s} {t:9.2f} us "
                   f"{tbps:5.2f} TB/s ({100 * tbps / COPY_BANDWIDTH_TBPS:4.1f}% of copy)", flush=True)
         quant.USE_SHORT_SEGMENT_KERNEL = True
+        quant.USE_BULK_KERNEL = True
         del x
         torch.cuda.empty_cache()
     path = res.write()

@@ -69,6 +69,10 @@ def test_planner_matches_python_twin(num_ctas, static_splits, task_cost):
         assert got.tasks == want.tasks, trial
         assert got.combine == want.combine, trial
         assert got.slot_meta == want.slot_meta, trial
+        # The copy of each non-empty bin's first task that the decode kernel loads at its start.
+        for c in range(num_ctas):
+            if want.bin_start[c] < want.bin_start[c + 1]:
+                assert got.bin_first[c] == want.tasks[want.bin_start[c]], (trial, c)
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])

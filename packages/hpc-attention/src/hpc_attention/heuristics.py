@@ -41,6 +41,12 @@ TASK_COST_TILES_BF16 = 2
 TASK_COST_TILES_FP8 = 4
 MAX_TASK_COST = 64
 
+# Producer of the decode kernel: tensor-map (TMA) copies from one warp (True) or 16-byte cp.async
+# from four warps (False); identical outputs, the GPU tests run both. Pages of fewer than 16
+# tokens always use cp.async (a tile would need more than 4 boxes per K and V). Off until a GPU
+# run shows it faster (NOTES.md, "TMA producer"). Read when `decode` is called.
+USE_TMA_PRODUCER = False
+
 TILE_TOKENS = 64
 HEAD_DIM = 128
 MAX_GROUP = 16

@@ -24,6 +24,13 @@ _LOG2E = 1.0 / math.log(2.0)
 # was set at capture. Outputs are wrong while set.
 DIAG = {"skip_combine": False, "flags": 0}
 
+# Which producer the last eager `decode` call ran ("tma" or "cp_async"; tests read it). The TMA
+# producer falls back to cp.async when the driver cannot encode the cache's tensor map.
+LAST_PRODUCER = {"name": None}
+
+# Smallest page for the TMA producer: a 64-token tile takes 64 / page_size boxes per K and V.
+_TMA_MIN_PAGE = 16
+
 
 def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
@@ -73,6 +80,7 @@ class DecodeWorkspace:
         i32 = dict(dtype=torch.int32, device=device)
         self.tasks = torch.zeros(caps.tasks, 4, **i32)
         self.bin_start = torch.zeros(self.num_ctas + 1, **i32)
+        self.bin_first = torch.zeros(self.num_ctas, 4, **i32)  # first task of each bin (a copy)
         self.combine = torch.zeros(caps.combine, 4, **i32)
         self.counters = torch.zeros(NUM_COUNTERS, **i32)
         self.partial_o = torch.empty(caps.slots, self.group, heuristics.HEAD_DIM, dtype=torch.float32, device=device)
@@ -107,6 +115,7 @@ class DecodePlan:
         counters = ws.counters.tolist()
         return PlanTables(tasks=[tuple(r) for r in ws.tasks[:counters[0]].tolist()],
                           bin_start=ws.bin_start.tolist(),
+                          bin_first=[tuple(r) for r in ws.bin_first.tolist()],
                           combine=[tuple(r) for r in ws.combine[:counters[1]].tolist()],
                           counters=counters,
                           slot_meta=[tuple(r) for r in ws.slot_meta[:counters[4]].tolist()])
@@ -123,21 +132,22 @@ def _check_heads(num_qo_heads: int, num_kv_heads: int, op: str) -> None:
 # ---- custom ops (torch.compile / CUDA graphs see mutations, not Python objects) ----------------
 
 @torch.library.custom_op("hpc_attention::plan_decode",
-                        mutates_args=("tasks", "bin_start", "combine", "counters", "slot_meta"))
-def _plan_op(kv_lens: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor, combine: torch.Tensor,
-             counters: torch.Tensor, slot_meta: torch.Tensor, num_kv_heads: int, num_ctas: int, min_tiles: int,
+                        mutates_args=("tasks", "bin_start", "bin_first", "combine", "counters", "slot_meta"))
+def _plan_op(kv_lens: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor, bin_first: torch.Tensor,
+             combine: torch.Tensor, counters: torch.Tensor, slot_meta: torch.Tensor, num_kv_heads: int, num_ctas: int,
+             min_tiles: int,
              static_splits: int, max_len: int, task_cost: int) -> None:
     _ext.load().decode_plan(
         kv_lens=kv_lens.data_ptr(), batch=kv_lens.shape[0], num_kv_heads=num_kv_heads, num_bins=num_ctas,
         min_tiles=min_tiles, static_splits=static_splits, max_len=max_len, task_cost=task_cost,
         tasks=tasks.data_ptr(),
-        bin_start=bin_start.data_ptr(), combine=combine.data_ptr(), counters=counters.data_ptr(),
-        slot_meta=slot_meta.data_ptr(), pdl=get_pdl(), stream=stream_ptr(kv_lens.device))
+        bin_start=bin_start.data_ptr(), bin_first=bin_first.data_ptr(), combine=combine.data_ptr(),
+        counters=counters.data_ptr(), slot_meta=slot_meta.data_ptr(), pdl=get_pdl(), stream=stream_ptr(kv_lens.device))
 
 
 @_plan_op.register_fake
-def _(kv_lens, tasks, bin_start, combine, counters, slot_meta, num_kv_heads, num_ctas, min_tiles, static_splits,
-      max_len, task_cost):
+def _(kv_lens, tasks, bin_start, bin_first, combine, counters, slot_meta, num_kv_heads, num_ctas, min_tiles,
+      static_splits, max_len, task_cost):
     return None
 
 
@@ -148,7 +158,8 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
                counters: torch.Tensor, partial_o: torch.Tensor, partial_lse: torch.Tensor, slot_meta: torch.Tensor,
                merge_counts: torch.Tensor, merge_ml: torch.Tensor, out: torch.Tensor,
                k_scale_t: torch.Tensor | None, v_scale_t: torch.Tensor | None, k_scale: float, v_scale: float,
-               sm_scale: float, num_ctas: int, combine_ctas: int, merge_in_decode: bool) -> None:
+               sm_scale: float, num_ctas: int, combine_ctas: int, merge_in_decode: bool,
+               tma_producer: bool) -> None:
     ext = _ext.load()
     skip_combine = bool(DIAG["skip_combine"])
     merge = merge_in_decode and not skip_combine
@@ -157,7 +168,7 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
     hkv = k_cache.shape[2]
     group = q.shape[1] // hkv
     fp8_q = q.dtype == _FP8
-    ext.paged_decode(
+    used_tma = ext.paged_decode(
         q=q.data_ptr(), q_stride_b=q.stride(0), q_stride_h=q.stride(1), fp8_q=fp8_q,
         q_scale=q_scale.data_ptr() if q_scale is not None else 0,
         q_scale_stride_b=q_scale.stride(0) if q_scale is not None else 0,
@@ -174,7 +185,8 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
         k_scale=k_scale, v_scale=v_scale, sm_scale_log2=sm_scale * _LOG2E, num_kv_heads=hkv, group=group,
         diag=int(DIAG["flags"]), merge=int(merge), slot_meta=slot_meta.data_ptr(),
         merge_counts=merge_counts.data_ptr(), merge_ml=merge_ml.data_ptr(), combine=combine.data_ptr(),
-        counters=counters.data_ptr(), num_ctas=num_ctas, pdl=pdl, stream=stream)
+        counters=counters.data_ptr(), tma_producer=tma_producer, num_ctas=num_ctas, pdl=pdl, stream=stream)
+    LAST_PRODUCER["name"] = "tma" if used_tma else "cp_async"
     if merge or skip_combine:
         return
     ext.decode_combine(
@@ -186,7 +198,7 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
 @_decode_op.register_fake
 def _(q, q_scale, k_cache, v_cache, page_table, tasks, bin_start, combine, counters, partial_o, partial_lse, slot_meta,
       merge_counts, merge_ml, out, k_scale_t, v_scale_t, k_scale, v_scale, sm_scale, num_ctas, combine_ctas,
-      merge_in_decode):
+      merge_in_decode, tma_producer):
     return None
 
 
@@ -264,12 +276,11 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
         if bad.numel():
             i = int(bad[0])
             raise ValueError(f"{op}: kv_lens[{i}] = {int(lens[i])} is outside [0, max_kv_len={max_len}]")
-    torch.ops.hpc_attention.plan_decode(kv_lens, ws.tasks, ws.bin_start, ws.combine, ws.counters, ws.slot_meta,
-                                        num_kv_heads, ws.num_ctas, floor, splits, max_len, cost)
+    torch.ops.hpc_attention.plan_decode(kv_lens, ws.tasks, ws.bin_start, ws.bin_first, ws.combine, ws.counters,
+                                        ws.slot_meta, num_kv_heads, ws.num_ctas, floor, splits, max_len, cost)
     return DecodePlan(workspace=ws, batch=B, num_kv_heads=num_kv_heads, num_qo_heads=num_qo_heads,
-                      num_ctas=ws.num_ctas, static_splits=splits, min_tiles=floor, task_cost=cost if splits == 0 else 0,
-                      max_kv_len=max_len,
-                      kv_lens_ptr=kv_lens.data_ptr())
+                      num_ctas=ws.num_ctas, static_splits=splits, min_tiles=floor,
+                      task_cost=cost if splits == 0 else 0, max_kv_len=max_len, kv_lens_ptr=kv_lens.data_ptr())
 
 
 def _scale_arg(x, name: str, op: str, device: torch.device):
@@ -365,7 +376,8 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
     torch.ops.hpc_attention.paged_decode(
         q, q_scale, k_cache, v_cache, page_table, ws.tasks, ws.bin_start, ws.combine, ws.counters, ws.partial_o,
         ws.partial_lse, ws.slot_meta, ws.merge_counts, ws.merge_ml, out, k_t, v_t, k_f, v_f, float(sm_scale),
-        plan.num_ctas, heuristics.combine_ctas(get_num_sms(dev)), bool(heuristics.MERGE_IN_DECODE))
+        plan.num_ctas, heuristics.combine_ctas(get_num_sms(dev)), bool(heuristics.MERGE_IN_DECODE),
+        bool(heuristics.USE_TMA_PRODUCER) and page_size >= _TMA_MIN_PAGE)
     return out
 
 

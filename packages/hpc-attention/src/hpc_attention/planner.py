@@ -54,6 +54,8 @@ class PlanTables:
     combine: list[tuple[int, int, int, int]]
     counters: list[int] = field(default_factory=list)
     slot_meta: list[tuple[int, int]] = field(default_factory=list)
+    # Device plans only: the copy of each non-empty bin's first task (rows of empty bins are stale).
+    bin_first: list[tuple[int, int, int, int]] = field(default_factory=list)
 
 
 def _tiles(length: int) -> int:

@@ -16,6 +16,11 @@ cudaError_t hpc_attn_launch_paged_decode_bf16kv(const PagedDecodeParams& p, bool
                                                  cudaStream_t stream, bool pdl);
 cudaError_t hpc_attn_launch_paged_decode_fp8kv(const PagedDecodeParams& p, bool fp8_q, int num_ctas,
                                                 cudaStream_t stream, bool pdl);
+cudaError_t hpc_attn_launch_paged_decode_tma_bf16kv(const PagedDecodeParams& p, bool fp8_q, int num_ctas,
+                                                     cudaStream_t stream, bool pdl);
+cudaError_t hpc_attn_launch_paged_decode_tma_fp8kv(const PagedDecodeParams& p, bool fp8_q, int num_ctas,
+                                                    cudaStream_t stream, bool pdl);
+cudaError_t hpc_attn_paged_kv_tensor_maps(PagedDecodeParams& p, bool fp8_kv);
 cudaError_t hpc_attn_launch_decode_combine(const DecodeCombineParams& p, int num_ctas, cudaStream_t stream,
                                            bool pdl);
 
@@ -27,8 +32,8 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
   m.def(
       "decode_plan",
       [](uintptr_t kv_lens, int batch, int num_kv_heads, int num_bins, int min_tiles, int static_splits,
-         int max_len, int task_cost, uintptr_t tasks, uintptr_t bin_start, uintptr_t combine, uintptr_t counters,
-         uintptr_t slot_meta, bool pdl, uintptr_t stream) {
+         int max_len, int task_cost, uintptr_t tasks, uintptr_t bin_start, uintptr_t bin_first, uintptr_t combine,
+         uintptr_t counters, uintptr_t slot_meta, bool pdl, uintptr_t stream) {
         DecodePlanParams p{};
         p.kv_lens = hpc::as_ptr<const int32_t>(kv_lens);
         p.batch = batch;
@@ -40,6 +45,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.task_cost = task_cost;
         p.tasks = hpc::as_ptr<int4>(tasks);
         p.bin_start = hpc::as_ptr<int32_t>(bin_start);
+        p.bin_first = hpc::as_ptr<int4>(bin_first);
         p.combine = hpc::as_ptr<int4>(combine);
         p.counters = hpc::as_ptr<int32_t>(counters);
         p.slot_meta = hpc::as_ptr<int2>(slot_meta);
@@ -47,7 +53,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       },
       py::arg("kv_lens"), py::arg("batch"), py::arg("num_kv_heads"), py::arg("num_bins"), py::arg("min_tiles"),
       py::arg("static_splits"), py::arg("max_len"), py::arg("task_cost"), py::arg("tasks"), py::arg("bin_start"),
-      py::arg("combine"),
+      py::arg("bin_first"), py::arg("combine"),
       py::arg("counters"), py::arg("slot_meta"), py::arg("pdl"), py::arg("stream"));
 
   m.def(
@@ -60,7 +66,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
          long long out_stride_h, uintptr_t partial_o, uintptr_t partial_lse, uintptr_t k_scale_ptr,
          uintptr_t v_scale_ptr, float k_scale, float v_scale, float sm_scale_log2, int num_kv_heads, int group,
          int diag, int merge, uintptr_t slot_meta, uintptr_t merge_counts, uintptr_t merge_ml, uintptr_t combine,
-         uintptr_t counters, int num_ctas, bool pdl, uintptr_t stream) {
+         uintptr_t counters, bool tma_producer, int num_ctas, bool pdl, uintptr_t stream) {
         PagedDecodeParams p{};
         p.q = hpc::as_ptr<const void>(q);
         p.q_stride_b = q_stride_b;
@@ -102,9 +108,19 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.combine = hpc::as_ptr<const int4>(combine);
         p.counters = hpc::as_ptr<const int32_t>(counters);
         cudaStream_t s = hpc::as_stream(stream);
-        HPC_CUDA_CHECK(fp8_kv ? hpc_attn_launch_paged_decode_fp8kv(p, fp8_q, num_ctas, s, pdl)
-                              : hpc_attn_launch_paged_decode_bf16kv(p, fp8_q, num_ctas, s, pdl),
-                       "paged_decode");
+        // TMA producer when asked for and the driver encodes the caches' layout; otherwise the
+        // cp.async producer (same results). Returns which one ran (True: TMA).
+        const bool tma = tma_producer && hpc_attn_paged_kv_tensor_maps(p, fp8_kv) == cudaSuccess;
+        if (tma) {
+          HPC_CUDA_CHECK(fp8_kv ? hpc_attn_launch_paged_decode_tma_fp8kv(p, fp8_q, num_ctas, s, pdl)
+                                : hpc_attn_launch_paged_decode_tma_bf16kv(p, fp8_q, num_ctas, s, pdl),
+                         "paged_decode (TMA producer)");
+        } else {
+          HPC_CUDA_CHECK(fp8_kv ? hpc_attn_launch_paged_decode_fp8kv(p, fp8_q, num_ctas, s, pdl)
+                                : hpc_attn_launch_paged_decode_bf16kv(p, fp8_q, num_ctas, s, pdl),
+                         "paged_decode");
+        }
+        return tma;
       },
       py::arg("q"), py::arg("q_stride_b"), py::arg("q_stride_h"), py::arg("fp8_q"), py::arg("q_scale"),
       py::arg("q_scale_stride_b"), py::arg("q_scale_stride_h"), py::arg("k_cache"), py::arg("v_cache"),
@@ -115,7 +131,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       py::arg("partial_lse"), py::arg("k_scale_ptr"), py::arg("v_scale_ptr"), py::arg("k_scale"),
       py::arg("v_scale"), py::arg("sm_scale_log2"), py::arg("num_kv_heads"), py::arg("group"), py::arg("diag"),
       py::arg("merge"), py::arg("slot_meta"), py::arg("merge_counts"), py::arg("merge_ml"), py::arg("combine"),
-      py::arg("counters"), py::arg("num_ctas"), py::arg("pdl"), py::arg("stream"));
+      py::arg("counters"), py::arg("tma_producer"), py::arg("num_ctas"), py::arg("pdl"), py::arg("stream"));
 
   m.def(
       "decode_combine",

@@ -1,6 +1,8 @@
 // FP8 E4M3 quantisation: dispatch on input dtype and on the vectorised / scalar path.
-// Six instantiations of each kernel (3 dtypes x 2 paths); the mode is runtime geometry.
+// Generic and amax kernels: 3 dtypes x 2 paths; short-segment kernel: 3 dtypes x 4; bulk kernel:
+// 3 dtypes (vector path only). The mode is runtime geometry.
 #include "hpc_common/fp8_quant.cuh"
+#include "hpc_common/fp8_quant_bulk.cuh"
 #include "hpc_common/fp8_quant_small_seg.cuh"
 
 using hpc::fp8::QuantParams;
@@ -9,6 +11,7 @@ namespace {
 template <int DT, int VEC>
 cudaError_t launch_vector_path(const QuantParams& p, cudaStream_t stream, bool pdl) {
   using namespace hpc::fp8;
+  if (bulk_applicable(p, VEC)) return launch_fp8_quant_bulk<DT, VEC>(p, stream, pdl);
   switch (small_seg_vectors_per_lane(p, VEC)) {
     case 1:
       return launch_fp8_quant_small_seg<DT, VEC, 1>(p, stream, pdl);

@@ -74,6 +74,10 @@ def _vectorizable(x: torch.Tensor, out: torch.Tensor, geo: dict) -> bool:
 # Group-128 / per-head quantisation takes the short-segment kernel (fp8_quant_small_seg.cuh);
 # benchmarks/bench_fp8_quant.py turns this off to time the generic kernel beside it.
 USE_SHORT_SEGMENT_KERNEL = True
+# Bulk-copy ring kernel (fp8_quant_bulk.cuh) for every mode whose segments are whole,
+# 16-element multiples and at most 16 KB (the launcher checks; other cases keep the register
+# kernels above). The benchmark turns it off to time the register kernels beside it.
+USE_BULK_KERNEL = True
 
 
 def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor], mode: int,
@@ -99,7 +103,7 @@ def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor
         scale_stride_row=s_row, scale_stride_seg=s_seg, dtype=_DTYPE_CODE[x.dtype],
         scale_source=scale_source, per_tensor_dynamic=per_tensor_dynamic, ue8m0=bool(ue8m0),
         vectorized=_vectorizable(x, out, geo), short_segments=USE_SHORT_SEGMENT_KERNEL, num_sms=num_sms, pdl=get_pdl(),
-        stream=stream_ptr(x.device), **geo)
+        stream=stream_ptr(x.device), bulk=USE_BULK_KERNEL, **geo)
 
 
 # No argument may be called `mode`: torch.compile's auto_functionalized_v2 passes its own

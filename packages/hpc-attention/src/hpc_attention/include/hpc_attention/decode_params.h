@@ -2,6 +2,7 @@
 // binding layer (host-only code includes this file, never the kernel headers).
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (a plain 128-byte struct; no driver call here)
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -34,12 +35,21 @@ struct DecodePlanParams {
   int task_cost;      // dynamic mode: tiles' worth of fixed cost charged per non-empty item
   int4* tasks;        // {item, tile_begin, token_end, slot or -1}, bin-major
   int32_t* bin_start; // [num_bins + 1]
+  int4* bin_first;    // [num_bins]: copy of the first task of each non-empty bin (the decode kernel
+                      // loads it with bin_start instead of after it: one dependent load fewer)
   int4* combine;      // {item, first slot, parts (0: empty item -> zeros), 0}
   int32_t* counters;  // [kNumCounters]
   int2* slot_meta;    // [slots]: {first slot, parts} of the split item that owns the slot
 };
 
 struct PagedDecodeParams {
+  // TMA producer only (launch with tma = true): 4-D maps of the K and V caches over
+  // (dim, head, token in page, page), box (128 B of dim, 1 head, min(page, 64) tokens, 1 page),
+  // 128-byte swizzle. Encoded on the host (paged_kv_tensor_maps.cu, cached per layout) and read
+  // from the kernel's parameter space (__grid_constant__): a CUDA graph replays the baked maps,
+  // which is right because a KV cache does not move while it is in use.
+  CUtensorMap k_map;
+  CUtensorMap v_map;
   const void* q;  // [B, Hq, 128] BF16 or E4M3
   long long q_stride_b, q_stride_h;  // elements
   const float* q_scale;              // [B, Hq] FP32 (FP8 Q only)

@@ -237,8 +237,12 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
           const T gb = s > w.cs ? s : w.cs;
           const T ge = e < w.ce ? e : w.ce;
           const int token_end = min(len, static_cast<int>(ge - s) * kTileTokens);
-          p.tasks[task] = make_int4(item, static_cast<int>(gb - s), token_end, split ? slot + q : -1);
-          if (w.cs >= s0) p.bin_start[w.c] = task;  // no earlier item has tiles in this bin
+          const int4 t4 = make_int4(item, static_cast<int>(gb - s), token_end, split ? slot + q : -1);
+          p.tasks[task] = t4;
+          if (w.cs >= s0) {  // no earlier item has tiles in this bin: the bin starts here
+            p.bin_start[w.c] = task;
+            p.bin_first[w.c] = t4;
+          }
           ++task;
           ++q;
           if (w.ce < e) {
@@ -283,9 +287,13 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
           const T gb = s > cs ? s : cs;
           const T ge = e < ce ? e : ce;
           const int token_end = min(ll, static_cast<int>(ge - s) * kTileTokens);
-          p.tasks[t_ + q] = make_int4(item, static_cast<int>(gb - s), token_end, parts > 1 ? s_ + q : -1);
+          const int4 t4 = make_int4(item, static_cast<int>(gb - s), token_end, parts > 1 ? s_ + q : -1);
+          p.tasks[t_ + q] = t4;
           if (parts > 1) p.slot_meta[s_ + q] = make_int2(s_, parts);
-          if (cs >= s0) p.bin_start[c] = t_ + q;
+          if (cs >= s0) {
+            p.bin_start[c] = t_ + q;
+            p.bin_first[c] = t4;
+          }
         }
         if (parts > 1) {
           if (lane == 0) p.combine[c_] = make_int4(item, s_, parts, 0);
@@ -407,7 +415,9 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_
       for (int q = 0; q < parts; ++q) {
         const int tb = q * ch, te = min(n, tb + ch);
         const int pos = static_base(task % C) + task / C;
-        p.tasks[pos] = make_int4(item, tb, min(len, te * kTileTokens), parts > 1 ? slot + q : -1);
+        const int4 t4 = make_int4(item, tb, min(len, te * kTileTokens), parts > 1 ? slot + q : -1);
+        p.tasks[pos] = t4;
+        if (task < C) p.bin_first[task] = t4;  // task k < C is the first of bin k
         if (parts > 1) p.slot_meta[slot + q] = make_int2(slot, parts);
         ++task;
       }

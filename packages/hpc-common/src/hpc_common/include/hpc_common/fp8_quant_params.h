@@ -48,11 +48,16 @@ struct QuantParams {
   bool ue8m0;                  // round dynamic scales up to a power of two
   bool vectorized;             // caller checked the alignment of every segment start
   bool short_segments;         // allow fp8_quant_small_seg.cuh (off: generic kernel, for comparison)
+  bool bulk;                   // allow fp8_quant_bulk.cuh (bulk-copy ring) where it applies
   int num_sms;
   // Filled by the launcher:
   int team;
   int num_partials;
   bool reverse;                // visit segments last-first (L2 reuse after the amax pass)
+  // Bulk kernel tiles (fp8_quant_bulk.cuh): runs of run_segs gap-free segments, cut into
+  // tiles_per_run tiles of up to tile_segs segments.
+  int tile_segs;
+  int64_t run_segs, tiles_per_run, num_tiles;
 };
 
 }  // namespace fp8

@@ -1,0 +1,289 @@
+// FP8 quantisation with bulk (TMA) copies through a shared-memory ring: one kernel for every
+// mode whose segments are whole, 16-element multiples and at most one 16 KB tile long
+// (per-tensor static / dynamic-partials, per-token up to 8192 bf16, group-32..., per-head).
+//
+// Why (H200, FP8_NOTES.md): the register kernels (fp8_quant_kernel, the short-segment
+// kernel) need 96-128 registers for their 16 vectors in flight, so 16 warps per SM; each
+// warp loads, then reduces, then stores, and has no load in flight while it computes and
+// stores. Per-token measured 78% of the copy bandwidth at 256 MB, group-128 70%, against 88%
+// for per-tensor static (no reduction). Here one thread per CTA keeps kBulkStages 16 KB tiles
+// of input in flight with cp.async.bulk (the copy engine, not the LSU), independent of what
+// the 256 threads are computing, and the FP8 output leaves through cp.async.bulk stores of
+// whole tiles (full 128-byte lines, no partial-sector writes).
+//
+// Per tile (16 KB of input = 1024 16-byte vectors; 256 threads x 4 vectors):
+//   wait full[stage] -> each thread reads its 4 vectors from shared memory -> amax, team
+//   reduction (shuffles; > 32 lanes: one extra barrier) -> scale, reciprocal -> FP8 bytes into
+//   out[i % 3] -> fence.proxy.async + __syncthreads -> thread 0 stores out[i % 3] with one
+//   bulk copy and refills the stage with the tile kBulkStages ahead.
+// A team of seg_vectors / 4 lanes owns a segment (lane l holds vectors l + team * j); for
+// teams of 1..4 lanes the j order is rotated per segment so that a quarter-warp's 16-byte
+// shared-memory reads fall in distinct banks.
+//
+// Semantics are exactly those of fp8_quant_kernel (same device primitives): same bits out.
+#pragma once
+
+#include "hpc_common/fp8_quant.cuh"
+#include "hpc_common/sm90.cuh"
+
+namespace hpc {
+namespace fp8 {
+
+#if defined(__CUDACC__)
+
+constexpr int kBulkThreads = 256;
+constexpr int kBulkVecPerThread = 4;
+constexpr int kBulkTileVectors = kBulkThreads * kBulkVecPerThread;  // 1024 x 16 B = 16 KB
+constexpr int kBulkStages = 4;   // input tiles in flight per CTA (2 CTAs per SM: 128 KB)
+constexpr int kBulkOutBufs = 3;  // see the wait_group.read<1> argument in the kernel
+
+template <int VEC>
+constexpr size_t bulk_smem_bytes() {
+  return size_t(kBulkStages) * kBulkTileVectors * 16 + size_t(kBulkOutBufs) * kBulkTileVectors * VEC;
+}
+
+// ---- bulk copies (fp8-local wrappers; addresses 16-byte aligned, sizes multiples of 16) ----
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   sm90::smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(sm90::smem_u32(bar))
+               : "memory");
+}
+
+__device__ __forceinline__ void bulk_store(void* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(sm90::smem_u32(src)),
+               "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Shared-memory reads of all but the newest `N` store groups are done (their buffers are free).
+template <int N>
+__device__ __forceinline__ void bulk_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void bulk_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+// Generic-proxy writes to shared memory become visible to the bulk-copy (async) proxy.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// The FP8 bytes of one pack (same operations as Pack::store_quantised), stored to shared memory.
+template <int DT, int VEC>
+__device__ __forceinline__ void quantise_to_smem(const Pack<DT, VEC>& pk, uint8_t* dst, float inv) {
+  static_assert(VEC == 8 || VEC == 4, "bulk path: 16-byte vectors of 2- or 4-byte elements");
+  uint32_t w[VEC / 4];
+#pragma unroll
+  for (int j = 0; j < VEC / 4; ++j) {
+    const float f0 = mul_rn(Elem<DT>::to_f32(pk.v[4 * j + 0]), inv);
+    const float f1 = mul_rn(Elem<DT>::to_f32(pk.v[4 * j + 1]), inv);
+    const float f2 = mul_rn(Elem<DT>::to_f32(pk.v[4 * j + 2]), inv);
+    const float f3 = mul_rn(Elem<DT>::to_f32(pk.v[4 * j + 3]), inv);
+    w[j] = canonical_nan4(e4m3x2(f0, f1) | (e4m3x2(f2, f3) << 16));
+  }
+  if constexpr (VEC == 8) {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+  } else {
+    *reinterpret_cast<uint32_t*>(dst) = w[0];
+  }
+}
+
+// Tile geometry. A "run" is a stretch of segments that follow each other with no gap in x and
+// in q: the whole tensor when it is dense, else one token (all heads, when heads follow each
+// other: a Q slice of a fused QKV buffer) or one row. Tiles are tile_segs consecutive segments
+// of a run (the last tile of a run may be shorter).
+struct BulkTile {
+  int64_t s0;     // first segment (flat index r * segs_per_row + g, r = t * heads + h)
+  int count;      // segments in the tile
+  int64_t x_off, q_off;
+};
+
+__device__ __forceinline__ BulkTile bulk_tile(const QuantParams& p, int64_t j) {
+  BulkTile t;
+  const int64_t run = div_index(j, p.tiles_per_run);
+  const int64_t k0 = (j - run * p.tiles_per_run) * p.tile_segs;
+  t.s0 = run * p.run_segs + k0;
+  t.count = int(min(int64_t(p.tile_segs), p.run_segs - k0));
+  const Segment s = locate(p, t.s0);
+  t.x_off = s.x_off;
+  t.q_off = s.q_off;
+  return t;
+}
+
+template <int DT, int VEC>
+__global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const QuantParams p) {
+  using P = Pack<DT, VEC>;
+  using raw = typename Elem<DT>::raw;
+  constexpr uint32_t kInBytes = kBulkTileVectors * 16;
+  constexpr uint32_t kOutBytes = kBulkTileVectors * VEC;
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* in_buf = smem;
+  uint8_t* out_buf = smem + size_t(kBulkStages) * kInBytes;
+  __shared__ __align__(8) uint64_t full[kBulkStages];
+  __shared__ uint32_t red[kBulkThreads / 32];
+
+  const raw* x = static_cast<const raw*>(p.x);
+  const bool dynamic = p.scale_source == kScaleDynamic;
+  const int64_t ntiles = p.num_tiles;
+  const int team = p.team;  // seg_vectors / 4, a power of two in [1, 256]
+  const int seg_local = threadIdx.x / team, lane = threadIdx.x & (team - 1);
+  const int rot = team < 32 ? ((threadIdx.x & 31) / team) & 3 : 0;
+  const int seg_vecs = team * kBulkVecPerThread;
+  const uint32_t esize = sizeof(raw);
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kBulkStages; ++s) sm90::mbar_init(&full[s], 1);
+    sm90::mbar_init_fence();
+  }
+  __syncthreads();
+  hpc::pdl_wait();  // x, the static scale and the partials may come from the previous kernel
+
+  auto tile_index = [&](int64_t i) {
+    const int64_t j = int64_t(blockIdx.x) + i * gridDim.x;
+    return p.reverse ? ntiles - 1 - j : j;
+  };
+  auto issue_load = [&](int64_t i) {  // thread 0 only
+    const int64_t j = int64_t(blockIdx.x) + i * gridDim.x;
+    if (j >= ntiles) return;
+    const BulkTile t = bulk_tile(p, tile_index(i));
+    const uint32_t bytes = uint32_t(t.count) * uint32_t(p.seg_len) * esize;
+    const int s = int(i % kBulkStages);
+    sm90::mbar_arrive_expect_tx(&full[s], bytes);
+    bulk_load(in_buf + size_t(s) * kInBytes, x + t.x_off, bytes, &full[s]);
+  };
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kBulkStages; ++i) issue_load(i);
+  }
+
+  float fixed_scale = 0.0f;
+  if (p.scale_source == kScaleStatic) {
+    fixed_scale = p.static_scale != nullptr ? *p.static_scale : p.static_value;
+  } else if (p.scale_source == kScalePartials) {
+    uint32_t m = 0;
+    for (int i = threadIdx.x; i < p.num_partials; i += blockDim.x) m = max(m, p.workspace[i]);
+    fixed_scale = scale_from_amax_bits(block_max(m, red), p.ue8m0);
+    if (blockIdx.x == 0 && threadIdx.x == 0) p.scale[0] = fixed_scale;
+    __syncthreads();  // red[] is reused by the team reduction below
+  }
+  const float fixed_inv = div_rn(1.0f, fixed_scale);
+  hpc::pdl_launch_dependents();
+
+  for (int64_t i = 0; int64_t(blockIdx.x) + i * gridDim.x < ntiles; ++i) {
+    const int s = int(i % kBulkStages);
+    const BulkTile t = bulk_tile(p, tile_index(i));
+    const bool active = seg_local < t.count;
+    const uint8_t* tin = in_buf + size_t(s) * kInBytes;
+    uint8_t* tout = out_buf + size_t(i % kBulkOutBufs) * kOutBytes;
+
+    sm90::mbar_wait<true>(&full[s], uint32_t(i / kBulkStages) & 1u);
+    P pk[kBulkVecPerThread];
+    int vidx[kBulkVecPerThread];
+#pragma unroll
+    for (int j = 0; j < kBulkVecPerThread; ++j) {
+      vidx[j] = seg_local * seg_vecs + lane + team * ((j + rot) & (kBulkVecPerThread - 1));
+      if (active) *reinterpret_cast<uint4*>(pk[j].v) = *reinterpret_cast<const uint4*>(tin + vidx[j] * 16);
+    }
+
+    float scale = fixed_scale, inv = fixed_inv;
+    if (dynamic) {
+      uint32_t m = 0;
+      if (active) {
+#pragma unroll
+        for (int j = 0; j < kBulkVecPerThread; ++j) m = max(m, pk[j].amax_bits());
+      }
+      if (team <= 32) {
+        for (int off = team >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+      } else {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+        __syncthreads();  // red[] was last read before the previous tile's closing barrier
+        const int wpt = team >> 5, first = (threadIdx.x / team) * wpt;
+        m = 0;
+        for (int w = 0; w < wpt; ++w) m = max(m, red[first + w]);
+      }
+      scale = scale_from_amax_bits(m, p.ue8m0);
+      inv = div_rn(1.0f, scale);
+      if (active && lane == 0) {
+        const int64_t sg = t.s0 + seg_local;
+        const int64_t row = div_index(sg, p.segs_per_row), g = sg - row * p.segs_per_row;
+        p.scale[row * p.scale_stride_row + g * p.scale_stride_seg] = scale;
+        if (p.scale_stride_row == 1 && row == p.rows - 1) {
+          for (int64_t r = p.rows; r < p.scale_stride_seg; ++r) p.scale[r + g * p.scale_stride_seg] = 0.0f;
+        }
+      }
+    }
+    if (active) {
+#pragma unroll
+      for (int j = 0; j < kBulkVecPerThread; ++j) quantise_to_smem(pk[j], tout + vidx[j] * VEC, inv);
+    }
+    fence_proxy_async_smem();
+    // Buffer reuse: the store issued kBulkOutBufs tiles ago read out[i % 3]; after this wait
+    // only the newest store (tile i - 1) may still be reading, and the barrier below orders
+    // the wait before anyone writes out[(i + 1) % 3] (last used by tile i - 2).
+    if (threadIdx.x == 0) bulk_store_wait_read<1>();
+    __syncthreads();  // stage s fully read, out[i % 3] complete
+    if (threadIdx.x == 0) {
+      bulk_store(p.q + t.q_off, tout, uint32_t(t.count) * uint32_t(p.seg_len));
+      issue_load(i + kBulkStages);
+    }
+  }
+  if (threadIdx.x == 0) bulk_store_wait_all();
+}
+
+// Whether the bulk kernel serves these parameters. Called by the launcher after
+// `vectorized` was checked by the caller: every segment start is 16-byte aligned in x.
+inline bool bulk_applicable(const QuantParams& p, int vec) {
+  if (!p.bulk || vec == 1 || p.seg_len % 16 != 0 || p.row_len % p.seg_len != 0) return false;
+  const int64_t sv = p.seg_len / vec;
+  if (sv < kBulkVecPerThread || sv > kBulkTileVectors || (sv & (sv - 1)) != 0) return false;
+  // FP8 tiles leave through 16-byte-aligned bulk stores.
+  if (reinterpret_cast<uintptr_t>(p.q) % 16 != 0 || p.q_stride_t % 16 != 0 || (p.heads > 1 && p.q_stride_h % 16 != 0))
+    return false;
+  return true;
+}
+
+template <int DT, int VEC>
+inline cudaError_t launch_fp8_quant_bulk(QuantParams p, cudaStream_t stream, bool pdl) {
+  const int64_t nseg = p.rows * p.segs_per_row;
+  if (nseg == 0) return cudaSuccess;
+  const int64_t sv = p.seg_len / VEC;
+  p.team = int(sv / kBulkVecPerThread);
+  const int64_t per_tile = kBulkTileVectors / sv;
+  // Longest gap-free run of segments: heads of a token follow each other when their stride is
+  // the row length; tokens follow each other when theirs is heads * row_len.
+  const bool heads_dense = p.heads == 1 || (p.x_stride_h == p.row_len && p.q_stride_h == p.row_len);
+  const bool tokens_dense = p.rows == p.heads || (p.x_stride_t == p.heads * p.row_len &&
+                                                  p.q_stride_t == p.heads * p.row_len);
+  p.run_segs = heads_dense ? (tokens_dense ? nseg : p.heads * p.segs_per_row) : p.segs_per_row;
+  p.tile_segs = int(per_tile < p.run_segs ? per_tile : p.run_segs);
+  p.tiles_per_run = (p.run_segs + p.tile_segs - 1) / p.tile_segs;
+  p.num_tiles = (nseg / p.run_segs) * p.tiles_per_run;
+  p.reverse = false;
+  if (p.per_tensor_dynamic) {
+    // The amax pass is fp8_amax_kernel with its own team and block (as launch_fp8_quant_typed).
+    p.team = pick_team(p.seg_len, VEC);
+    const int block = p.team > kMinBlock ? p.team : kMinBlock;
+    const int64_t tpb = block / p.team;
+    const int64_t need = (nseg + tpb - 1) / tpb;
+    const int64_t cap = int64_t(kAmaxBlocksPerSm) * p.num_sms;
+    const int grid = int(need < cap ? need : cap);
+    cudaError_t e = hpc::launch_kernel(fp8_amax_kernel<DT, VEC>, dim3(grid), dim3(block), 0, stream, pdl, p);
+    if (e != cudaSuccess) return e;
+    p.team = int(sv / kBulkVecPerThread);
+    p.scale_source = kScalePartials;
+    p.num_partials = grid;
+    p.reverse = true;  // start where the amax pass ended: that part is still in L2
+  }
+  constexpr size_t smem = bulk_smem_bytes<VEC>();
+  const int64_t wave = hpc::persistent_ctas(fp8_quant_bulk_kernel<DT, VEC>, kBulkThreads, smem, p.num_sms);
+  const int grid = int(p.num_tiles < wave ? p.num_tiles : wave);
+  return hpc::launch_kernel(fp8_quant_bulk_kernel<DT, VEC>, dim3(grid), dim3(kBulkThreads), smem, stream, pdl, p);
+}
+
+#endif  // __CUDACC__
+
+}  // namespace fp8
+}  // namespace hpc
