@@ -7,12 +7,15 @@ same kernel on a static split-KV plan), `ours_plan` (the device planner alone, a
 combine kernel when the default merges in the decode kernel; correct outputs, so it carries
 its error too), `diag_decode_only` (decode kernel without the combine launch and without the
 in-kernel merge) and `diag_stream_only` (decode kernel streaming K/V with the consumers
-skipping the math; these two give wrong outputs, timing only), and FlashInfer /
+skipping the math; these two give wrong outputs, timing only), the same three rows with the
+other producer of the decode kernel (`diag_tma*` while `heuristics.USE_TMA_PRODUCER` is off,
+`diag_cp_async*` while it is on: `diag_tma` has correct outputs and carries its error), and FlashInfer /
 FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
 4.27 TB/s) and the achieved TB/s; `ours*` rows carry the error against float32 attention on
 the dequantised inputs.
 
     python benchmarks/bench_decode_attention.py [--out-dir benchmarks/results] [--quick]
+        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K]
 """
 
 from __future__ import annotations
@@ -158,6 +161,28 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True):
                     finally:
                         pd.DIAG.update(skip_combine=False, flags=0)
                     add(name, t)
+                # The other producer of the decode kernel (TMA vs cp.async), same plan: the full
+                # call (correct output), decode only and stream only.
+                tma_default = heuristics.USE_TMA_PRODUCER
+                other = "diag_cp_async" if tma_default else "diag_tma"
+                heuristics.USE_TMA_PRODUCER = not tma_default
+                try:
+                    out3 = torch.empty_like(out)
+                    fn3 = (lambda plan=plan, out3=out3: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks,
+                                                                  v_scale=vs, out=out3))
+                    fn3()
+                    torch.cuda.synchronize()
+                    add(other, bench_us(fn3, reps=reps), out3.clone())
+                    for name, d in (("_decode_only", dict(skip_combine=True, flags=0)),
+                                    ("_stream_only", dict(skip_combine=True, flags=1))):
+                        pd.DIAG.update(d)
+                        try:
+                            t = bench_us(fn3, reps=reps)
+                        finally:
+                            pd.DIAG.update(skip_combine=False, flags=0)
+                        add(other + name, t)
+                finally:
+                    heuristics.USE_TMA_PRODUCER = tma_default
         del ws
     if diag and case == "1x128K+31x4K":
         # The static variant with more splits than the default FlashDecoding rule (which gives
@@ -197,14 +222,21 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, 8/1 heads only")
     ap.add_argument("--no-diag", action="store_true",
                     help="leave out the diag_* rows (separate combine, decode only, stream only)")
+    ap.add_argument("--heads", default=None, help="comma list of Hq/Hkv (default: 8/1,64/8; --quick: 8/1)")
+    ap.add_argument("--kv", default="bf16,fp8", help="comma list of KV dtypes")
+    ap.add_argument("--cases", default=None, help="comma list of cases (default: all six)")
     args = ap.parse_args()
     reps = 30 if args.quick else 100
+    heads = HEADS[:1] if args.quick else HEADS
+    if args.heads:
+        heads = [tuple(int(x) for x in h.split("/")) for h in args.heads.split(",")]
+    cases = args.cases.split(",") if args.cases else CASES
     res = BenchResults("decode_attention", args.out_dir / gpu_slug())
     gen = torch.Generator(device="cuda").manual_seed(0)
     bench_plan_256(res, reps)
-    for hq, hkv in HEADS[:1] if args.quick else HEADS:
-        for kv_dtype in ("bf16", "fp8"):
-            for case in CASES:
+    for hq, hkv in heads:
+        for kv_dtype in args.kv.split(","):
+            for case in cases:
                 bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=not args.no_diag)
                 torch.cuda.empty_cache()
     path = res.write()

@@ -8,6 +8,7 @@ import torch
 
 import hpc_attention as ha
 from hpc_attention import heuristics
+from hpc_attention import paged_decode as dec
 from hpc_attention.planner import plan_tables
 from hpc_common import get_pdl, set_pdl
 from hpc_common.testing import assert_bitwise_equal, error_stats, poisoned_empty
@@ -26,6 +27,13 @@ def merge_mode(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(params=[False, True], ids=["cp_async", "tma"])
+def producer(request, monkeypatch):
+    """Runs a test with each producer of the decode kernel (heuristics.USE_TMA_PRODUCER off / on)."""
+    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", request.param)
+    return request.param
+
+
 def check_counters_zero(ws):
     assert not ws.merge_counts.any(), "merge counters must be back to zero after every call"
 
@@ -36,8 +44,13 @@ def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out
     ws = ws or ha.DecodeWorkspace(B, Hkv, Hq, case.max_kv_len, num_ctas=num_ctas, static_splits=static_splits)
     plan = ha.plan_decode(case.kv_lens, Hkv, Hq, workspace=ws, static_splits=static_splits, min_tiles=min_tiles)
     out = out if out is not None else poisoned_empty(B, Hq, 128, dtype=torch.bfloat16, device=case.q.device)
-    return ha.decode(case.q, case.k, case.v, case.page_table, case.kv_lens, plan, sm_scale=case.sm_scale,
-                     k_scale=case.k_scale, v_scale=case.v_scale, q_scale=case.q_scale, out=out), plan
+    out = ha.decode(case.q, case.k, case.v, case.page_table, case.kv_lens, plan, sm_scale=case.sm_scale,
+                    k_scale=case.k_scale, v_scale=case.v_scale, q_scale=case.q_scale, out=out)
+    # The producer asked for really ran (the TMA path falls back to cp.async only for pages of
+    # < 16 tokens or a layout the driver cannot encode, which these cases never have).
+    want = "tma" if heuristics.USE_TMA_PRODUCER and case.k.shape[1] >= 16 else "cp_async"
+    assert dec.LAST_PRODUCER["name"] == want, (dec.LAST_PRODUCER, want)
+    return out, plan
 
 
 @pytest.mark.parametrize("task_cost", [None, 0, 7], ids=["cost_default", "cost0", "cost7"])
@@ -77,7 +90,7 @@ def test_planner_matches_python_twin(num_ctas, static_splits, task_cost):
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("group", [1, 2, 4, 8, 16])
-def test_matches_reference(group, kv_dtype, merge_mode):
+def test_matches_reference(group, kv_dtype, merge_mode, producer):
     case = make_case(AWKWARD, 2, group, kv_dtype, seed=group)
     out, _ = run(case)
     check_accuracy(out, case)
@@ -85,7 +98,7 @@ def test_matches_reference(group, kv_dtype, merge_mode):
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("num_ctas", [1, 3, 17, 400])
-def test_any_cta_count(num_ctas, kv_dtype, merge_mode):
+def test_any_cta_count(num_ctas, kv_dtype, merge_mode, producer):
     """Small grids split long items over few CTAs; more CTAs than SMs still completes (the
     in-kernel merge never waits on another CTA, so it needs no co-residency)."""
     case = make_case([5000, 64, 1, 300, 0, 2500], 1, 8, kv_dtype, seed=num_ctas)
@@ -96,7 +109,7 @@ def test_any_cta_count(num_ctas, kv_dtype, merge_mode):
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("splits", [1, 4, "auto"])
-def test_static_split_matches_reference(splits, kv_dtype, merge_mode):
+def test_static_split_matches_reference(splits, kv_dtype, merge_mode, producer):
     case = make_case([3000, 1, 65, 0, 700], 2, 4, kv_dtype, seed=7)
     out, plan = run(case, static_splits=splits)
     assert plan.static_splits >= 1
@@ -104,21 +117,21 @@ def test_static_split_matches_reference(splits, kv_dtype, merge_mode):
     check_counters_zero(plan.workspace)
 
 
-@pytest.mark.parametrize("page_size", [16, 32, 128, 256])
-def test_other_page_sizes(page_size):
+@pytest.mark.parametrize("page_size", [8, 16, 32, 128, 256])
+def test_other_page_sizes(page_size, producer):
     case = make_case([1, 100, 1000, 4100, 0], 2, 8, torch.bfloat16, page_size=page_size, seed=page_size)
     out, _ = run(case)
     check_accuracy(out, case)
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
-def test_fp8_q_with_per_token_head_scale(kv_dtype):
+def test_fp8_q_with_per_token_head_scale(kv_dtype, producer):
     case = make_case([1, 77, 640, 3000], 2, 8, kv_dtype, q_dtype=FP8, seed=11)
     out, _ = run(case)
     check_accuracy(out, case)
 
 
-def test_fp8_long_context_accuracy():
+def test_fp8_long_context_accuracy(producer):
     """FP8 KV on 128K tokens: relative error <= 0.005 against float32 on the dequantised
     inputs (P V accumulates in FP32 registers, so no drift with length)."""
     case = make_case([128 * 1024, 4096, 17], 1, 8, FP8, seed=5)
@@ -141,7 +154,7 @@ def test_kv_scale_as_device_tensor():
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
-def test_bitwise_deterministic(kv_dtype, merge_mode):
+def test_bitwise_deterministic(kv_dtype, merge_mode, producer):
     case = make_case([20000, 5, 3000, 64, 900], 2, 8, kv_dtype, seed=3)
     first, plan = run(case)
     ws = plan.workspace
@@ -164,7 +177,7 @@ MERGE_PARTS = {2: [2], 9: [8, 2], 12: [10, 3], 20: [16, 4], 24: [20, 5], 67: [54
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("num_ctas,group", [(2, 8), (9, 16), (12, 8), (20, 1), (24, 8), (67, 16), (100, 2),
                                             (132, 8)])
-def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype, monkeypatch):
+def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype, monkeypatch, producer):
     """The in-kernel merge and the combine kernel run the same arithmetic (split_merge.cuh) in
     the same order: identical bits, whichever CTA finishes last."""
     case = make_case([64 * 160, 5, 0, 64 * 40 + 7], 1, group, kv_dtype, seed=num_ctas)
@@ -194,7 +207,7 @@ def test_merge_in_decode_bitwise_equals_combine_kernel_static(splits, monkeypatc
     assert_bitwise_equal(outs[True], outs[False], name=f"static {splits}: merge in decode vs combine kernel")
 
 
-def test_pdl_on_equals_off(merge_mode):
+def test_pdl_on_equals_off(merge_mode, producer):
     case = make_case([20000, 5, 3000], 1, 8, torch.bfloat16, seed=4)
     before = get_pdl()
     try:
@@ -208,7 +221,7 @@ def test_pdl_on_equals_off(merge_mode):
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
-def test_cuda_graph_replay_with_new_lengths_equals_eager(kv_dtype, merge_mode):
+def test_cuda_graph_replay_with_new_lengths_equals_eager(kv_dtype, merge_mode, producer):
     lens_a = [4000, 10, 700, 0]
     lens_b = [12, 9000, 0, 3000]
     max_len = 9100

@@ -93,6 +93,20 @@ def test_dry_run_passes_every_binding_argument(fake, monkeypatch, merge_in_decod
         assert comb_kw["group"] == 4 and comb_kw["partial_o"] == ws.partial_o.data_ptr()
 
 
+@pytest.mark.parametrize("flag,page,want", [(False, 64, False), (True, 64, True), (True, 16, True),
+                                             (True, 8, False)])
+def test_tma_producer_flag_and_page_floor(fake, monkeypatch, flag, page, want):
+    """heuristics.USE_TMA_PRODUCER asks the binding for the TMA producer, except on pages of
+    fewer than 16 tokens (more than 4 boxes per tile): those keep cp.async."""
+    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", flag)
+    q, k, v, pt, lens = inputs(page=page, pages=64)
+    pt = torch.zeros(3, 256 // page, dtype=torch.int32)
+    ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu")
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws)
+    ha.decode(q, k, v, pt, lens, plan)
+    assert fake.calls[1][0] == "paged_decode" and fake.calls[1][1]["tma_producer"] is want
+
+
 def test_diag_skip_combine_turns_the_merge_off(fake, monkeypatch):
     monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", True)
     monkeypatch.setitem(dec.DIAG, "skip_combine", True)

@@ -1,8 +1,8 @@
-// Decode kernel instantiations with FP8 E4M3 KV (BF16 or FP8 Q).
+// Decode kernel instantiations with FP8 E4M3 KV and the cp.async producer (BF16 or FP8 Q).
 #include "hpc_attention/paged_decode.cuh"
 
 cudaError_t hpc_attn_launch_paged_decode_fp8kv(const hpc::attn::PagedDecodeParams& p, bool fp8_q, int num_ctas,
                                                 cudaStream_t stream, bool pdl) {
-  return fp8_q ? hpc::attn::launch_paged_decode<true, true>(p, num_ctas, stream, pdl)
-               : hpc::attn::launch_paged_decode<true, false>(p, num_ctas, stream, pdl);
+  return fp8_q ? hpc::attn::launch_paged_decode<true, true, false>(p, num_ctas, stream, pdl)
+               : hpc::attn::launch_paged_decode<true, false, false>(p, num_ctas, stream, pdl);
 }

@@ -42,6 +42,7 @@
 #include "hpc_attention/split_merge.cuh"
 #include "hpc_attention/paged_decode_config.cuh"
 #include "hpc_attention/paged_decode_producer.cuh"
+#include "hpc_attention/paged_decode_tma_producer.cuh"
 #include "hpc_attention/decode_merge_in_kernel.cuh"
 #include "hpc_common/pdl.cuh"
 
@@ -89,10 +90,23 @@ __device__ __forceinline__ void load_q_frags(const uint8_t* qs, uint32_t (&qa)[8
   }
 }
 
-template <bool kFp8Kv, bool kFp8Q>
+// Byte offset inside a K / V tile row of the 16-byte chunk 2 * step + b (b = 0 or 1; step a
+// compile-time loop index) for a row with r & 7 == x. Padded layout: the plain offset. TMA
+// layout: 64-dim half (step >> 2) of the tile, then the chunk XOR-swizzled by the row (the
+// pattern the 128-byte-swizzle copies wrote); `(2 * (step & 3)) ^ (b ^ x)` costs one LOP per step.
+template <typename Cfg>
+__device__ __forceinline__ uint32_t kv_chunk(int step, uint32_t b, uint32_t x) {
+  if constexpr (Cfg::kSwizzled) {
+    return (step >> 2) * Cfg::kHalfBytes + (((2u * (step & 3)) ^ (b ^ x)) << 4);
+  } else {
+    return 32u * step + 16u * b;
+  }
+}
+
+template <bool kFp8Kv, bool kFp8Q, bool kTma>
 __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
                                               uint64_t* empty, int t_begin, int t_end) {
-  using Cfg = DecodeConfig<kFp8Kv, kFp8Q>;
+  using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
   constexpr bool kF16 = kFp8Kv;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, j = lane & 3;
   const int G = p.group;
@@ -143,13 +157,15 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
 
       // ---- S = Q K^T for this warp's 16 tokens (2 n-tiles of 8) ----
       float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-      const uint32_t kaddr = smem_u32(sb + Cfg::kKOff) +
-                             (16 * warp + (lane & 7) + 8 * (lane >> 4)) * Cfg::kRowPitch + 16 * ((lane >> 3) & 1);
+      // ldmatrix rows: lane -> token 16 * warp + (lane & 7) + 8 * (lane >> 4), 16-byte chunk
+      // 2 * step + ((lane >> 3) & 1) of the row (swizzled layout: see kv_chunk below).
+      const uint32_t kaddr = smem_u32(sb + Cfg::kKOff) + (16 * warp + (lane & 7) + 8 * (lane >> 4)) * Cfg::kRowPitch;
+      const uint32_t kb = (lane >> 3) & 1;
       if constexpr (!kFp8Kv) {
 #pragma unroll
         for (int ks = 0; ks < 8; ++ks) {
           uint32_t r0, r1, r2, r3;
-          ldsm_x4(kaddr + ks * 32, r0, r1, r2, r3);
+          ldsm_x4(kaddr + kv_chunk<Cfg>(ks, kb, lane & 7), r0, r1, r2, r3);
           mma_16816<kF16>(s[0], qa[ks], r0, r1);
           mma_16816<kF16>(s[1], qa[ks], r2, r3);
         }
@@ -157,7 +173,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
 #pragma unroll
         for (int s32 = 0; s32 < 4; ++s32) {  // 32 FP8 bytes = 2 k-steps per ldmatrix
           uint32_t r0, r1, r2, r3;
-          ldsm_x4(kaddr + s32 * 32, r0, r1, r2, r3);
+          ldsm_x4(kaddr + kv_chunk<Cfg>(s32, kb, lane & 7), r0, r1, r2, r3);
           mma_16816<kF16>(s[0], qa[2 * s32], e4m3x2_to_f16x2(r0), e4m3x2_to_f16x2(r0 >> 16));
           mma_16816<kF16>(s[0], qa[2 * s32 + 1], e4m3x2_to_f16x2(r1), e4m3x2_to_f16x2(r1 >> 16));
           mma_16816<kF16>(s[1], qa[2 * s32], e4m3x2_to_f16x2(r2), e4m3x2_to_f16x2(r2 >> 16));
@@ -220,23 +236,26 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       const uint32_t mlo = (tok_base < valid ? 0x0000FFFFu : 0u) | (tok_base + 1 < valid ? 0xFFFF0000u : 0u);
       const uint32_t mhi = (tok_base + 8 < valid ? 0x0000FFFFu : 0u) | (tok_base + 9 < valid ? 0xFFFF0000u : 0u);
       if constexpr (!kFp8Kv) {
-        const uint32_t vaddr = smem_u32(sb + Cfg::kVOff) +
-                               (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * Cfg::kRowPitch + 16 * (lane >> 4);
+        const uint32_t vaddr =
+            smem_u32(sb + Cfg::kVOff) + (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * Cfg::kRowPitch;
 #pragma unroll
         for (int pp = 0; pp < 8; ++pp) {
           uint32_t r0, r1, r2, r3;
-          ldsm_x4_trans(vaddr + pp * 32, r0, r1, r2, r3);
+          ldsm_x4_trans(vaddr + kv_chunk<Cfg>(pp, lane >> 4, lane & 7), r0, r1, r2, r3);
           mma_16816<kF16>(o[2 * pp], pa, r0 & mlo, r1 & mhi);
           mma_16816<kF16>(o[2 * pp + 1], pa, r2 & mlo, r3 & mhi);
         }
       } else {
-        const uint8_t* vrow = sb + Cfg::kVOff + (16 * warp + 2 * j) * Cfg::kRowPitch + 4 * g;
+        // Rows 16 * warp + 2j (+1, +8, +9), bytes 32u + 4g: chunk 2u + (g >> 2), offset 4 (g & 3).
+        // Rows 2j and 2j + 8 share r & 7 (= 2j), rows 2j + 1 and 2j + 9 too (= 2j + 1).
+        const uint8_t* vrow = sb + Cfg::kVOff + (16 * warp + 2 * j) * Cfg::kRowPitch + 4 * (g & 3);
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
-          const uint32_t w0 = *reinterpret_cast<const uint32_t*>(vrow + 32 * u);
-          const uint32_t w1 = *reinterpret_cast<const uint32_t*>(vrow + Cfg::kRowPitch + 32 * u);
-          const uint32_t w2 = *reinterpret_cast<const uint32_t*>(vrow + 8 * Cfg::kRowPitch + 32 * u);
-          const uint32_t w3 = *reinterpret_cast<const uint32_t*>(vrow + 9 * Cfg::kRowPitch + 32 * u);
+          const uint32_t c0 = kv_chunk<Cfg>(u, g >> 2, 2 * j), c1 = kv_chunk<Cfg>(u, g >> 2, 2 * j + 1);
+          const uint32_t w0 = *reinterpret_cast<const uint32_t*>(vrow + c0);
+          const uint32_t w1 = *reinterpret_cast<const uint32_t*>(vrow + Cfg::kRowPitch + c1);
+          const uint32_t w2 = *reinterpret_cast<const uint32_t*>(vrow + 8 * Cfg::kRowPitch + c0);
+          const uint32_t w3 = *reinterpret_cast<const uint32_t*>(vrow + 9 * Cfg::kRowPitch + c1);
           const uint32_t a01 = __byte_perm(w0, w1, 0x5140), a23 = __byte_perm(w0, w1, 0x7362);
           const uint32_t c01 = __byte_perm(w2, w3, 0x5140), c23 = __byte_perm(w2, w3, 0x7362);
           mma_16816<kF16>(o[4 * u + 0], pa, e4m3x2_to_f16x2(a01) & mlo, e4m3x2_to_f16x2(c01) & mhi);
@@ -308,19 +327,23 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   }
 }
 
-template <bool kFp8Kv, bool kFp8Q>
-__global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q>::kThreads, 1)
+template <bool kFp8Kv, bool kFp8Q, bool kTma>
+__global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1)
     paged_decode_kernel(const __grid_constant__ PagedDecodeParams p) {
-  using Cfg = DecodeConfig<kFp8Kv, kFp8Q>;
-  extern __shared__ __align__(128) uint8_t smem[];
+  using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw;
+  if constexpr (kTma) smem += (1024u - (smem_u32(smem_raw) & 1023u)) & 1023u;  // swizzle atoms
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarOff);
   uint64_t* empty = full + Cfg::kStages;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
-      mbar_init(&full[s], Cfg::kProducerThreads);
+      // cp.async: one arrival per producer thread; TMA: the producer's one expect_tx arrival.
+      mbar_init(&full[s], kTma ? 1 : Cfg::kProducerThreads);
       mbar_init(&empty[s], Cfg::kConsumerWarps);
     }
     mbar_fence_init();
+    if constexpr (kTma) fence_proxy_async_smem();
   }
   // Q rows >= G of every stage are never copied: zero them once so padded rows are finite.
   for (int i = threadIdx.x; i < Cfg::kStages * 16 * 16; i += blockDim.x) {
@@ -338,16 +361,28 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q>::kThreads, 1)
   hpc::pdl_launch_dependents();
   const int t_begin = p.bin_start[blockIdx.x], t_end = p.bin_start[blockIdx.x + 1];
   if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
-    producer_warps<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end);
+    if constexpr (kTma) {
+      // One warp issues the copies; the other three write the empty items' zero rows.
+      const int pw = threadIdx.x - 32 * Cfg::kConsumerWarps;
+      if (pw < 32) {
+        producer_tma_warp<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end);
+      } else if (p.merge) {
+        write_empty_items<Cfg::kProducerThreads - 32>(p, pw - 32);
+      }
+    } else {
+      producer_warps<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end);
+    }
   } else {
-    consumer_warp<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end);
+    consumer_warp<kFp8Kv, kFp8Q, kTma>(p, smem, full, empty, t_begin, t_end);
   }
 }
 
-template <bool kFp8Kv, bool kFp8Q>
+// kTma: the TMA producer; p.k_map / p.v_map must hold the caches' tensor maps
+// (hpc_attn_paged_kv_tensor_maps).
+template <bool kFp8Kv, bool kFp8Q, bool kTma>
 inline cudaError_t launch_paged_decode(const PagedDecodeParams& p, int num_ctas, cudaStream_t stream, bool pdl) {
-  using Cfg = DecodeConfig<kFp8Kv, kFp8Q>;
-  return hpc::launch_kernel(paged_decode_kernel<kFp8Kv, kFp8Q>, dim3(num_ctas), dim3(Cfg::kThreads),
+  using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
+  return hpc::launch_kernel(paged_decode_kernel<kFp8Kv, kFp8Q, kTma>, dim3(num_ctas), dim3(Cfg::kThreads),
                             Cfg::kSmemBytes, stream, pdl, p);
 }
 

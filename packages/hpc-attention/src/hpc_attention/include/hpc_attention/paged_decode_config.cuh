@@ -8,29 +8,44 @@
 
 namespace hpc::attn {
 
-template <bool kFp8Kv, bool kFp8Q>
+// kTma selects the producer and with it the layout of a K / V tile in shared memory:
+//  - cp.async producer (kTma = false): rows of kRowBytes at a padded pitch of kRowBytes + 16,
+//    so the 8 rows of an ldmatrix phase start on different banks;
+//  - TMA producer (kTma = true): what a tensor-map copy with the 128-byte swizzle writes: boxes
+//    of 128-byte rows (FP8 row = one box, BF16 row = two boxes of 64 dims, kept as two halves of
+//    the tile, 8 KB apart), 16-byte chunk c of row r stored at chunk c ^ (r & 7). The 8 rows of
+//    an ldmatrix phase then hit 8 different chunks (conflict free without padding); the swizzle
+//    pattern follows address bits 7-9, so every stage buffer is 1024-byte aligned.
+template <bool kFp8Kv, bool kFp8Q, bool kTma = false>
 struct DecodeConfig {
   static constexpr int kTile = 64;
   static constexpr int kDim = 128;
   static constexpr int kRowBytes = kFp8Kv ? 128 : 256;
-  static constexpr int kRowPitch = kRowBytes + 16;  // 16 B pad: conflict-free ldmatrix rows
+  static constexpr bool kSwizzled = kTma;
+  static constexpr int kRowPitch = kTma ? 128 : kRowBytes + 16;  // TMA: pitch within one 128-byte half
+  static constexpr int kHalfBytes = kTile * 128;                  // TMA: one 64-row box of 128-byte rows
   static constexpr int kQRowBytes = kFp8Q ? 128 : 256;
   static constexpr int kQPitch = 272;
-  static constexpr int kStages = kFp8Kv ? 7 : 4;  // ~112 / 128 KB of KV in flight per SM
+  // cp.async: ~112 / 128 KB of KV in flight per SM. TMA (no padding): as many as fit.
+  static constexpr int kStages = kTma ? (kFp8Kv ? 9 : 5) : (kFp8Kv ? 7 : 4);
   static constexpr int kKOff = 0;
-  static constexpr int kVOff = kTile * kRowPitch;
-  static constexpr int kQOff = 2 * kTile * kRowPitch;
-  static constexpr int kStageBytes = kQOff + 16 * kQPitch;
+  static constexpr int kVOff = kTile * (kTma ? kRowBytes : kRowPitch);
+  static constexpr int kQOff = 2 * kVOff;
+  static constexpr int kStageAlign = kTma ? 1024 : 16;
+  static constexpr int kStageBytes = (kQOff + 16 * kQPitch + kStageAlign - 1) / kStageAlign * kStageAlign;
   static constexpr int kMergePitch = 136;  // floats; conflict-free float2 stores
   static constexpr int kMergeOff = kStages * kStageBytes;
   static constexpr int kStatsOff = kMergeOff + 4 * 16 * kMergePitch * 4;
   static constexpr int kBarOff = kStatsOff + 2 * 4 * 16 * 4;
   static constexpr int kFlagOff = kBarOff + 2 * kStages * 8;  // int: "this CTA merges" broadcast
-  static constexpr int kSmemBytes = kFlagOff + 16;
+  // TMA: the dynamic shared memory base is only 16-byte aligned for sure; the kernel rounds it
+  // up to 1024, so ask for the slack.
+  static constexpr int kSmemBytes = kFlagOff + 16 + (kTma ? 1024 : 0);
   static constexpr int kConsumerWarps = 4;
   static constexpr int kProducerThreads = 128;
   static constexpr int kThreads = 32 * kConsumerWarps + kProducerThreads;
   static_assert(kStageBytes % 16 == 0 && kMergeOff % 16 == 0 && kBarOff % 8 == 0, "alignment");
+  static_assert(!kTma || (kStageBytes % 1024 == 0 && kVOff % 1024 == 0), "TMA swizzle needs 1024-byte tiles");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 

@@ -13,6 +13,23 @@
 
 namespace hpc::attn {
 
+// Merge mode has no combine kernel: empty items (combine entries with 0 parts) get their zero
+// rows from the producer threads (kThreads of them, index tid), entries strided over the CTAs,
+// off the critical path (after the cp.async loads are issued, or on the TMA producer's idle warps).
+template <int kThreads>
+__device__ __forceinline__ void write_empty_items(const PagedDecodeParams& p, int tid) {
+  const int n_comb = p.counters[kNumCombine];
+  for (int e = blockIdx.x; e < n_comb; e += gridDim.x) {
+    const int4 ent = p.combine[e];
+    if (ent.z != 0) continue;
+    const int b = ent.x / p.num_kv_heads, h = ent.x - b * p.num_kv_heads;
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + h * p.group * p.out_stride_h;
+    for (int c = tid; c < p.group * 16; c += kThreads) {
+      *reinterpret_cast<uint4*>(out + (c >> 4) * p.out_stride_h + 8 * (c & 15)) = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
 template <bool kFp8Kv, bool kFp8Q>
 __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
                                                uint64_t* empty, int t_begin, int t_end) {
@@ -77,20 +94,7 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
       }
     }
   }
-  if (p.merge) {
-    // No combine kernel: empty items (combine entries with 0 parts) get their zero rows here,
-    // entries strided over the CTAs, after this CTA's loads are issued (off the critical path).
-    const int n_comb = p.counters[kNumCombine];
-    for (int e = blockIdx.x; e < n_comb; e += gridDim.x) {
-      const int4 ent = p.combine[e];
-      if (ent.z != 0) continue;
-      const int b = ent.x / p.num_kv_heads, h = ent.x - b * p.num_kv_heads;
-      __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + h * p.group * p.out_stride_h;
-      for (int c = pid; c < p.group * 16; c += Cfg::kProducerThreads) {
-        *reinterpret_cast<uint4*>(out + (c >> 4) * p.out_stride_h + 8 * (c & 15)) = make_uint4(0, 0, 0, 0);
-      }
-    }
-  }
+  if (p.merge) write_empty_items<Cfg::kProducerThreads>(p, pid);
 }
 
 }  // namespace hpc::attn

@@ -1,0 +1,65 @@
+// Host side of the TMA producer: tensor maps of the paged K / V caches, encoded once per cache
+// layout and reused (a call with a known layout costs a map lookup, no driver call).
+//
+// Key: (data pointer, dtype, num_pages, page_size, Hkv, the three outer strides). A layer's
+// cache keeps its pointer and layout for the life of the model, so a serving process holds two
+// maps per layer. The maps are copied into the kernel's parameters, so a CUDA graph that
+// captured a decode call replays the maps of capture time: right as long as the cache tensor
+// is not reallocated (the same assumption the graph makes for every other pointer).
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+#include "hpc_attention/decode_params.h"
+#include "hpc_common/tma_encode.h"
+
+namespace {
+
+using Key = std::array<uint64_t, 8>;
+
+// Bounded so a process that keeps allocating new caches cannot grow it without end.
+constexpr size_t kMaxMaps = 4096;
+
+cudaError_t kv_map(CUtensorMap* out, const void* ptr, bool fp8, int num_pages, int page_size, int hkv,
+                   long long s_page, long long s_tok, long long s_head) {
+  static std::mutex mu;
+  static std::map<Key, CUtensorMap> cache;
+  const uint64_t e = fp8 ? 1 : 2;
+  const Key key{reinterpret_cast<uint64_t>(ptr), (uint64_t(fp8) << 63) | uint64_t(num_pages),
+                uint64_t(page_size), uint64_t(hkv), uint64_t(s_page), uint64_t(s_tok), uint64_t(s_head), 0};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) {
+    *out = it->second;
+    return cudaSuccess;
+  }
+  // (dim, head, token in page, page); a box is one 128-byte swizzle span of one row (128 FP8
+  // or 64 BF16 values), min(page_size, 64) tokens of one head of one page.
+  const uint64_t dims[4] = {128, uint64_t(hkv), uint64_t(page_size), uint64_t(num_pages)};
+  const uint64_t strides[3] = {uint64_t(s_head) * e, uint64_t(s_tok) * e, uint64_t(s_page) * e};
+  const uint32_t box[4] = {uint32_t(128 / e), 1, uint32_t(page_size < 64 ? page_size : 64), 1};
+  CUtensorMap map;
+  cudaError_t err = hpc::tma::encode_tiled(&map, fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                                           4, ptr, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
+                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  if (err != cudaSuccess) return err;
+  if (cache.size() >= kMaxMaps) cache.clear();
+  cache.emplace(key, map);
+  *out = map;
+  return cudaSuccess;
+}
+
+}  // namespace
+
+// Fills p.k_map and p.v_map from the cache pointers, shape and strides already in `p`.
+// Returns an error (and leaves the maps unusable) when the driver has no encoder or rejects
+// the layout; the caller then runs the cp.async producer instead.
+cudaError_t hpc_attn_paged_kv_tensor_maps(hpc::attn::PagedDecodeParams& p, bool fp8_kv) {
+  const int page_size = 1 << p.page_size_log2;
+  cudaError_t e = kv_map(&p.k_map, p.k_cache, fp8_kv, p.num_pages, page_size, p.num_kv_heads, p.k_stride_page,
+                         p.k_stride_tok, p.k_stride_head);
+  if (e != cudaSuccess) return e;
+  return kv_map(&p.v_map, p.v_cache, fp8_kv, p.num_pages, page_size, p.num_kv_heads, p.v_stride_page,
+                p.v_stride_tok, p.v_stride_head);
+}
