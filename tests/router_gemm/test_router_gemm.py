@@ -61,11 +61,11 @@ def test_plan_table_is_ordered_and_valid(K, N):
     assert [r[0] for r in rows] == sorted(r[0] for r in rows)
     for m_max, path, s in rows:
         assert path in heuristics.PATHS and s in heuristics.SPLIT_CHOICES
-        assert path != "fp32" or m_max <= heuristics.FP32_MAX_M
+        assert path not in heuristics.FP32_PATHS or m_max <= heuristics.FP32_MAX_M
         if path == "gemv":
             assert m_max <= heuristics.GEMV_MAX_M and s in heuristics.GEMV_SPLITS and heuristics.gemv_fits(m_max, K, s)
             continue
-        bm = heuristics.TILE_SHAPES[heuristics.TILES[path]][0] if path != "fp32" else 8
+        bm = heuristics.TILE_SHAPES[heuristics.TILES[path]][0] if path in heuristics.TILES else 8
         assert bm % s == 0 and s <= K // 64
     for M in (1, 8, 9, 64, 512, 513, 4096, 100000):
         plan = heuristics.choose_plan(M, N, K, _fake_clusters)
@@ -96,6 +96,9 @@ def test_plan_splits_fill_the_gpu():
 def test_plan_rejects_bad_forced_paths():
     with pytest.raises(ValueError, match="fp32 path serves M <= 256"):
         heuristics.choose_plan(300, 192, 4096, _fake_clusters, path="fp32")
+    with pytest.raises(ValueError, match="fp32pf path serves M <= 256"):
+        heuristics.choose_plan(300, 192, 4096, _fake_clusters, path="fp32pf")
+    assert heuristics.choose_plan(3, 768, 6144, _fake_clusters, path="fp32pf") == heuristics.Plan("fp32pf", 2)
     with pytest.raises(ValueError, match="unknown path"):
         heuristics.choose_plan(3, 192, 4096, _fake_clusters, path="tf32")
 
@@ -188,7 +191,8 @@ def test_listed_shapes_match_fp64(K, N, M):
 
 
 @gpu
-@pytest.mark.parametrize("path,splits", [(p, s) for p in ("fp32", "narrow", "wide", "wide96") for s in (1, 2, 4, 8)])
+@pytest.mark.parametrize("path,splits",
+                         [(p, s) for p in ("fp32", "fp32pf", "narrow", "wide", "wide96") for s in (1, 2, 4, 8)])
 @pytest.mark.parametrize("M", [1, 5, 64, 129, 250])
 def test_every_path_and_split(path, splits, M):
     from hpc_router_gemm import RouterWeight
@@ -200,7 +204,7 @@ def test_every_path_and_split(path, splits, M):
 
 @gpu
 @pytest.mark.parametrize("K,N", [(64, 64), (192, 128), (1024, 320), (2048, 448), (640, 1024)])
-@pytest.mark.parametrize("path", ["fp32", "narrow", "wide", "wide96"])
+@pytest.mark.parametrize("path", ["fp32", "fp32pf", "narrow", "wide", "wide96"])
 @pytest.mark.parametrize("M", [3, 200])
 def test_general_shapes(K, N, path, M):
     from hpc_router_gemm import RouterWeight

@@ -1,7 +1,8 @@
 """Which kernel and split count serve a router GEMM of a given shape.
 
-Five plans (see NOTES.md): `fp32` (exact FP32 on CUDA cores, the weight read straight from
-its FP32 bytes, split-K over a cluster of up to 8 CTAs), `gemv` (exact FP32 too, M <= 8: one
+Six plans (see NOTES.md): `fp32` (exact FP32 on CUDA cores, the weight read straight from
+its FP32 bytes, split-K over a cluster of up to 8 CTAs), `fp32pf` (the same kernel, each CTA
+first asking L2 for its whole weight slice with bulk prefetches), `gemv` (exact FP32 too, M <= 8: one
 CTA per SM streams a contiguous range of whole rows through shared memory with bulk copies,
 split along K over a cluster of S <= 4 CTAs), and the two-product BF16 wgmma
 kernel with three tiles: `narrow` (64 x 32, for skinny M), `wide` (128 x 192) and `wide96`
@@ -29,12 +30,13 @@ TILE_GEMV = 3  # not a wgmma tile: the key of the gemv kernel's resident-cluster
 TILES = {"narrow": TILE_NARROW, "wide": TILE_WIDE, "wide96": TILE_WIDE96}
 TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 96)}  # (BM, BN)
 SPLIT_CHOICES = (1, 2, 4, 8)
-PATHS = ("fp32", "gemv", *TILES)
+FP32_PATHS = ("fp32", "fp32pf")  # one kernel; "fp32pf" adds the L2 bulk prefetch
+PATHS = (*FP32_PATHS, "gemv", *TILES)
 
 
 @dataclass(frozen=True)
 class Plan:
-    path: str  # "fp32", "gemv", "narrow", "wide" or "wide96"
+    path: str  # "fp32", "fp32pf", "gemv", "narrow", "wide" or "wide96"
     splits: int  # CTAs per cluster along K
 
     @property
@@ -157,10 +159,10 @@ def choose_plan(M: int, N: int, K: int, max_clusters: Callable[[int, int], int],
             raise ValueError(f"router_gemm: the gemv path serves M <= {GEMV_MAX_M} with a K slice that fits "
                              f"shared memory, got M={M}, K={K}")
         return Plan("gemv", s)
-    if path == "fp32":
+    if path in FP32_PATHS:
         if M > FP32_MAX_M:
-            raise ValueError(f"router_gemm: the fp32 path serves M <= {FP32_MAX_M}, got M={M}")
-        return Plan("fp32", fp32_splits(K, N, num_sms))
+            raise ValueError(f"router_gemm: the {path} path serves M <= {FP32_MAX_M}, got M={M}")
+        return Plan(path, fp32_splits(K, N, num_sms))
     if path not in TILES:
         raise ValueError(f"router_gemm: unknown path {path!r} (one of {', '.join(PATHS)})")
     tile = TILES[path]

@@ -9,7 +9,7 @@ from hpc_common.checks import check_aligned, check_tensor
 from hpc_common.launch import get_num_sms, get_pdl, require_hopper, stream_ptr
 
 from . import _ext
-from .heuristics import TILE_GEMV, Plan, choose_plan, gemv_clusters
+from .heuristics import FP32_PATHS, TILE_GEMV, Plan, choose_plan, gemv_clusters
 from .weight import RouterWeight, check_weight, prepare
 
 _OP = "router_gemm"
@@ -88,9 +88,9 @@ def launch(x: torch.Tensor, rw: RouterWeight, out: torch.Tensor, plan: Plan, pdl
         clusters = min(N, gemv_clusters(plan.splits, get_num_sms(x.device), lambda s: max_clusters(TILE_GEMV, s)))
         ext.gemv_fp32(x.data_ptr(), x.stride(0), rw.weight.data_ptr(), out.data_ptr(), out.stride(0), M, N, K,
                       plan.splits, clusters, pdl, stream)
-    elif plan.path == "fp32":
+    elif plan.path in FP32_PATHS:
         ext.fp32_splitk(x.data_ptr(), x.stride(0), rw.weight.data_ptr(), out.data_ptr(), out.stride(0),
-                        M, N, K, plan.splits, pdl, stream)
+                        M, N, K, plan.splits, plan.path == "fp32pf", pdl, stream)
     else:
         ext.bf16x2(plan.tile, x.data_ptr(), x.stride(0), rw.w_hi.data_ptr(), rw.w_lo.data_ptr(), out.data_ptr(),
                    out.stride(0), M, N, K, plan.splits, pdl, stream)

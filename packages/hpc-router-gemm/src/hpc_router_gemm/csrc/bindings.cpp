@@ -17,9 +17,9 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
   m.doc() = "hpc_router_gemm CUDA kernels (BF16 x FP32 router GEMM)";
   m.def("fp32_splitk",
         [](uintptr_t x, int64_t x_stride, uintptr_t w, uintptr_t out, int64_t out_stride, int M, int N, int K,
-           int splits, bool pdl, uintptr_t stream) {
+           int splits, bool l2_prefetch, bool pdl, uintptr_t stream) {
           rg::Fp32SplitKParams p{hpc::as_ptr<const void>(x), x_stride, hpc::as_ptr<const float>(w),
-                                 hpc::as_ptr<float>(out), out_stride, M, N, K, splits};
+                                 hpc::as_ptr<float>(out), out_stride, M, N, K, splits, l2_prefetch ? 1 : 0};
           HPC_CUDA_CHECK(rg::run_fp32_splitk(p, hpc::as_stream(stream), pdl), "router_gemm_fp32_splitk");
         });
   m.def("gemv_fp32",

@@ -99,6 +99,14 @@ __global__ void __launch_bounds__(fp32k::kThreads, kMinBlocksPerSm)
   const __nv_bfloat16* xb = static_cast<const __nv_bfloat16*>(p.x);
 
   hpc::pdl_wait();
+  if (p.l2_prefetch && threadIdx.x < kExperts) {  // one thread per expert row of this CTA
+    const int b4 = static_cast<int>(static_cast<int64_t>(rank * kKQuarters) * K4 / parts);
+    const int e4 = static_cast<int>(static_cast<int64_t>((rank + 1) * kKQuarters) * K4 / parts);
+    if (e4 > b4) {
+      sm90::bulk_prefetch_l2(reinterpret_cast<const float4*>(p.w) + static_cast<int64_t>(n0 + threadIdx.x) * K4 + b4,
+                             static_cast<uint32_t>(e4 - b4) * 16u);
+    }
+  }
   for (int m0 = 0; m0 < p.M; m0 += kTokens) {
     float v[kValues];
 #pragma unroll

@@ -17,6 +17,9 @@ struct Fp32SplitKParams {
   int64_t out_stride;
   int M, N, K;
   int splits;  // CTAs per cluster along K, 1..8
+  // 1: each CTA first asks L2 for its whole weight slice (bulk prefetch), so every DRAM read
+  // of the call is in flight at once instead of one batch of loads per lane at a time.
+  int l2_prefetch;
 };
 
 // Exact FP32 streaming GEMV for one to eight tokens (router_gemv_fp32.cuh).

@@ -79,4 +79,11 @@ __device__ __forceinline__ void bulk_load_1d(void* dst, const void* src, uint32_
       : "memory");
 }
 
+// Ask L2 to fetch `bytes` (a multiple of 16, 16-byte aligned) from global memory; no
+// completion, no shared memory. Safe before any data dependency: L2 is the coherence point.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<uint64_t>(src)), "r"(bytes)
+               : "memory");
+}
+
 }  // namespace hpc::router_gemm::sm90
