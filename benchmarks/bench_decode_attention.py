@@ -163,7 +163,8 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True):
                     add(name, t)
                 # The other producer of the decode kernel (TMA vs cp.async), same plan: the full
                 # call (correct output), decode only and stream only.
-                tma_default = heuristics.USE_TMA_PRODUCER
+                saved = heuristics.USE_TMA_PRODUCER
+                tma_default = pd._use_tma(kv_torch, PAGE)
                 other = "diag_cp_async" if tma_default else "diag_tma"
                 heuristics.USE_TMA_PRODUCER = not tma_default
                 try:
@@ -181,8 +182,20 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True):
                         finally:
                             pd.DIAG.update(skip_combine=False, flags=0)
                         add(other + name, t)
+                    if kv_dtype == "fp8":
+                        # TMA maps with 256-byte L2 promotion (FP8 rows are 128 B: the promotion
+                        # also fetches the next head's row), against the default 128 B.
+                        heuristics.USE_TMA_PRODUCER = True
+                        for name, d in (("diag_tma_promo256_decode_only", dict(skip_combine=True, flags=2)),
+                                        ("diag_tma_promo256_stream_only", dict(skip_combine=True, flags=3))):
+                            pd.DIAG.update(d)
+                            try:
+                                t = bench_us(fn3, reps=reps)
+                            finally:
+                                pd.DIAG.update(skip_combine=False, flags=0)
+                            add(name, t)
                 finally:
-                    heuristics.USE_TMA_PRODUCER = tma_default
+                    heuristics.USE_TMA_PRODUCER = saved
         del ws
     if diag and case == "1x128K+31x4K":
         # The static variant with more splits than the default FlashDecoding rule (which gives

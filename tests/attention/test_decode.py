@@ -38,17 +38,18 @@ def check_counters_zero(ws):
     assert not ws.merge_counts.any(), "merge counters must be back to zero after every call"
 
 
-def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out=None):
+def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out=None, task_cost=None):
     B, Hq = case.q.shape[:2]
     Hkv = case.k.shape[2]
     ws = ws or ha.DecodeWorkspace(B, Hkv, Hq, case.max_kv_len, num_ctas=num_ctas, static_splits=static_splits)
-    plan = ha.plan_decode(case.kv_lens, Hkv, Hq, workspace=ws, static_splits=static_splits, min_tiles=min_tiles)
+    plan = ha.plan_decode(case.kv_lens, Hkv, Hq, workspace=ws, static_splits=static_splits, min_tiles=min_tiles,
+                          task_cost=task_cost)
     out = out if out is not None else poisoned_empty(B, Hq, 128, dtype=torch.bfloat16, device=case.q.device)
     out = ha.decode(case.q, case.k, case.v, case.page_table, case.kv_lens, plan, sm_scale=case.sm_scale,
                     k_scale=case.k_scale, v_scale=case.v_scale, q_scale=case.q_scale, out=out)
     # The producer asked for really ran (the TMA path falls back to cp.async only for pages of
     # < 16 tokens or a layout the driver cannot encode, which these cases never have).
-    want = "tma" if heuristics.USE_TMA_PRODUCER and case.k.shape[1] >= 16 else "cp_async"
+    want = "tma" if dec._use_tma(case.k.dtype, case.k.shape[1]) else "cp_async"
     assert dec.LAST_PRODUCER["name"] == want, (dec.LAST_PRODUCER, want)
     return out, plan
 
@@ -167,7 +168,8 @@ def test_bitwise_deterministic(kv_dtype, merge_mode, producer):
 
 
 # Items split in P parts for P in 2..105: one-level merges (P <= 16, one or two batches of 8)
-# and two-level ones (P > 16; P > 64 gives groups of more than 8 parts), G = 1, 2, 8, 16.
+# and two-level ones (P > 16; P > 64 gives groups of more than 8 parts), G = 1, 2, 8, 16. Plans
+# cut on tiles alone (task_cost=0): the per-item cost moves the boundaries (e.g. 105 -> 102 parts).
 # num_ctas -> parts of the split items of the case below (planner twin): 2 | 8, 2 | 10 (two
 # batches) | 16 (largest one-level) | 20 (two levels) | 54, 14 | 80, 20 | 105 (groups of 13-14), 27.
 MERGE_PARTS = {2: [2], 9: [8, 2], 12: [10, 3], 20: [16, 4], 24: [20, 5], 67: [54, 14], 100: [80, 20],
@@ -184,7 +186,7 @@ def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype
     outs = {}
     for mode in (False, True, True):
         monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", mode)
-        out, plan = run(case, num_ctas=num_ctas, min_tiles=1)
+        out, plan = run(case, num_ctas=num_ctas, min_tiles=1, task_cost=0)
         check_counters_zero(plan.workspace)
         if mode in outs:
             assert_bitwise_equal(out, outs[mode], name="merge in decode, run to run")

@@ -32,6 +32,17 @@ LAST_PRODUCER = {"name": None}
 _TMA_MIN_PAGE = 16
 
 
+def _use_tma(kv_dtype: torch.dtype, page_size: int) -> bool:
+    """Whether `decode` asks for the TMA producer: heuristics.USE_TMA_PRODUCER is a bool (every
+    KV dtype) or a collection of KV dtype names ("bf16", "fp8"); pages under 16 tokens never."""
+    flag = heuristics.USE_TMA_PRODUCER
+    if page_size < _TMA_MIN_PAGE:
+        return False
+    if isinstance(flag, bool):
+        return flag
+    return ("fp8" if kv_dtype == _FP8 else "bf16") in flag
+
+
 def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
@@ -377,7 +388,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
         q, q_scale, k_cache, v_cache, page_table, ws.tasks, ws.bin_start, ws.combine, ws.counters, ws.partial_o,
         ws.partial_lse, ws.slot_meta, ws.merge_counts, ws.merge_ml, out, k_t, v_t, k_f, v_f, float(sm_scale),
         plan.num_ctas, heuristics.combine_ctas(get_num_sms(dev)), bool(heuristics.MERGE_IN_DECODE),
-        bool(heuristics.USE_TMA_PRODUCER) and page_size >= _TMA_MIN_PAGE)
+        _use_tma(k_cache.dtype, page_size))
     return out
 
 

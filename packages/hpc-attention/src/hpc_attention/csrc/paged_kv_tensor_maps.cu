@@ -22,12 +22,12 @@ using Key = std::array<uint64_t, 8>;
 constexpr size_t kMaxMaps = 4096;
 
 cudaError_t kv_map(CUtensorMap* out, const void* ptr, bool fp8, int num_pages, int page_size, int hkv,
-                   long long s_page, long long s_tok, long long s_head) {
+                   long long s_page, long long s_tok, long long s_head, bool wide_promotion) {
   static std::mutex mu;
   static std::map<Key, CUtensorMap> cache;
   const uint64_t e = fp8 ? 1 : 2;
   const Key key{reinterpret_cast<uint64_t>(ptr), (uint64_t(fp8) << 63) | uint64_t(num_pages),
-                uint64_t(page_size), uint64_t(hkv), uint64_t(s_page), uint64_t(s_tok), uint64_t(s_head), 0};
+                uint64_t(page_size), uint64_t(hkv), uint64_t(s_page), uint64_t(s_tok), uint64_t(s_head), uint64_t(wide_promotion)};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end()) {
@@ -40,9 +40,14 @@ cudaError_t kv_map(CUtensorMap* out, const void* ptr, bool fp8, int num_pages, i
   const uint64_t strides[3] = {uint64_t(s_head) * e, uint64_t(s_tok) * e, uint64_t(s_page) * e};
   const uint32_t box[4] = {uint32_t(128 / e), 1, uint32_t(page_size < 64 ? page_size : 64), 1};
   CUtensorMap map;
+  // L2 promotion: a BF16 row is 256 B (two boxes side by side), so 256-byte promotion fetches
+  // exactly the row. An FP8 row is 128 B and, with several KV heads, the next 128 B belong to
+  // another head that another CTA reads at another time: 256-byte promotion would fetch them
+  // twice (run 1: 64/8 FP8 streamed at 2.7 TB/s with it, 3.2 with cp.async). `wide_promotion`
+  // forces 256 B (diagnostics, DIAG flags bit 1).
+  const auto promo = (fp8 && !wide_promotion) ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
   cudaError_t err = hpc::tma::encode_tiled(&map, fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                                           4, ptr, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
-                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+                                           4, ptr, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, promo);
   if (err != cudaSuccess) return err;
   if (cache.size() >= kMaxMaps) cache.clear();
   cache.emplace(key, map);
@@ -57,9 +62,10 @@ cudaError_t kv_map(CUtensorMap* out, const void* ptr, bool fp8, int num_pages, i
 // the layout; the caller then runs the cp.async producer instead.
 cudaError_t hpc_attn_paged_kv_tensor_maps(hpc::attn::PagedDecodeParams& p, bool fp8_kv) {
   const int page_size = 1 << p.page_size_log2;
+  const bool wide = (p.diag & 2) != 0;
   cudaError_t e = kv_map(&p.k_map, p.k_cache, fp8_kv, p.num_pages, page_size, p.num_kv_heads, p.k_stride_page,
-                         p.k_stride_tok, p.k_stride_head);
+                         p.k_stride_tok, p.k_stride_head, wide);
   if (e != cudaSuccess) return e;
   return kv_map(&p.v_map, p.v_cache, fp8_kv, p.num_pages, page_size, p.num_kv_heads, p.v_stride_page,
-                p.v_stride_tok, p.v_stride_head);
+                p.v_stride_tok, p.v_stride_head, wide);
 }

@@ -82,7 +82,8 @@ struct PagedDecodeParams {
   float sm_scale_log2;  // softmax scale * log2(e)
   int num_kv_heads;
   int group;  // G = Hq / Hkv, 1..16
-  int diag;   // benchmark diagnostics only: bit 0 = consumers skip the math (output undefined)
+  int diag;   // benchmark diagnostics only: bit 0 = consumers skip the math (output undefined);
+              // bit 1 (host side) = TMA maps of FP8 caches with 256-byte L2 promotion
 };
 
 constexpr int kCombineThreads = 256;
