@@ -4,7 +4,7 @@ with L2 flushed before each replay (hpc_common.bench.bench_us), with max |error|
 FP64 reference and top-8 agreement for each provider.
 
 Writes DIR/<gpu>/router_gemm.{json,md} and, unless --no-sweep, DIR/<gpu>/router_gemm_paths
-.{json,md}: every path (fp32 / fp32pf / gemv / narrow / wide / wide96) at every split count, the measurement behind
+.{json,md}: every path (fp32 / fp32pf / gemv / gemvr / narrow / wide / wide96) at every split count, the measurement behind
 heuristics.py.
 
     python benchmarks/bench_router_gemm.py [--out-dir benchmarks/results] [--quick] [--no-sweep] [--m 1,2,4]
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from hpc_common.bench import BenchResults, bench_us, floor_us, gpu_slug
 from hpc_router_gemm import RouterWeight, plan_for, router_gemm
-from hpc_router_gemm.heuristics import FP32_MAX_M, GEMV_MAX_M, GEMV_SPLITS, TILE_GEMV, TILES, Plan, gemv_fits
+from hpc_router_gemm.heuristics import FP32_MAX_M, GEMV_MAX_M, GEMV_PATHS, GEMV_SPLITS, TILE_GEMV, TILES, Plan, gemv_fits
 from hpc_router_gemm.reference import router_gemm_reference, topk_experts
 from hpc_router_gemm.router_gemm import launch
 
@@ -90,7 +90,7 @@ def sweep_paths(paths: BenchResults, case: dict, x, rw: RouterWeight, ref, ref_t
     out = torch.empty(M, N, device=x.device)
     plans = [Plan("fp32", s) for s in (1, 2, 4, 8) if M <= FP32_MAX_M]
     plans += [Plan("fp32pf", s) for s in (1, 2, 4, 8) if M <= GEMV_MAX_M]
-    plans += [Plan("gemv", s) for s in GEMV_SPLITS if M <= GEMV_MAX_M and gemv_fits(M, K, s)]
+    plans += [Plan(p, s) for p in GEMV_PATHS for s in GEMV_SPLITS if M <= GEMV_MAX_M and gemv_fits(M, K, s, p)]
     plans += [Plan(p, s) for p in ("narrow", "wide", "wide96") for s in (1, 2, 4, 8) if s <= K // 64]
     chosen = plan_for(M, N, K, x.device)
     if M <= 64:  # the same call with a warm L2: how much of the cold time is the cold start
@@ -101,7 +101,7 @@ def sweep_paths(paths: BenchResults, case: dict, x, rw: RouterWeight, ref, ref_t
         launch(x, rw, out, plan)
         paths.add(f"{plan.path}_s{plan.splits}", t, **case, chosen=plan == chosen,
                   floor_us=floor_us(nbytes, 4.0 * M * N * K), **accuracy(out, ref, ref_top))
-        if M == 1 and plan.path in ("fp32", "fp32pf", "gemv"):  # cold DRAM vs the kernel's own cost
+        if M == 1 and plan.path in ("fp32", "fp32pf", *GEMV_PATHS):  # cold DRAM vs the kernel's own cost
             paths.add(f"{plan.path}_s{plan.splits}_warm_l2",
                       bench_us(lambda: launch(x, rw, out, plan), reps=reps, flush_l2=False), **case)
 

@@ -1,4 +1,4 @@
-"""The gemv path (router_gemv_fp32.cuh, M <= 8): FP64 agreement on the listed and general shapes
+"""The gemv paths (router_gemv_fp32.cuh, M <= 8; router_gemv_fp32_ldg.cuh "gemvr", M = 1): FP64 agreement on the listed and general shapes
 at every split, bitwise independence of the grid size (set_num_sms), determinism, CUDA-graph
 replay and PDL; CPU tests of its split rule and of forced-path errors."""
 
@@ -37,6 +37,16 @@ def test_gemv_split_rule():
     assert heuristics.gemv_clusters(2, 7, lambda s: _clusters(0, s)) == 3
 
 
+def test_gemvr_rules():
+    assert heuristics.gemv_splits(1, 768, 6144, 132, lambda s: _clusters(0, s), "gemvr") == 1
+    assert heuristics.gemv_splits(1, 192, 4096, 132, lambda s: _clusters(0, s), "gemvr") == 2
+    assert heuristics.gemv_splits(2, 768, 6144, 132, lambda s: _clusters(0, s), "gemvr") is None
+    assert heuristics.gemv_fits(1, 8192, 1, "gemvr") and not heuristics.gemv_fits(1, 8256, 1, "gemvr")
+    assert heuristics.gemv_splits(1, 192, 16384, 132, lambda s: _clusters(0, s), "gemvr") == 2
+    with pytest.raises(ValueError, match="gemvr path serves M = 1"):
+        heuristics.choose_plan(2, 192, 4096, _clusters, path="gemvr")
+
+
 def test_gemv_forced_path():
     plan = heuristics.choose_plan(1, 768, 6144, _clusters, path="gemv")
     assert plan == heuristics.Plan("gemv", 1) and plan.tile is None
@@ -51,65 +61,70 @@ def test_gemv_forced_path():
 GENERAL = [(64, 64), (1024, 320), (640, 1024), (8192, 128)]
 
 
-def _gemv(x, rw, splits, out=None):
+def _gemv(x, rw, splits, out=None, path="gemv"):
     from hpc_router_gemm.heuristics import Plan
     from hpc_router_gemm.router_gemm import launch
 
     out = poisoned_empty(x.shape[0], rw.weight.shape[0], dtype=torch.float32, device=x.device) if out is None else out
-    launch(x, rw, out, Plan("gemv", splits))
+    launch(x, rw, out, Plan(path, splits))
     return out
+
+
+# gemvr serves one token only.
+PATH_M = [("gemv", 1), ("gemv", 3), ("gemv", 8), ("gemvr", 1)]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("K,N", SHAPES + GENERAL)
 @pytest.mark.parametrize("splits", heuristics.GEMV_SPLITS)
-@pytest.mark.parametrize("M", [1, 3, 8])
-def test_gemv_matches_fp64(K, N, splits, M):
+@pytest.mark.parametrize("path,M", PATH_M)
+def test_gemv_matches_fp64(K, N, splits, path, M):
     from hpc_router_gemm import RouterWeight
 
     x, w = make_inputs(M, K, N, seed=K + N + M + splits)
-    out = _gemv(x, RouterWeight(w), splits)
-    check_against_fp64(out, x, w, strict_top8=(K, N) in SHAPES, tag=f"gemv S={splits} M={M} K={K} N={N}")
+    out = _gemv(x, RouterWeight(w), splits, path=path)
+    check_against_fp64(out, x, w, strict_top8=(K, N) in SHAPES, tag=f"{path} S={splits} M={M} K={K} N={N}")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("K,N", SHAPES)
-@pytest.mark.parametrize("M", [1, 5])
-def test_gemv_grid_size_deterministic_graph_pdl(K, N, M):
+@pytest.mark.parametrize("path,M", [("gemv", 1), ("gemv", 5), ("gemvr", 1)])
+def test_gemv_grid_size_deterministic_graph_pdl(K, N, path, M):
     import hpc_common
     from hpc_router_gemm import RouterWeight
 
     x, w = make_inputs(M, K, N, seed=21 + M)
     rw = RouterWeight(w)
     for splits in heuristics.GEMV_SPLITS:
-        first = _gemv(x, rw, splits)
+        tag = f"{path} S={splits}"
+        first = _gemv(x, rw, splits, path=path)
         for _ in range(3):
-            assert_bitwise_equal(_gemv(x, rw, splits), first, name=f"S={splits} rerun")
+            assert_bitwise_equal(_gemv(x, rw, splits, path=path), first, name=f"{tag} rerun")
         try:  # fewer clusters own more rows each; every row's sum order stays the same
             for sms in (7, 50, 131):
                 hpc_common.set_num_sms(sms)
-                assert_bitwise_equal(_gemv(x, rw, splits), first, name=f"S={splits} num_sms={sms}")
+                assert_bitwise_equal(_gemv(x, rw, splits, path=path), first, name=f"{tag} num_sms={sms}")
         finally:
             hpc_common.set_num_sms(None)
         try:
             for pdl in (False, True):
                 hpc_common.set_pdl(pdl)
-                assert_bitwise_equal(_gemv(x, rw, splits), first, name=f"S={splits} pdl={pdl}")
+                assert_bitwise_equal(_gemv(x, rw, splits, path=path), first, name=f"{tag} pdl={pdl}")
         finally:
             hpc_common.launch._pdl_enabled = None
         out = poisoned_empty(M, N, dtype=torch.float32, device="cuda")
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
-            _gemv(x, rw, splits, out=out)
+            _gemv(x, rw, splits, out=out, path=path)
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, stream=s):
-                _gemv(x, rw, splits, out=out)
+                _gemv(x, rw, splits, out=out, path=path)
         torch.cuda.current_stream().wait_stream(s)
         out.fill_(float("nan"))
         g.replay()
         torch.cuda.synchronize()
-        assert_bitwise_equal(out, first, name=f"S={splits} graph replay")
+        assert_bitwise_equal(out, first, name=f"{tag} graph replay")
 
 
 @pytest.mark.gpu
@@ -120,10 +135,15 @@ def test_gemv_strided_x_and_out():
     x = xw[:, 64:]  # row stride 6208, offset 128 bytes
     big = poisoned_empty(6, 1024, dtype=torch.float32, device="cuda")
     out = big[:, :768]
+    rw = RouterWeight(w[:, :6144].contiguous())
     for splits in heuristics.GEMV_SPLITS:
-        _gemv(x, RouterWeight(w[:, :6144].contiguous()), splits, out=out)
+        _gemv(x, rw, splits, out=out)
         check_against_fp64(out, x, w[:, :6144], strict_top8=True, tag=f"strided S={splits}")
         assert torch.isnan(big[:, 768:]).all(), "wrote outside out"
+        one = big[2:3, :768]  # one token at a row offset of the strided input and output
+        _gemv(x[2:3], rw, splits, out=one, path="gemvr")
+        check_against_fp64(one, x[2:3], w[:, :6144], strict_top8=True, tag=f"strided gemvr S={splits}")
+        assert torch.isnan(big[:, 768:]).all(), "gemvr wrote outside out"
 
 
 _weights: dict = {}
@@ -132,21 +152,23 @@ _weights: dict = {}
 @pytest.mark.gpu
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(shape=st.sampled_from(SHAPES), M=st.integers(1, heuristics.GEMV_MAX_M),
-       splits=st.sampled_from(heuristics.GEMV_SPLITS), seed=st.integers(0, 2**31 - 1))
-@example(shape=SHAPES[1], M=1, splits=1, seed=0)
-@example(shape=SHAPES[2], M=1, splits=1, seed=1)
-@example(shape=SHAPES[0], M=1, splits=2, seed=2)
-@example(shape=SHAPES[1], M=8, splits=1, seed=3)  # x of 8 tokens shrinks the stage ring
-def test_gemv_random_m(shape, M, splits, seed):
+       splits=st.sampled_from(heuristics.GEMV_SPLITS), path=st.sampled_from(heuristics.GEMV_PATHS),
+       seed=st.integers(0, 2**31 - 1))
+@example(shape=SHAPES[1], M=1, splits=1, path="gemv", seed=0)
+@example(shape=SHAPES[2], M=1, splits=1, path="gemvr", seed=1)
+@example(shape=SHAPES[0], M=1, splits=2, path="gemvr", seed=2)
+@example(shape=SHAPES[1], M=8, splits=1, path="gemv", seed=3)  # x of 8 tokens shrinks the stage ring
+def test_gemv_random_m(shape, M, splits, path, seed):
     from hpc_router_gemm import RouterWeight
 
     K, N = shape
+    M = 1 if path == "gemvr" else M
     if shape not in _weights:
         _weights[shape] = RouterWeight(make_inputs(1, K, N, seed=K + N)[1])
     rw = _weights[shape]
     gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(M, K, device="cuda", generator=gen).to(torch.bfloat16)
-    out = _gemv(x, rw, splits)
-    repro = f"repro: shape={shape} M={M} splits={splits} seed={seed}"
+    out = _gemv(x, rw, splits, path=path)
+    repro = f"repro: shape={shape} M={M} splits={splits} path={path} seed={seed}"
     check_against_fp64(out, x, rw.weight, strict_top8=False, tag=repro)
-    assert_bitwise_equal(_gemv(x, rw, splits), out, name=repro)
+    assert_bitwise_equal(_gemv(x, rw, splits, path=path), out, name=repro)

@@ -1,10 +1,11 @@
 """Which kernel and split count serve a router GEMM of a given shape.
 
-Six plans (see NOTES.md): `fp32` (exact FP32 on CUDA cores, the weight read straight from
+Seven plans (see NOTES.md): `fp32` (exact FP32 on CUDA cores, the weight read straight from
 its FP32 bytes, split-K over a cluster of up to 8 CTAs), `fp32pf` (the same kernel, each CTA
 first asking L2 for its whole weight slice with bulk prefetches), `gemv` (exact FP32 too, M <= 8: one
 CTA per SM streams a contiguous range of whole rows through shared memory with bulk copies,
-split along K over a cluster of S <= 4 CTAs), and the two-product BF16 wgmma
+split along K over a cluster of S <= 4 CTAs), `gemvr` (the same grid for M = 1 with the
+weight read into registers by plain loads), and the two-product BF16 wgmma
 kernel with three tiles: `narrow` (64 x 32, for skinny M), `wide` (128 x 192) and `wide96`
 (128 x 96). Each is combined with a split-K count S (CTAs per cluster along K).
 
@@ -23,6 +24,7 @@ from typing import Callable
 FP32_MAX_M = 256  # the fp32 kernel keeps [M, 8] partials per CTA in shared memory
 GEMV_MAX_M = 8  # the gemv kernel keeps the x slices of every token in shared memory
 GEMV_SPLITS = (1, 2, 4)
+GEMVR_MAX_SLICE_K = 4 * 512 * 4  # gemvr: a row slice is at most 4 float4 per thread of 512
 # Shared memory the gemv kernel may use per CTA (router_gemv_fp32.cuh, gemv::kSmemBudget).
 GEMV_SMEM_BUDGET = 227 * 1024 - 1024
 TILE_NARROW, TILE_WIDE, TILE_WIDE96 = 0, 1, 2
@@ -31,12 +33,13 @@ TILES = {"narrow": TILE_NARROW, "wide": TILE_WIDE, "wide96": TILE_WIDE96}
 TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 96)}  # (BM, BN)
 SPLIT_CHOICES = (1, 2, 4, 8)
 FP32_PATHS = ("fp32", "fp32pf")  # one kernel; "fp32pf" adds the L2 bulk prefetch
-PATHS = (*FP32_PATHS, "gemv", *TILES)
+GEMV_PATHS = ("gemv", "gemvr")  # "gemvr": registers instead of bulk copies, M = 1 only
+PATHS = (*FP32_PATHS, *GEMV_PATHS, *TILES)
 
 
 @dataclass(frozen=True)
 class Plan:
-    path: str  # "fp32", "fp32pf", "gemv", "narrow", "wide" or "wide96"
+    path: str  # "fp32", "fp32pf", "gemv", "gemvr", "narrow", "wide" or "wide96"
     splits: int  # CTAs per cluster along K
 
     @property
@@ -85,10 +88,15 @@ def fp32_splits(K: int, N: int, num_sms: int = 132) -> int:
     return s
 
 
-def gemv_fits(M: int, K: int, splits: int) -> bool:
-    """One row slice (K / S FP32) and the M x slices (BF16) fit the kernel's shared memory."""
+def gemv_fits(M: int, K: int, splits: int, path: str = "gemv") -> bool:
+    """gemv: one row slice (K / S FP32) and the M x slices (BF16) fit the kernel's shared
+    memory. gemvr: one token, and a row slice fits one batch of register loads."""
     ks = K // splits
-    return K % (16 * splits) == 0 and M * ks * 2 + ks * 4 + 8 * 1024 <= GEMV_SMEM_BUDGET
+    if K % (16 * splits):
+        return False
+    if path == "gemvr":
+        return M == 1 and ks <= GEMVR_MAX_SLICE_K
+    return M <= GEMV_MAX_M and M * ks * 2 + ks * 4 + 8 * 1024 <= GEMV_SMEM_BUDGET
 
 
 def gemv_clusters(splits: int, num_sms: int, max_clusters: Callable[[int], int]) -> int:
@@ -96,14 +104,15 @@ def gemv_clusters(splits: int, num_sms: int, max_clusters: Callable[[int], int])
     return max(1, min(num_sms // splits, max_clusters(splits)))
 
 
-def gemv_splits(M: int, N: int, K: int, num_sms: int, max_clusters: Callable[[int], int]) -> int | None:
+def gemv_splits(M: int, N: int, K: int, num_sms: int, max_clusters: Callable[[int], int],
+                path: str = "gemv") -> int | None:
     """The split that minimises the bytes of the busiest SM, ceil(N / clusters) x K / S x 4
     (whole rows per cluster, so few rows per SM leave some SMs a row ahead: N=192 on 132 SMs
     is 1 or 2 rows with S=1, 2 or 3 half rows with S=2); ties go to the smaller S. None when
     no split fits shared memory."""
     best, best_bytes = None, math.inf
     for s in GEMV_SPLITS:
-        if not gemv_fits(M, K, s) or max_clusters(s) <= 0:
+        if not gemv_fits(M, K, s, path) or max_clusters(s) <= 0:
             continue
         g = min(N, gemv_clusters(s, num_sms, max_clusters))
         nbytes = math.ceil(N / g) * (K // s) * 4
@@ -153,12 +162,13 @@ def choose_plan(M: int, N: int, K: int, max_clusters: Callable[[int, int], int],
             if M <= m_max:
                 break
         return Plan(p, s)
-    if path == "gemv":
-        s = gemv_splits(M, N, K, num_sms, lambda s: max_clusters(TILE_GEMV, s)) if M <= GEMV_MAX_M else None
+    if path in GEMV_PATHS:
+        s = gemv_splits(M, N, K, num_sms, lambda s: max_clusters(TILE_GEMV, s), path)
         if s is None:
-            raise ValueError(f"router_gemm: the gemv path serves M <= {GEMV_MAX_M} with a K slice that fits "
-                             f"shared memory, got M={M}, K={K}")
-        return Plan("gemv", s)
+            limit = f"M <= {GEMV_MAX_M}" if path == "gemv" else "M = 1"
+            raise ValueError(f"router_gemm: the {path} path serves {limit} with a K slice that fits the kernel, "
+                             f"got M={M}, K={K}")
+        return Plan(path, s)
     if path in FP32_PATHS:
         if M > FP32_MAX_M:
             raise ValueError(f"router_gemm: the {path} path serves M <= {FP32_MAX_M}, got M={M}")

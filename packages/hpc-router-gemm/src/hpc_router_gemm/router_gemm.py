@@ -9,7 +9,7 @@ from hpc_common.checks import check_aligned, check_tensor
 from hpc_common.launch import get_num_sms, get_pdl, require_hopper, stream_ptr
 
 from . import _ext
-from .heuristics import FP32_PATHS, TILE_GEMV, Plan, choose_plan, gemv_clusters
+from .heuristics import FP32_PATHS, GEMV_PATHS, TILE_GEMV, Plan, choose_plan, gemv_clusters
 from .weight import RouterWeight, check_weight, prepare
 
 _OP = "router_gemm"
@@ -83,11 +83,11 @@ def launch(x: torch.Tensor, rw: RouterWeight, out: torch.Tensor, plan: Plan, pdl
     ext = _ext.load()
     pdl = get_pdl() if pdl is None else bool(pdl)
     stream = stream_ptr(x.device)
-    if plan.path == "gemv":
+    if plan.path in GEMV_PATHS:
         max_clusters = _scaled_max_clusters(x.device)
         clusters = min(N, gemv_clusters(plan.splits, get_num_sms(x.device), lambda s: max_clusters(TILE_GEMV, s)))
-        ext.gemv_fp32(x.data_ptr(), x.stride(0), rw.weight.data_ptr(), out.data_ptr(), out.stride(0), M, N, K,
-                      plan.splits, clusters, pdl, stream)
+        ext.gemv_fp32(plan.path == "gemvr", x.data_ptr(), x.stride(0), rw.weight.data_ptr(), out.data_ptr(),
+                      out.stride(0), M, N, K, plan.splits, clusters, pdl, stream)
     elif plan.path in FP32_PATHS:
         ext.fp32_splitk(x.data_ptr(), x.stride(0), rw.weight.data_ptr(), out.data_ptr(), out.stride(0),
                         M, N, K, plan.splits, plan.path == "fp32pf", pdl, stream)

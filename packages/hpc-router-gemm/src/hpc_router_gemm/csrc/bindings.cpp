@@ -23,11 +23,15 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
           HPC_CUDA_CHECK(rg::run_fp32_splitk(p, hpc::as_stream(stream), pdl), "router_gemm_fp32_splitk");
         });
   m.def("gemv_fp32",
-        [](uintptr_t x, int64_t x_stride, uintptr_t w, uintptr_t out, int64_t out_stride, int M, int N, int K,
-           int splits, int clusters, bool pdl, uintptr_t stream) {
+        [](bool registers, uintptr_t x, int64_t x_stride, uintptr_t w, uintptr_t out, int64_t out_stride, int M,
+           int N, int K, int splits, int clusters, bool pdl, uintptr_t stream) {
           rg::GemvFp32Params p{hpc::as_ptr<const void>(x), x_stride, hpc::as_ptr<const float>(w),
                                hpc::as_ptr<float>(out), out_stride, M, N, K, splits, clusters};
-          HPC_CUDA_CHECK(rg::run_gemv_fp32(p, hpc::as_stream(stream), pdl), "router_gemv_fp32");
+          if (registers) {
+            HPC_CUDA_CHECK(rg::run_gemv_fp32_ldg(p, hpc::as_stream(stream), pdl), "router_gemv_fp32_ldg");
+          } else {
+            HPC_CUDA_CHECK(rg::run_gemv_fp32(p, hpc::as_stream(stream), pdl), "router_gemv_fp32");
+          }
         });
   m.def("gemv_max_clusters", &rg::gemv_max_clusters, py::arg("splits"));
   m.def("bf16x2",

@@ -6,6 +6,7 @@
 #include "hpc_router_gemm/router_gemm_bf16x2_wgmma.cuh"
 #include "hpc_router_gemm/router_gemm_fp32_splitk.cuh"
 #include "hpc_router_gemm/router_gemv_fp32.cuh"
+#include "hpc_router_gemm/router_gemv_fp32_ldg.cuh"
 
 namespace hpc::router_gemm {
 
@@ -19,6 +20,10 @@ cudaError_t run_fp32_splitk(const Fp32SplitKParams& p, cudaStream_t stream, bool
 
 cudaError_t run_gemv_fp32(const GemvFp32Params& p, cudaStream_t stream, bool pdl) {
   return launch_router_gemv_fp32(p, stream, pdl);
+}
+
+cudaError_t run_gemv_fp32_ldg(const GemvFp32Params& p, cudaStream_t stream, bool pdl) {
+  return launch_router_gemv_fp32_ldg(p, stream, pdl);
 }
 
 int gemv_max_clusters(int splits) { return router_gemv_max_clusters(splits); }

@@ -22,7 +22,8 @@ struct Fp32SplitKParams {
   int l2_prefetch;
 };
 
-// Exact FP32 streaming GEMV for one to eight tokens (router_gemv_fp32.cuh).
+// Exact FP32 streaming GEMV for one to eight tokens (router_gemv_fp32.cuh; one token only:
+// router_gemv_fp32_ldg.cuh).
 struct GemvFp32Params {
   const void* x;  // BF16 [M, K], row stride x_stride elements (multiple of 8), 16-byte aligned
   int64_t x_stride;
@@ -52,6 +53,7 @@ cudaError_t run_fp32_splitk(const Fp32SplitKParams& p, cudaStream_t stream, bool
 cudaError_t run_bf16x2(int tile, const Bf16x2Params& p, cudaStream_t stream, bool pdl);
 int bf16x2_max_clusters(int tile, int splits);
 cudaError_t run_gemv_fp32(const GemvFp32Params& p, cudaStream_t stream, bool pdl);
+cudaError_t run_gemv_fp32_ldg(const GemvFp32Params& p, cudaStream_t stream, bool pdl);
 int gemv_max_clusters(int splits);
 void bf16x2_tile_shape(int tile, int* bm, int* bn);
 

@@ -1,0 +1,169 @@
+// scores[1, N] = x[1, K] (BF16) @ W[N, K]^T (FP32), exact FP32, one token: the gemv of
+// router_gemv_fp32.cuh (same grid: cluster g owns whole rows [g N / G, (g + 1) N / G), rank q of
+// an S-CTA cluster the K slice [q K / S, (q + 1) K / S)) with the weight read into registers by
+// plain 16-byte loads instead of bulk copies into shared memory.
+//
+// Why a register variant: in run 1 the bulk-copy gemv was no faster than the fp32 split-K kernel
+// on Chat M=1 (12.77 against 12.10 us), although it puts the CTA's whole slice in flight; the
+// register path tells apart "bulk copies are slow to stream" from "the slice is simply DRAM-bound".
+// 512 threads x 18 float4 loads each = 144 KB in flight per SM, issued before the first FMA:
+// LongCat-Flash Chat (S=1, 5-6 rows of 1536 float4: 3 per thread per row, 6 rows per batch) is
+// one round trip. x sits in registers (a thread's x values are the same for every row).
+//
+// Determinism: element k4 of a row slice is read by thread k4 % 512 at its step k4 / 512, for
+// every row and every CTA; each thread's chain, the warp butterfly and the in-order sums over
+// warps and ranks depend only on (K, S), so the result is independent of the grid size.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "hpc_common/pdl.cuh"
+#include "hpc_router_gemm/router_gemm_params.h"
+#include "hpc_router_gemm/sm90.cuh"
+
+namespace hpc::router_gemm {
+
+namespace gemvr {
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxLoads = 18;  // float4 per thread in flight (72 registers; 24 made ptxas spill)
+constexpr int kMaxPerRow = 4;  // float4 per thread per row slice: K / S <= 4 x 512 x 4 = 8192
+constexpr int kMaxSliceK = kMaxPerRow * kThreads * 4;
+constexpr int kMaxSmem = 227 * 1024;
+
+struct Layout {
+  int red, part, total;  // red: float[rows][kWarps]; part: float[rows]
+};
+
+__host__ __device__ inline Layout layout(int max_rows) {
+  Layout l;
+  l.red = 0;
+  l.part = l.red + max_rows * kWarps * 4;
+  l.total = l.part + max_rows * 4;
+  return l;
+}
+}  // namespace gemvr
+
+// kPerRow = ceil(K / S / 4 / 512): float4 per thread per row slice (compile-time, so the batch's
+// row and step of each load are constants and cost no registers).
+template <int kPerRow>
+__global__ void __launch_bounds__(gemvr::kThreads, 1) router_gemv_fp32_ldg_kernel(const GemvFp32Params p) {
+  using namespace gemvr;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int S = p.splits, rank = static_cast<int>(sm90::cluster_rank());
+  const int G = gridDim.y, g = blockIdx.y;
+  const int row0 = static_cast<int>(static_cast<int64_t>(g) * p.N / G);
+  const int rows = static_cast<int>(static_cast<int64_t>(g + 1) * p.N / G) - row0;
+  const int max_rows = (p.N + G - 1) / G;
+  const Layout l = layout(max_rows);
+  const int ks = p.K / S, k0 = rank * ks, ks4 = ks / 4, K4 = p.K / 4;
+  constexpr int kRowsPerBatch = kMaxLoads / kPerRow;
+  constexpr int kLoads = kRowsPerBatch * kPerRow;
+  float* red = reinterpret_cast<float*>(smem + l.red);
+  float* part = reinterpret_cast<float*>(smem + l.part);
+  const float4* w4 = reinterpret_cast<const float4*>(p.w) + static_cast<int64_t>(row0) * K4 + k0 / 4 + tid;
+
+  hpc::pdl_wait();
+  // The x values of a thread are the same for every row: kPerRow x 4 BF16 in registers.
+  uint2 xr[kPerRow];
+  const uint2* xg = reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(p.x) + k0) + tid;
+#pragma unroll
+  for (int j = 0; j < kPerRow; ++j) xr[j] = tid + j * kThreads < ks4 ? __ldg(xg + j * kThreads) : make_uint2(0u, 0u);
+  for (int rb = 0; rb < rows; rb += kRowsPerBatch) {
+    const int nr = rows - rb < kRowsPerBatch ? rows - rb : kRowsPerBatch;
+    float4 w[kLoads];
+    const float4* rp = w4 + static_cast<int64_t>(rb) * K4;  // one pointer walks the rows
+#pragma unroll
+    for (int r = 0; r < kRowsPerBatch; ++r) {  // every load of the batch before any use
+#pragma unroll
+      for (int j = 0; j < kPerRow; ++j) {
+        const bool ok = r < nr && tid + j * kThreads < ks4;
+        w[r * kPerRow + j] = ok ? __ldg(rp + j * kThreads) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      rp += K4;
+    }
+    float acc = 0.f;
+    int cur = 0;
+#pragma unroll
+    for (int it = 0; it < kLoads; ++it) {
+      const int r = it / kPerRow, j = it % kPerRow;  // the same in every thread
+      if (r >= nr) break;
+      if (r != cur) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+        if (lane == 0) red[(rb + cur) * kWarps + warp] = acc;
+        acc = 0.f;
+        cur = r;
+      }
+      const int k4 = tid + j * kThreads;
+      if (k4 < ks4) {
+        const uint2 raw = xr[j];
+        // BF16 -> FP32 is exact: the BF16 bits are the top half of the FP32 bits.
+        acc = fmaf(w[it].x, __uint_as_float(raw.x << 16), acc);
+        acc = fmaf(w[it].y, __uint_as_float(raw.x & 0xffff0000u), acc);
+        acc = fmaf(w[it].z, __uint_as_float(raw.y << 16), acc);
+        acc = fmaf(w[it].w, __uint_as_float(raw.y & 0xffff0000u), acc);
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) red[(rb + cur) * kWarps + warp] = acc;
+  }
+  __syncthreads();
+  for (int r = tid; r < rows; r += kThreads) {
+    float v = red[r * kWarps];
+#pragma unroll
+    for (int q = 1; q < kWarps; ++q) v += red[r * kWarps + q];
+    part[r] = v;
+  }
+  __syncthreads();
+  hpc::pdl_launch_dependents();
+
+  if (S == 1) {
+    for (int r = tid; r < rows; r += kThreads) p.out[row0 + r] = part[r];
+    return;
+  }
+  sm90::cluster_sync();  // rank q finishes rows q, q + S, ..., summing the ranks in order
+  const uint32_t base = sm90::smem_u32(part);
+  for (int r = rank * kThreads + tid; r < rows; r += S * kThreads) {
+    const uint32_t addr = base + static_cast<uint32_t>(r) * 4u;
+    float v = sm90::ld_dsmem_f32(sm90::map_to_rank(addr, 0));
+    for (int q = 1; q < S; ++q) v += sm90::ld_dsmem_f32(sm90::map_to_rank(addr, q));
+    p.out[row0 + r] = v;
+  }
+  sm90::cluster_sync();  // keep this CTA's shared memory alive until its peers have read it
+}
+
+// Raw-pointer launcher. Requirements (checked in Python, re-checked here): M == 1, splits in
+// {1, 2, 4}, K % (16 * splits) == 0, K / splits <= kMaxSliceK, 1 <= clusters <= N.
+inline cudaError_t launch_router_gemv_fp32_ldg(const GemvFp32Params& p, cudaStream_t stream, bool pdl) {
+  using namespace gemvr;
+  if (p.M != 1 || !(p.splits == 1 || p.splits == 2 || p.splits == 4) || p.K <= 0 || p.K % (16 * p.splits) ||
+      p.K / p.splits > kMaxSliceK || p.clusters < 1 || p.clusters > p.N || p.clusters > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  const Layout l = layout((p.N + p.clusters - 1) / p.clusters);
+  if (l.total > kMaxSmem) return cudaErrorInvalidValue;
+  const dim3 grid(p.splits, p.clusters, 1);
+  const size_t smem = static_cast<size_t>(l.total);
+  switch ((p.K / p.splits / 4 + kThreads - 1) / kThreads) {
+    case 1:
+      return hpc::launch_kernel_cluster(router_gemv_fp32_ldg_kernel<1>, grid, dim3(kThreads), smem, p.splits, stream,
+                                        pdl, p);
+    case 2:
+      return hpc::launch_kernel_cluster(router_gemv_fp32_ldg_kernel<2>, grid, dim3(kThreads), smem, p.splits, stream,
+                                        pdl, p);
+    case 3:
+      return hpc::launch_kernel_cluster(router_gemv_fp32_ldg_kernel<3>, grid, dim3(kThreads), smem, p.splits, stream,
+                                        pdl, p);
+    default:
+      return hpc::launch_kernel_cluster(router_gemv_fp32_ldg_kernel<4>, grid, dim3(kThreads), smem, p.splits, stream,
+                                        pdl, p);
+  }
+}
+
+}  // namespace hpc::router_gemm
