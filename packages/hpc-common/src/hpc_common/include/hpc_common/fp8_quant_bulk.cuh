@@ -75,14 +75,7 @@ template <int DT, int VEC>
 __device__ __forceinline__ void quantise_to_smem(const Pack<DT, VEC>& pk, uint8_t* dst, float inv) {
   static_assert(VEC == 8 || VEC == 4, "bulk path: 16-byte vectors of 2- or 4-byte elements");
   uint32_t w[VEC / 4];
-#pragma unroll
-  for (int j = 0; j < VEC / 4; ++j) {
-    const float f0 = mul_rn(Elem<DT>::to_f32(pk.v[4 * j + 0]), inv);
-    const float f1 = mul_rn(Elem<DT>::to_f32(pk.v[4 * j + 1]), inv);
-    const float f2 = mul_rn(Elem<DT>::to_f32(pk.v[4 * j + 2]), inv);
-    const float f3 = mul_rn(Elem<DT>::to_f32(pk.v[4 * j + 3]), inv);
-    w[j] = canonical_nan4(e4m3x2(f0, f1) | (e4m3x2(f2, f3) << 16));
-  }
+  pk.quantised_words(inv, w);
   if constexpr (VEC == 8) {
     *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
   } else {
@@ -190,8 +183,10 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
     if (dynamic) {
       uint32_t m = 0;
       if (active) {
+        AmaxAcc<DT, VEC> acc;
 #pragma unroll
-        for (int j = 0; j < kBulkVecPerThread; ++j) m = max(m, pk[j].amax_bits());
+        for (int j = 0; j < kBulkVecPerThread; ++j) acc.add(pk[j]);
+        m = acc.bits();
       }
       if (team <= 32) {
         for (int off = team >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));

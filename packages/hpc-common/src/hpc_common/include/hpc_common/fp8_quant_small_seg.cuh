@@ -71,8 +71,10 @@ __global__ void __launch_bounds__(kSmallSegBlock) fp8_quant_small_seg_kernel(con
       const int64_t idx = base + int64_t(u) * kTeamsPerWarp + team_in_warp;
       uint32_t m = 0;
       if (idx < nseg) {
+        AmaxAcc<DT, VEC> acc;
 #pragma unroll
-        for (int j = 0; j < V; ++j) m = max(m, pk[u][j].amax_bits());
+        for (int j = 0; j < V; ++j) acc.add(pk[u][j]);
+        m = acc.bits();
       }
       // All lanes shuffle (the trip is warp-uniform); lanes past the end reduce zeros.
       m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
