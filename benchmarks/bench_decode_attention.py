@@ -8,8 +8,9 @@ combine kernel when the default merges in the decode kernel; correct outputs, so
 its error too), `diag_decode_only` (decode kernel without the combine launch and without the
 in-kernel merge) and `diag_stream_only` (decode kernel streaming K/V with the consumers
 skipping the math; these two give wrong outputs, timing only), the same three rows with the
-other producer of the decode kernel (`diag_tma*` while `heuristics.USE_TMA_PRODUCER` is off,
-`diag_cp_async*` while it is on: `diag_tma` has correct outputs and carries its error), and FlashInfer /
+other producer of the decode kernel (`diag_tma*` where `heuristics.USE_TMA_PRODUCER` picks
+cp.async, `diag_cp_async*` where it picks TMA; the full-call row has correct outputs and carries
+its error; FP8 also `diag_tma_promo256_*`, TMA maps with 256-byte L2 promotion), and FlashInfer /
 FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
 4.27 TB/s) and the achieved TB/s; `ours*` rows carry the error against float32 attention on
 the dequantised inputs.
@@ -164,7 +165,7 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True):
                 # The other producer of the decode kernel (TMA vs cp.async), same plan: the full
                 # call (correct output), decode only and stream only.
                 saved = heuristics.USE_TMA_PRODUCER
-                tma_default = pd._use_tma(kv_torch, PAGE)
+                tma_default = pd._use_tma(PAGE, hkv)
                 other = "diag_cp_async" if tma_default else "diag_tma"
                 heuristics.USE_TMA_PRODUCER = not tma_default
                 try:

@@ -107,14 +107,14 @@ def test_tma_producer_flag_and_page_floor(fake, monkeypatch, flag, page, want):
     assert fake.calls[1][0] == "paged_decode" and fake.calls[1][1]["tma_producer"] is want
 
 
-@pytest.mark.parametrize("flag,kv,want", [(("bf16",), torch.bfloat16, True), (("bf16",), FP8, False),
-                                           (("fp8",), FP8, True), (("bf16", "fp8"), FP8, True)])
-def test_tma_producer_per_kv_dtype(fake, monkeypatch, flag, kv, want):
-    """USE_TMA_PRODUCER may name the KV dtypes that take the TMA producer."""
-    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", flag)
-    q, k, v, pt, lens = inputs(kv=kv)
-    ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu")
-    plan = ha.plan_decode(lens, 2, 8, workspace=ws)
+@pytest.mark.parametrize("hkv,want", [(1, False), (4, False), (8, True), (16, True)])
+def test_tma_producer_auto_by_kv_heads(fake, monkeypatch, hkv, want):
+    """USE_TMA_PRODUCER = "auto": TMA from heuristics.TMA_MIN_KV_HEADS KV heads up."""
+    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", "auto")
+    monkeypatch.setattr(heuristics, "TMA_MIN_KV_HEADS", 8)
+    q, k, v, pt, lens = inputs(hkv=hkv, g=1)
+    ws = ha.DecodeWorkspace(3, hkv, hkv, 256, "cpu")
+    plan = ha.plan_decode(lens, hkv, hkv, workspace=ws)
     ha.decode(q, k, v, pt, lens, plan)
     assert fake.calls[1][1]["tma_producer"] is want
 

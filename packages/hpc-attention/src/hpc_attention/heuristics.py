@@ -42,10 +42,14 @@ TASK_COST_TILES_FP8 = 4
 MAX_TASK_COST = 64
 
 # Producer of the decode kernel: tensor-map (TMA) copies from one warp (True) or 16-byte cp.async
-# from four warps (False); identical outputs, the GPU tests run both. Pages of fewer than 16
-# tokens always use cp.async (a tile would need more than 4 boxes per K and V). Off until a GPU
-# run shows it faster (NOTES.md, "TMA producer"). Read when `decode` is called.
-USE_TMA_PRODUCER = False
+# from four warps (False), or "auto": TMA when num_kv_heads >= TMA_MIN_KV_HEADS. Identical
+# outputs; the GPU tests run both. Pages of fewer than 16 tokens always use cp.async. Measured
+# (H200, NOTES.md "TMA producer, GPU run 2", the six brief cases): with 64/8 heads TMA is faster
+# on 11 of 12 rows (BF16 -1.5 to -8.4 %, 3.9 TB/s on 64x4K; FP8 -3 to -7.6 %, one row +3 %);
+# with 8/1 heads slower on 11 of 12 (+0.1 to +4.6 us: decode alone is faster, the in-kernel
+# merge costs more). Hkv 2-4 not measured: kept on cp.async. Read when `decode` is called.
+USE_TMA_PRODUCER = "auto"
+TMA_MIN_KV_HEADS = 8
 
 TILE_TOKENS = 64
 HEAD_DIM = 128

@@ -32,15 +32,15 @@ LAST_PRODUCER = {"name": None}
 _TMA_MIN_PAGE = 16
 
 
-def _use_tma(kv_dtype: torch.dtype, page_size: int) -> bool:
-    """Whether `decode` asks for the TMA producer: heuristics.USE_TMA_PRODUCER is a bool (every
-    KV dtype) or a collection of KV dtype names ("bf16", "fp8"); pages under 16 tokens never."""
+def _use_tma(page_size: int, num_kv_heads: int) -> bool:
+    """Whether `decode` asks for the TMA producer (heuristics.USE_TMA_PRODUCER: True, False or
+    "auto" = num_kv_heads >= heuristics.TMA_MIN_KV_HEADS); pages under 16 tokens never."""
     flag = heuristics.USE_TMA_PRODUCER
     if page_size < _TMA_MIN_PAGE:
         return False
-    if isinstance(flag, bool):
-        return flag
-    return ("fp8" if kv_dtype == _FP8 else "bf16") in flag
+    if flag == "auto":
+        return num_kv_heads >= heuristics.TMA_MIN_KV_HEADS
+    return bool(flag)
 
 
 def _capturing() -> bool:
@@ -318,6 +318,10 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
     Returns out [B, Hq, 128] BF16 (written into `out` when given). sm_scale defaults to
     1 / sqrt(128). validate=True also checks on the host (synchronising) that the pages the
     lengths reach are valid ids; the kernel clamps ids into range so it never faults.
+    The K/V tiles are streamed by a TMA producer (tensor maps of the caches, encoded once per
+    cache layout and cached) or by cp.async copies, per heuristics.USE_TMA_PRODUCER; a CUDA
+    graph that captured this call replays the maps of capture time, like every other pointer,
+    so the caches must not be reallocated between replays.
     """
     op = "decode"
     check_tensor(q, "q", op, dtype=(torch.bfloat16, _FP8), ndim=3, last_dim_contiguous=True)
@@ -388,7 +392,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
         q, q_scale, k_cache, v_cache, page_table, ws.tasks, ws.bin_start, ws.combine, ws.counters, ws.partial_o,
         ws.partial_lse, ws.slot_meta, ws.merge_counts, ws.merge_ml, out, k_t, v_t, k_f, v_f, float(sm_scale),
         plan.num_ctas, heuristics.combine_ctas(get_num_sms(dev)), bool(heuristics.MERGE_IN_DECODE),
-        _use_tma(k_cache.dtype, page_size))
+        _use_tma(page_size, Hkv))
     return out
 
 

@@ -2,11 +2,14 @@
 //
 // One CTA per bin of the plan (decode_plan.cuh). Warps 4-7 (the producers) walk the bin's
 // tasks tile by tile and stream each 64-token tile of K and V (a row = one token of one KV head,
-// 256 B in BF16, 128 B in FP8; rows found through the page table) with 16-byte cp.async copies
-// into a ring of kStages shared-memory stages; each producer thread's copies arrive on the
-// stage's mbarrier when they land. The first tile of a task also brings the task's G query
-// rows. (A first version used one bulk copy per row: 128 copy-engine instructions per tile
-// capped it at ~7 GB/s per SM, see NOTES.md.) Warps 0-3 (the consumers) each own 16 of the tile's 64 tokens: S = Q K^T and O += P V
+// 256 B in BF16, 128 B in FP8; rows found through the page table) into a ring of kStages
+// shared-memory stages, completing on the stage's mbarrier; the first tile of a task also
+// brings the task's G query rows. Two producers (template kTma, heuristics.USE_TMA_PRODUCER):
+// 16-byte cp.async copies from all four warps (paged_decode_producer.cuh), or tensor-map copies
+// of whole pages' rows with the 128-byte swizzle from one warp (paged_decode_tma_producer.cuh;
+// the consumers then read the swizzled layout, see paged_decode_config.cuh). (A first version
+// used one bulk copy per row: 128 copy-engine instructions per tile capped it at ~7 GB/s per
+// SM, see NOTES.md.) Warps 0-3 (the consumers) each own 16 of the tile's 64 tokens: S = Q K^T and O += P V
 // on m16n8k16 tensor cores with the G query heads of the KV head padded to 16 rows, an online
 // softmax in FP32 (log2 domain) and FP32 accumulation of P V for the whole task. At the end of
 // a task the four warps' (m, l, O) are merged in shared memory in a fixed order, and the task
