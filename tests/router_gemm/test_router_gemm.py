@@ -62,8 +62,8 @@ def test_plan_table_is_ordered_and_valid(K, N):
     for m_max, path, s in rows:
         assert path in heuristics.PATHS and s in heuristics.SPLIT_CHOICES
         assert path not in heuristics.FP32_PATHS or m_max <= heuristics.FP32_MAX_M
-        if path == "gemv":
-            assert m_max <= heuristics.GEMV_MAX_M and s in heuristics.GEMV_SPLITS and heuristics.gemv_fits(m_max, K, s)
+        if path in heuristics.GEMV_PATHS:
+            assert s in heuristics.GEMV_SPLITS and heuristics.gemv_fits(m_max, K, s, path)
             continue
         bm = heuristics.TILE_SHAPES[heuristics.TILES[path]][0] if path in heuristics.TILES else 8
         assert bm % s == 0 and s <= K // 64

@@ -56,6 +56,17 @@ def test_gemv_forced_path():
         heuristics.choose_plan(1, 64, 262144, _clusters, path="gemv")
 
 
+def test_table_small_m_rows():
+    # Runs 1 and 2 (NOTES.md): gemvr S=1 at M=1 on the three listed shapes, fp32 above it.
+    for K, N in SHAPES:
+        assert heuristics.choose_plan(1, N, K, _clusters) == heuristics.Plan("gemvr", 1)
+        assert heuristics.choose_plan(2, N, K, _clusters).path == "fp32"
+        assert heuristics.choose_plan(8, N, K, _clusters).path == "fp32"
+    # Unlisted shapes and num_sms overrides keep the fp32 rule (gemvr is not measured there).
+    assert heuristics.choose_plan(1, 320, 1024, _clusters).path == "fp32"
+    assert heuristics.choose_plan(1, 768, 6144, _clusters, num_sms=66).path == "fp32"
+
+
 # ----------------------------------------------------------------------------- GPU tests
 
 GENERAL = [(64, 64), (1024, 320), (640, 1024), (8192, 128)]

@@ -52,13 +52,16 @@ class Plan:
 # picked each row, runner-up in brackets. Resident clusters measured on the H200 (1 CTA/SM
 # for the wide tiles): S=1 132, S=2 66, S=4 30, S=8 15, so a row never asks for more
 # clusters than fit at once (a second wave doubles the time: wide S=4 at M=4096 ran 54 us
-# against 28.8 for wide96 S=2).
+# against 28.8 for wide96 S=2). Rows for M <= 8 were re-measured in runs 1 and 2 of the
+# gemv work (NOTES.md, "Small M, second session"; "r1 / r2" below), each in one process with
+# the cuBLAS baselines.
 TABLE: dict[tuple[int, int], list[tuple[int, str, int]]] = {
     # K=4096 N=192. M<=8: fp32 S=8 8.5-8.6 [narrow S=8 9.5]; M=16..256: narrow S=8 9.4-11.3
     # [fp32 S=8 9.9 at M=16]; 512: narrow S=4 14.0 [wide96 S=8 14.1]; 1024: wide96 S=4
     # 17.9 [narrow S=2 20.6]; 2048: wide96 S=2 25.8 [wide S=4 28.7]; 4096: wide96 S=2 28.8
     # [wide96 S=1 40.3].
-    (4096, 192): [(8, "fp32", 8), (256, "narrow", 8), (512, "narrow", 4), (1024, "wide96", 4),
+    # M=1: gemvr S=1 6.59 (r2) [fp32 S=8 7.10, gemvr S=2 7.23; FP32 cuBLAS 7.55].
+    (4096, 192): [(1, "gemvr", 1), (8, "fp32", 8), (256, "narrow", 8), (512, "narrow", 4), (1024, "wide96", 4),
                   (1 << 30, "wide96", 2)],
     # K=6144 N=768. M=1: fp32 S=2 14.3 [wide96 S=8 16.1]; 16: narrow S=8 15.2 [S=4 15.6];
     # 64: narrow S=8 14.5 [wide96 S=8 16.6]; 128: wide96 S=8 18.0 [narrow S=4 17.7, within
@@ -66,14 +69,20 @@ TABLE: dict[tuple[int, int], list[tuple[int, str, int]]] = {
     # 512]; 4096: wide S=1 112.2 [wide96 S=1 116.8].
     # M=1 (one-token kernel, 3 CTAs/SM), run 1c2ea65: S=1 12.8, S=2 12.1, S=4 14.4 (predicted
     # 9.5: 384 CTAs in 4-CTA clusters did not run as one wave), S=8 17.3; FP32 cuBLAS 11.2.
-    (6144, 768): [(4, "fp32", 2), (64, "narrow", 8), (128, "wide96", 8), (256, "wide96", 4),
+    # M=1: gemvr S=1 11.68 (r2) [fp32 S=2 12.35, gemv S=1 12.74; FP32 cuBLAS 11.10: still
+    # behind]. M=2, 4, 8: fp32 S=2 13.10 / 13.34 / 13.70 (r1), 12.99 / 13.15 / 13.63 (r2)
+    # [narrow S=8 at M=8 15.17 / 15.10, the old row; gemv S=1 13.5-20.0].
+    (6144, 768): [(1, "gemvr", 1), (8, "fp32", 2), (64, "narrow", 8), (128, "wide96", 8), (256, "wide96", 4),
                   (1024, "wide96", 2), (1 << 30, "wide", 1)],
     # K=3072 N=384. M=1: fp32 S=2 9.2-9.8 [narrow S=8 9.6]; 16, 64, 128: narrow S=8 9.5,
     # 9.6, 10.6 [wide96 S=8 13.3 at 128]; 256: narrow S=4 12.2 [wide96 S=8 13.5]; 512:
     # wide96 S=4 15.6 [narrow S=2 17.3]; 1024: wide96 S=2 21.2; 4096: wide96 S=1 33.5
     # [wide S=2 40.5].
     # M=1, run 1c2ea65: S=1 7.87, S=2 7.71, S=4 7.74, S=8 9.92 (FP32 cuBLAS 7.36).
-    (3072, 384): [(4, "fp32", 2), (128, "narrow", 8), (256, "narrow", 4), (512, "wide96", 4),
+    # M=1: gemvr S=1 7.25 (r2) [fp32 S=2 7.87; FP32 cuBLAS 7.58]. M=2, 4, 8: fp32 S=4 8.37 /
+    # 8.43 / 8.54 (r1), 8.45 / 8.35 / 8.58 (r2) [fp32 S=2 8.70-8.93; narrow S=8 8.77 / 8.86
+    # at M=8, the old row].
+    (3072, 384): [(1, "gemvr", 1), (8, "fp32", 4), (128, "narrow", 8), (256, "narrow", 4), (512, "wide96", 4),
                   (2048, "wide96", 2), (1 << 30, "wide96", 1)],
 }
 

@@ -157,7 +157,8 @@ def router_gemm(x: torch.Tensor, weight: torch.Tensor | RouterWeight, out: torch
     aligned); written, not accumulated into.
     Returns FP32 [M, N].
 
-    Small M runs an exact FP32 CUDA-core kernel on the FP32 weight; larger M runs one
+    Small M runs exact FP32 CUDA-core kernels on the FP32 weight (one token: a streaming
+    GEMV over whole weight rows per SM); larger M runs one
     tensor-core kernel that computes x @ W_hi^T and x @ W_lo^T from one load of each x tile
     and returns acc_hi + acc_lo / 256 (max error ~3e-5 at K=4096 with W ~ 0.02 N(0,1)). The
     choice is per shape (heuristics.py). Results are bitwise reproducible for a given shape,
