@@ -2,8 +2,8 @@
 
 Cases: every mode on bf16 inputs of 1 MB to 256 MB (rows of 4096: the hidden size of Qwen3 /
 Hy3; per-token-per-head as [T, 32, 128]), plus at 64 MB an odd row length (scalar path) and
-fp32 input. Providers: `ours` (the default dispatch: the bulk-copy kernel where it applies),
-`ours_register` (the register kernels it replaces), `ours_generic_kernel` (group / per-head
+fp32 input. Providers: `ours` (the default dispatch), `ours_bulk` / `ours_register` (the
+bulk-copy kernel forced on / off; off: the register kernels), `ours_generic_kernel` (group / per-head
 modes: the generic register kernel) and `torch_ref` (hpc_common.fp8.reference run on
 the GPU, the same float32 operations in eager torch ops). Timing: hpc_common.bench.bench_us
 (CUDA-graph replay, L2 emptied before each replay, median).
@@ -105,16 +105,17 @@ def main(argv=None) -> int:
         nbytes = reads * x.numel() * esize + x.numel() + 4 * n_scales
         fl = floor_us(nbytes)
         params = dict(mode=mode, **shape, dtype=str(dtype).replace("torch.", ""), input_mb=round(x.numel() * esize / MB, 1))
-        # ours: default dispatch (the bulk-copy kernel where it applies); ours_register: the
-        # register kernels (short-segment kernel for groups); ours_generic_kernel: neither.
-        providers = [("ours", ours), ("ours_register", ours)]
+        # ours: default dispatch; ours_bulk / ours_register: the bulk-copy kernel forced on / off
+        # (off: the register kernels, short-segment kernel for groups); ours_generic_kernel:
+        # neither the bulk nor the short-segment kernel.
+        providers = [("ours", ours), ("ours_bulk", ours), ("ours_register", ours)]
         if not args.no_ref:
             providers.append(("torch_ref", torch_ref))
         if mode.startswith("group128") or mode == "per_token_head":
             providers.append(("ours_generic_kernel", ours))
         for provider, fn in providers:
             quant.USE_SHORT_SEGMENT_KERNEL = provider != "ours_generic_kernel"
-            quant.USE_BULK_KERNEL = provider == "ours"
+            quant.USE_BULK_KERNEL = {"ours": None, "ours_bulk": True}.get(provider, False)
             if provider.startswith("ours"):
                 bitwise = _same(ours(), torch_ref())
             t = bench_us(fn, reps=args.reps)
@@ -125,7 +126,7 @@ def main(argv=None) -> int:
             print(f"{mode:20s} {tuple(x.shape)!s:18s} {params['dtype']:8s} {provider:9s} {t:9.2f} us "
                   f"{tbps:5.2f} TB/s ({100 * tbps / COPY_BANDWIDTH_TBPS:4.1f}% of copy)", flush=True)
         quant.USE_SHORT_SEGMENT_KERNEL = True
-        quant.USE_BULK_KERNEL = True
+        quant.USE_BULK_KERNEL = None
         del x
         torch.cuda.empty_cache()
     path = res.write()

@@ -39,13 +39,14 @@ def _run_both(mode, x, group_size, ue8m0=False):
     kw = {} if mode in ("per_head", "per_tensor", "per_tensor_static", "per_token") else {"group_size": group_size}
     if mode != "per_tensor_static":
         kw["ue8m0"] = ue8m0
-    quant.USE_BULK_KERNEL = True
+    before = quant.USE_BULK_KERNEL
     try:
+        quant.USE_BULK_KERNEL = True
         bulk = run(mode, x, **kw)
         quant.USE_BULK_KERNEL = False
         reg = run(mode, x, **kw)
     finally:
-        quant.USE_BULK_KERNEL = True
+        quant.USE_BULK_KERNEL = before
     return bulk, reg, kw
 
 
@@ -89,3 +90,29 @@ def test_bulk_kernel_ring_wraps_on_large_tensors(cuda, mode):
     bulk, reg, kw = _run_both(mode, x, 128)
     assert_same(bulk, run_ref(mode, x, **kw), what=f"bulk {mode} large")
     assert_same(reg, bulk, what=f"register == bulk {mode} large")
+
+
+def test_bulk_kernel_default_follows_the_mode_list():
+    """USE_BULK_KERNEL = None picks the bulk kernel per mode from BULK_KERNEL_MODES (CPU)."""
+    before = (quant.USE_BULK_KERNEL, quant.BULK_KERNEL_MODES)
+    try:
+        quant.USE_BULK_KERNEL = None
+        quant.BULK_KERNEL_MODES = frozenset({"per_token", "per_tensor_static"})
+        assert quant._bulk_for(quant.PER_TOKEN, quant._SCALE_DYNAMIC)
+        assert quant._bulk_for(quant.PER_TENSOR, quant._SCALE_STATIC)
+        assert not quant._bulk_for(quant.PER_TENSOR, quant._SCALE_DYNAMIC)
+        assert not quant._bulk_for(quant.PER_TOKEN_GROUP, quant._SCALE_DYNAMIC)
+        assert not quant._bulk_for(quant.PER_TOKEN_HEAD, quant._SCALE_DYNAMIC)
+        quant.USE_BULK_KERNEL = False
+        assert not quant._bulk_for(quant.PER_TOKEN, quant._SCALE_DYNAMIC)
+        quant.USE_BULK_KERNEL = True
+        assert quant._bulk_for(quant.PER_TOKEN_GROUP, quant._SCALE_DYNAMIC)
+    finally:
+        quant.USE_BULK_KERNEL, quant.BULK_KERNEL_MODES = before
+
+
+def test_group_wider_than_the_row_is_the_row():
+    """A huge group_size is one group per row (seg_len is capped at N for the 32-bit kernels)."""
+    x = torch.zeros(3, 40)
+    geo = quant._geometry(x, torch.empty(3, 40), quant.PER_TOKEN_GROUP, 1 << 40)
+    assert geo["seg_len"] == 40 and geo["segs_per_row"] == 1

@@ -29,6 +29,8 @@ cudaError_t launch_vector_path(const QuantParams& p, cudaStream_t stream, bool p
 
 cudaError_t launch_fp8_quant(const QuantParams& p, cudaStream_t stream, bool pdl) {
   using namespace hpc::fp8;
+  // The kernels index inside a segment with 32-bit integers (quant.py refuses such rows first).
+  if (p.seg_len >= (int64_t(1) << 31)) return cudaErrorInvalidValue;
   switch (p.dtype) {
     case kBF16:
       return p.vectorized ? launch_vector_path<kBF16, 8>(p, stream, pdl)

@@ -49,7 +49,8 @@ def _geometry(x: torch.Tensor, out: torch.Tensor, mode: int, group_size: int) ->
         rows, row_len = 1, m * n  # one flat row: vectorised even when n is odd
     else:
         rows, row_len = m, n
-    seg = {PER_TENSOR: _PER_TENSOR_SEG, PER_TOKEN: max(n, 1), PER_TOKEN_GROUP: group_size}[mode]
+    # A group wider than the row is the row (same scales); this keeps seg_len <= N.
+    seg = {PER_TENSOR: _PER_TENSOR_SEG, PER_TOKEN: max(n, 1), PER_TOKEN_GROUP: min(group_size, max(n, 1))}[mode]
     return dict(rows=rows, heads=1, row_len=row_len, seg_len=seg, segs_per_row=math.ceil(row_len / seg),
                 x_stride_t=x.stride(0) if rows > 1 else row_len, x_stride_h=0,
                 q_stride_t=out.stride(0) if rows > 1 else row_len, q_stride_h=0)
@@ -74,10 +75,22 @@ def _vectorizable(x: torch.Tensor, out: torch.Tensor, geo: dict) -> bool:
 # Group-128 / per-head quantisation takes the short-segment kernel (fp8_quant_small_seg.cuh);
 # benchmarks/bench_fp8_quant.py turns this off to time the generic kernel beside it.
 USE_SHORT_SEGMENT_KERNEL = True
-# Bulk-copy ring kernel (fp8_quant_bulk.cuh) for every mode whose segments are whole,
-# 16-element multiples and at most 16 KB (the launcher checks; other cases keep the register
-# kernels above). The benchmark turns it off to time the register kernels beside it.
-USE_BULK_KERNEL = True
+# Bulk-copy ring kernel (fp8_quant_bulk.cuh): serves shapes whose segments are whole,
+# 16-element multiples and at most 16 KB (the launcher checks; other shapes keep the register
+# kernels above). BULK_KERNEL_MODES lists the modes where it is the default (see FP8_NOTES.md
+# for the measurements); USE_BULK_KERNEL = True / False forces it on / off for every mode
+# (tests and benchmarks time and check both), None follows BULK_KERNEL_MODES.
+BULK_KERNEL_MODES = frozenset({"per_tensor_static", "per_tensor_dynamic", "per_token", "group", "per_head"})
+USE_BULK_KERNEL: Optional[bool] = None
+
+
+def _bulk_for(mode: int, scale_source: int) -> bool:
+    if USE_BULK_KERNEL is not None:
+        return bool(USE_BULK_KERNEL)
+    name = {PER_TOKEN: "per_token", PER_TOKEN_GROUP: "group", PER_TOKEN_HEAD: "per_head"}.get(mode)
+    if name is None:
+        name = "per_tensor_static" if scale_source == _SCALE_STATIC else "per_tensor_dynamic"
+    return name in BULK_KERNEL_MODES
 
 
 def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor], mode: int,
@@ -103,7 +116,7 @@ def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor
         scale_stride_row=s_row, scale_stride_seg=s_seg, dtype=_DTYPE_CODE[x.dtype],
         scale_source=scale_source, per_tensor_dynamic=per_tensor_dynamic, ue8m0=bool(ue8m0),
         vectorized=_vectorizable(x, out, geo), short_segments=USE_SHORT_SEGMENT_KERNEL, num_sms=num_sms, pdl=get_pdl(),
-        stream=stream_ptr(x.device), bulk=USE_BULK_KERNEL, **geo)
+        stream=stream_ptr(x.device), bulk=_bulk_for(mode, scale_source), **geo)
 
 
 # No argument may be called `mode`: torch.compile's auto_functionalized_v2 passes its own
@@ -134,8 +147,15 @@ def _(x, out, scale, scale_value):
 # Checks: shapes and dtypes first (they need no GPU), then the device.
 # --------------------------------------------------------------------------------------
 
+# The kernels index inside a row with 32-bit integers.
+_MAX_ROW = (1 << 31) - 1
+
+
 def _check_x(x, op: str, ndim: int) -> torch.Tensor:
-    return check_tensor(x, "x", op, dtype=INPUT_DTYPES, ndim=ndim, last_dim_contiguous=True)
+    check_tensor(x, "x", op, dtype=INPUT_DTYPES, ndim=ndim, last_dim_contiguous=True)
+    if x.shape[-1] > _MAX_ROW:
+        raise ValueError(f"{op}: x's last dimension must be at most {_MAX_ROW}, got {x.shape[-1]}")
+    return x
 
 
 def _check_out(out, x: torch.Tensor, op: str) -> None:

@@ -68,8 +68,8 @@ __global__ void __launch_bounds__(kMaxTeam) fp8_amax_kernel(const QuantParams p)
   for (int64_t idx = int64_t(blockIdx.x) * tpb + threadIdx.x / team; idx < nseg; idx += int64_t(gridDim.x) * tpb) {
     const Segment s = locate(p, idx);
     const raw* xs = x + s.x_off;
-    const int64_t nvec = s.len / VEC, per_pass = int64_t(team) * vec_per_thread(VEC);
-    for (int64_t first = lane; first < nvec; first += per_pass) {
+    const int nvec = int(s.len / VEC), per_pass = team * vec_per_thread(VEC);
+    for (int first = lane; first < nvec; first += per_pass) {
       P pk[vec_per_thread(VEC)];
       load_pass(pk, xs, first, team, nvec);
       m = max(m, amax_pass(pk, first, team, nvec));
@@ -109,22 +109,22 @@ __global__ void __launch_bounds__(kMaxTeam) fp8_quant_kernel(const QuantParams p
     const int64_t idx = base + threadIdx.x / team;
     const bool active = idx < nseg;  // inactive teams still join team_max's barriers
     const Segment s = locate(p, active ? (p.reverse ? nseg - 1 - idx : idx) : 0);
-    const int64_t len = active ? s.len : 0;
-    const int64_t nvec = len / VEC;
+    const int len = active ? int(s.len) : 0;
+    const int nvec = len / VEC;
     const raw* xs = x + s.x_off;
     uint8_t* qs = p.q + s.q_off;
-    const int64_t per_pass = int64_t(team) * kV;
-    const int64_t npass = (nvec + per_pass - 1) / per_pass;
+    const int per_pass = team * kV;
+    const int npass = (nvec + per_pass - 1) / per_pass;
 
     P pk[kV];
     float scale = fixed_scale;
     if (dynamic) {
       uint32_t m = 0;
-      for (int64_t c = 0; c < npass; ++c) {
+      for (int c = 0; c < npass; ++c) {
         load_pass(pk, xs, c * per_pass + lane, team, nvec);
         m = max(m, amax_pass(pk, c * per_pass + lane, team, nvec));
       }
-      for (int64_t e = nvec * VEC + lane; e < len; e += team) m = max(m, finite_abs_bits(Elem<DT>::to_f32(xs[e])));
+      for (int e = nvec * VEC + lane; e < len; e += team) m = max(m, finite_abs_bits(Elem<DT>::to_f32(xs[e])));
       scale = scale_from_amax_bits(team_max(m, team, red), p.ue8m0);
       if (active && lane == 0) {
         float* sp = p.scale + s.row * p.scale_stride_row + s.g * p.scale_stride_seg;
@@ -138,15 +138,15 @@ __global__ void __launch_bounds__(kMaxTeam) fp8_quant_kernel(const QuantParams p
     // Quantise. With one pass the registers still hold the segment (dynamic scale); the
     // static and per-tensor paths and long segments load here.
     const float inv = div_rn(1.0f, scale);
-    for (int64_t c = 0; c < npass; ++c) {
+    for (int c = 0; c < npass; ++c) {
       if (!dynamic || npass > 1) load_pass(pk, xs, c * per_pass + lane, team, nvec);
 #pragma unroll
       for (int k = 0; k < kV; ++k) {
-        const int64_t v = c * per_pass + k * team + lane;
+        const int v = c * per_pass + k * team + lane;
         if (v < nvec) pk[k].store_quantised(qs + v * VEC, inv);
       }
     }
-    for (int64_t e = nvec * VEC + lane; e < len; e += team) {
+    for (int e = nvec * VEC + lane; e < len; e += team) {
       Pack<DT, 1> one;
       one.v[0] = xs[e];
       one.store_quantised(qs + e, inv);

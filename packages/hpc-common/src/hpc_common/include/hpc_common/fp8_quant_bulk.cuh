@@ -34,7 +34,10 @@ namespace fp8 {
 constexpr int kBulkThreads = 256;
 constexpr int kBulkVecPerThread = 4;
 constexpr int kBulkTileVectors = kBulkThreads * kBulkVecPerThread;  // 1024 x 16 B = 16 KB
-constexpr int kBulkStages = 4;   // input tiles in flight per CTA (2 CTAs per SM: 128 KB)
+// Input tiles in flight per CTA. 3 stages + 3 output buffers = 72 KB (bf16) of shared memory:
+// 3 CTAs (24 warps) and up to 144 KB of loads in flight per SM. (4 stages, 90 KB: 2 CTAs, 16
+// warps; the H200 run of eaffb4d found that kernel issue-bound, 55% issue-slot use.)
+constexpr int kBulkStages = 3;
 constexpr int kBulkOutBufs = 3;  // see the wait_group.read<1> argument in the kernel
 
 template <int VEC>
@@ -88,20 +91,17 @@ __device__ __forceinline__ void quantise_to_smem(const Pack<DT, VEC>& pk, uint8_
 // other: a Q slice of a fused QKV buffer) or one row. Tiles are tile_segs consecutive segments
 // of a run (the last tile of a run may be shorter).
 struct BulkTile {
-  int64_t s0;     // first segment (flat index r * segs_per_row + g, r = t * heads + h)
-  int count;      // segments in the tile
-  int64_t x_off, q_off;
+  int64_t s0;  // first segment (flat index r * segs_per_row + g, r = t * heads + h)
+  int count;   // segments in the tile
 };
 
+// Every thread needs s0 and count; the common single-run case (dense tensor) takes no division.
 __device__ __forceinline__ BulkTile bulk_tile(const QuantParams& p, int64_t j) {
   BulkTile t;
-  const int64_t run = div_index(j, p.tiles_per_run);
+  const int64_t run = p.tiles_per_run == p.num_tiles ? 0 : div_index(j, p.tiles_per_run);
   const int64_t k0 = (j - run * p.tiles_per_run) * p.tile_segs;
   t.s0 = run * p.run_segs + k0;
   t.count = int(min(int64_t(p.tile_segs), p.run_segs - k0));
-  const Segment s = locate(p, t.s0);
-  t.x_off = s.x_off;
-  t.q_off = s.q_off;
   return t;
 }
 
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
     const uint32_t bytes = uint32_t(t.count) * uint32_t(p.seg_len) * esize;
     const int s = int(i % kBulkStages);
     sm90::mbar_arrive_expect_tx(&full[s], bytes);
-    bulk_load(in_buf + size_t(s) * kInBytes, x + t.x_off, bytes, &full[s]);
+    bulk_load(in_buf + size_t(s) * kInBytes, x + locate(p, t.s0).x_off, bytes, &full[s]);
   };
   if (threadIdx.x == 0) {
     for (int i = 0; i < kBulkStages; ++i) issue_load(i);
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
     if (threadIdx.x == 0) bulk_store_wait_read<1>();
     __syncthreads();  // stage s fully read, out[i % 3] complete
     if (threadIdx.x == 0) {
-      bulk_store(p.q + t.q_off, tout, uint32_t(t.count) * uint32_t(p.seg_len));
+      bulk_store(p.q + locate(p, t.s0).q_off, tout, uint32_t(t.count) * uint32_t(p.seg_len));
       issue_load(i + kBulkStages);
     }
   }
