@@ -10,7 +10,8 @@ in-kernel merge) and `diag_stream_only` (decode kernel streaming K/V with the co
 skipping the math; these two give wrong outputs, timing only), the same three rows with the
 other producer of the decode kernel (`diag_tma*` where `heuristics.USE_TMA_PRODUCER` picks
 cp.async, `diag_cp_async*` where it picks TMA; the full-call row has correct outputs and carries
-its error; FP8 also `diag_tma_promo256_*`, TMA maps with 256-byte L2 promotion), and FlashInfer /
+its error; FP8 also `diag_tma_promo256_*`, TMA maps with 256-byte L2 promotion), version 4's
+kernel prologue / split-item arrival (`diag_v4_first_task_load`, `diag_v4_sc_fences`), and FlashInfer /
 FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
 4.27 TB/s) and the achieved TB/s; `ours*` rows carry the error against float32 attention on
 the dequantised inputs.
@@ -197,6 +198,21 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True):
                             add(name, t)
                 finally:
                     heuristics.USE_TMA_PRODUCER = saved
+                # Version 4's kernel prologue and split-item arrival, one at a time (outputs
+                # correct): the first task read after bin_start instead of from bin_first, and an
+                # SC fence in every consumer thread instead of one acq_rel fence.
+                for name, flags in (("diag_v4_first_task_load", 4), ("diag_v4_sc_fences", 8)):
+                    pd.DIAG.update(flags=flags)
+                    try:
+                        out4 = torch.empty_like(out)
+                        fn4 = (lambda plan=plan, out4=out4: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks,
+                                                                      v_scale=vs, out=out4))
+                        fn4()
+                        torch.cuda.synchronize()
+                        t = bench_us(fn4, reps=reps)
+                    finally:
+                        pd.DIAG.update(flags=0)
+                    add(name, t, out4.clone())
         del ws
     if diag and case == "1x128K+31x4K":
         # The static variant with more splits than the default FlashDecoding rule (which gives

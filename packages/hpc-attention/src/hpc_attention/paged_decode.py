@@ -165,8 +165,8 @@ def _(kv_lens, tasks, bin_start, bin_first, combine, counters, slot_meta, num_kv
 @torch.library.custom_op("hpc_attention::paged_decode",
                         mutates_args=("out", "partial_o", "partial_lse", "merge_counts", "merge_ml"))
 def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Tensor, v_cache: torch.Tensor,
-               page_table: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor, combine: torch.Tensor,
-               counters: torch.Tensor, partial_o: torch.Tensor, partial_lse: torch.Tensor, slot_meta: torch.Tensor,
+               page_table: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor, bin_first: torch.Tensor,
+               combine: torch.Tensor, counters: torch.Tensor, partial_o: torch.Tensor, partial_lse: torch.Tensor, slot_meta: torch.Tensor,
                merge_counts: torch.Tensor, merge_ml: torch.Tensor, out: torch.Tensor,
                k_scale_t: torch.Tensor | None, v_scale_t: torch.Tensor | None, k_scale: float, v_scale: float,
                sm_scale: float, num_ctas: int, combine_ctas: int, merge_in_decode: bool,
@@ -189,7 +189,7 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
         v_stride_page=v_cache.stride(0), v_stride_tok=v_cache.stride(1), v_stride_head=v_cache.stride(2),
         num_pages=k_cache.shape[0], page_size_log2=int(k_cache.shape[1]).bit_length() - 1,
         page_table=page_table.data_ptr(), page_table_stride=page_table.stride(0), tasks=tasks.data_ptr(),
-        bin_start=bin_start.data_ptr(), out=out.data_ptr(), out_stride_b=out.stride(0), out_stride_h=out.stride(1),
+        bin_start=bin_start.data_ptr(), bin_first=bin_first.data_ptr(), out=out.data_ptr(), out_stride_b=out.stride(0), out_stride_h=out.stride(1),
         partial_o=partial_o.data_ptr(), partial_lse=partial_lse.data_ptr(),
         k_scale_ptr=k_scale_t.data_ptr() if k_scale_t is not None else 0,
         v_scale_ptr=v_scale_t.data_ptr() if v_scale_t is not None else 0,
@@ -207,8 +207,8 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
 
 
 @_decode_op.register_fake
-def _(q, q_scale, k_cache, v_cache, page_table, tasks, bin_start, combine, counters, partial_o, partial_lse, slot_meta,
-      merge_counts, merge_ml, out, k_scale_t, v_scale_t, k_scale, v_scale, sm_scale, num_ctas, combine_ctas,
+def _(q, q_scale, k_cache, v_cache, page_table, tasks, bin_start, bin_first, combine, counters, partial_o, partial_lse,
+      slot_meta, merge_counts, merge_ml, out, k_scale_t, v_scale_t, k_scale, v_scale, sm_scale, num_ctas, combine_ctas,
       merge_in_decode, tma_producer):
     return None
 
@@ -389,8 +389,8 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
     if validate:
         _validate_pages(page_table, kv_lens, page_size, num_pages, plan.max_kv_len, op)
     torch.ops.hpc_attention.paged_decode(
-        q, q_scale, k_cache, v_cache, page_table, ws.tasks, ws.bin_start, ws.combine, ws.counters, ws.partial_o,
-        ws.partial_lse, ws.slot_meta, ws.merge_counts, ws.merge_ml, out, k_t, v_t, k_f, v_f, float(sm_scale),
+        q, q_scale, k_cache, v_cache, page_table, ws.tasks, ws.bin_start, ws.bin_first, ws.combine, ws.counters,
+        ws.partial_o, ws.partial_lse, ws.slot_meta, ws.merge_counts, ws.merge_ml, out, k_t, v_t, k_f, v_f, float(sm_scale),
         plan.num_ctas, heuristics.combine_ctas(get_num_sms(dev)), bool(heuristics.MERGE_IN_DECODE),
         _use_tma(page_size, Hkv))
     return out

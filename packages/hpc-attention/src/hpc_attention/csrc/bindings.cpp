@@ -62,7 +62,8 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
          long long q_scale_stride_b, long long q_scale_stride_h, uintptr_t k_cache, uintptr_t v_cache, bool fp8_kv,
          long long k_stride_page, long long k_stride_tok, long long k_stride_head, long long v_stride_page,
          long long v_stride_tok, long long v_stride_head, int num_pages, int page_size_log2, uintptr_t page_table,
-         long long page_table_stride, uintptr_t tasks, uintptr_t bin_start, uintptr_t out, long long out_stride_b,
+         long long page_table_stride, uintptr_t tasks, uintptr_t bin_start, uintptr_t bin_first, uintptr_t out,
+         long long out_stride_b,
          long long out_stride_h, uintptr_t partial_o, uintptr_t partial_lse, uintptr_t k_scale_ptr,
          uintptr_t v_scale_ptr, float k_scale, float v_scale, float sm_scale_log2, int num_kv_heads, int group,
          int diag, int merge, uintptr_t slot_meta, uintptr_t merge_counts, uintptr_t merge_ml, uintptr_t combine,
@@ -88,6 +89,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.page_table_stride = page_table_stride;
         p.tasks = hpc::as_ptr<const int4>(tasks);
         p.bin_start = hpc::as_ptr<const int32_t>(bin_start);
+        p.bin_first = hpc::as_ptr<const int4>(bin_first);
         p.out = hpc::as_ptr<void>(out);
         p.out_stride_b = out_stride_b;
         p.out_stride_h = out_stride_h;
@@ -127,7 +129,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       py::arg("fp8_kv"), py::arg("k_stride_page"), py::arg("k_stride_tok"), py::arg("k_stride_head"),
       py::arg("v_stride_page"), py::arg("v_stride_tok"), py::arg("v_stride_head"), py::arg("num_pages"),
       py::arg("page_size_log2"), py::arg("page_table"), py::arg("page_table_stride"), py::arg("tasks"),
-      py::arg("bin_start"), py::arg("out"), py::arg("out_stride_b"), py::arg("out_stride_h"), py::arg("partial_o"),
+      py::arg("bin_start"), py::arg("bin_first"), py::arg("out"), py::arg("out_stride_b"), py::arg("out_stride_h"), py::arg("partial_o"),
       py::arg("partial_lse"), py::arg("k_scale_ptr"), py::arg("v_scale_ptr"), py::arg("k_scale"),
       py::arg("v_scale"), py::arg("sm_scale_log2"), py::arg("num_kv_heads"), py::arg("group"), py::arg("diag"),
       py::arg("merge"), py::arg("slot_meta"), py::arg("merge_counts"), py::arg("merge_ml"), py::arg("combine"),

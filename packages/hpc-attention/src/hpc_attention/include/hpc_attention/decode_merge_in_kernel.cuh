@@ -18,19 +18,27 @@ namespace hpc::attn {
 
 // Arrival of this CTA on `ctr`, which completes at `need` arrivals. Returns true (in every
 // consumer thread) when this arrival is the last one; the counter is then put back to zero.
-__device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* flag) {
-  __threadfence();  // release: this thread's partial / state writes, device-wide
+// Release/acquire through one thread (the split-K semaphore pattern): the named barrier orders
+// the 128 threads' partial writes before thread 0's GPU-scope acq_rel fence, whose release is
+// cumulative over them; the atomic is the synchronising access; on the last arrival the same
+// fence acquires the other parts' writes, and the second barrier hands them to every thread
+// (the partials are read with ld.cg, past the non-coherent L1). diag bit 3 keeps version 4's
+// protocol (an SC fence in every thread before the barrier) for comparison: the TMA run showed
+// the arrival costing 1-4 us more than with cp.async, attributed to those per-thread fences.
+__device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* flag, bool sc_fences) {
+  if (sc_fences) __threadfence();
   named_barrier(1, 128);
   if (threadIdx.x == 0) {
+    fence_acq_rel_gpu();  // release: every consumer thread's writes (ordered by the barrier)
     const int old = atomicAdd(ctr, 1);
     const int last = old == need - 1 ? 1 : 0;
     if (last) atomicExch(ctr, 0);  // every arrival of this call is in: zero for the next call
-    __threadfence();  // acquire: the other arrivals' writes before the merge reads them
+    fence_acq_rel_gpu();  // acquire: the other arrivals' writes before the merge reads them
     *flag = last;
   }
   named_barrier(1, 128);
   const bool last = *flag != 0;
-  if (last) __threadfence();
+  if (sc_fences && last) __threadfence();
   return last;
 }
 
@@ -43,7 +51,8 @@ __device__ __forceinline__ void merge_split_task(const PagedDecodeParams& p, int
   const int g = (slot - f) & (kMergeGroups - 1);
   const bool grouped = P > kWarpParts;
   const int need = grouped ? (P - g + kMergeGroups - 1) / kMergeGroups : P;
-  if (!arrive_last(p.merge_counts + (grouped ? f + 1 + g : f), need, flag)) return;
+  const bool sc = (p.diag & 8) != 0;
+  if (!arrive_last(p.merge_counts + (grouped ? f + 1 + g : f), need, flag, sc)) return;
   const int tid = threadIdx.x, col = 8 * (tid & 15);
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + h * G * p.out_stride_h + col;
   const long long first_row = static_cast<long long>(f) * G;
@@ -68,7 +77,7 @@ __device__ __forceinline__ void merge_split_task(const PagedDecodeParams& p, int
     dst[1] = acc[1];
     if ((tid & 15) == 0) p.merge_ml[sr] = make_float2(m, l);
   }
-  if (!arrive_last(p.merge_counts + f, kMergeGroups, flag)) return;
+  if (!arrive_last(p.merge_counts + f, kMergeGroups, flag, sc)) return;
   // Level 2: the 8 group states, folded in group order (the combine kernel's phase 2).
   for (int row = tid >> 4; row < G; row += 8) {
     float gm[kMergeGroups], gl[kMergeGroups];

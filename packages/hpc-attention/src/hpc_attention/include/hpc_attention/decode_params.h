@@ -64,6 +64,7 @@ struct PagedDecodeParams {
   long long page_table_stride;
   const int4* tasks;
   const int32_t* bin_start;
+  const int4* bin_first;  // [num_bins]: copy of each non-empty bin's first task (planner)
   void* out;  // [B, Hq, 128] BF16
   long long out_stride_b, out_stride_h;
   float* partial_o;    // [slots, G, 128]
@@ -83,7 +84,9 @@ struct PagedDecodeParams {
   int num_kv_heads;
   int group;  // G = Hq / Hkv, 1..16
   int diag;   // benchmark diagnostics only: bit 0 = consumers skip the math (output undefined);
-              // bit 1 (host side) = TMA maps of FP8 caches with 256-byte L2 promotion
+              // bit 1 (host side) = TMA maps of FP8 caches with 256-byte L2 promotion;
+              // bit 2 = first task read from tasks[bin_start] (after it) instead of bin_first;
+              // bit 3 = split-item arrival with a per-thread SC fence (the version-4 protocol)
 };
 
 constexpr int kCombineThreads = 256;

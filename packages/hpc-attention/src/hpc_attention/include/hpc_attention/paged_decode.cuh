@@ -108,7 +108,7 @@ __device__ __forceinline__ uint32_t kv_chunk(int step, uint32_t b, uint32_t x) {
 
 template <bool kFp8Kv, bool kFp8Q, bool kTma>
 __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
-                                              uint64_t* empty, int t_begin, int t_end) {
+                                              uint64_t* empty, int t_begin, int t_end, int4 first) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
   constexpr bool kF16 = kFp8Kv;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, j = lane & 3;
@@ -123,7 +123,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
 
   int stage = 0;
   uint32_t phase = 0;
-  int4 next = t_begin < t_end ? p.tasks[t_begin] : make_int4(0, 0, 0, 0);
+  int4 next = first;  // the bin's first task (read by the kernel prologue)
   for (int t = t_begin; t < t_end; ++t) {
     const int4 task = next;
     if (t + 1 < t_end) next = p.tasks[t + 1];  // in flight while this task computes
@@ -363,20 +363,25 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
   // lets their prologues start; it is safe in both modes.
   hpc::pdl_launch_dependents();
   const int t_begin = p.bin_start[blockIdx.x], t_end = p.bin_start[blockIdx.x + 1];
+  // The bin's first task: its copy in bin_first is loaded together with bin_start instead of
+  // after it (one dependent global round trip fewer before the first page id and KV bytes).
+  // Only used when the bin is not empty (t_begin < t_end).
+  const int4 first = !(p.diag & 4) ? p.bin_first[blockIdx.x]
+                                   : (t_begin < t_end ? p.tasks[t_begin] : make_int4(0, 0, 0, 0));
   if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
     if constexpr (kTma) {
       // One warp issues the copies; the other three write the empty items' zero rows.
       const int pw = threadIdx.x - 32 * Cfg::kConsumerWarps;
       if (pw < 32) {
-        producer_tma_warp<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end);
+        producer_tma_warp<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end, first);
       } else if (p.merge) {
         write_empty_items<Cfg::kProducerThreads - 32>(p, pw - 32);
       }
     } else {
-      producer_warps<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end);
+      producer_warps<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end, first);
     }
   } else {
-    consumer_warp<kFp8Kv, kFp8Q, kTma>(p, smem, full, empty, t_begin, t_end);
+    consumer_warp<kFp8Kv, kFp8Q, kTma>(p, smem, full, empty, t_begin, t_end, first);
   }
 }
 

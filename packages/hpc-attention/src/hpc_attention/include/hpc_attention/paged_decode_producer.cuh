@@ -32,7 +32,7 @@ __device__ __forceinline__ void write_empty_items(const PagedDecodeParams& p, in
 
 template <bool kFp8Kv, bool kFp8Q>
 __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
-                                               uint64_t* empty, int t_begin, int t_end) {
+                                               uint64_t* empty, int t_begin, int t_end, int4 first) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q>;
   constexpr int kChunks = Cfg::kRowBytes / 16;                  // 16-byte chunks per row
   constexpr int kRowsPerPass = Cfg::kProducerThreads / kChunks;  // rows covered per pass
@@ -48,7 +48,7 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
   const char* vbase = static_cast<const char*>(p.v_cache) + col * 16;
   int stage = 0;
   uint32_t phase = 0;
-  int4 next = t_begin < t_end ? p.tasks[t_begin] : make_int4(0, 0, 0, 0);
+  int4 next = first;  // the bin's first task (read by the kernel prologue)
   for (int t = t_begin; t < t_end; ++t) {
     const int4 task = next;
     if (t + 1 < t_end) next = p.tasks[t + 1];  // in flight while this task streams

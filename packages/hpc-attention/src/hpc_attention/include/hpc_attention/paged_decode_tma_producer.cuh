@@ -33,7 +33,7 @@ namespace hpc::attn {
 
 template <bool kFp8Kv, bool kFp8Q>
 __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
-                                                  uint64_t* empty, int t_begin, int t_end) {
+                                                  uint64_t* empty, int t_begin, int t_end, int4 first) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, true>;
   constexpr int kHalves = Cfg::kRowBytes / 128;  // 128-byte boxes per row: 2 (BF16), 1 (FP8)
   constexpr int kQElem = kFp8Q ? 1 : 2;
@@ -49,7 +49,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   if (lane < 2) tma_prefetch_map(my_map);
   int stage = 0;
   uint32_t phase = 0;
-  int4 next = t_begin < t_end ? p.tasks[t_begin] : make_int4(0, 0, 0, 0);
+  int4 next = first;  // the bin's first task (read by the kernel prologue)
   for (int t = t_begin; t < t_end; ++t) {
     const int4 task = next;
     if (t + 1 < t_end) next = p.tasks[t + 1];  // in flight while this task streams

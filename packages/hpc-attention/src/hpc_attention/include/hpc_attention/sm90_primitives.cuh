@@ -98,6 +98,10 @@ __device__ __forceinline__ void bulk_g2s(void* dst, const void* src, uint32_t by
 
 // ---- tensor-map (TMA) copies -------------------------------------------------------------
 // Makes barrier initialisation visible to the async proxy before the first TMA completes on it.
+// GPU-scope acquire-release fence (lighter than __threadfence's SC fence): with an atomic it
+// forms the release / acquire halves of a cross-CTA hand-off.
+__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
 __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }

@@ -1,0 +1,46 @@
+"""The decode kernel's prologue and split-item arrival (GPU): the first task taken from the
+planner's bin_first copy, and the release/acquire arrival through one thread, give the same bits
+as version 4's first-task load and per-thread SC fences (benchmark diag bits 4 and 8), on both
+producers, for one-level and two-level merges, dynamic and static plans; and match the float64
+reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hpc_attention import heuristics
+from hpc_attention import paged_decode as dec
+from hpc_common.testing import assert_bitwise_equal
+
+from ._cases import FP8, check_accuracy, make_case
+from .test_decode import check_counters_zero, run
+
+pytestmark = pytest.mark.gpu
+
+CASES = {
+    "one_level": ([700, 3000, 1, 0, 129], 2, 4),  # split items of 2-16 parts
+    "two_level": ([40_000, 64, 5000], 1, 8),  # a long item over > 16 CTAs (two-level merge)
+}
+
+
+@pytest.mark.parametrize("tma", [False, True], ids=["cp_async", "tma"])
+@pytest.mark.parametrize("static_splits", [None, 5], ids=["dynamic", "static5"])
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_prologue_and_arrival_match_version_4(name, kv_dtype, static_splits, tma, monkeypatch):
+    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", tma)
+    monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", True)
+    lens, hkv, group = CASES[name]
+    case = make_case(lens, hkv, group, kv_dtype, seed=len(name))
+    outs = {}
+    for flags in (0, 4, 8, 12):
+        monkeypatch.setitem(dec.DIAG, "flags", flags)
+        out, plan = run(case, static_splits=static_splits)
+        torch.cuda.synchronize()
+        check_counters_zero(plan.workspace)
+        outs[flags] = out
+    monkeypatch.setitem(dec.DIAG, "flags", 0)
+    check_accuracy(outs[0], case, f"{name} {kv_dtype} static={static_splits} tma={tma}")
+    for flags in (4, 8, 12):
+        assert_bitwise_equal(outs[flags], outs[0], name=f"diag flags {flags} vs default")
