@@ -426,3 +426,36 @@ def test_short_segment_and_generic_kernels_match_reference(cuda, kernel, dtype, 
     finally:
         quant.USE_SHORT_SEGMENT_KERNEL, quant.USE_BULK_KERNEL = before
     assert_same(got, run_ref(mode, x, **kw), what=f"{mode} g{group_size} {dtype} kernel={kernel}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("shift", [0, 3])
+def test_peeled_vector_path_matches_reference(cuda, mode, dtype, shift):
+    """Rows of odd length (each row starts elsewhere modulo 16 bytes), and x and out both shifted
+    by `shift` elements: the vector path with a scalar head per segment, the scalar path and the
+    reference agree bit for bit."""
+    from hpc_common.fp8 import quant
+
+    shape = shape_for(mode, 37, 1001, heads=3)
+    n = math.prod(shape)
+    x = make_input((n + shift,), dtype, seed=shift + 13, device=cuda)[shift:].view(shape)
+    got = {}
+    for peel in (True, False):
+        out = torch.empty(n + shift, dtype=FP8, device=cuda)[shift:].view(shape)
+        before = quant.USE_PEELED_VECTOR_PATH
+        quant.USE_PEELED_VECTOR_PATH = peel
+        try:
+            got[peel] = run(mode, x, out=out)
+        finally:
+            quant.USE_PEELED_VECTOR_PATH = before
+        if peel:
+            geo = quant._geometry(x, out, {"per_token": quant.PER_TOKEN, "group": quant.PER_TOKEN_GROUP,
+                                           "group_col": quant.PER_TOKEN_GROUP, "per_head": quant.PER_TOKEN_HEAD}
+                                  .get(mode, quant.PER_TENSOR), 128)
+            aligned_flat = mode.startswith("per_tensor") and shift == 0  # one flat, aligned row
+            assert quant._vectorizable(x, out, geo) == (True, not aligned_flat)
+    want = run_ref(mode, x)
+    assert_same(got[True], want, what=f"peeled {mode} {dtype} shift {shift}")
+    assert_same(got[False], want, what=f"scalar {mode} {dtype} shift {shift}")

@@ -56,20 +56,33 @@ def _geometry(x: torch.Tensor, out: torch.Tensor, mode: int, group_size: int) ->
                 q_stride_t=out.stride(0) if rows > 1 else row_len, q_stride_h=0)
 
 
-def _vectorizable(x: torch.Tensor, out: torch.Tensor, geo: dict) -> bool:
-    """Every segment start 16-byte aligned in x and VEC-byte aligned in out (VEC = 16 bytes
-    of x's elements); the kernels take a scalar path otherwise."""
+def _vectorizable(x: torch.Tensor, out: torch.Tensor, geo: dict) -> tuple[bool, bool]:
+    """(vectorized, peel). Vectorized: every segment start 16-byte aligned in x and VEC-byte
+    aligned in out (VEC = 16 bytes of x's elements). Otherwise, with USE_PEELED_VECTOR_PATH,
+    peel when x and out are misaligned alike (x's element address and out's byte address agree
+    modulo VEC at every segment start: the kernel takes each segment's first elements up to a
+    16-byte boundary one by one, the rest as vectors). Neither: the scalar path."""
     vec = 16 // x.element_size()
-    if x.data_ptr() % 16 or out.data_ptr() % vec:
-        return False
-    offs = []
+    offs = []  # element offsets between segment starts, in x and in out
     if geo["rows"] > geo["heads"]:
-        offs += [geo["x_stride_t"], geo["q_stride_t"]]
+        offs.append((geo["x_stride_t"], geo["q_stride_t"]))
     if geo["heads"] > 1:
-        offs += [geo["x_stride_h"], geo["q_stride_h"]]
+        offs.append((geo["x_stride_h"], geo["q_stride_h"]))
     if geo["segs_per_row"] > 1:
-        offs.append(geo["seg_len"])
-    return all(o % vec == 0 for o in offs)
+        offs.append((geo["seg_len"], geo["seg_len"]))
+    if (x.data_ptr() % 16 == 0 and out.data_ptr() % vec == 0
+            and all(a % vec == 0 and b % vec == 0 for a, b in offs)):
+        return True, False
+    x_elem = x.data_ptr() // x.element_size()
+    if (USE_PEELED_VECTOR_PATH and x.data_ptr() % x.element_size() == 0
+            and (x_elem - out.data_ptr()) % vec == 0 and all((a - b) % vec == 0 for a, b in offs)):
+        return True, True
+    return False, False
+
+
+# Rows whose starts are not 16-byte aligned (odd N, column offsets) take the vector path with a
+# scalar head per segment when x and out are misaligned alike (FP8_NOTES.md); off: scalar path.
+USE_PEELED_VECTOR_PATH = True
 
 
 # Group-128 / per-head quantisation takes the short-segment kernel (fp8_quant_small_seg.cuh);
@@ -100,6 +113,7 @@ def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor
 
     ext = _ext.load()
     geo = _geometry(x, out, mode, group_size)
+    vectorized, peel = _vectorizable(x, out, geo)
     num_sms = get_num_sms(x.device)
     per_tensor_dynamic = mode == PER_TENSOR and scale_source == _SCALE_DYNAMIC
     workspace = None
@@ -115,8 +129,8 @@ def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor
         static_value=float(static_value), workspace=workspace.data_ptr() if workspace is not None else 0,
         scale_stride_row=s_row, scale_stride_seg=s_seg, dtype=_DTYPE_CODE[x.dtype],
         scale_source=scale_source, per_tensor_dynamic=per_tensor_dynamic, ue8m0=bool(ue8m0),
-        vectorized=_vectorizable(x, out, geo), short_segments=USE_SHORT_SEGMENT_KERNEL, num_sms=num_sms, pdl=get_pdl(),
-        stream=stream_ptr(x.device), bulk=_bulk_for(mode, scale_source), **geo)
+        vectorized=vectorized, short_segments=USE_SHORT_SEGMENT_KERNEL, num_sms=num_sms, pdl=get_pdl(),
+        stream=stream_ptr(x.device), bulk=_bulk_for(mode, scale_source), peel=peel, **geo)
 
 
 # No argument may be called `mode`: torch.compile's auto_functionalized_v2 passes its own

@@ -252,6 +252,15 @@ __device__ __forceinline__ Segment locate(const QuantParams& p, int64_t seg) {
   return s;
 }
 
+// Elements of a segment before x's first 16-byte boundary when `peel` is set (the caller
+// guarantees that q is then VEC-byte aligned too), else 0; at most len.
+template <int DT, int VEC>
+__device__ __forceinline__ int peel_head(const typename Elem<DT>::raw* xs, int len, bool peel) {
+  if (VEC == 1 || !peel) return 0;
+  const int mis = int((reinterpret_cast<uintptr_t>(xs) / sizeof(typename Elem<DT>::raw)) & (VEC - 1));
+  return min((VEC - mis) & (VEC - 1), len);
+}
+
 // One pass over a segment: thread `lane` of the team loads vectors lane, lane + team, ...
 // (vec_per_thread(VEC) of them, all issued before any is used; consecutive lanes read consecutive
 // 16-byte vectors, so a warp's loads are coalesced). Indices inside a segment are 32-bit (the

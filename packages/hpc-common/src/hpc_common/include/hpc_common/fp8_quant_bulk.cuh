@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
 // Whether the bulk kernel serves these parameters. Called by the launcher after
 // `vectorized` was checked by the caller: every segment start is 16-byte aligned in x.
 inline bool bulk_applicable(const QuantParams& p, int vec) {
-  if (!p.bulk || vec == 1 || p.seg_len % 16 != 0 || p.row_len % p.seg_len != 0) return false;
+  if (!p.bulk || vec == 1 || p.peel || p.seg_len % 16 != 0 || p.row_len % p.seg_len != 0) return false;
   const int64_t sv = p.seg_len / vec;
   if (sv < kBulkVecPerThread || sv > kBulkTileVectors || (sv & (sv - 1)) != 0) return false;
   // FP8 tiles leave through 16-byte-aligned bulk stores.

@@ -47,6 +47,7 @@ struct QuantParams {
   bool per_tensor_dynamic;     // chain fp8_amax_kernel -> fp8_quant_kernel
   bool ue8m0;                  // round dynamic scales up to a power of two
   bool vectorized;             // caller checked the alignment of every segment start
+  bool peel;                   // vectorized with a scalar head per segment (x, q misaligned alike)
   bool short_segments;         // allow fp8_quant_small_seg.cuh (off: generic kernel, for comparison)
   bool bulk;                   // allow fp8_quant_bulk.cuh (bulk-copy ring) where it applies
   int num_sms;
