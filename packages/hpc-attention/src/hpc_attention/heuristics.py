@@ -36,7 +36,11 @@ MERGE_IN_DECODE = True
 # (64/8 heads, 32x128+32x4K, task_cost 0): the CTAs holding 64 two-tile items each ran ~3.4 us
 # (BF16) / ~3.9 us (FP8) per item against ~1.2 / ~0.8 us per tile in steady streaming, i.e. a
 # fixed cost of ~1.4 BF16 tiles / ~3.7 FP8 tiles per item; dynamic ran 222.6 / 251.9 us there
-# against 165.0 / 112.7 for the static split. Values rounded (see NOTES.md for the run after).
+# against 165.0 / 112.7 for the static split. Values rounded. Run of 0f62eef (TMA producer at
+# 64/8, --quick): 32x128+32x4K with the cost vs without: 64/8 BF16 150.3 vs 210.1 us (static
+# 147.8), FP8 110.2 vs 249.0 (static 103.9); 8/1 BF16 30.8 vs 37.2, FP8 26.0 vs 37.6. It cost
+# 64x0.5K 8/1 ~2 us (17.1 vs 15.1 BF16), whose 8-tile items are longer than the budget: since
+# then only items no longer than the tiles-only budget are charged (decode_plan.cuh).
 TASK_COST_TILES_BF16 = 2
 TASK_COST_TILES_FP8 = 4
 MAX_TASK_COST = 64

@@ -66,9 +66,10 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
                 static_splits: int = 0, max_len: int | None = None, task_cost: int = 0) -> PlanTables:
     """The plan, computed the way the CUDA planner does (same integer arithmetic, same order).
 
-    task_cost: tiles' worth of fixed cost charged to every non-empty item on the work line
-    (dynamic mode): the line holds, per item, `task_cost` units of fixed cost followed by the
-    item's tiles, and the bins cut that line. 0 gives the plain tile line."""
+    task_cost: tiles' worth of fixed cost charged on the work line (dynamic mode) to every
+    non-empty item no longer than the tiles-only budget (n * nb0 <= total tiles, nb0 the bin
+    count without costs): the line holds, per charged item, `task_cost` units of fixed cost
+    followed by the item's tiles, and the bins cut that line. 0 gives the plain tile line."""
     if max_len is None:
         max_len = max([0, *kv_lens])
     raw = [int(x) for x in kv_lens]
@@ -77,8 +78,14 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
     hkv, C = num_kv_heads, num_ctas
     ntiles = [_tiles(x) for x in lens]
     total_tiles = sum(ntiles) * hkv
-    ovh = max(0, int(task_cost)) if static_splits <= 0 else 0
-    total = total_tiles + ovh * hkv * sum(1 for n in ntiles if n > 0)
+    cost = max(0, int(task_cost)) if static_splits <= 0 else 0
+    # Charged items: non-empty and no longer than the tiles-only budget (total / nb0 tiles).
+    nb0 = min(C, max(1, total_tiles // max(1, min_tiles)))
+
+    def cost_of(n: int) -> int:
+        return cost if n > 0 and n * nb0 <= total_tiles else 0
+
+    total = total_tiles + hkv * sum(cost_of(n) for n in ntiles)
     dynamic = static_splits <= 0
     nb = 1
     if dynamic and total > 0:
@@ -104,7 +111,7 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
     for b, n in enumerate(ntiles):
         for h in range(hkv):
             s0 = pos
-            s = s0 + (ovh if n > 0 else 0)
+            s = s0 + cost_of(n)
             items.append((b * hkv + h, lens[b], n, s, parts_of(s, n), s0))
             pos = s + n
     num_tasks = sum(it[4] for it in items)

@@ -126,19 +126,26 @@ __device__ __forceinline__ T shfl_t(T v, int src) {
   }
 }
 
-// Fixed cost per item (DecodePlanParams::task_cost): the line holds, for each non-empty item,
+// Fixed cost per item (DecodePlanParams::task_cost): the line holds, for each charged item,
 // `ovh` units of fixed cost [s0, s) and then its n tiles [s, s + n); bins cut that line, so a
-// bin of many short items gets fewer of them. A bin that starts inside an item's fixed cost
-// begins at the item's first task; one lying wholly inside it is empty (start = next start).
+// bin of many short items gets fewer of them. Charged = non-empty and no longer than the
+// tiles-only budget (n * nb0 <= total tiles, nb0 = the bin count of the plan without costs):
+// longer items are split into parts anyway, every bin then pays about one task, and a charge at
+// the item's start would only move tiles away from the bins that hold the starts (measured:
+// 64x0.5K 8/1 lost its 4-tiles-per-bin alignment and ran ~2 us slower). A bin that starts inside
+// an item's fixed cost begins at the item's first task; one lying wholly inside it is empty.
 // This thread owns heads [h0, h1) of requests [r0, r1) (see decode_plan_kernel); `chunk` is the
 // block-uniform number of requests per thread.
 template <typename T>
 __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, int r1, int h0, int h1, int chunk,
                                              int len0, long long line0, long long total_ll, long long total_tiles,
-                                             int clamped_total) {
+                                             long long nb0, int clamped_total) {
   const int hkv = p.num_kv_heads;
   const int nh = h1 - h0;
-  const T ovh = static_cast<T>(p.task_cost > 0 ? p.task_cost : 0);
+  const T task_cost = static_cast<T>(p.task_cost > 0 ? p.task_cost : 0);
+  auto cost_of = [&](int n) {  // fixed cost units of an item of n tiles (see above)
+    return n > 0 && static_cast<long long>(n) * nb0 <= total_tiles ? task_cost : T(0);
+  };
   const int lane = threadIdx.x & 31;
   auto length = [&](int b) {
     if (b == r0) return len0;
@@ -165,6 +172,7 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
         cnt.c += nh;
         continue;
       }
+      const T ovh = cost_of(n);
       const T span = static_cast<T>(n) + ovh;  // one item on the line
       const T S = pos, E = S + span * nh;
       const T bS = L.bin_of(S), bE = L.bin_of(E - 1);
@@ -211,6 +219,7 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
     const bool valid = b < r1;
     const int len = valid ? length(b) : 0;
     const int n = tiles(len);
+    const T ovh = cost_of(n);
     const T span = static_cast<T>(n) + ovh;
     const T S = pos, E = S + (n > 0 ? span * nh : 0);
     bool is_long = false;
@@ -266,6 +275,7 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
       const int nn = __shfl_sync(0xffffffffu, n, src);
       const int ll = __shfl_sync(0xffffffffu, len, src);
       const T SS = shfl_t(S, src);
+      const T ovh = cost_of(nn);
       const T sp = static_cast<T>(nn) + ovh;
       const int hh0 = __shfl_sync(0xffffffffu, h0, src), hh1 = __shfl_sync(0xffffffffu, h1, src);
       int t_ = __shfl_sync(0xffffffffu, task, src);
@@ -366,22 +376,34 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_
     if (b == r0) len0 = len;
     mine.a += tiles(len) * nh;
     mine.b += (h0 == 0 && (raw < 0 || raw > p.max_len)) ? 1 : 0;
-    mine.c += len > 0 ? nh : 0;  // non-empty items: each pays task_cost on the line
   }
   Scan3 tot1;
   const Scan3 pre1 = block_exclusive_scan(mine, tot1);
   const long long total = tot1.a;
   if (dynamic) {
-    // The work line: tiles plus task_cost units per non-empty item (see plan_dynamic).
+    // The work line: tiles plus task_cost units per charged item (see plan_dynamic); charged
+    // items are counted against the tiles-only bin count nb0, so that needs one more scan.
     const long long ovh = p.task_cost > 0 ? p.task_cost : 0;
-    const long long line = total + ovh * tot1.c;
-    const long long line0 = static_cast<long long>(pre1.a) + ovh * pre1.c;
-    long long nb = line / (p.min_tiles > 0 ? p.min_tiles : 1);
+    const int floor_tiles = p.min_tiles > 0 ? p.min_tiles : 1;
+    long long nb0 = total / floor_tiles;
+    nb0 = nb0 < 1 ? 1 : (nb0 > p.num_bins ? p.num_bins : nb0);
+    Scan3 pre_c{0, 0, 0}, tot_c{0, 0, 0};
+    if (ovh > 0) {  // block-uniform
+      Scan3 charged{0, 0, 0};
+      for (int b = r0; b < r1; ++b) {
+        const int n = tiles(b == r0 ? len0 : length(b));
+        charged.a += n > 0 && static_cast<long long>(n) * nb0 <= total ? nh : 0;
+      }
+      pre_c = block_exclusive_scan(charged, tot_c);
+    }
+    const long long line = total + ovh * tot_c.a;
+    const long long line0 = static_cast<long long>(pre1.a) + ovh * pre_c.a;
+    long long nb = line / floor_tiles;
     nb = nb < 1 ? 1 : (nb > p.num_bins ? p.num_bins : nb);
     if ((line + 1) * nb + line < 0xFFFFFFFFll) {
-      plan_dynamic<unsigned>(p, r0, r1, h0, h1, chunk, len0, line0, line, total, tot1.b);
+      plan_dynamic<unsigned>(p, r0, r1, h0, h1, chunk, len0, line0, line, total, nb0, tot1.b);
     } else {
-      plan_dynamic<unsigned long long>(p, r0, r1, h0, h1, chunk, len0, line0, line, total, tot1.b);
+      plan_dynamic<unsigned long long>(p, r0, r1, h0, h1, chunk, len0, line0, line, total, nb0, tot1.b);
     }
     return;
   }
