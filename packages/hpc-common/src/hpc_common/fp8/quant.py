@@ -4,7 +4,8 @@ kernels (include/hpc_common/fp8_quant.cuh) match the reference bit for bit.
 
 Every mode computes q = e4m3_rne_satfinite(float32(x) * (1 / scale)) with IEEE float32
 operations (the reciprocal once per scale). Inputs are bfloat16, float16 or float32 with a unit stride in the last dimension (other
-strides are free); any size works, 16-byte-aligned layouts take the vectorised path. Outputs
+strides are free); any size works; 16-byte-aligned layouts take the vectorised path, and
+rows misaligned alike in x and out (odd N) take it after a scalar head per row. Outputs
 are a contiguous float8_e4m3fn tensor of x's shape and float32 scales. Every function
 accepts preallocated `out` / `scale_out` (CUDA-graph friendly) and is a torch custom op
 (`hpc_common::fp8_quant_dynamic`, `hpc_common::fp8_quant_static`), so it traces under
