@@ -4,10 +4,12 @@ with L2 flushed before each replay (hpc_common.bench.bench_us), with max |error|
 FP64 reference and top-8 agreement for each provider.
 
 Writes DIR/<gpu>/router_gemm.{json,md} and, unless --no-sweep, DIR/<gpu>/router_gemm_paths
-.{json,md}: every path (fp32 / fp32pf / gemv / gemvr / narrow / wide / wide96) at every split count, the measurement behind
+.{json,md}: every path (fp32 / fp32pf / gemv / gemvr / narrow / wide / wide96, and from M=128 the
+cluster-free split-K paths <tile>_ws / <tile>_wsp) at every split count, the measurement behind
 heuristics.py.
 
     python benchmarks/bench_router_gemm.py [--out-dir benchmarks/results] [--quick] [--no-sweep] [--m 1,2,4]
+        [--shapes longcat_chat:512,longcat_lite:1024]
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from pathlib import Path
 import torch
 from hpc_common.bench import BenchResults, bench_us, floor_us, gpu_slug
 from hpc_router_gemm import RouterWeight, plan_for, router_gemm
-from hpc_router_gemm.heuristics import FP32_MAX_M, GEMV_MAX_M, GEMV_PATHS, GEMV_SPLITS, TILE_GEMV, TILES, Plan, gemv_fits
+from hpc_router_gemm.heuristics import (FP32_MAX_M, GEMV_MAX_M, GEMV_PATHS, GEMV_SPLITS, TILE_GEMV, TILES, WS_PATHS,
+                                        Plan, gemv_fits)
 from hpc_router_gemm.reference import router_gemm_reference, topk_experts
 from hpc_router_gemm.router_gemm import launch
 
@@ -92,6 +95,8 @@ def sweep_paths(paths: BenchResults, case: dict, x, rw: RouterWeight, ref, ref_t
     plans += [Plan("fp32pf", s) for s in (1, 2, 4, 8) if M <= GEMV_MAX_M]
     plans += [Plan(p, s) for p in GEMV_PATHS for s in GEMV_SPLITS if M <= GEMV_MAX_M and gemv_fits(M, K, s, p)]
     plans += [Plan(p, s) for p in ("narrow", "wide", "wide96") for s in (1, 2, 4, 8) if s <= K // 64]
+    if M >= 128:  # cluster-free split-K (S=1 is the cluster path's S=1)
+        plans += [Plan(p, s) for p in WS_PATHS for s in (2, 4, 8) if s <= K // 64]
     chosen = plan_for(M, N, K, x.device)
     if M <= 64:  # the same call with a warm L2: how much of the cold time is the cold start
         paths.add("chosen_warm_l2", bench_us(lambda: launch(x, rw, out, chosen), reps=reps, flush_l2=False), **case)
@@ -113,7 +118,15 @@ def main() -> None:
     ap.add_argument("--no-sweep", action="store_true", help="skip the per-path sweep")
     ap.add_argument("--m", type=lambda v: tuple(int(m) for m in v.split(",")), default=None,
                     help="comma-separated M values to run at every shape (instead of each shape's list)")
+    ap.add_argument("--shapes", default=None,
+                    help="only these cases: comma-separated name:M1/M2 entries, e.g. longcat_chat:512,generic:4096")
     args = ap.parse_args()
+    only = None
+    if args.shapes:
+        only = {}
+        for item in args.shapes.split(","):
+            name, _, ms_text = item.partition(":")
+            only[name] = tuple(int(m) for m in ms_text.split("/")) if ms_text else None
     out_dir = args.out_dir / gpu_slug()
     res = BenchResults("router_gemm", out_dir)
     paths = None
@@ -135,6 +148,10 @@ def main() -> None:
     reps = 30 if args.quick else 100
     for name, (K, N, ms) in SHAPES.items():
         ms = args.m if args.m else [m for m in ms if m in QUICK_M] if args.quick else ms
+        if only is not None:
+            if name not in only:
+                continue
+            ms = only[name] or ms
         bench_shape(res, paths, name, K, N, ms, reps, gen)
         print(f"{name} done", flush=True)
     if paths is not None:

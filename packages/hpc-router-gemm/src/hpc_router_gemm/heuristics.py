@@ -7,7 +7,13 @@ CTA per SM streams a contiguous range of whole rows through shared memory with b
 split along K over a cluster of S <= 4 CTAs), `gemvr` (the same grid for M = 1 with the
 weight read into registers by plain loads), and the two-product BF16 wgmma
 kernel with three tiles: `narrow` (64 x 32, for skinny M), `wide` (128 x 192) and `wide96`
-(128 x 96). Each is combined with a split-K count S (CTAs per cluster along K).
+(128 x 96). Each is combined with a split-K count S (CTAs per cluster along K). The same
+three tiles also split K without a cluster, through a global workspace (splitk_workspace.cuh):
+`<tile>_ws` (the last CTA of a tile to arrive sums it) and `<tile>_wsp` (all S CTAs wait for
+each other and each sums 1/S of the tile; only when the whole grid fits at once, else the
+`_ws` reduction runs). They sum the partials in the cluster's rank order: same bits as the
+cluster plan with the same S, which is also their fallback under graph capture without a
+workspace (split_workspace.py).
 
 For the three shapes of BRIEF.md the plan is read from TABLE, the fastest plan measured per
 M with `python benchmarks/bench_router_gemm.py` (its sweep, benchmarks/results/h200/
@@ -30,21 +36,29 @@ GEMV_SMEM_BUDGET = 227 * 1024 - 1024
 TILE_NARROW, TILE_WIDE, TILE_WIDE96 = 0, 1, 2
 TILE_GEMV = 3  # not a wgmma tile: the key of the gemv kernel's resident-cluster query
 TILES = {"narrow": TILE_NARROW, "wide": TILE_WIDE, "wide96": TILE_WIDE96}
+# Cluster-free split-K paths: path -> (tile, ws_mode of the kernel: 1 last arrival, 2 all reduce).
+WS_PATHS = {f"{name}_{suffix}": (tile, mode) for name, tile in TILES.items()
+            for suffix, mode in (("ws", 1), ("wsp", 2))}
 TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 96)}  # (BM, BN)
 SPLIT_CHOICES = (1, 2, 4, 8)
 FP32_PATHS = ("fp32", "fp32pf")  # one kernel; "fp32pf" adds the L2 bulk prefetch
 GEMV_PATHS = ("gemv", "gemvr")  # "gemvr": registers instead of bulk copies, M = 1 only
-PATHS = (*FP32_PATHS, *GEMV_PATHS, *TILES)
+PATHS = (*FP32_PATHS, *GEMV_PATHS, *TILES, *WS_PATHS)
 
 
 @dataclass(frozen=True)
 class Plan:
-    path: str  # "fp32", "fp32pf", "gemv", "gemvr", "narrow", "wide" or "wide96"
-    splits: int  # CTAs per cluster along K
+    path: str  # "fp32", "fp32pf", "gemv", "gemvr", "narrow", "wide", "wide96" or one of WS_PATHS
+    splits: int  # CTAs along K (per cluster, or per tile with a workspace)
 
     @property
     def tile(self) -> int | None:
-        return TILES.get(self.path)
+        return TILES[self.path] if self.path in TILES else WS_PATHS[self.path][0] if self.path in WS_PATHS else None
+
+    @property
+    def ws_mode(self) -> int:
+        """0: cluster split (or none); 1 / 2: workspace split (see WS_PATHS)."""
+        return WS_PATHS[self.path][1] if self.path in WS_PATHS and self.splits > 1 else 0
 
 
 # (K, N) -> [(largest M, path, splits), ...] in increasing M; the last row covers every
@@ -150,6 +164,37 @@ def bf16x2_splits(tile: int, M: int, N: int, K: int, max_clusters: Callable[[int
     return best
 
 
+def bf16x2_tiles(tile: int, M: int, N: int) -> int:
+    bm, bn = TILE_SHAPES[tile]
+    return math.ceil(M / bm) * math.ceil(N / bn)
+
+
+def ws_splits(tile: int, M: int, N: int, K: int, resident_ctas: int) -> int:
+    """Workspace split: S in SPLIT_CHOICES (powers of two, so the cluster fallback exists)
+    minimising (waves of `resident_ctas` CTAs) x (K blocks per CTA + ~2 blocks of fill and
+    epilogue, +1 for the reduction when S > 1)."""
+    bm = TILE_SHAPES[tile][0]
+    tiles = bf16x2_tiles(tile, M, N)
+    ksteps = K // 64
+    best, best_cost = 1, math.inf
+    for s in SPLIT_CHOICES:
+        if s > ksteps or bm % s:
+            continue
+        cost = math.ceil(tiles * s / max(1, resident_ctas)) * (math.ceil(ksteps / s) + 2 + (1 if s > 1 else 0))
+        if cost < best_cost:
+            best, best_cost = s, cost
+    return best
+
+
+def ws_launch_mode(plan: Plan, M: int, N: int, resident_ctas: int) -> int:
+    """The kernel's ws_mode for a plan: `_wsp` (all CTAs wait for each other) only when every
+    CTA of the grid is resident at once, else the last-arrival reduction."""
+    mode = plan.ws_mode
+    if mode == 2 and bf16x2_tiles(plan.tile, M, N) * plan.splits > resident_ctas:
+        return 1
+    return mode
+
+
 def default_plan(M: int, N: int, K: int, num_sms: int, max_clusters: Callable[[int, int], int]) -> Plan:
     """Shapes without a measured table: fp32 up to M=8, narrow up to 512, wide96 beyond."""
     if M <= 8:
@@ -182,6 +227,9 @@ def choose_plan(M: int, N: int, K: int, max_clusters: Callable[[int, int], int],
         if M > FP32_MAX_M:
             raise ValueError(f"router_gemm: the {path} path serves M <= {FP32_MAX_M}, got M={M}")
         return Plan(path, fp32_splits(K, N, num_sms))
+    if path in WS_PATHS:
+        tile = WS_PATHS[path][0]
+        return Plan(path, ws_splits(tile, M, N, K, max_clusters(tile, 1)))
     if path not in TILES:
         raise ValueError(f"router_gemm: unknown path {path!r} (one of {', '.join(PATHS)})")
     tile = TILES[path]

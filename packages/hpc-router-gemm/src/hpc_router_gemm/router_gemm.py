@@ -9,7 +9,9 @@ from hpc_common.checks import check_aligned, check_tensor
 from hpc_common.launch import get_num_sms, get_pdl, require_hopper, stream_ptr
 
 from . import _ext
-from .heuristics import FP32_PATHS, GEMV_PATHS, TILE_GEMV, Plan, choose_plan, gemv_clusters
+from .heuristics import (FP32_PATHS, GEMV_PATHS, TILE_GEMV, TILE_SHAPES, Plan, bf16x2_tiles, choose_plan,
+                         gemv_clusters, ws_launch_mode)
+from .split_workspace import get_workspace, workspace_floats
 from .weight import RouterWeight, check_weight, prepare
 
 _OP = "router_gemm"
@@ -92,8 +94,15 @@ def launch(x: torch.Tensor, rw: RouterWeight, out: torch.Tensor, plan: Plan, pdl
         ext.fp32_splitk(x.data_ptr(), x.stride(0), rw.weight.data_ptr(), out.data_ptr(), out.stride(0),
                         M, N, K, plan.splits, plan.path == "fp32pf", pdl, stream)
     else:
+        mode, ws_ptr, ctr_ptr = 0, 0, 0
+        if plan.ws_mode:
+            tiles = bf16x2_tiles(plan.tile, M, N)
+            ws = get_workspace(x.device, stream, workspace_floats(tiles, plan.splits, *TILE_SHAPES[plan.tile]), tiles)
+            if ws is not None:  # None: capture without a workspace; the cluster split gives the same bits
+                mode = ws_launch_mode(plan, M, N, _scaled_max_clusters(x.device)(plan.tile, 1))
+                ws_ptr, ctr_ptr = ws.partials.data_ptr(), ws.counters.data_ptr()
         ext.bf16x2(plan.tile, x.data_ptr(), x.stride(0), rw.w_hi.data_ptr(), rw.w_lo.data_ptr(), out.data_ptr(),
-                   out.stride(0), M, N, K, plan.splits, pdl, stream)
+                   out.stride(0), M, N, K, plan.splits, pdl, stream, mode, ws_ptr, ctr_ptr)
 
 
 class _Prepared:

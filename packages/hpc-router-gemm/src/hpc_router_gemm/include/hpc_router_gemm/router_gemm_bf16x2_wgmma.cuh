@@ -10,7 +10,9 @@
 //
 // Split-K: gridDim.x CTAs along K form one cluster; each writes its FP32 tile to its own shared
 // memory and CTA r sums rows [r * BM / S, (r + 1) * BM / S) over the cluster in rank order
-// through distributed shared memory (deterministic; no atomics, no workspace).
+// through distributed shared memory (deterministic; no atomics, no workspace). With a
+// workspace (ws_mode 1 or 2, splitk_workspace.cuh) the S CTAs are not a cluster: each writes
+// its tile to global memory and the sum is formed in the same rank order (same bits).
 #pragma once
 
 #include <cuda.h>
@@ -23,6 +25,7 @@
 #include "hpc_router_gemm/tma_encode.cuh"
 #include "hpc_router_gemm/router_gemm_params.h"
 #include "hpc_router_gemm/sm90.cuh"
+#include "hpc_router_gemm/splitk_workspace.cuh"
 #include "hpc_router_gemm/wgmma_ops.cuh"
 
 namespace hpc::router_gemm {
@@ -31,6 +34,9 @@ struct Bf16x2DevParams {
   float* out;
   int64_t out_stride;
   int M, N, K;
+  float* ws;      // split-K partials, [tile][rank][R / 4][consumer thread] float4 (ws_mode != 0)
+  int* counters;  // one arrival counter per tile, zero between calls
+  int ws_mode;    // 0: cluster reduction (or no split); 1: last arrival reduces; 2: all reduce
 };
 
 template <int BN_, int WGS_, int STAGES_>
@@ -46,7 +52,7 @@ struct Bf16x2Config {
   static constexpr int kEpiBytes = BM * kEpiStride * 4;
   static constexpr int kRingBytes = STAGES * kStageBytes;
   static constexpr int kTileBytes = kRingBytes > kEpiBytes ? kRingBytes : kEpiBytes;
-  static constexpr int kSmemBytes = 1024 + kTileBytes + 2 * STAGES * 8;  // + alignment slack
+  static constexpr int kSmemBytes = 1024 + kTileBytes + 2 * STAGES * 8 + 16;  // + alignment slack, flag
   // Register split between the producer and consumer warpgroups (setmaxnreg, WGS == 2 only).
   static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
   static_assert(BN % 8 == 0 && BN <= 256 && kWBytes % 1024 == 0, "wgmma N / swizzle atom");
@@ -92,7 +98,8 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
 
   const int wg = threadIdx.x / 128;
   const int splits = gridDim.x;
-  const uint32_t rank = sm90::cluster_rank();
+  const bool cluster_split = splits > 1 && p.ws_mode == 0;
+  const uint32_t rank = blockIdx.x;  // == the cluster rank when the split is a cluster
   const int n0 = blockIdx.y * BN, m0 = blockIdx.z * C::BM;
   const int ksteps = p.K / C::BK;
   const int kb0 = static_cast<int>(rank) * ksteps / splits;
@@ -132,7 +139,7 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
       // consumers (who wait without a watchdog) spinning forever.
       if (nk > 0) sm90::mbar_wait<true>(&full[(nk - 1) % STAGES], ((nk - 1) / STAGES) & 1);
     }
-    if (splits > 1) cluster_reduce_store<C>(p, smem, splits, rank, m0, n0);
+    if (cluster_split) cluster_reduce_store<C>(p, smem, splits, rank, m0, n0);
   } else {
     // ---- consumer warpgroup `wg`: token rows [m0 + 64 wg, m0 + 64 wg + 64) ----
     if constexpr (WGS > 1) sm90::setmaxnreg_inc<C::kConsumerRegs>();
@@ -175,7 +182,25 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
     // column 8c + 2 (lane % 4) + j of the warpgroup's 64 x BN tile.
     const int r_loc = wg * 64 + warp * 16 + lane / 4;
     const int c_loc = 2 * (lane % 4);
-    if (splits == 1) {
+    if (splits > 1 && !cluster_split) {
+      // Workspace split-K: every consumer thread (active or not: zeros) writes its slot.
+      constexpr int kCT = WGS * 128, T = (R / 4) * kCT;
+      const int tile = blockIdx.z * gridDim.y + blockIdx.y;
+      const float4* part = reinterpret_cast<const float4*>(p.ws) + static_cast<int64_t>(tile) * splits * T;
+      splitk::store_partial<R, kCT>(reinterpret_cast<float4*>(p.ws) + (static_cast<int64_t>(tile) * splits + rank) * T,
+                                    acc_hi, threadIdx.x);
+      volatile int* flag = reinterpret_cast<volatile int*>(empty + STAGES);
+      int* ctr = p.counters + tile;
+      if (p.ws_mode == 1) {
+        if (splitk::arrive<kCT>(ctr, 0, splits, flag) != splits - 1) return;  // not the last arrival
+        splitk::reduce_slots<kCT>(part, T, splits, 0, T, p.out, p.out_stride, m0, n0, p.M, p.N);
+      } else {
+        splitk::arrive<kCT>(ctr, splits, 2 * splits, flag);
+        const int lo = static_cast<int>(rank) * T / splits, hi = (static_cast<int>(rank) + 1) * T / splits;
+        splitk::reduce_slots<kCT>(part, T, splits, lo, hi, p.out, p.out_stride, m0, n0, p.M, p.N);
+        splitk::arrive<kCT>(ctr, 0, 2 * splits, flag);  // second round: the last one resets
+      }
+    } else if (splits == 1) {
       if (active) {
 #pragma unroll
         for (int c = 0; c < BN / 8; ++c) {
@@ -216,8 +241,15 @@ inline auto bf16x2_kernel() {
 template <class C>
 inline cudaError_t launch_router_gemm_bf16x2(const Bf16x2Params& p, cudaStream_t stream, bool pdl) {
   const bool pow2 = p.splits == 1 || p.splits == 2 || p.splits == 4 || p.splits == 8;
-  if (p.M < 1 || p.N < 8 || p.N % 8 || p.K < C::BK || p.K % C::BK || !pow2 || C::BM % p.splits ||
-      p.x_stride % 8 || p.out_stride % 4) {
+  const bool ws = p.ws_mode != 0 && p.splits > 1;
+  if (p.M < 1 || p.N < 8 || p.N % 8 || p.K < C::BK || p.K % C::BK || p.x_stride % 8 || p.out_stride % 4 ||
+      p.ws_mode < 0 || p.ws_mode > 2) {
+    return cudaErrorInvalidValue;
+  }
+  // Cluster split: 1, 2, 4 or 8 CTAs that divide BM. Workspace split: 2..16, each CTA at
+  // least one K block, a workspace and counters.
+  if (ws ? (p.splits > 16 || p.splits > p.K / C::BK || p.ws == nullptr || p.counters == nullptr)
+         : (!pow2 || C::BM % p.splits)) {
     return cudaErrorInvalidValue;
   }
   CUtensorMap tm_x, tm_whi, tm_wlo;
@@ -225,9 +257,10 @@ inline cudaError_t launch_router_gemm_bf16x2(const Bf16x2Params& p, cudaStream_t
   if (e == cudaSuccess) e = encode_bf16_2d_sw128(&tm_whi, p.w_hi, p.K, p.N, static_cast<uint64_t>(p.K) * 2, C::BK, C::BN);
   if (e == cudaSuccess) e = encode_bf16_2d_sw128(&tm_wlo, p.w_lo, p.K, p.N, static_cast<uint64_t>(p.K) * 2, C::BK, C::BN);
   if (e != cudaSuccess) return e;
-  const Bf16x2DevParams dp{p.out, p.out_stride, p.M, p.N, p.K};
+  const Bf16x2DevParams dp{p.out, p.out_stride, p.M, p.N, p.K, p.ws, p.counters, ws ? p.ws_mode : 0};
   dim3 grid(p.splits, (p.N + C::BN - 1) / C::BN, (p.M + C::BM - 1) / C::BM);
-  return hpc::launch_kernel_cluster(bf16x2_kernel<C>(), grid, dim3(C::kThreads), C::kSmemBytes, p.splits, stream, pdl,
+  return hpc::launch_kernel_cluster(bf16x2_kernel<C>(), grid, dim3(C::kThreads), C::kSmemBytes, ws ? 1 : p.splits,
+                                    stream, pdl,
                              tm_x, tm_whi, tm_wlo, dp);
 }
 

@@ -44,7 +44,14 @@ struct Bf16x2Params {
   float* out;        // FP32 [M, N], row stride out_stride (multiple of 4), 16-byte aligned
   int64_t out_stride;
   int M, N, K;
-  int splits;  // cluster size along K: 1, 2, 4 or 8
+  int splits;  // CTAs along K: a cluster of 1, 2, 4 or 8; with a workspace 2..16
+  // Split-K without a cluster (splitk_workspace.cuh): 0 = cluster reduction; 1 = the last
+  // CTA of a tile to arrive reduces it; 2 = every CTA reduces 1/S of it (the whole grid must
+  // be resident at once). ws: splits * tiles * BM * BN floats; counters: one int per tile,
+  // zero before the first call (the kernel leaves them zero).
+  float* ws = nullptr;
+  int* counters = nullptr;
+  int ws_mode = 0;
 };
 
 // C entry points (csrc/router_gemm.cu). `tile`: 0 = narrow (64 x 32), 1 = wide (128 x 192),
