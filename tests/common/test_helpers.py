@@ -79,3 +79,26 @@ def test_results_format(tmp_path):
                                "floor_us": pytest.approx(1.0), "tbps": 3.9}
     md = (tmp_path / "h200" / "demo_op.md").read_text()
     assert "| M | K | provider | median_us | floor_us | tbps |" in md
+
+
+def test_back_to_back_needs_functions():
+    from hpc_common.bench import bench_back_to_back_us
+
+    with pytest.raises(ValueError, match="fns"):
+        bench_back_to_back_us([])
+
+
+@pytest.mark.gpu
+def test_back_to_back_time_is_per_call():
+    """k copies back to back: the per-call time of 64 MB copies sits between the copy floor
+    and the single cold call's time, and halving k leaves it about the same (it is per call)."""
+    from hpc_common.bench import bench_back_to_back_us, bench_us, floor_us
+
+    src = [torch.randn(16 << 20, device="cuda") for _ in range(8)]  # 64 MB each
+    dst = [torch.empty_like(s) for s in src]
+    fns = [(lambda s=s, d=d: d.copy_(s)) for s, d in zip(src, dst)]
+    t8 = bench_back_to_back_us(fns, reps=5)
+    t4 = bench_back_to_back_us(fns[:4], reps=5)
+    cold = bench_us(fns[0], reps=10)
+    assert floor_us(2 * (64 << 20)) * 0.75 < t8 < cold
+    assert abs(t8 - t4) < 0.2 * t8

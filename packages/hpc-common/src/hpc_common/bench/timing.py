@@ -113,3 +113,45 @@ def bench_us(fn: Callable[[], object], *, reps: int = 100, warmup: int = 5, flus
                 result = _bench_around_replay(fn, reps, flush_l2, device, stream, True)
     torch.cuda.current_stream(device).wait_stream(stream)
     return result
+
+
+BACK_TO_BACK_METHOD = ("CUDA graph of [event, call on buffer set 0, ..., call on buffer set k-1, event] replayed; "
+                       "median over replays of the event pair / k; the k buffer sets together exceed the L2 "
+                       "(input rotation), no flush")
+
+
+def bench_back_to_back_us(fns: list[Callable[[], object]], *, reps: int = 20, warmup: int = 2,
+                          device: torch.device | None = None) -> float:
+    """Per-call time (us) of `len(fns)` calls issued back to back in one CUDA graph.
+
+    Each function should read its own inputs (input rotation: together larger than the L2), so
+    no call finds its data in the L2 and none pays a flush's dirty-line write-back or a pair of
+    events of its own: the steady-state throughput of a stream of such calls, measured the way a
+    copy-bandwidth ceiling is measured. It complements `bench_us` (one cold call), it does not
+    replace it: comparisons with the peers use `bench_us`.
+    """
+    if not fns:
+        raise ValueError("bench_back_to_back_us: fns must hold at least one function")
+    device = device or torch.device("cuda", torch.cuda.current_device())
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            for fn in fns:
+                fn()
+        stream.synchronize()
+        start = torch.cuda.Event(enable_timing=True, external=True)
+        end = torch.cuda.Event(enable_timing=True, external=True)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            start.record(stream)
+            for fn in fns:
+                fn()
+            end.record(stream)
+        times = []
+        for _ in range(reps):
+            graph.replay()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3 / len(fns))
+    torch.cuda.current_stream(device).wait_stream(stream)
+    return statistics.median(times)
