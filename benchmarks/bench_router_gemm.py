@@ -32,6 +32,7 @@ SHAPES = {
     "longcat_lite": (3072, 384, (1, 16, 64, 128, 256, 512, 1024, 4096)),
 }
 QUICK_M = (1, 64, 4096)
+SKIP_PATHS: list[str] = []  # --skip-paths: path suffixes left out of the sweep
 
 
 @contextlib.contextmanager
@@ -95,8 +96,10 @@ def sweep_paths(paths: BenchResults, case: dict, x, rw: RouterWeight, ref, ref_t
     plans += [Plan("fp32pf", s) for s in (1, 2, 4, 8) if M <= GEMV_MAX_M]
     plans += [Plan(p, s) for p in GEMV_PATHS for s in GEMV_SPLITS if M <= GEMV_MAX_M and gemv_fits(M, K, s, p)]
     plans += [Plan(p, s) for p in ("narrow", "wide", "wide96") for s in (1, 2, 4, 8) if s <= K // 64]
-    if M >= 128:  # cluster-free split-K (S=1 is the cluster path's S=1)
-        plans += [Plan(p, s) for p in WS_PATHS for s in (2, 4, 8) if s <= K // 64]
+    if M >= 128:  # cluster-free split-K (S=1 is the cluster path's S=1, except with multicast)
+        plans += [Plan(p, s) for p in WS_PATHS for s in ((1, 2, 4, 8) if WS_PATHS[p][2] else (2, 4, 8))
+                  if s <= K // 64]
+    plans = [p for p in plans if not any(p.path.endswith("_" + skip) for skip in SKIP_PATHS)]
     chosen = plan_for(M, N, K, x.device)
     if M <= 64:  # the same call with a warm L2: how much of the cold time is the cold start
         paths.add("chosen_warm_l2", bench_us(lambda: launch(x, rw, out, chosen), reps=reps, flush_l2=False), **case)
@@ -120,7 +123,9 @@ def main() -> None:
                     help="comma-separated M values to run at every shape (instead of each shape's list)")
     ap.add_argument("--shapes", default=None,
                     help="only these cases: comma-separated name:M1/M2 entries, e.g. longcat_chat:512,generic:4096")
+    ap.add_argument("--skip-paths", default="", help="comma-separated path suffixes to leave out of the sweep, e.g. wsm,wspm")
     args = ap.parse_args()
+    SKIP_PATHS.extend(p for p in args.skip_paths.split(",") if p)
     only = None
     if args.shapes:
         only = {}

@@ -26,6 +26,14 @@ def test_ws_paths_map_to_tiles_and_modes():
     assert Plan("narrow_ws", 1).ws_mode == 0  # no split: nothing to reduce
     assert Plan("wide96", 4).ws_mode == 0 and Plan("fp32", 2).tile is None
     assert set(heuristics.WS_PATHS) <= set(heuristics.PATHS)
+    assert Plan("wide96_wspm", 4).multicast and Plan("wide96_wspm", 4).ws_mode == 2
+    assert Plan("wide_wsm", 1).multicast and Plan("wide_wsm", 1).ws_mode == 0
+    assert not Plan("wide96_wsp", 4).multicast and not Plan("wide96", 1).multicast
+    # Multicast pads an odd M tile count: 3 tiles of 128 rows -> 4, times 8 N tiles.
+    assert heuristics.bf16x2_tiles(heuristics.TILE_WIDE96, 300, 768, multicast=True) == 32
+    assert heuristics.bf16x2_tiles(heuristics.TILE_WIDE96, 300, 768) == 24
+    assert heuristics.ws_launch_mode(Plan("wide96_wspm", 4), 300, 768, 132) == 2
+    assert heuristics.ws_launch_mode(Plan("wide96_wspm", 4), 300, 768, 120) == 1
 
 
 def test_ws_splits_fill_one_wave():
@@ -116,6 +124,10 @@ def _router_weight(K: int, N: int):
 @example(shape=SHAPES[0], M=4096, path="wide_wsp", splits=4, seed=3)
 @example(shape=SHAPES[0], M=4095, path="wide96_ws", splits=2, seed=4)
 @example(shape=SHAPES[0], M=129, path="narrow_wsp", splits=8, seed=5)
+@example(shape=SHAPES[1], M=300, path="wide96_wspm", splits=4, seed=6)  # 3 M tiles: a phantom one
+@example(shape=SHAPES[2], M=1024, path="wide96_wspm", splits=4, seed=7)
+@example(shape=SHAPES[0], M=4096, path="wide96_wsm", splits=2, seed=8)
+@example(shape=SHAPES[0], M=100, path="wide_wspm", splits=8, seed=9)
 def test_ws_matches_fp64_and_cluster_bits(shape, M, path, splits, seed):
     K, N = shape
     rw = _router_weight(K, N)
@@ -131,7 +143,7 @@ def test_ws_matches_fp64_and_cluster_bits(shape, M, path, splits, seed):
 
 
 @gpu
-@pytest.mark.parametrize("path", ["wide96_ws", "wide96_wsp", "wide_wsp"])
+@pytest.mark.parametrize("path", ["wide96_ws", "wide96_wsp", "wide_wsp", "wide96_wspm"])
 def test_ws_graph_replay_equals_eager(path):
     from hpc_router_gemm.router_gemm import launch
 
@@ -219,3 +231,14 @@ def test_ws_pdl_back_to_back(pdl):
     for o in outs:
         assert_bitwise_equal(o, ref, name=f"back to back pdl={pdl}")
     _counters_are_zero()
+
+
+@gpu
+@pytest.mark.parametrize("K,N,M", [(6144, 768, 4096), (3072, 384, 333), (4096, 192, 64)])
+@pytest.mark.parametrize("path", ["wide_wspm", "wide96_wspm"])
+def test_multicast_without_split_matches_plain_tile(K, N, M, path):
+    rw = _router_weight(K, N)
+    x, _ = make_inputs(M, K, N, seed=M + 25)
+    out = _launch(x, rw, Plan(path, 1))
+    check_against_fp64(out, x, rw.weight, strict_top8=False, tag=f"{path} S=1 M={M}")
+    assert_bitwise_equal(_launch(x, rw, Plan(path.rsplit("_", 1)[0], 1)), out, name=f"{path} S=1 vs plain")

@@ -13,9 +13,9 @@ from hpc_router_gemm.router_gemm import launch
 
 _ext.load()  # build before anything is profiled
 CASES = {
-    (6144, 768, 512): (Plan("wide96", 2), Plan("wide96_ws", 4), Plan("wide96_wsp", 4), Plan("wide_wsp", 8)),
-    (3072, 384, 1024): (Plan("wide96", 2), Plan("wide96_wsp", 4)),
-    (4096, 192, 4096): (Plan("wide96", 2), Plan("wide96_wsp", 2), Plan("wide_wsp", 4)),
+    (6144, 768, 512): (Plan("wide96_wsp", 4), Plan("wide96_wspm", 4)),
+    (3072, 384, 1024): (Plan("wide96_wsp", 4), Plan("wide96_wspm", 4)),
+    (4096, 192, 4096): (Plan("wide96", 2), Plan("wide96_wspm", 2), Plan("wide96_wspm", 1)),
 }
 for (K, N, M), plans in CASES.items():
     x = torch.randn(M, K, device="cuda").to(torch.bfloat16)

@@ -11,7 +11,8 @@ kernel with three tiles: `narrow` (64 x 32, for skinny M), `wide` (128 x 192) an
 three tiles also split K without a cluster, through a global workspace (splitk_workspace.cuh):
 `<tile>_ws` (the last CTA of a tile to arrive sums it) and `<tile>_wsp` (all S CTAs wait for
 each other and each sums 1/S of the tile; only when the whole grid fits at once, else the
-`_ws` reduction runs). They sum the partials in the cluster's rank order: same bits as the
+`_ws` reduction runs); `wide*_wsm` / `wide*_wspm` add the weight multicast (2-CTA clusters of
+neighbouring M tiles share each weight tile; with S = 1 they are plain multicast plans). They sum the partials in the cluster's rank order: same bits as the
 cluster plan with the same S, which is also their fallback under graph capture without a
 workspace (split_workspace.py).
 
@@ -36,9 +37,12 @@ GEMV_SMEM_BUDGET = 227 * 1024 - 1024
 TILE_NARROW, TILE_WIDE, TILE_WIDE96 = 0, 1, 2
 TILE_GEMV = 3  # not a wgmma tile: the key of the gemv kernel's resident-cluster query
 TILES = {"narrow": TILE_NARROW, "wide": TILE_WIDE, "wide96": TILE_WIDE96}
-# Cluster-free split-K paths: path -> (tile, ws_mode of the kernel: 1 last arrival, 2 all reduce).
-WS_PATHS = {f"{name}_{suffix}": (tile, mode) for name, tile in TILES.items()
+# Cluster-free split-K paths: path -> (tile, ws_mode of the kernel: 1 last arrival, 2 all
+# reduce, weight multicast over M pairs).
+WS_PATHS = {f"{name}_{suffix}": (tile, mode, 0) for name, tile in TILES.items()
             for suffix, mode in (("ws", 1), ("wsp", 2))}
+WS_PATHS.update({f"{name}_{suffix}": (TILES[name], mode, 1) for name in ("wide", "wide96")
+                 for suffix, mode in (("wsm", 1), ("wspm", 2))})
 TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 96)}  # (BM, BN)
 SPLIT_CHOICES = (1, 2, 4, 8)
 FP32_PATHS = ("fp32", "fp32pf")  # one kernel; "fp32pf" adds the L2 bulk prefetch
@@ -59,6 +63,11 @@ class Plan:
     def ws_mode(self) -> int:
         """0: cluster split (or none); 1 / 2: workspace split (see WS_PATHS)."""
         return WS_PATHS[self.path][1] if self.path in WS_PATHS and self.splits > 1 else 0
+
+    @property
+    def multicast(self) -> bool:
+        """Weight tiles shared by 2-CTA clusters of neighbouring M tiles."""
+        return self.path in WS_PATHS and WS_PATHS[self.path][2] == 1
 
 
 # (K, N) -> [(largest M, path, splits), ...] in increasing M; the last row covers every
@@ -173,9 +182,12 @@ def bf16x2_splits(tile: int, M: int, N: int, K: int, max_clusters: Callable[[int
     return best
 
 
-def bf16x2_tiles(tile: int, M: int, N: int) -> int:
+def bf16x2_tiles(tile: int, M: int, N: int, multicast: bool = False) -> int:
+    """Output tiles of the grid; with multicast an odd M tile count is padded to even (the
+    phantom tile's CTAs load zeros and store nothing, but own workspace and a counter)."""
     bm, bn = TILE_SHAPES[tile]
-    return math.ceil(M / bm) * math.ceil(N / bn)
+    tm = math.ceil(M / bm)
+    return (tm + (tm & 1 if multicast else 0)) * math.ceil(N / bn)
 
 
 def ws_splits(tile: int, M: int, N: int, K: int, resident_ctas: int) -> int:
@@ -197,9 +209,10 @@ def ws_splits(tile: int, M: int, N: int, K: int, resident_ctas: int) -> int:
 
 def ws_launch_mode(plan: Plan, M: int, N: int, resident_ctas: int) -> int:
     """The kernel's ws_mode for a plan: `_wsp` (all CTAs wait for each other) only when every
-    CTA of the grid is resident at once, else the last-arrival reduction."""
+    CTA of the grid is resident at once, else the last-arrival reduction. `resident_ctas`:
+    CTAs of this tile resident at once (in 2-CTA clusters for multicast plans)."""
     mode = plan.ws_mode
-    if mode == 2 and bf16x2_tiles(plan.tile, M, N) * plan.splits > resident_ctas:
+    if mode == 2 and bf16x2_tiles(plan.tile, M, N, plan.multicast) * plan.splits > resident_ctas:
         return 1
     return mode
 
@@ -237,8 +250,8 @@ def choose_plan(M: int, N: int, K: int, max_clusters: Callable[[int, int], int],
             raise ValueError(f"router_gemm: the {path} path serves M <= {FP32_MAX_M}, got M={M}")
         return Plan(path, fp32_splits(K, N, num_sms))
     if path in WS_PATHS:
-        tile = WS_PATHS[path][0]
-        return Plan(path, ws_splits(tile, M, N, K, max_clusters(tile, 1)))
+        tile, _, mc = WS_PATHS[path]
+        return Plan(path, ws_splits(tile, M, N, K, 2 * max_clusters(tile, 2) if mc else max_clusters(tile, 1)))
     if path not in TILES:
         raise ValueError(f"router_gemm: unknown path {path!r} (one of {', '.join(PATHS)})")
     tile = TILES[path]

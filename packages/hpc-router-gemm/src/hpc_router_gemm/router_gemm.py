@@ -94,15 +94,19 @@ def launch(x: torch.Tensor, rw: RouterWeight, out: torch.Tensor, plan: Plan, pdl
         ext.fp32_splitk(x.data_ptr(), x.stride(0), rw.weight.data_ptr(), out.data_ptr(), out.stride(0),
                         M, N, K, plan.splits, plan.path == "fp32pf", pdl, stream)
     else:
-        mode, ws_ptr, ctr_ptr = 0, 0, 0
+        mode, ws_ptr, ctr_ptr, mc = 0, 0, 0, plan.multicast
         if plan.ws_mode:
-            tiles = bf16x2_tiles(plan.tile, M, N)
+            tiles = bf16x2_tiles(plan.tile, M, N, mc)
             ws = get_workspace(x.device, stream, workspace_floats(tiles, plan.splits, *TILE_SHAPES[plan.tile]), tiles)
-            if ws is not None:  # None: capture without a workspace; the cluster split gives the same bits
-                mode = ws_launch_mode(plan, M, N, _scaled_max_clusters(x.device)(plan.tile, 1))
+            if ws is None:  # capture without a workspace: the cluster split gives the same bits
+                mc = False
+            else:
+                max_clusters = _scaled_max_clusters(x.device)
+                resident = 2 * max_clusters(plan.tile, 2) if mc else max_clusters(plan.tile, 1)
+                mode = ws_launch_mode(plan, M, N, resident)
                 ws_ptr, ctr_ptr = ws.partials.data_ptr(), ws.counters.data_ptr()
         ext.bf16x2(plan.tile, x.data_ptr(), x.stride(0), rw.w_hi.data_ptr(), rw.w_lo.data_ptr(), out.data_ptr(),
-                   out.stride(0), M, N, K, plan.splits, pdl, stream, mode, ws_ptr, ctr_ptr)
+                   out.stride(0), M, N, K, plan.splits, pdl, stream, mode, ws_ptr, ctr_ptr, int(mc))
 
 
 class _Prepared:

@@ -13,6 +13,14 @@
 // through distributed shared memory (deterministic; no atomics, no workspace). With a
 // workspace (ws_mode 1 or 2, splitk_workspace.cuh) the S CTAs are not a cluster: each writes
 // its tile to global memory and the sum is formed in the same rank order (same bits).
+//
+// Weight multicast (multicast = 1, workspace split or none): two CTAs with neighbouring M
+// tiles and the same N tile and K range form a 2-CTA cluster; each loads its own x tile and
+// one half of the W_hi / W_lo rows, multicast into both CTAs, so each weight byte leaves L2
+// once per pair (run 3's ncu: the wide96 main loop streams ~7 TB/s from L2, the likely
+// limit). A stage is refilled only after the consumers of both CTAs released it (their
+// warps arrive on both CTAs' empty barriers); a cluster barrier after the main loop keeps
+// either CTA from exiting while its peer may still write into it or arrive on its barriers.
 #pragma once
 
 #include <cuda.h>
@@ -37,6 +45,9 @@ struct Bf16x2DevParams {
   float* ws;      // split-K partials, [tile][rank][R / 4][consumer thread] float4 (ws_mode != 0)
   int* counters;  // one arrival counter per tile, zero between calls
   int ws_mode;    // 0: cluster reduction (or no split); 1: last arrival reduces; 2: all reduce
+  int multicast;  // 1: 2-CTA clusters along M share the weight tiles (see above)
+  int splits;     // CTAs along K
+  int tiles_n;    // N tiles (tile index = m_tile * tiles_n + n_tile)
 };
 
 template <int BN_, int WGS_, int STAGES_>
@@ -85,6 +96,18 @@ __device__ __forceinline__ void cluster_reduce_store(const Bf16x2DevParams& p, u
   sm90::cluster_sync();  // peers may still read this CTA's tile
 }
 
+// A consumer warp frees a ring stage: on its own CTA's barrier, or with multicast on both
+// CTAs' (either producer may refill the stage's weight half in both CTAs).
+__device__ __forceinline__ void release_stage(uint64_t* bar, bool mc) {
+  if (!mc) {
+    sm90::mbar_arrive(bar);
+    return;
+  }
+  const uint32_t addr = sm90::smem_u32(bar);
+#pragma unroll
+  for (uint32_t r = 0; r < 2; ++r) sm90::mbar_arrive_cluster(sm90::map_to_rank(addr, r));
+}
+
 template <int BN, int WGS, int STAGES>
 __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
     router_gemm_bf16x2_wgmma_kernel(const __grid_constant__ CUtensorMap tm_x,
@@ -97,10 +120,15 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
   uint64_t* empty = full + STAGES;
 
   const int wg = threadIdx.x / 128;
-  const int splits = gridDim.x;
+  const bool mc = p.multicast != 0;
+  const int splits = p.splits;
   const bool cluster_split = splits > 1 && p.ws_mode == 0;
-  const uint32_t rank = blockIdx.x;  // == the cluster rank when the split is a cluster
-  const int n0 = blockIdx.y * BN, m0 = blockIdx.z * C::BM;
+  // Grid: (splits, tiles_n, tiles_m), or with multicast (2, splits * tiles_n, tiles_m / 2)
+  // with the pair of M tiles along x (the cluster). rank == the cluster rank for a cluster split.
+  const uint32_t rank = mc ? blockIdx.y % splits : blockIdx.x;
+  const int n_tile = mc ? static_cast<int>(blockIdx.y) / splits : static_cast<int>(blockIdx.y);
+  const int m_tile = mc ? static_cast<int>(blockIdx.z) * 2 + static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.z);
+  const int n0 = n_tile * BN, m0 = m_tile * C::BM;
   const int ksteps = p.K / C::BK;
   const int kb0 = static_cast<int>(rank) * ksteps / splits;
   const int nk = (static_cast<int>(rank) + 1) * ksteps / splits - kb0;
@@ -109,7 +137,7 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       sm90::mbar_init(&full[s], 1);
-      sm90::mbar_init(&empty[s], WGS * 4);  // one arrival per consumer warp
+      sm90::mbar_init(&empty[s], WGS * 4 * (mc ? 2 : 1));  // one arrival per consumer warp (of both CTAs)
     }
     sm90::mbar_init_fence();
   }
@@ -118,7 +146,11 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
     sm90::tma_prefetch_desc(&tm_whi);
     sm90::tma_prefetch_desc(&tm_wlo);
   }
-  __syncthreads();
+  if (mc) {
+    sm90::cluster_sync();  // the peer's multicast must find this CTA's barriers initialised
+  } else {
+    __syncthreads();
+  }
   hpc::pdl_wait();
 
   if (wg == WGS) {
@@ -131,13 +163,27 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
         uint8_t* st = smem + s * C::kStageBytes;
         sm90::mbar_arrive_expect_tx(&full[s], C::kStageBytes);
         const int kc = (kb0 + i) * C::BK;
-        sm90::tma_load_2d(st, &tm_x, &full[s], kc, m0);
-        sm90::tma_load_2d(st + C::kXBytes, &tm_whi, &full[s], kc, n0);
-        sm90::tma_load_2d(st + C::kXBytes + C::kWBytes, &tm_wlo, &full[s], kc, n0);
+        // A phantom M tile (multicast, odd tile count) reads tile 0's rows: its consumers skip
+        // the math and nothing of it is stored, it only has to keep the pair's handshake.
+        sm90::tma_load_2d(st, &tm_x, &full[s], kc, m0 < p.M ? m0 : 0);
+        if (mc) {  // this CTA's half of the weight rows, into both CTAs (same offsets)
+          constexpr int kHalf = BN / 2;
+          const int c = static_cast<int>(blockIdx.x);
+          sm90::tma_load_2d_multicast(st + C::kXBytes + c * kHalf * 128, &tm_whi, &full[s], kc, n0 + c * kHalf, 0x3);
+          sm90::tma_load_2d_multicast(st + C::kXBytes + C::kWBytes + c * kHalf * 128, &tm_wlo, &full[s], kc,
+                                      n0 + c * kHalf, 0x3);
+        } else {
+          sm90::tma_load_2d(st + C::kXBytes, &tm_whi, &full[s], kc, n0);
+          sm90::tma_load_2d(st + C::kXBytes + C::kWBytes, &tm_wlo, &full[s], kc, n0);
+        }
       }
       // Watch the last load land too: a TMA that never completes would otherwise leave the
       // consumers (who wait without a watchdog) spinning forever.
       if (nk > 0) sm90::mbar_wait<true>(&full[(nk - 1) % STAGES], ((nk - 1) / STAGES) & 1);
+    }
+    if (mc) {
+      __syncwarp();
+      sm90::cluster_sync();  // pairs with the consumers' barrier after their main loop
     }
     if (cluster_split) cluster_reduce_store<C>(p, smem, splits, rank, m0, n0);
   } else {
@@ -165,12 +211,16 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
         }
         sm90::wgmma_commit();
         sm90::wgmma_wait<1>();  // the previous K block's products are done: free its stage
-        if (i > 0 && lane == 0) sm90::mbar_arrive(&empty[(i - 1) % STAGES]);
+        if (i > 0 && lane == 0) release_stage(&empty[(i - 1) % STAGES], mc);
       } else if (lane == 0) {
-        sm90::mbar_arrive(&empty[s]);
+        release_stage(&empty[s], mc);
       }
     }
     sm90::wgmma_wait<0>();
+    if (mc) {
+      __syncwarp();
+      sm90::cluster_sync();  // every remote arrival and multicast write of the pair is done
+    }
     sm90::fence_regs(acc_hi);
     sm90::fence_regs(acc_lo);
     hpc::pdl_launch_dependents();
@@ -185,7 +235,7 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
     if (splits > 1 && !cluster_split) {
       // Workspace split-K: every consumer thread (active or not: zeros) writes its slot.
       constexpr int kCT = WGS * 128, T = (R / 4) * kCT;
-      const int tile = blockIdx.z * gridDim.y + blockIdx.y;
+      const int tile = m_tile * p.tiles_n + n_tile;
       const float4* part = reinterpret_cast<const float4*>(p.ws) + static_cast<int64_t>(tile) * splits * T;
       splitk::store_partial<R, kCT>(reinterpret_cast<float4*>(p.ws) + (static_cast<int64_t>(tile) * splits + rank) * T,
                                     acc_hi, threadIdx.x);
@@ -242,6 +292,7 @@ template <class C>
 inline cudaError_t launch_router_gemm_bf16x2(const Bf16x2Params& p, cudaStream_t stream, bool pdl) {
   const bool pow2 = p.splits == 1 || p.splits == 2 || p.splits == 4 || p.splits == 8;
   const bool ws = p.ws_mode != 0 && p.splits > 1;
+  const bool mc = p.multicast != 0;
   if (p.M < 1 || p.N < 8 || p.N % 8 || p.K < C::BK || p.K % C::BK || p.x_stride % 8 || p.out_stride % 4 ||
       p.ws_mode < 0 || p.ws_mode > 2) {
     return cudaErrorInvalidValue;
@@ -252,14 +303,23 @@ inline cudaError_t launch_router_gemm_bf16x2(const Bf16x2Params& p, cudaStream_t
          : (!pow2 || C::BM % p.splits)) {
     return cudaErrorInvalidValue;
   }
+  // Multicast: the weight box is half a tile (whole 8-row swizzle atoms); a K split must go
+  // through the workspace (the cluster is the M pair).
+  if (mc && (C::BN % 16 || (p.splits > 1 && !ws))) return cudaErrorInvalidValue;
   CUtensorMap tm_x, tm_whi, tm_wlo;
   cudaError_t e = encode_bf16_2d_sw128(&tm_x, p.x, p.K, p.M, static_cast<uint64_t>(p.x_stride) * 2, C::BK, C::BM);
-  if (e == cudaSuccess) e = encode_bf16_2d_sw128(&tm_whi, p.w_hi, p.K, p.N, static_cast<uint64_t>(p.K) * 2, C::BK, C::BN);
-  if (e == cudaSuccess) e = encode_bf16_2d_sw128(&tm_wlo, p.w_lo, p.K, p.N, static_cast<uint64_t>(p.K) * 2, C::BK, C::BN);
+  const uint32_t wbox = mc ? C::BN / 2 : C::BN;
+  if (e == cudaSuccess) e = encode_bf16_2d_sw128(&tm_whi, p.w_hi, p.K, p.N, static_cast<uint64_t>(p.K) * 2, C::BK, wbox);
+  if (e == cudaSuccess) e = encode_bf16_2d_sw128(&tm_wlo, p.w_lo, p.K, p.N, static_cast<uint64_t>(p.K) * 2, C::BK, wbox);
   if (e != cudaSuccess) return e;
-  const Bf16x2DevParams dp{p.out, p.out_stride, p.M, p.N, p.K, p.ws, p.counters, ws ? p.ws_mode : 0};
-  dim3 grid(p.splits, (p.N + C::BN - 1) / C::BN, (p.M + C::BM - 1) / C::BM);
-  return hpc::launch_kernel_cluster(bf16x2_kernel<C>(), grid, dim3(C::kThreads), C::kSmemBytes, ws ? 1 : p.splits,
+  const int tiles_n = (p.N + C::BN - 1) / C::BN, tiles_m = (p.M + C::BM - 1) / C::BM;
+  const Bf16x2DevParams dp{p.out, p.out_stride, p.M, p.N, p.K, p.ws, p.counters, ws ? p.ws_mode : 0,
+                           mc ? 1 : 0, p.splits, tiles_n};
+  // With multicast an odd tile count gets a phantom M tile (rows past M: zeros, no stores;
+  // the workspace and counters are sized for the even count, see split_workspace.py).
+  const dim3 grid = mc ? dim3(2, p.splits * tiles_n, (tiles_m + 1) / 2) : dim3(p.splits, tiles_n, tiles_m);
+  return hpc::launch_kernel_cluster(bf16x2_kernel<C>(), grid, dim3(C::kThreads), C::kSmemBytes,
+                                    mc ? 2 : ws ? 1 : p.splits,
                                     stream, pdl,
                              tm_x, tm_whi, tm_wlo, dp);
 }

@@ -52,6 +52,10 @@ struct Bf16x2Params {
   float* ws = nullptr;
   int* counters = nullptr;
   int ws_mode = 0;
+  // 1: two CTAs of neighbouring M tiles form a cluster and multicast the weight tiles to
+  // each other (a K split then needs ws_mode != 0); ws and counters cover an even number
+  // of M tiles.
+  int multicast = 0;
 };
 
 // C entry points (csrc/router_gemm.cu). `tile`: 0 = narrow (64 x 32), 1 = wide (128 x 192),

@@ -29,6 +29,23 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
+// The same box into this CTA and every CTA of `cta_mask` in the cluster (same shared-memory
+// offset; each destination's barrier at `bar`'s offset counts the bytes).
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                                      uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
+      : "memory");
+}
+
+// Arrive on an mbarrier of any CTA of the cluster (address from map_to_rank), release at
+// cluster scope: this warp's reads of the stage are ordered before the peer's refill.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_addr) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
+}
+
 // ---- wgmma ------------------------------------------------------------------------------
 // Shared-memory matrix descriptor for a K-major tile written by TMA with 128-byte swizzle:
 // rows of 64 BF16 (128 B), 8-row atoms 1024 B apart (SBO); LBO is unused in this mode.
