@@ -84,10 +84,11 @@ TABLE: dict[tuple[int, int], list[tuple[int, str, int]]] = {
     # 17.9 [narrow S=2 20.6]; 2048: wide96 S=2 25.8 [wide S=4 28.7]; 4096: wide96 S=2 28.8
     # [wide96 S=1 40.3].
     # M=1: gemvr S=1 6.59 (r2) [fp32 S=8 7.10, gemvr S=2 7.23; FP32 cuBLAS 7.55].
-    # Run 3 (NOTES.md "Large M, third session", sweep of the tree 71353ad): M=1024 wide96_wsp
-    # S=8 16.19 [wide96 S=4 16.90]; 2048 wide96_wsp S=4 20.45 [wide96_ws S=4 24.64, wide96 S=2
-    # 25.02]; 4096 wide96 S=2 27.39 [wide96_wsp S=2 30.10: the global reduction costs ~2.7 us
-    # more than the cluster's at S=2].
+    # Runs A / B (NOTES.md "Large M, third session", trees 71353ad / ea8505d): M=1024
+    # wide96_wsp S=8 16.19 / 16.16 [wide96 S=4 16.90 / 17.66]; 2048 wide96_wsp S=4 20.45 /
+    # 20.67 [wide96_ws S=4 24.64 / 24.22, wide96 S=2 25.02 / 26.59]; 4096 wide96 S=2 27.39 /
+    # 28.18 [wide96_wsp S=2 30.10 / 30.64: the global reduction costs ~2.5 us more than the
+    # cluster's at S=2; wide96_wspm S=2 53.4: multicast slower].
     (4096, 192): [(1, "gemvr", 1), (8, "fp32", 8), (256, "narrow", 8), (512, "narrow", 4), (1024, "wide96_wsp", 8),
                   (2048, "wide96_wsp", 4), (1 << 30, "wide96", 2)],
     # K=6144 N=768. M=1: fp32 S=2 14.3 [wide96 S=8 16.1]; 16: narrow S=8 15.2 [S=4 15.6];
@@ -99,10 +100,11 @@ TABLE: dict[tuple[int, int], list[tuple[int, str, int]]] = {
     # M=1: gemvr S=1 11.68 (r2) [fp32 S=2 12.35, gemv S=1 12.74; FP32 cuBLAS 11.10: still
     # behind]. M=2, 4, 8: fp32 S=2 13.10 / 13.34 / 13.70 (r1), 12.99 / 13.15 / 13.63 (r2)
     # [narrow S=8 at M=8 15.17 / 15.10, the old row; gemv S=1 13.5-20.0].
-    # Run 3: 256 wide96 S=4 21.25 [wide96_wsp S=8 20.99, a tie]; 512 wide96_wsp S=4 25.31
-    # [wide_wsp S=8 29.70, wide96_ws S=4 29.79, wide96 S=2 33.38; TF32 29.55]; 1024 wide96 S=2
-    # 34.56 [wide96_wsp S=2 37.63].
-    (6144, 768): [(1, "gemvr", 1), (8, "fp32", 2), (64, "narrow", 8), (128, "wide96", 8), (256, "wide96", 4),
+    # Runs A / B of the third session (NOTES.md): 256 wide96_wsp S=8 20.99 / 20.08 [wide96 S=4 21.25 /
+    # 22.54]; 512 wide96_wsp S=4 25.31 / 25.44 [wide_wsp S=8 29.70 / 29.60, wide96_ws S=4 29.79
+    # / 29.25, wide96 S=2 33.38 / 35.52; TF32 29.55 / 29.41]; 1024 wide96 S=2 34.56 / 36.18
+    # [wide96_wsp S=2 37.63 / 39.06]; 4096 wide S=1 106.80 [wide_wspm S=1 139.6].
+    (6144, 768): [(1, "gemvr", 1), (8, "fp32", 2), (64, "narrow", 8), (128, "wide96", 8), (256, "wide96_wsp", 8),
                   (512, "wide96_wsp", 4), (1024, "wide96", 2), (1 << 30, "wide", 1)],
     # K=3072 N=384. M=1: fp32 S=2 9.2-9.8 [narrow S=8 9.6]; 16, 64, 128: narrow S=8 9.5,
     # 9.6, 10.6 [wide96 S=8 13.3 at 128]; 256: narrow S=4 12.2 [wide96 S=8 13.5]; 512:
@@ -112,8 +114,9 @@ TABLE: dict[tuple[int, int], list[tuple[int, str, int]]] = {
     # M=1: gemvr S=1 7.25 (r2) [fp32 S=2 7.87; FP32 cuBLAS 7.58]. M=2, 4, 8: fp32 S=4 8.37 /
     # 8.43 / 8.54 (r1), 8.45 / 8.35 / 8.58 (r2) [fp32 S=2 8.70-8.93; narrow S=8 8.77 / 8.86
     # at M=8, the old row].
-    # Run 3: 512 wide96 S=4 14.91 [wide96_wsp S=8 15.17]; 1024 wide96_wsp S=4 17.89 [wide96 S=2
-    # 20.70; TF32 17.89, a tie]; 2048 wide96 S=2 21.44 [wide96_wsp S=2 25.06].
+    # Runs A / B: 512 wide96 S=4 14.91 / 15.41 [wide96_wsp S=8 15.17 / 15.10]; 1024 wide96_wsp
+    # S=4 17.89 / 18.27 [wide96 S=2 20.70 / 22.02; TF32 17.89 / 18.21: a tie]; 2048 wide96 S=2
+    # 21.44 / 22.50 [wide96_wsp S=2 25.06 / 25.70].
     (3072, 384): [(1, "gemvr", 1), (8, "fp32", 4), (128, "narrow", 8), (256, "narrow", 4), (512, "wide96", 4),
                   (1024, "wide96_wsp", 4), (2048, "wide96", 2), (1 << 30, "wide96", 1)],
 }
