@@ -3,6 +3,14 @@
 # Usage (on the device machine, from the repo root): bash tools/gpu_check.sh OUT_DIR [pytest -k expr] [bench glob]
 # Writes (packed into OUT_DIR/gpu_check.tgz) OUT_DIR/prebuild.log, OUT_DIR/gpu_tests.log (+ junit xml), OUT_DIR/bench.log and
 # benchmark JSON/Markdown under OUT_DIR/results/<gpu>/.
+# Targeted runs (save device time): HPC_GPU_TESTS="tests/router_gemm" limits the test paths
+# ("none" skips the tests), HPC_SKIP_PREBUILD=1 lets each test JIT-build only what it imports,
+# HPC_SKIP_TIMING_CHECK=1 skips tools/timing_check.py, HPC_BENCH_ARGS adds flags to every
+# benchmark, HPC_BENCH_ARGS_<name> to bench_<name>.py only (e.g. HPC_BENCH_ARGS_fp8_quant=--no-ref).
+# HPC_DEADLINE_S=N: every step gets a timeout so the whole script ends within N seconds and the
+# archive is always written (steps that would start with < 15 s left are skipped).
+# HPC_NCU_SCRIPTS="a.py b.py": after the benchmarks, `ncu --set full` of each (profiler range),
+# details page written to OUT/ncu_<script name>.txt.
 set -uo pipefail
 OUT=${1:?usage: gpu_check.sh OUT_DIR [pytest-k] [bench-glob]}
 KEXPR=${2:-}
@@ -16,11 +24,18 @@ export PYTHONUNBUFFERED=1
 export HPC_GIT_COMMIT=${HPC_GIT_COMMIT:-$(cat tools/gpu_commit.txt 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 export HPC_JIT_CACHE_DIR=${HPC_JIT_CACHE_DIR:-/tmp/hpc_jit}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+DEADLINE=$(( $(date +%s) + ${HPC_DEADLINE_S:-1000000} - 10 ))  # 10 s kept for the archive
+# step CMD...: run with the time left as timeout; skipped (rc 124) with < 15 s left.
+step() {
+  local left=$(( DEADLINE - $(date +%s) ))
+  if [ "$left" -lt 15 ]; then echo "skipped (deadline): $*"; return 124; fi
+  timeout "$left" "$@"
+}
 
 if [ "${HPC_SKIP_PREBUILD:-0}" != 1 ]; then
   echo "== prebuild (parallel nvcc)"
   t0=$(date +%s)
-  python3 -m hpc_common.jit.prebuild 2>&1 | tee "$OUT/prebuild.log"
+  step python3 -m hpc_common.jit.prebuild 2>&1 | tee "$OUT/prebuild.log"
   echo "prebuild took $(( $(date +%s) - t0 ))s"
 fi
 
@@ -31,22 +46,31 @@ if [ "$TESTS" != none ]; then
   KARGS=()
   [ -n "$KEXPR" ] && KARGS=(-k "$KEXPR")
   # shellcheck disable=SC2086  # TESTS may name several paths
-  python3 -m pytest -m gpu -q -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" "${KARGS[@]}" $TESTS 2>&1 \
+  step python3 -m pytest -m gpu -q -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" "${KARGS[@]}" $TESTS 2>&1 \
     | tee "$OUT/gpu_tests.log" | tail -40
   TEST_RC=${PIPESTATUS[0]}
 fi
 
 if [ "${HPC_SKIP_TIMING_CHECK:-0}" != 1 ]; then
   echo "== timing harness check"
-  python3 tools/timing_check.py 2>&1 | tee "$OUT/timing_check.log"
+  step python3 tools/timing_check.py 2>&1 | tee "$OUT/timing_check.log"
 fi
 
 echo "== benchmarks ($BENCH_GLOB)"
 for b in benchmarks/$BENCH_GLOB; do
   [ -f "$b" ] || continue
+  name=$(basename "$b" .py)
+  own_var="HPC_BENCH_ARGS_${name#bench_}"
   echo "-- $b"
   # shellcheck disable=SC2086  # extra benchmark flags, e.g. HPC_BENCH_ARGS=--quick
-  python3 "$b" --out-dir "$OUT/results" ${HPC_BENCH_ARGS:-} 2>&1 | tee -a "$OUT/bench.log" | tail -30
+  step python3 "$b" --out-dir "$OUT/results" ${HPC_BENCH_ARGS:-} ${!own_var:-} 2>&1 | tee -a "$OUT/bench.log" | tail -30
+done
+for script in ${HPC_NCU_SCRIPTS:-}; do
+  echo "-- ncu $script"
+  tag=$(basename "$script" .py)
+  step ncu --clock-control none --profile-from-start off --set full -o "$OUT/ncu_$tag" python3 "$script" \
+    > "$OUT/ncu_$tag.log" 2>&1 && ncu --import "$OUT/ncu_$tag.ncu-rep" --page details > "$OUT/ncu_$tag.txt" 2>&1
+  rm -f "$OUT/ncu_$tag.ncu-rep"
 done
 echo "GPU tests exit code: $TEST_RC"
 # The device tool returns at most 8 files: pack everything into one archive.
