@@ -244,6 +244,24 @@ def bench_plan_256(res, reps):
         t = bench_us(lambda: ha.plan_decode(kv_lens, hkv, 8 * hkv, workspace=ws, validate=False), reps=reps)
         res.add("ours_plan", t, case="256x4K", Hq=8 * hkv, Hkv=hkv, kv_dtype="any")
         print(f"{'256x4K':>14} {8 * hkv:>2}/{hkv}  any {'ours_plan':>12}: {t:8.2f} us", flush=True)
+        # Diagnostic: the same plan with the planner's code already fetched into the L2 by a
+        # one-request plan launched just before it (after the flush), as the difference of
+        # [warm-up plan + plan] and [warm-up plan]: how much of ours_plan is cold instruction
+        # fetch (the flush evicts the kernel's code too). Its inputs stay cold.
+        one = torch.full((1,), 100, dtype=torch.int32, device="cuda")
+        ws1 = ha.DecodeWorkspace(1, hkv, 8 * hkv, 4096)
+
+        def warm():
+            ha.plan_decode(one, hkv, 8 * hkv, workspace=ws1, validate=False)
+
+        def warm_then_plan():
+            warm()
+            ha.plan_decode(kv_lens, hkv, 8 * hkv, workspace=ws, validate=False)
+
+        t_both, t_warm = bench_us(warm_then_plan, reps=reps), bench_us(warm, reps=reps)
+        res.add("diag_plan_code_warm", t_both - t_warm, case="256x4K", Hq=8 * hkv, Hkv=hkv, kv_dtype="any")
+        print(f"{'256x4K':>14} {8 * hkv:>2}/{hkv}  any {'plan, warm code':>12}: {t_both - t_warm:8.2f} us "
+              f"({t_both:.2f} - {t_warm:.2f})", flush=True)
 
 
 def main() -> None:
