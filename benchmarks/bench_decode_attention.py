@@ -23,6 +23,7 @@ the dequantised inputs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 import torch
@@ -30,12 +31,32 @@ from hpc_common.bench import BenchResults, bench_us, floor_us, gpu_slug
 from hpc_common.testing import error_stats
 
 import hpc_attention as ha
+from hpc_attention import heuristics
+from hpc_attention import paged_decode as pd
 from hpc_attention.reference import decode_reference
 
 CASES = ["64x0.5K", "64x4K", "32x128+32x4K", "2x32K+30x4K", "1x64K+15x4K", "1x128K+31x4K"]
 HEADS = [(8, 1), (64, 8)]
 PAGE = 64
 FP8 = torch.float8_e4m3fn
+
+
+@contextlib.contextmanager
+def overrides(merge=None, tma=None, **diag):
+    """Temporarily: the split-merge path (heuristics.MERGE_IN_DECODE), the producer
+    (heuristics.USE_TMA_PRODUCER) and the decode diagnostics (paged_decode.DIAG keys)."""
+    saved = heuristics.MERGE_IN_DECODE, heuristics.USE_TMA_PRODUCER, dict(pd.DIAG)
+    if merge is not None:
+        heuristics.MERGE_IN_DECODE = merge
+    if tma is not None:
+        heuristics.USE_TMA_PRODUCER = tma
+    pd.DIAG.update(diag)
+    try:
+        yield
+    finally:
+        heuristics.MERGE_IN_DECODE, heuristics.USE_TMA_PRODUCER = saved[:2]
+        pd.DIAG.clear()
+        pd.DIAG.update(saved[2])
 
 
 def parse_case(case: str) -> list[int]:
@@ -117,6 +138,15 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True):
         print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {provider:>12}: {t:8.2f} us  floor {floor:7.2f}"
               f"  {row['tbps']:.2f} TB/s" + (f"  rel_err {extra['rel_err']:.2e}" if extra else ""), flush=True)
 
+    def time_call(provider, plan, correct=True):
+        """Time decode with `plan` under the current overrides; rows with correct outputs carry
+        their error (diagnostics that skip work do not)."""
+        out = torch.empty(B, hq, 128, dtype=torch.bfloat16, device="cuda")
+        fn = (lambda: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out))
+        fn()
+        torch.cuda.synchronize()
+        add(provider, bench_us(fn, reps=reps), out.clone() if correct else None)
+
     kv_torch = torch.float8_e4m3fn if kv_dtype == "fp8" else torch.bfloat16
     variants = [("ours", None, None), ("ours_static", "auto", None)]
     if diag:  # the plan cut on tiles alone (version 4's plan): what the per-item task cost buys
@@ -125,11 +155,7 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True):
         ws = ha.DecodeWorkspace(B, hkv, hq, max_len, static_splits=static)
         plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, static_splits=static, kv_dtype=kv_torch,
                               task_cost=cost)
-        out = torch.empty(B, hq, 128, dtype=torch.bfloat16, device="cuda")
-        fn = (lambda plan=plan, out=out: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out))
-        fn()
-        torch.cuda.synchronize()
-        add(provider, bench_us(fn, reps=reps), out.clone())
+        time_call(provider, plan)
         if provider == "ours":
             t = bench_us(lambda ws=ws: ha.plan_decode(kv_lens, hkv, hq, workspace=ws, kv_dtype=kv_torch,
                                                       validate=False), reps=reps)
@@ -138,81 +164,34 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True):
             if diag:
                 # The other split-merge path (same plan and workspace): with the default
                 # MERGE_IN_DECODE = True this is the separate combine kernel of version 3.
-                from hpc_attention import heuristics
-                default = heuristics.MERGE_IN_DECODE
-                heuristics.MERGE_IN_DECODE = not default
-                try:
-                    out2 = torch.empty_like(out)
-                    fn2 = (lambda plan=plan, out2=out2: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks,
-                                                                  v_scale=vs, out=out2))
-                    fn2()
-                    torch.cuda.synchronize()
-                    t = bench_us(fn2, reps=reps)
-                finally:
-                    heuristics.MERGE_IN_DECODE = default
-                add("diag_separate_combine" if default else "diag_merge_in_decode", t, out2.clone())
+                merge_default = heuristics.MERGE_IN_DECODE
+                with overrides(merge=not merge_default):
+                    time_call("diag_separate_combine" if merge_default else "diag_merge_in_decode", plan)
                 # Diagnostics (outputs wrong while set): the decode kernel without the combine
                 # launch or the in-kernel merge, and the same with the consumers skipping the
-                # math (memory side only).
-                from hpc_attention import paged_decode as pd
-                for name, d in (("diag_decode_only", dict(skip_combine=True, flags=0)),
-                                ("diag_stream_only", dict(skip_combine=True, flags=1))):
-                    pd.DIAG.update(d)
-                    try:
-                        t = bench_us(fn, reps=reps)
-                    finally:
-                        pd.DIAG.update(skip_combine=False, flags=0)
-                    add(name, t)
-                # The other producer of the decode kernel (TMA vs cp.async), same plan: the full
-                # call (correct output), decode only and stream only.
-                saved = heuristics.USE_TMA_PRODUCER
+                # math (memory side only); the same three rows with the other producer (TMA vs
+                # cp.async), and for FP8 the TMA maps with 256-byte L2 promotion (FP8 rows are
+                # 128 B: the promotion also fetches the next head's row) against the default 128 B.
                 tma_default = pd._use_tma(PAGE, hkv)
                 other = "diag_cp_async" if tma_default else "diag_tma"
-                heuristics.USE_TMA_PRODUCER = not tma_default
-                try:
-                    out3 = torch.empty_like(out)
-                    fn3 = (lambda plan=plan, out3=out3: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks,
-                                                                  v_scale=vs, out=out3))
-                    fn3()
-                    torch.cuda.synchronize()
-                    add(other, bench_us(fn3, reps=reps), out3.clone())
-                    for name, d in (("_decode_only", dict(skip_combine=True, flags=0)),
-                                    ("_stream_only", dict(skip_combine=True, flags=1))):
-                        pd.DIAG.update(d)
-                        try:
-                            t = bench_us(fn3, reps=reps)
-                        finally:
-                            pd.DIAG.update(skip_combine=False, flags=0)
-                        add(other + name, t)
-                    if kv_dtype == "fp8":
-                        # TMA maps with 256-byte L2 promotion (FP8 rows are 128 B: the promotion
-                        # also fetches the next head's row), against the default 128 B.
-                        heuristics.USE_TMA_PRODUCER = True
-                        for name, d in (("diag_tma_promo256_decode_only", dict(skip_combine=True, flags=2)),
-                                        ("diag_tma_promo256_stream_only", dict(skip_combine=True, flags=3))):
-                            pd.DIAG.update(d)
-                            try:
-                                t = bench_us(fn3, reps=reps)
-                            finally:
-                                pd.DIAG.update(skip_combine=False, flags=0)
-                            add(name, t)
-                finally:
-                    heuristics.USE_TMA_PRODUCER = saved
+                runs = [("diag_decode_only", None, 0), ("diag_stream_only", None, 1),
+                        (other, not tma_default, None), (other + "_decode_only", not tma_default, 0),
+                        (other + "_stream_only", not tma_default, 1)]
+                if kv_dtype == "fp8":
+                    runs += [("diag_tma_promo256_decode_only", True, 2), ("diag_tma_promo256_stream_only", True, 3)]
+                for name, tma, flags in runs:
+                    if flags is None:  # the whole call
+                        with overrides(tma=tma):
+                            time_call(name, plan)
+                    else:
+                        with overrides(tma=tma, skip_combine=True, flags=flags):
+                            time_call(name, plan, correct=False)
                 # Version 4's kernel prologue and split-item arrival, one at a time (outputs
                 # correct): the first task read after bin_start instead of from bin_first, and an
                 # SC fence in every consumer thread instead of one acq_rel fence.
                 for name, flags in (("diag_v4_first_task_load", 4), ("diag_v4_sc_fences", 8)):
-                    pd.DIAG.update(flags=flags)
-                    try:
-                        out4 = torch.empty_like(out)
-                        fn4 = (lambda plan=plan, out4=out4: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks,
-                                                                      v_scale=vs, out=out4))
-                        fn4()
-                        torch.cuda.synchronize()
-                        t = bench_us(fn4, reps=reps)
-                    finally:
-                        pd.DIAG.update(flags=0)
-                    add(name, t, out4.clone())
+                    with overrides(flags=flags):
+                        time_call(name, plan)
         del ws
     if diag and case == "1x128K+31x4K":
         # The static variant with more splits than the default FlashDecoding rule (which gives
@@ -220,12 +199,7 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True):
         # dynamic / static ratio is also read against the best fixed split count.
         for splits in (16, 32, 64):
             ws = ha.DecodeWorkspace(B, hkv, hq, max_len, static_splits=splits)
-            plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, static_splits=splits)
-            out = torch.empty(B, hq, 128, dtype=torch.bfloat16, device="cuda")
-            fn = (lambda plan=plan, out=out: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out))
-            fn()
-            torch.cuda.synchronize()
-            add(f"diag_static_s{splits}", bench_us(fn, reps=reps), out.clone())
+            time_call(f"diag_static_s{splits}", ha.plan_decode(kv_lens, hkv, hq, workspace=ws, static_splits=splits))
             del ws
     for name, call in (("flashinfer", lambda: flashinfer_fn(q, k, v, pt, lens, kv_dtype, (ks, vs))),
                        ("flash_attn", lambda: flash_attn_fn(q, k, v, pt, kv_lens))):

@@ -82,32 +82,31 @@ def _same(a, b) -> bool:
                 and torch.equal(s.contiguous().view(torch.int32), sr.contiguous().view(torch.int32)))
 
 
-def _back_to_back_rows(res, mode, x, static, params, nbytes, fl, reps) -> None:
+def _add_row(res, provider, t, nbytes, x, params, timing=None, **extra) -> None:
+    """One results row (bandwidth against the copy ceiling) and its log line."""
+    tbps = nbytes / (t * 1e-6) / 1e12
+    res.add(provider, t, **params, pct_of_copy=round(100 * tbps / COPY_BANDWIDTH_TBPS, 1), **extra,
+            floor_us=floor_us(nbytes), tbps=tbps, **({"timing": timing} if timing else {}))
+    print(f"{params['mode']:20s} {tuple(x.shape)!s:18s} {params['dtype']:8s} {provider:9s} {t:9.2f} us "
+          f"{tbps:5.2f} TB/s ({100 * tbps / COPY_BANDWIDTH_TBPS:4.1f}% of copy)", flush=True)
+
+
+def _back_to_back_rows(res, ours_on, x, params, nbytes, reps) -> None:
     """Steady-state throughput: k calls back to back on k copies of the input (> 512 MB in all,
     so no call finds its input in the L2), against a device copy of the same input bytes timed the
-    same way (the ceiling as this method sees it)."""
+    same way (the ceiling as this method sees it). `ours_on(x)` is the default call on input x."""
     k = max(2, math.ceil((512 * MB) / (x.numel() * x.element_size())))
     xs = [x.clone() for _ in range(k)]
     dsts = [torch.empty_like(x) for _ in range(k)]
-    rows = [("ours_back_to_back", [(lambda xi=xi: _calls(mode, xi, static)[0]()) for xi in xs], nbytes),
-            ("torch_copy_back_to_back", [(lambda xi=xi, di=di: di.copy_(xi)) for xi, di in zip(xs, dsts)],
-             2 * x.numel() * x.element_size())]
+    copies = [(lambda xi=xi, di=di: di.copy_(xi)) for xi, di in zip(xs, dsts)]
+    copy_bytes = 2 * x.numel() * x.element_size()
     # The same device copy timed like every other row (one cold call after the L2 flush): how
     # close to 4.27 TB/s a plain copy of this size gets under the per-call method.
-    t = bench_us(rows[1][1][0], reps=reps)
-    nb = rows[1][2]
-    tbps = nb / (t * 1e-6) / 1e12
-    res.add("torch_copy", t, **params, pct_of_copy=round(100 * tbps / COPY_BANDWIDTH_TBPS, 1), floor_us=floor_us(nb),
-            tbps=tbps)
-    print(f"{mode:20s} {tuple(x.shape)!s:18s} {params['dtype']:8s} {'torch_copy':9s} {t:9.2f} us "
-          f"{tbps:5.2f} TB/s ({100 * tbps / COPY_BANDWIDTH_TBPS:4.1f}% of copy)", flush=True)
-    for provider, fns, nb in rows:
-        t = bench_back_to_back_us(fns, reps=max(5, reps // 5))
-        tbps = nb / (t * 1e-6) / 1e12
-        res.add(provider, t, **params, pct_of_copy=round(100 * tbps / COPY_BANDWIDTH_TBPS, 1),
-                floor_us=floor_us(nb), tbps=tbps, timing="back_to_back")
-        print(f"{mode:20s} {tuple(x.shape)!s:18s} {params['dtype']:8s} {provider:9s} {t:9.2f} us "
-              f"{tbps:5.2f} TB/s ({100 * tbps / COPY_BANDWIDTH_TBPS:4.1f}% of copy)", flush=True)
+    _add_row(res, "torch_copy", bench_us(copies[0], reps=reps), copy_bytes, x, params)
+    for provider, fns, nb in (("ours_back_to_back", [ours_on(xi) for xi in xs], nbytes),
+                              ("torch_copy_back_to_back", copies, copy_bytes)):
+        _add_row(res, provider, bench_back_to_back_us(fns, reps=max(5, reps // 5)), nb, x, params,
+                 timing="back_to_back")
     del xs, dsts
 
 
@@ -137,7 +136,6 @@ def main(argv=None) -> int:
             shape = dict(M=rows, N=n, heads=1)
         ours, torch_ref, n_scales, reads = _calls(mode, x, static)
         nbytes = reads * x.numel() * esize + x.numel() + 4 * n_scales
-        fl = floor_us(nbytes)
         params = dict(mode=mode, **shape, dtype=str(dtype).replace("torch.", ""), input_mb=round(x.numel() * esize / MB, 1))
         # ours: default dispatch; ours_bulk / ours_register: the bulk-copy kernel forced on / off
         # (off: the register kernels, short-segment kernel for groups); ours_generic_kernel:
@@ -152,17 +150,12 @@ def main(argv=None) -> int:
             quant.USE_BULK_KERNEL = {"ours": None, "ours_bulk": True}.get(provider, False)
             if provider.startswith("ours"):
                 bitwise = _same(ours(), torch_ref())
-            t = bench_us(fn, reps=args.reps)
-            tbps = nbytes / (t * 1e-6) / 1e12
             extra = dict(bitwise=bitwise) if provider.startswith("ours") else {}
-            res.add(provider, t, **params, pct_of_copy=round(100 * tbps / COPY_BANDWIDTH_TBPS, 1), **extra,
-                    floor_us=fl, tbps=tbps)
-            print(f"{mode:20s} {tuple(x.shape)!s:18s} {params['dtype']:8s} {provider:9s} {t:9.2f} us "
-                  f"{tbps:5.2f} TB/s ({100 * tbps / COPY_BANDWIDTH_TBPS:4.1f}% of copy)", flush=True)
+            _add_row(res, provider, bench_us(fn, reps=args.reps), nbytes, x, params, **extra)
         quant.USE_SHORT_SEGMENT_KERNEL = True
         quant.USE_BULK_KERNEL = None
         if mb >= 64:
-            _back_to_back_rows(res, mode, x, static, params, nbytes, fl, args.reps)
+            _back_to_back_rows(res, lambda xi: _calls(mode, xi, static)[0], x, params, nbytes, args.reps)
         del x
         torch.cuda.empty_cache()
     path = res.write()

@@ -115,11 +115,6 @@ def bench_us(fn: Callable[[], object], *, reps: int = 100, warmup: int = 5, flus
     return result
 
 
-BACK_TO_BACK_METHOD = ("CUDA graph of [event, call on buffer set 0, ..., call on buffer set k-1, event] replayed; "
-                       "median over replays of the event pair / k; the k buffer sets together exceed the L2 "
-                       "(input rotation), no flush")
-
-
 def bench_back_to_back_us(fns: list[Callable[[], object]], *, reps: int = 20, warmup: int = 2,
                           device: torch.device | None = None) -> float:
     """Per-call time (us) of `len(fns)` calls issued back to back in one CUDA graph.
@@ -132,26 +127,10 @@ def bench_back_to_back_us(fns: list[Callable[[], object]], *, reps: int = 20, wa
     """
     if not fns:
         raise ValueError("bench_back_to_back_us: fns must hold at least one function")
-    device = device or torch.device("cuda", torch.cuda.current_device())
-    stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        for _ in range(warmup):
-            for fn in fns:
-                fn()
-        stream.synchronize()
-        start = torch.cuda.Event(enable_timing=True, external=True)
-        end = torch.cuda.Event(enable_timing=True, external=True)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            start.record(stream)
-            for fn in fns:
-                fn()
-            end.record(stream)
-        times = []
-        for _ in range(reps):
-            graph.replay()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3 / len(fns))
-    torch.cuda.current_stream(device).wait_stream(stream)
-    return statistics.median(times)
+
+    def run_all():
+        for fn in fns:
+            fn()
+
+    # One graph of [event, every call, event] with no flush: bench_us without its flush.
+    return bench_us(run_all, reps=reps, warmup=warmup, flush_l2=False, device=device) / len(fns)

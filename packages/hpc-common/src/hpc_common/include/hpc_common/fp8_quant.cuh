@@ -85,6 +85,20 @@ __global__ void __launch_bounds__(kMaxTeam) fp8_amax_kernel(const QuantParams p)
   if (threadIdx.x == 0) p.workspace[blockIdx.x] = m;
 }
 
+
+// The one scale of the per-tensor modes: the static scale (device value or host float), or, with
+// the scale from partials (dynamic per-tensor), the max of the amax pass's per-block partials
+// (block 0 records it in p.scale); 0 in the per-segment modes. Called by the whole block
+// (block_max synchronises it); `red` is a shared array of one word per warp.
+__device__ __forceinline__ float per_tensor_scale(const QuantParams& p, uint32_t* red) {
+  if (p.scale_source == kScaleStatic) return p.static_scale != nullptr ? *p.static_scale : p.static_value;
+  if (p.scale_source != kScalePartials) return 0.0f;
+  uint32_t m = 0;
+  for (int i = threadIdx.x; i < p.num_partials; i += blockDim.x) m = max(m, p.workspace[i]);
+  const float scale = scale_from_amax_bits(block_max(m, red), p.ue8m0);
+  if (blockIdx.x == 0 && threadIdx.x == 0) p.scale[0] = scale;
+  return scale;
+}
 template <int DT, int VEC>
 __global__ void __launch_bounds__(kMaxTeam) fp8_quant_kernel(const QuantParams p) {
   using P = Pack<DT, VEC>;
@@ -97,15 +111,7 @@ __global__ void __launch_bounds__(kMaxTeam) fp8_quant_kernel(const QuantParams p
   const int tpb = blockDim.x / team;
   const bool dynamic = p.scale_source == kScaleDynamic;
 
-  float fixed_scale = 0.0f;
-  if (p.scale_source == kScaleStatic) {
-    fixed_scale = p.static_scale != nullptr ? *p.static_scale : p.static_value;
-  } else if (p.scale_source == kScalePartials) {
-    uint32_t m = 0;
-    for (int i = threadIdx.x; i < p.num_partials; i += blockDim.x) m = max(m, p.workspace[i]);
-    fixed_scale = scale_from_amax_bits(block_max(m, red), p.ue8m0);
-    if (blockIdx.x == 0 && threadIdx.x == 0) p.scale[0] = fixed_scale;
-  }
+  const float fixed_scale = per_tensor_scale(p, red);
   // All CTAs of this one-wave grid are resident: the next kernel may start its prologue.
   hpc::pdl_launch_dependents();
 

@@ -150,16 +150,8 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
     for (int i = 0; i < kBulkStages; ++i) issue_load(i);
   }
 
-  float fixed_scale = 0.0f;
-  if (p.scale_source == kScaleStatic) {
-    fixed_scale = p.static_scale != nullptr ? *p.static_scale : p.static_value;
-  } else if (p.scale_source == kScalePartials) {
-    uint32_t m = 0;
-    for (int i = threadIdx.x; i < p.num_partials; i += blockDim.x) m = max(m, p.workspace[i]);
-    fixed_scale = scale_from_amax_bits(block_max(m, red), p.ue8m0);
-    if (blockIdx.x == 0 && threadIdx.x == 0) p.scale[0] = fixed_scale;
-    __syncthreads();  // red[] is reused by the team reduction below
-  }
+  const float fixed_scale = per_tensor_scale(p, red);
+  if (p.scale_source == kScalePartials) __syncthreads();  // red[] is reused by the team reduction below
   const float fixed_inv = div_rn(1.0f, fixed_scale);
   hpc::pdl_launch_dependents();
 
