@@ -26,7 +26,7 @@ MIN_TILES_PER_CTA = 4
 # kernel when False. Both give bitwise identical outputs (same arithmetic, split_merge.cuh) and
 # the GPU tests run both. The combine launch measured 3.2 us of 16.8 on 64x0.5K and 5.5 us of
 # 52.3 on 1x128K+31x4K (8/1 BF16, commit 8f4e192); the predicted gain of the in-kernel merge is
-# in NOTES.md (version 4). Read when `decode` is called (a CUDA graph keeps the capture's value).
+# in HISTORY.md (version 4). Read when `decode` is called (a CUDA graph keeps the capture's value).
 MERGE_IN_DECODE = True
 
 # Fixed cost of a task in tiles' worth of streaming, charged per non-empty (request, KV head)
@@ -48,7 +48,7 @@ MAX_TASK_COST = 64
 # Producer of the decode kernel: tensor-map (TMA) copies from one warp (True) or 16-byte cp.async
 # from four warps (False), or "auto": TMA when num_kv_heads >= TMA_MIN_KV_HEADS. Identical
 # outputs; the GPU tests run both. Pages of fewer than 16 tokens always use cp.async. Measured
-# (H200, NOTES.md "TMA producer, GPU run 2", the six brief cases): with 64/8 heads TMA is faster
+# (H200, HISTORY.md "TMA producer, GPU run 2", the six brief cases): with 64/8 heads TMA is faster
 # on 11 of 12 rows (BF16 -1.5 to -8.4 %, 3.9 TB/s on 64x4K; FP8 -3 to -7.6 %, one row +3 %);
 # with 8/1 heads slower on 11 of 12 (+0.1 to +4.6 us: decode alone is faster, the in-kernel
 # merge costs more). Hkv 2-4 not measured: kept on cp.async. Read when `decode` is called.

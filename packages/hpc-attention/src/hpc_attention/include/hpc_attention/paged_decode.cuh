@@ -9,7 +9,7 @@
 // of whole pages' rows with the 128-byte swizzle from one warp (paged_decode_tma_producer.cuh;
 // the consumers then read the swizzled layout, see paged_decode_config.cuh). (A first version
 // used one bulk copy per row: 128 copy-engine instructions per tile capped it at ~7 GB/s per
-// SM, see NOTES.md.) Warps 0-3 (the consumers) each own 16 of the tile's 64 tokens: S = Q K^T and O += P V
+// SM, see HISTORY.md.) Warps 0-3 (the consumers) each own 16 of the tile's 64 tokens: S = Q K^T and O += P V
 // on m16n8k16 tensor cores with the G query heads of the KV head padded to 16 rows, an online
 // softmax in FP32 (log2 domain) and FP32 accumulation of P V for the whole task. At the end of
 // a task the four warps' (m, l, O) are merged in shared memory in a fixed order, and the task
