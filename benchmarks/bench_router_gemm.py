@@ -4,12 +4,12 @@ with L2 flushed before each replay (hpc_common.bench.bench_us), with max |error|
 FP64 reference and top-8 agreement for each provider.
 
 Writes DIR/<gpu>/router_gemm.{json,md} and, unless --no-sweep, DIR/<gpu>/router_gemm_paths
-.{json,md}: every path (fp32 / fp32pf / gemv / gemvr / narrow / wide / wide96, and from M=128 the
-cluster-free split-K paths <tile>_ws / <tile>_wsp) at every split count, the measurement behind
-heuristics.py.
+.{json,md}: every path (fp32 / fp32pf / gemv / gemvr / narrow / wide / wide96 / wide96rs / widers, and from
+M=128 the cluster-free split-K paths <tile>_ws / <tile>_wsp) at every split count, the
+measurement behind heuristics.py.
 
     python benchmarks/bench_router_gemm.py [--out-dir benchmarks/results] [--quick] [--no-sweep] [--m 1,2,4]
-        [--shapes longcat_chat:512,longcat_lite:1024]
+        [--shapes longcat_chat:512,longcat_lite:1024] [--paths wide96,wide96rs,wide96rs_wsp]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ SHAPES = {
 }
 QUICK_M = (1, 64, 4096)
 SKIP_PATHS: list[str] = []  # --skip-paths: path suffixes left out of the sweep
+ONLY_PATHS: list[str] = []  # --paths: when given, the sweep runs these paths only
 
 
 @contextlib.contextmanager
@@ -95,11 +96,13 @@ def sweep_paths(paths: BenchResults, case: dict, x, rw: RouterWeight, ref, ref_t
     plans = [Plan("fp32", s) for s in (1, 2, 4, 8) if M <= FP32_MAX_M]
     plans += [Plan("fp32pf", s) for s in (1, 2, 4, 8) if M <= GEMV_MAX_M]
     plans += [Plan(p, s) for p in GEMV_PATHS for s in GEMV_SPLITS if M <= GEMV_MAX_M and gemv_fits(M, K, s, p)]
-    plans += [Plan(p, s) for p in ("narrow", "wide", "wide96") for s in (1, 2, 4, 8) if s <= K // 64]
+    plans += [Plan(p, s) for p in TILES for s in (1, 2, 4, 8) if s <= K // 64]
     if M >= 128:  # cluster-free split-K (S=1 is the cluster path's S=1, except with multicast)
         plans += [Plan(p, s) for p in WS_PATHS for s in ((1, 2, 4, 8) if WS_PATHS[p][2] else (2, 4, 8))
                   if s <= K // 64]
     plans = [p for p in plans if not any(p.path.endswith("_" + skip) for skip in SKIP_PATHS)]
+    if ONLY_PATHS:
+        plans = [p for p in plans if p.path in ONLY_PATHS]
     chosen = plan_for(M, N, K, x.device)
     if M <= 64:  # the same call with a warm L2: how much of the cold time is the cold start
         paths.add("chosen_warm_l2", bench_us(lambda: launch(x, rw, out, chosen), reps=reps, flush_l2=False), **case)
@@ -124,8 +127,10 @@ def main() -> None:
     ap.add_argument("--shapes", default=None,
                     help="only these cases: comma-separated name:M1/M2 entries, e.g. longcat_chat:512,generic:4096")
     ap.add_argument("--skip-paths", default="", help="comma-separated path suffixes to leave out of the sweep, e.g. wsm,wspm")
+    ap.add_argument("--paths", default="", help="comma-separated paths: the sweep runs only these, e.g. wide96,wide96rs")
     args = ap.parse_args()
     SKIP_PATHS.extend(p for p in args.skip_paths.split(",") if p)
+    ONLY_PATHS.extend(p for p in args.paths.split(",") if p)
     only = None
     if args.shapes:
         only = {}

@@ -7,7 +7,8 @@ CTA per SM streams a contiguous range of whole rows through shared memory with b
 split along K over a cluster of S <= 4 CTAs), `gemvr` (the same grid for M = 1 with the
 weight read into registers by plain loads), and the two-product BF16 wgmma
 kernel with three tiles: `narrow` (64 x 32, for skinny M), `wide` (128 x 192) and `wide96`
-(128 x 96). Each is combined with a split-K count S (CTAs per cluster along K). The same
+(128 x 96); `wide96rs` / `widers` are the two wide tiles with the x fragments loaded into
+registers once per K block for both products (wgmma with A from registers; same bits). Each is combined with a split-K count S (CTAs per cluster along K). The same
 three tiles also split K without a cluster, through a global workspace (splitk_workspace.cuh):
 `<tile>_ws` (the last CTA of a tile to arrive sums it) and `<tile>_wsp` (all S CTAs wait for
 each other and each sums 1/S of the tile; only when the whole grid fits at once, else the
@@ -36,14 +37,18 @@ GEMVR_MAX_SLICE_K = 4 * 512 * 4  # gemvr: a row slice is at most 4 float4 per th
 GEMV_SMEM_BUDGET = 227 * 1024 - 1024
 TILE_NARROW, TILE_WIDE, TILE_WIDE96 = 0, 1, 2
 TILE_GEMV = 3  # not a wgmma tile: the key of the gemv kernel's resident-cluster query
-TILES = {"narrow": TILE_NARROW, "wide": TILE_WIDE, "wide96": TILE_WIDE96}
+TILE_WIDE96_RS, TILE_WIDE_RS = 4, 5  # the wide tiles with A (x) from registers
+TILES = {"narrow": TILE_NARROW, "wide": TILE_WIDE, "wide96": TILE_WIDE96, "wide96rs": TILE_WIDE96_RS,
+         "widers": TILE_WIDE_RS}
+RS_TWIN = {"wide96rs": "wide96", "widers": "wide"}  # same math, x tile read from shared memory per product
 # Cluster-free split-K paths: path -> (tile, ws_mode of the kernel: 1 last arrival, 2 all
 # reduce, weight multicast over M pairs).
 WS_PATHS = {f"{name}_{suffix}": (tile, mode, 0) for name, tile in TILES.items()
             for suffix, mode in (("ws", 1), ("wsp", 2))}
 WS_PATHS.update({f"{name}_{suffix}": (TILES[name], mode, 1) for name in ("wide", "wide96")
                  for suffix, mode in (("wsm", 1), ("wspm", 2))})
-TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 96)}  # (BM, BN)
+TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 96),  # (BM, BN)
+               TILE_WIDE96_RS: (128, 96), TILE_WIDE_RS: (128, 192)}
 SPLIT_CHOICES = (1, 2, 4, 8)
 FP32_PATHS = ("fp32", "fp32pf")  # one kernel; "fp32pf" adds the L2 bulk prefetch
 GEMV_PATHS = ("gemv", "gemvr")  # "gemvr": registers instead of bulk copies, M = 1 only
@@ -52,7 +57,7 @@ PATHS = (*FP32_PATHS, *GEMV_PATHS, *TILES, *WS_PATHS)
 
 @dataclass(frozen=True)
 class Plan:
-    path: str  # "fp32", "fp32pf", "gemv", "gemvr", "narrow", "wide", "wide96" or one of WS_PATHS
+    path: str  # "fp32", "fp32pf", "gemv", "gemvr", one of TILES or one of WS_PATHS
     splits: int  # CTAs along K (per cluster, or per tile with a workspace)
 
     @property

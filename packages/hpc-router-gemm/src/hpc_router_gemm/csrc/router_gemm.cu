@@ -3,6 +3,8 @@
 // to spread the weight read), WIDE (128 x 192, the most reuse the register file allows with two
 // accumulators) and WIDE96 (128 x 96: twice the tiles of WIDE, so large M fills the GPU with
 // 2-CTA clusters, which always fit a TPC, instead of 4- or 8-CTA clusters, which leave waves).
+// WIDE96_RS and WIDE_RS: the same tiles with the x fragments in registers (one shared-memory
+// read of the x tile per K block for both products; NOTES.md, fourth session).
 #include "hpc_router_gemm/router_gemm_bf16x2_wgmma.cuh"
 #include "hpc_router_gemm/router_gemm_fp32_splitk.cuh"
 #include "hpc_router_gemm/router_gemv_fp32.cuh"
@@ -13,6 +15,8 @@ namespace hpc::router_gemm {
 using Narrow = Bf16x2Config<32, 1, 6>;
 using Wide = Bf16x2Config<192, 2, 3>;
 using Wide96 = Bf16x2Config<96, 2, 5>;
+using Wide96Rs = Bf16x2Config<96, 2, 5, true>;
+using WideRs = Bf16x2Config<192, 2, 3, true>;
 
 cudaError_t run_fp32_splitk(const Fp32SplitKParams& p, cudaStream_t stream, bool pdl) {
   return launch_router_gemm_fp32_splitk(p, stream, pdl);
@@ -36,6 +40,10 @@ cudaError_t run_bf16x2(int tile, const Bf16x2Params& p, cudaStream_t stream, boo
       return launch_router_gemm_bf16x2<Wide>(p, stream, pdl);
     case 2:
       return launch_router_gemm_bf16x2<Wide96>(p, stream, pdl);
+    case 4:
+      return launch_router_gemm_bf16x2<Wide96Rs>(p, stream, pdl);
+    case 5:
+      return launch_router_gemm_bf16x2<WideRs>(p, stream, pdl);
     default:
       return cudaErrorInvalidValue;
   }
@@ -49,6 +57,10 @@ int bf16x2_max_clusters(int tile, int splits) {
       return bf16x2_max_active_clusters<Wide>(splits);
     case 2:
       return bf16x2_max_active_clusters<Wide96>(splits);
+    case 4:
+      return bf16x2_max_active_clusters<Wide96Rs>(splits);
+    case 5:
+      return bf16x2_max_active_clusters<WideRs>(splits);
     default:
       return 0;
   }
@@ -56,8 +68,8 @@ int bf16x2_max_clusters(int tile, int splits) {
 
 // {BM, BN} of each tile, for the Python planner.
 void bf16x2_tile_shape(int tile, int* bm, int* bn) {
-  *bm = tile == 0 ? Narrow::BM : tile == 1 ? Wide::BM : Wide96::BM;
-  *bn = tile == 0 ? Narrow::BN : tile == 1 ? Wide::BN : Wide96::BN;
+  *bm = tile == 0 ? Narrow::BM : tile == 1 || tile == 5 ? Wide::BM : Wide96::BM;
+  *bn = tile == 0 ? Narrow::BN : tile == 1 || tile == 5 ? Wide::BN : Wide96::BN;
 }
 
 }  // namespace hpc::router_gemm

@@ -8,6 +8,15 @@
 // wgmma with the same A descriptor (the x tile, loaded once) into two FP32 accumulators. The
 // epilogue forms acc_hi + acc_lo / 256.
 //
+// A from registers (RS = true): per K block each consumer warp loads its 16 x 64 slice of the
+// x tile once with ldmatrix (four k16 fragments) and both products read it from registers, so
+// the x tile leaves shared memory once per block instead of once per product (wide96: 64 KB
+// of wgmma/ldmatrix reads per block instead of 80). Two fragment sets alternate between K
+// blocks (a wgmma may read its A registers until its group is waited for); with the 128 x
+// 192 tile the accumulators leave room for one set only, and each block waits for its own
+// group before the next block's loads overwrite it. Same instructions in the same order on
+// the same operands: the same bits as the shared-memory (SS) kernel.
+//
 // Split-K: gridDim.x CTAs along K form one cluster; each writes its FP32 tile to its own shared
 // memory and CTA r sums rows [r * BM / S, (r + 1) * BM / S) over the cluster in rank order
 // through distributed shared memory (deterministic; no atomics, no workspace). With a
@@ -50,9 +59,11 @@ struct Bf16x2DevParams {
   int tiles_n;    // N tiles (tile index = m_tile * tiles_n + n_tile)
 };
 
-template <int BN_, int WGS_, int STAGES_>
+template <int BN_, int WGS_, int STAGES_, bool RS_ = false>
 struct Bf16x2Config {
   static constexpr int BN = BN_, WGS = WGS_, STAGES = STAGES_;
+  static constexpr bool RS = RS_;
+  static constexpr bool kTwoAFrags = BN <= 96;  // RS: room for two fragment sets (see above)
   static constexpr int BM = 64 * WGS;
   static constexpr int BK = 64;  // one 128-byte swizzle row of BF16
   static constexpr int kThreads = 128 * (WGS + 1);
@@ -65,7 +76,10 @@ struct Bf16x2Config {
   static constexpr int kTileBytes = kRingBytes > kEpiBytes ? kRingBytes : kEpiBytes;
   static constexpr int kSmemBytes = 1024 + kTileBytes + 2 * STAGES * 8 + 16;  // + alignment slack, flag
   // Register split between the producer and consumer warpgroups (setmaxnreg, WGS == 2 only).
-  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  // The 128 x 192 tile with A in registers needs 192 accumulators + 16 fragment registers
+  // per consumer thread: 240 (ptxas serialises its wgmma at 232), the producer gets 24.
+  static constexpr bool kWideRs = RS && BN > 96;
+  static constexpr int kProducerRegs = kWideRs ? 24 : 40, kConsumerRegs = kWideRs ? 240 : 232;
   static_assert(BN % 8 == 0 && BN <= 256 && kWBytes % 1024 == 0, "wgmma N / swizzle atom");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
@@ -96,6 +110,38 @@ __device__ __forceinline__ void cluster_reduce_store(const Bf16x2DevParams& p, u
   sm90::cluster_sync();  // peers may still read this CTA's tile
 }
 
+// Load a warp's four k16 A fragments of one K block (16 rows x 64 BF16 of a 128-byte-swizzled
+// tile) with ldmatrix. `row_addr`: the shared address of the row this lane names (lanes 0-7
+// rows 0-7, lanes 8-15 rows 8-15 of the warp's slice, lanes 16-31 the same rows again for the
+// upper 8 columns of each k16 step); `sw`: row % 8, the swizzle of that row; `hi`: lane / 16.
+// Matrices 0-3 of each ldmatrix.x4 are then rows 0-7 / 8-15 x columns 0-7 / 8-15 of the k16
+// step: registers a0..a3 of the wgmma (= mma.m16n8k16) A fragment.
+__device__ __forceinline__ void load_a_frags(uint32_t (&af)[4][4], uint32_t row_addr, uint32_t sw, uint32_t hi) {
+#pragma unroll
+  for (uint32_t kk = 0; kk < 4; ++kk) {
+    const uint32_t addr = row_addr + ((((2 * kk + hi) ^ sw)) << 4);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(af[kk][0]), "=r"(af[kk][1]), "=r"(af[kk][2]), "=r"(af[kk][3])
+                 : "r"(addr)
+                 : "memory");
+  }
+}
+
+// One K block of both products with A from registers: fragments loaded, fenced (wgmma reads
+// registers written just before), then hi and lo for each k16 step, as in the SS kernel.
+template <int BN, int R>
+__device__ __forceinline__ void rs_block(float (&acc_hi)[R], float (&acc_lo)[R], uint32_t (&af)[4][4],
+                                         uint32_t row_addr, uint32_t sw, uint32_t hi, uint32_t bh, uint32_t bl) {
+  load_a_frags(af, row_addr, sw, hi);
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    Wgmma<BN>::mma_rs(acc_hi, af[kk], sm90::desc_k_major_sw128(bh + kk * 32));
+    Wgmma<BN>::mma_rs(acc_lo, af[kk], sm90::desc_k_major_sw128(bl + kk * 32));
+  }
+  sm90::wgmma_commit();
+}
+
 // A consumer warp frees a ring stage: on its own CTA's barrier, or with multicast on both
 // CTAs' (either producer may refill the stage's weight half in both CTAs).
 __device__ __forceinline__ void release_stage(uint64_t* bar, bool mc) {
@@ -108,12 +154,12 @@ __device__ __forceinline__ void release_stage(uint64_t* bar, bool mc) {
   for (uint32_t r = 0; r < 2; ++r) sm90::mbar_arrive_cluster(sm90::map_to_rank(addr, r));
 }
 
-template <int BN, int WGS, int STAGES>
+template <int BN, int WGS, int STAGES, bool RS>
 __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
     router_gemm_bf16x2_wgmma_kernel(const __grid_constant__ CUtensorMap tm_x,
                                     const __grid_constant__ CUtensorMap tm_whi,
                                     const __grid_constant__ CUtensorMap tm_wlo, const Bf16x2DevParams p) {
-  using C = Bf16x2Config<BN, WGS, STAGES>;
+  using C = Bf16x2Config<BN, WGS, STAGES, RS>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kTileBytes);
@@ -195,6 +241,36 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
     for (int i = 0; i < R; ++i) acc_hi[i] = acc_lo[i] = 0.f;
     const bool active = m0 + wg * 64 < p.M;  // rows all past M: skip the math, keep the handshake
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    if constexpr (RS) {
+      uint32_t af0[4][4], af1[4][4];
+      // This lane's ldmatrix row within the consumer's 64-row slice (see load_a_frags).
+      const uint32_t row = static_cast<uint32_t>(warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1));
+      const uint32_t row_off = static_cast<uint32_t>(wg * 64) * 128u + row * 128u;
+      const uint32_t sw = static_cast<uint32_t>(lane & 7), hi = static_cast<uint32_t>(lane >> 4);
+      for (int i = 0; i < nk; ++i) {
+        const int s = i % STAGES;
+        sm90::mbar_wait(&full[s], (i / STAGES) & 1);
+        if (active) {
+          const uint32_t st = sm90::smem_u32(smem + s * C::kStageBytes);
+          const uint32_t bh = st + C::kXBytes, bl = bh + C::kWBytes;
+          if constexpr (C::kTwoAFrags) {
+            if (i & 1) {
+              rs_block<BN>(acc_hi, acc_lo, af1, st + row_off, sw, hi, bh, bl);
+            } else {
+              rs_block<BN>(acc_hi, acc_lo, af0, st + row_off, sw, hi, bh, bl);
+            }
+            sm90::wgmma_wait<1>();  // block i - 1 is done: its stage and fragment set are free
+            if (i > 0 && lane == 0) release_stage(&empty[(i - 1) % STAGES], mc);
+          } else {
+            rs_block<BN>(acc_hi, acc_lo, af0, st + row_off, sw, hi, bh, bl);
+            sm90::wgmma_wait<0>();  // one fragment set: done before the next block reloads it
+            if (lane == 0) release_stage(&empty[s], mc);
+          }
+        } else if (lane == 0) {
+          release_stage(&empty[s], mc);
+        }
+      }
+    } else {
     for (int i = 0; i < nk; ++i) {
       const int s = i % STAGES;
       sm90::mbar_wait(&full[s], (i / STAGES) & 1);
@@ -215,6 +291,7 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
       } else if (lane == 0) {
         release_stage(&empty[s], mc);
       }
+    }
     }
     sm90::wgmma_wait<0>();
     if (mc) {
@@ -282,7 +359,7 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
 
 template <class C>
 inline auto bf16x2_kernel() {
-  return router_gemm_bf16x2_wgmma_kernel<C::BN, C::WGS, C::STAGES>;
+  return router_gemm_bf16x2_wgmma_kernel<C::BN, C::WGS, C::STAGES, C::RS>;
 }
 
 // Raw-pointer launcher. Requirements (checked in Python, re-checked here): K % 64 == 0,

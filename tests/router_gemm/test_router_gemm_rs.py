@@ -1,0 +1,147 @@
+"""The wide tiles with the x fragments in registers (paths wide96rs / widers, wgmma with A from
+registers): FP64 accuracy and the same bits as the shared-memory twin (wide96 / wide) for
+every split mode (cluster, workspace last-arrival, workspace all-reduce), awkward shapes,
+graph replay == eager, PDL on == off. CPU tests of the planner entries."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hpc_common.testing import assert_bitwise_equal, poisoned_empty
+
+from hpc_router_gemm import heuristics
+from hpc_router_gemm.heuristics import Plan
+
+from ._cases import SHAPES, check_against_fp64, make_inputs
+
+# ----------------------------------------------------------------------------- CPU tests
+
+
+def test_rs_paths_are_tiles_with_workspace_variants():
+    for rs, twin in heuristics.RS_TWIN.items():
+        assert heuristics.TILE_SHAPES[heuristics.TILES[rs]] == heuristics.TILE_SHAPES[heuristics.TILES[twin]]
+        assert f"{rs}_ws" in heuristics.WS_PATHS and f"{rs}_wsp" in heuristics.WS_PATHS
+        assert not Plan(f"{rs}_wsp", 2).multicast and Plan(f"{rs}_wsp", 2).ws_mode == 2
+        assert Plan(f"{rs}_ws", 4).tile == heuristics.TILES[rs]
+    assert heuristics.TILE_GEMV not in heuristics.TILES.values()
+    forced = heuristics.choose_plan(4096, 192, 4096, lambda t, s: 132 // s, path="wide96rs")
+    assert forced == Plan("wide96rs", 2)
+
+
+# ----------------------------------------------------------------------------- GPU tests
+
+gpu = pytest.mark.gpu
+_weights: dict = {}
+
+
+def _router_weight(K: int, N: int):
+    from hpc_router_gemm import RouterWeight
+
+    if (K, N) not in _weights:
+        gen = torch.Generator(device="cuda").manual_seed(K + 5 * N)
+        _weights[(K, N)] = RouterWeight(torch.randn(N, K, device="cuda", generator=gen) * 0.02)
+    return _weights[(K, N)]
+
+
+def _launch(x, rw, plan, pdl=None):
+    from hpc_router_gemm.router_gemm import launch
+
+    out = poisoned_empty(x.shape[0], rw.weight.shape[0], dtype=torch.float32, device=x.device)
+    launch(x, rw, out, plan, pdl=pdl)
+    return out
+
+
+def _twin(plan: Plan) -> Plan:
+    base, _, suffix = plan.path.partition("_")
+    return Plan(heuristics.RS_TWIN[base] + (f"_{suffix}" if suffix else ""), plan.splits)
+
+
+_CASES = [(shape, M) for shape in SHAPES for M in (1, 100, 129, 1000)] + [((4096, 192), 4096), ((3072, 384), 1024)]
+
+
+@gpu
+@pytest.mark.parametrize("path", sorted(heuristics.RS_TWIN))
+@pytest.mark.parametrize("splits", [1, 2, 4])
+@pytest.mark.parametrize("shape,M", _CASES)
+def test_rs_matches_fp64_and_smem_twin_bits(path, splits, shape, M):
+    K, N = shape
+    rw = _router_weight(K, N)
+    x, _ = make_inputs(M, K, N, seed=M + splits)
+    plan = Plan(path, splits)
+    tag = f"{path} S={splits} M={M} K={K} N={N}"
+    out = _launch(x, rw, plan)
+    check_against_fp64(out, x, rw.weight, strict_top8=False, tag=tag)
+    assert_bitwise_equal(_launch(x, rw, _twin(plan)), out, name=f"smem twin {tag}")
+
+
+@gpu
+@pytest.mark.parametrize("path", ["wide96rs_ws", "wide96rs_wsp", "widers_wsp"])
+@pytest.mark.parametrize("splits", [2, 4, 8])
+@pytest.mark.parametrize("shape,M", [((4096, 192), 4096), ((3072, 384), 1024), ((6144, 768), 512), ((4096, 192), 333)])
+def test_rs_workspace_split_matches_twin_and_cluster(path, splits, shape, M):
+    K, N = shape
+    rw = _router_weight(K, N)
+    x, _ = make_inputs(M, K, N, seed=M + 3 * splits)
+    plan = Plan(path, splits)
+    tag = f"{path} S={splits} M={M} K={K} N={N}"
+    out = _launch(x, rw, plan)
+    check_against_fp64(out, x, rw.weight, strict_top8=False, tag=tag)
+    assert_bitwise_equal(_launch(x, rw, plan), out, name=f"rerun {tag}")
+    assert_bitwise_equal(_launch(x, rw, _twin(plan)), out, name=f"smem twin {tag}")
+    assert_bitwise_equal(_launch(x, rw, Plan(path.rsplit("_", 1)[0], splits)), out, name=f"cluster twin {tag}")
+
+
+@gpu
+@pytest.mark.parametrize("K,N", [(64, 64), (192, 128), (1024, 320), (640, 1024)])
+@pytest.mark.parametrize("path", sorted(heuristics.RS_TWIN))
+@pytest.mark.parametrize("M", [3, 200])
+def test_rs_general_shapes(K, N, path, M):
+    from hpc_router_gemm.router_gemm import plan_for
+
+    rw = _router_weight(K, N)
+    x, _ = make_inputs(M, K, N, seed=K + N + M)
+    plan = plan_for(M, N, K, x.device, path=path)
+    out = _launch(x, rw, plan)
+    check_against_fp64(out, x, rw.weight, strict_top8=False, tag=f"{path} M={M} K={K} N={N}")
+    assert_bitwise_equal(_launch(x, rw, _twin(plan)), out, name=f"smem twin {path} M={M} K={K} N={N}")
+
+
+@gpu
+@pytest.mark.parametrize("plan", [Plan("wide96rs", 2), Plan("wide96rs_wsp", 4), Plan("widers", 1)])
+def test_rs_graph_replay_and_pdl_equal_eager(plan):
+    from hpc_router_gemm.router_gemm import launch
+
+    K, N, M = 4096, 192, 2048
+    rw = _router_weight(K, N)
+    x, _ = make_inputs(M, K, N, seed=31)
+    eager = _launch(x, rw, plan)
+    for pdl in (False, True):
+        assert_bitwise_equal(_launch(x, rw, plan, pdl=pdl), eager, name=f"pdl={pdl}")
+    out = torch.empty(M, N, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        launch(x, rw, out, plan)  # warm-up on the capture stream (workspace)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            launch(x, rw, out, plan)
+    torch.cuda.current_stream().wait_stream(s)
+    for _ in range(2):
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert_bitwise_equal(out, eager, name=f"graph replay {plan}")
+
+
+@gpu
+def test_rs_strided_x_and_out():
+    from hpc_router_gemm.router_gemm import launch
+
+    xw, w = make_inputs(300, 4096 + 64, 192, seed=33)
+    x = xw[:, 64:]
+    rw = _router_weight(4096, 192)
+    big = poisoned_empty(300, 256, dtype=torch.float32, device="cuda")
+    out = big[:, :192]
+    launch(x, rw, out, Plan("wide96rs", 2))
+    check_against_fp64(out, x, rw.weight, strict_top8=False, tag="strided wide96rs")
+    assert torch.isnan(big[:, 192:]).all(), "wrote outside out"
