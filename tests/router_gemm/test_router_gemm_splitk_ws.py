@@ -129,6 +129,9 @@ def _router_weight(K: int, N: int):
 @example(shape=SHAPES[2], M=1024, path="wide96_wspm", splits=4, seed=7)
 @example(shape=SHAPES[0], M=4096, path="wide96_wsm", splits=2, seed=8)
 @example(shape=SHAPES[0], M=100, path="wide_wspm", splits=8, seed=9)
+@example(shape=SHAPES[0], M=4096, path="wide96_wspm", splits=2, seed=10)
+@example(shape=SHAPES[0], M=4096, path="widers_wspm", splits=4, seed=11)
+@example(shape=SHAPES[2], M=1000, path="widers_wsm", splits=8, seed=12)
 def test_ws_matches_fp64_and_cluster_bits(shape, M, path, splits, seed):
     K, N = shape
     rw = _router_weight(K, N)
@@ -236,7 +239,7 @@ def test_ws_pdl_back_to_back(pdl):
 
 @gpu
 @pytest.mark.parametrize("K,N,M", [(6144, 768, 4096), (3072, 384, 333), (4096, 192, 64)])
-@pytest.mark.parametrize("path", ["wide_wspm", "wide96_wspm"])
+@pytest.mark.parametrize("path", ["wide_wspm", "wide96_wspm", "widers_wspm"])
 def test_multicast_without_split_matches_plain_tile(K, N, M, path):
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=M + 25)

@@ -45,7 +45,7 @@ RS_TWIN = {"wide96rs": "wide96", "widers": "wide"}  # same math, x tile read fro
 # reduce, weight multicast over M pairs).
 WS_PATHS = {f"{name}_{suffix}": (tile, mode, 0) for name, tile in TILES.items()
             for suffix, mode in (("ws", 1), ("wsp", 2))}
-WS_PATHS.update({f"{name}_{suffix}": (TILES[name], mode, 1) for name in ("wide", "wide96")
+WS_PATHS.update({f"{name}_{suffix}": (TILES[name], mode, 1) for name in ("wide", "wide96", "widers")
                  for suffix, mode in (("wsm", 1), ("wspm", 2))})
 TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 96),  # (BM, BN)
                TILE_WIDE96_RS: (128, 96), TILE_WIDE_RS: (128, 192)}

@@ -40,10 +40,13 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorM
       : "memory");
 }
 
-// Arrive on an mbarrier of any CTA of the cluster (address from map_to_rank), release at
-// cluster scope: this warp's reads of the stage are ordered before the peer's refill.
+// Arrive on an mbarrier of any CTA of the cluster (address from map_to_rank). Default
+// semantics (release at CTA scope): the stage was read by wgmma, whose reads are complete once
+// wait_group returned, so nothing of this thread needs ordering before the peer's refill.
+// (`.release.cluster` compiles to MEMBAR.ALL.GPU + error barriers before every arrival: the
+// multicast kernels of the third session paid that twice per consumer warp per K block.)
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_addr) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
 }
 
 // ---- wgmma ------------------------------------------------------------------------------
