@@ -11,13 +11,15 @@ skipping the math; these two give wrong outputs, timing only), the same three ro
 other producer of the decode kernel (`diag_tma*` where `heuristics.USE_TMA_PRODUCER` picks
 cp.async, `diag_cp_async*` where it picks TMA; the full-call row has correct outputs and carries
 its error; FP8 also `diag_tma_promo256_*`, TMA maps with 256-byte L2 promotion), version 4's
-kernel prologue / split-item arrival (`diag_v4_first_task_load`, `diag_v4_sc_fences`), and FlashInfer /
-FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
+kernel prologue / split-item arrival (`diag_v4_first_task_load`, `diag_v4_sc_fences`), the claimable
+tail of the plan (`diag_tail{0,10,35}`: tail share of the line in percent, `diag_tail_bin{2,8}`: smallest
+tail bin in tiles, `diag_prev_default`: the defaults before the tail, i.e. no tail and the TMA
+producer only from 8 KV heads), and FlashInfer / FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
 4.27 TB/s) and the achieved TB/s; `ours*` rows carry the error against float32 attention on
 the dequantised inputs.
 
     python benchmarks/bench_decode_attention.py [--out-dir benchmarks/results] [--quick]
-        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K]
+        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail]
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ def flash_attn_fn(q, k, v, pt, kv_lens):
     return bench_us(fn)
 
 
-def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True):
+def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="all"):
     lens = parse_case(case)
     q, k, v, pt, kv_lens, (ks, vs) = make_inputs(lens, hq, hkv, kv_dtype, gen)
     B = len(lens)
@@ -148,20 +150,33 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True):
         add(provider, bench_us(fn, reps=reps), out.clone() if correct else None)
 
     kv_torch = torch.float8_e4m3fn if kv_dtype == "fp8" else torch.bfloat16
-    variants = [("ours", None, None), ("ours_static", "auto", None)]
-    if diag:  # the plan cut on tiles alone (version 4's plan): what the per-item task cost buys
-        variants.append(("diag_task_cost0", None, 0))
-    for provider, static, cost in variants:
+    # (provider, static splits, task cost, tail arguments of plan_decode, producer override)
+    variants = [("ours", None, None, {}, None), ("ours_static", "auto", None, {}, None)]
+    if diag and diag_rows == "all":  # the plan cut on tiles alone (version 4's plan): what the task cost buys
+        variants.append(("diag_task_cost0", None, 0, {}, None))
+    if diag:  # the claimable tail (share of the line, smallest bin) and the defaults before it
+        variants += [("diag_tail0", None, None, {"tail_percent": 0}, None),
+                     ("diag_tail10", None, None, {"tail_percent": 10}, None),
+                     ("diag_tail35", None, None, {"tail_percent": 35}, None),
+                     ("diag_tail_bin2", None, None, {"tail_bin": 2}, None),
+                     ("diag_tail_bin8", None, None, {"tail_bin": 8}, None),
+                     ("diag_prev_default", None, None, {"tail_percent": 0}, hkv >= 8)]
+    for provider, static, cost, tail_kw, tma in variants:
         ws = ha.DecodeWorkspace(B, hkv, hq, max_len, static_splits=static)
         plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, static_splits=static, kv_dtype=kv_torch,
-                              task_cost=cost)
-        time_call(provider, plan)
+                              task_cost=cost, **tail_kw)
+        with overrides(tma=tma):
+            time_call(provider, plan)
         if provider == "ours":
             t = bench_us(lambda ws=ws: ha.plan_decode(kv_lens, hkv, hq, workspace=ws, kv_dtype=kv_torch,
                                                       validate=False), reps=reps)
             res.add("ours_plan", t, **dict(fields, floor_us=None))
             print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {'ours_plan':>12}: {t:8.2f} us", flush=True)
-            if diag:
+            if diag and diag_rows == "tail":
+                for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
+                    with overrides(skip_combine=True, flags=flags):
+                        time_call(name, plan, correct=False)
+            elif diag:
                 # The other split-merge path (same plan and workspace): with the default
                 # MERGE_IN_DECODE = True this is the separate combine kernel of version 3.
                 merge_default = heuristics.MERGE_IN_DECODE
@@ -193,7 +208,7 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True):
                     with overrides(flags=flags):
                         time_call(name, plan)
         del ws
-    if diag and case == "1x128K+31x4K":
+    if diag and diag_rows == "all" and case == "1x128K+31x4K":
         # The static variant with more splits than the default FlashDecoding rule (which gives
         # the 128K request only ceil(C / B) parts): how strong a static split can be here, so the
         # dynamic / static ratio is also read against the best fixed split count.
@@ -247,6 +262,8 @@ def main() -> None:
     ap.add_argument("--heads", default=None, help="comma list of Hq/Hkv (default: 8/1,64/8; --quick: 8/1)")
     ap.add_argument("--kv", default="bf16,fp8", help="comma list of KV dtypes")
     ap.add_argument("--cases", default=None, help="comma list of cases (default: all six)")
+    ap.add_argument("--diag-rows", default="all", choices=["all", "tail"],
+                    help="diag rows: all, or only the tail rows with decode only / stream only")
     args = ap.parse_args()
     reps = 30 if args.quick else 100
     heads = HEADS[:1] if args.quick else HEADS
@@ -259,7 +276,7 @@ def main() -> None:
     for hq, hkv in heads:
         for kv_dtype in args.kv.split(","):
             for case in cases:
-                bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=not args.no_diag)
+                bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=not args.no_diag, diag_rows=args.diag_rows)
                 torch.cuda.empty_cache()
     path = res.write()
     print(res.markdown())

@@ -36,14 +36,16 @@ def producer(request, monkeypatch):
 
 def check_counters_zero(ws):
     assert not ws.merge_counts.any(), "merge counters must be back to zero after every call"
+    assert not ws.claim_counter.any(), "the tail-bin claim counter must be back to zero after every call"
 
 
-def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out=None, task_cost=None):
+def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out=None, task_cost=None,
+        tail_percent=None, tail_bin=None):
     B, Hq = case.q.shape[:2]
     Hkv = case.k.shape[2]
     ws = ws or ha.DecodeWorkspace(B, Hkv, Hq, case.max_kv_len, num_ctas=num_ctas, static_splits=static_splits)
     plan = ha.plan_decode(case.kv_lens, Hkv, Hq, workspace=ws, static_splits=static_splits, min_tiles=min_tiles,
-                          task_cost=task_cost)
+                          task_cost=task_cost, tail_percent=tail_percent, tail_bin=tail_bin)
     out = out if out is not None else poisoned_empty(B, Hq, 128, dtype=torch.bfloat16, device=case.q.device)
     out = ha.decode(case.q, case.k, case.v, case.page_table, case.kv_lens, plan, sm_scale=case.sm_scale,
                     k_scale=case.k_scale, v_scale=case.v_scale, q_scale=case.q_scale, out=out)
@@ -54,10 +56,11 @@ def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out
     return out, plan
 
 
+@pytest.mark.parametrize("tail", [0, None, 50], ids=["tail0", "tail_default", "tail50"])
 @pytest.mark.parametrize("task_cost", [None, 0, 7], ids=["cost_default", "cost0", "cost7"])
 @pytest.mark.parametrize("static_splits", [None, 3])
 @pytest.mark.parametrize("num_ctas", [1, 7, 132])
-def test_planner_matches_python_twin(num_ctas, static_splits, task_cost):
+def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail):
     gen = torch.Generator().manual_seed(num_ctas)
     for trial in range(8):
         # Trials 6-7: more requests than planner threads (several requests per thread).
@@ -74,17 +77,18 @@ def test_planner_matches_python_twin(num_ctas, static_splits, task_cost):
         kv_lens = lens.int().cuda()
         ws = ha.DecodeWorkspace(B, hkv, hkv * 4, 140_000, num_ctas=num_ctas, static_splits=static_splits)
         plan = ha.plan_decode(kv_lens, hkv, hkv * 4, workspace=ws, static_splits=static_splits,
-                              task_cost=task_cost)
+                              task_cost=task_cost, tail_percent=tail, tail_bin=1 + trial % 5)
         got = plan.tables()
         want = plan_tables(lens.tolist(), hkv, num_ctas, plan.min_tiles, static_splits=static_splits or 0,
-                           max_len=140_000, task_cost=plan.task_cost)
+                           max_len=140_000, task_cost=plan.task_cost, tail_percent=plan.tail_percent,
+                           tail_bin=plan.tail_bin, max_tail_bins=ws.max_tail_bins)
         assert got.counters == want.counters, (trial, got.counters, want.counters)
         assert got.bin_start == want.bin_start, trial
         assert got.tasks == want.tasks, trial
         assert got.combine == want.combine, trial
         assert got.slot_meta == want.slot_meta, trial
         # The copy of each non-empty bin's first task that the decode kernel loads at its start.
-        for c in range(num_ctas):
+        for c in range(num_ctas + ws.max_tail_bins):
             if want.bin_start[c] < want.bin_start[c + 1]:
                 assert got.bin_first[c] == want.tasks[want.bin_start[c]], (trial, c)
 
@@ -186,7 +190,7 @@ def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype
     outs = {}
     for mode in (False, True, True):
         monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", mode)
-        out, plan = run(case, num_ctas=num_ctas, min_tiles=1, task_cost=0)
+        out, plan = run(case, num_ctas=num_ctas, min_tiles=1, task_cost=0, tail_percent=0)
         check_counters_zero(plan.workspace)
         if mode in outs:
             assert_bitwise_equal(out, outs[mode], name="merge in decode, run to run")
@@ -207,6 +211,51 @@ def test_merge_in_decode_bitwise_equals_combine_kernel_static(splits, monkeypatc
         outs[mode], plan = run(case, static_splits=splits)
         check_counters_zero(plan.workspace)
     assert_bitwise_equal(outs[True], outs[False], name=f"static {splits}: merge in decode vs combine kernel")
+
+
+# ---- claimable tail bins (decode_bin_ring.cuh) -------------------------------------------------
+
+TAIL_LENS = [20000, 5, 3000, 64, 900, 0, 4500, 130, 2047]
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("num_ctas,tail,tail_bin", [(1, 50, 1), (7, 20, 4), (132, 20, 4), (132, 50, 1)])
+def test_tail_bins_match_reference_deterministic(num_ctas, tail, tail_bin, kv_dtype, merge_mode, producer):
+    """Plans with claimable tail bins: accurate, bitwise equal run to run whichever CTA claims
+    which bin (TMA kernel) and to the fixed order of the cp.async kernel, claim counter back to
+    zero after every call."""
+    case = make_case(TAIL_LENS, 2, 8, kv_dtype, seed=num_ctas + tail)
+    first, plan = run(case, num_ctas=num_ctas, min_tiles=1, tail_percent=tail, tail_bin=tail_bin)
+    assert plan.tables().counters[7] > 0, "the case must have tail bins"
+    check_accuracy(first, case)
+    ws = plan.workspace
+    check_counters_zero(ws)
+    for _ in range(3):
+        again, _ = run(case, ws=ws, min_tiles=1, tail_percent=tail, tail_bin=tail_bin)
+        assert_bitwise_equal(again, first, name="tail bins, run to run")
+    check_counters_zero(ws)
+    # The same plan without tail bins: same accuracy (different parts, so not the same bits).
+    plain, _ = run(case, num_ctas=num_ctas, min_tiles=1, tail_percent=0)
+    check_accuracy(plain, case)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+def test_tail_claimed_equals_fixed_order(kv_dtype, monkeypatch):
+    """One plan with tail bins, run by the TMA kernel (claims) and the cp.async kernel (fixed
+    order): identical bits."""
+    case = make_case(TAIL_LENS, 1, 8, kv_dtype, seed=21)
+    ws = ha.DecodeWorkspace(len(TAIL_LENS), 1, 8, case.max_kv_len, num_ctas=24)
+    plan = ha.plan_decode(case.kv_lens, 1, 8, workspace=ws, min_tiles=1, tail_percent=40, tail_bin=2)
+    assert plan.tables().counters[7] > 0
+    outs = []
+    for tma in (True, False, True):
+        monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", tma)
+        outs.append(ha.decode(case.q, case.k, case.v, case.page_table, case.kv_lens, plan, sm_scale=case.sm_scale,
+                              k_scale=case.k_scale, v_scale=case.v_scale))
+        assert dec.LAST_PRODUCER["name"] == ("tma" if tma else "cp_async")
+    assert_bitwise_equal(outs[1], outs[0], name="cp.async fixed order vs TMA claims")
+    assert_bitwise_equal(outs[2], outs[0], name="TMA claims, run to run")
+    check_counters_zero(ws)
 
 
 def test_pdl_on_equals_off(merge_mode, producer):
@@ -262,6 +311,43 @@ def test_cuda_graph_replay_with_new_lengths_equals_eager(kv_dtype, merge_mode, p
     graph.replay()
     torch.cuda.synchronize()
     assert_bitwise_equal(out, eager, name="third graph replay vs eager")
+    check_counters_zero(ws)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+def test_cuda_graph_replay_with_tail_bins(kv_dtype, producer):
+    """Graph replays of plan + decode with tail bins and new lengths: the claim counter is put
+    back to zero by each call's last claim (no host memset), so every replay claims all bins."""
+    lens_a = [4000, 10, 700, 0, 2500]
+    lens_b = [12, 9000, 0, 3000, 640]
+    max_len = 9100
+    case = make_case(lens_b, 1, 8, kv_dtype, seed=18, max_kv_len=max_len)
+    ws = ha.DecodeWorkspace(5, 1, 8, max_len, num_ctas=16)
+    kv_lens = torch.tensor(lens_a, dtype=torch.int32, device="cuda")
+    out = poisoned_empty(5, 8, 128, dtype=torch.bfloat16, device="cuda")
+
+    def step():
+        plan = ha.plan_decode(kv_lens, 1, 8, workspace=ws, min_tiles=1, tail_percent=30, tail_bin=2)
+        ha.decode(case.q, case.k, case.v, case.page_table, kv_lens, plan, sm_scale=case.sm_scale,
+                  k_scale=case.k_scale, v_scale=case.v_scale, out=out)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    eager, plan = run(case, ws=ws, min_tiles=1, tail_percent=30, tail_bin=2)
+    assert plan.tables().counters[7] > 0
+    for lens in (lens_b, lens_a, lens_b, lens_b):
+        kv_lens.copy_(torch.tensor(lens, dtype=torch.int32))
+        out.fill_(float("nan"))
+        graph.replay()
+    torch.cuda.synchronize()
+    assert_bitwise_equal(out, eager, name="graph replay with tail bins vs eager")
+    check_accuracy(out, case, "graph replay with tail bins")
     check_counters_zero(ws)
 
 

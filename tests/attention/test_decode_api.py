@@ -85,7 +85,7 @@ def test_dry_run_passes_every_binding_argument(fake, monkeypatch, merge_in_decod
     assert dec_kw["merge"] == int(merge_in_decode)
     assert dec_kw["slot_meta"] == ws.slot_meta.data_ptr() and dec_kw["merge_counts"] == ws.merge_counts.data_ptr()
     assert dec_kw["merge_ml"] == ws.merge_ml.data_ptr() and dec_kw["combine"] == ws.combine.data_ptr()
-    assert dec_kw["counters"] == ws.counters.data_ptr()
+    assert dec_kw["counters"] == ws.counters.data_ptr() and dec_kw["claim_counter"] == ws.claim_counter.data_ptr()
     assert ws.merge_counts.shape == (ws.caps.slots,) and not ws.merge_counts.any()
     assert ws.merge_ml.shape == (ws.caps.slots, 4, 2) and ws.slot_meta.shape == (ws.caps.slots, 2)
     if not merge_in_decode:

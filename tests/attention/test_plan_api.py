@@ -23,7 +23,24 @@ def test_task_cost_follows_the_kv_dtype(fake, kv_dtype, want):  # noqa: F811
     plan = ha.plan_decode(lens, 2, 8, workspace=ws, kv_dtype=kv_dtype)
     kw = fake.calls[0][1]
     assert kw["task_cost"] == want and plan.task_cost == want
-    assert kw["bin_first"] == ws.bin_first.data_ptr() and ws.bin_first.shape == (132, 4)
+    nbins = 132 + heuristics.MAX_TAIL_BINS_PER_CTA * 132  # owned + claimable tail bins
+    assert kw["bin_first"] == ws.bin_first.data_ptr() and ws.bin_first.shape == (nbins, 4)
+    assert ws.bin_start.shape == (nbins + 1,) and kw["max_tail_bins"] == ws.max_tail_bins == nbins - 132
+
+
+def test_tail_arguments_reach_the_planner(fake):  # noqa: F811
+    lens = torch.tensor([5, 0, 200], dtype=torch.int32)
+    ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu", max_tail_bins=7)
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws)
+    kw = fake.calls[-1][1]
+    assert kw["tail_percent"] == heuristics.TAIL_PERCENT == plan.tail_percent
+    assert kw["tail_bin"] == heuristics.TAIL_BIN_TILES and kw["max_tail_bins"] == 7
+    assert ws.bin_start.shape == (132 + 7 + 1,) and ws.claim_counter.shape == (1,) and not ws.claim_counter.any()
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws, tail_percent=0, tail_bin=9)
+    assert fake.calls[-1][1]["tail_percent"] == 0 and fake.calls[-1][1]["tail_bin"] == 9 and plan.tail_percent == 0
+    ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu", static_splits="auto")
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws, static_splits="auto")
+    assert plan.tail_percent == 0 and fake.calls[-1][1]["tail_percent"] == 0  # static plans have no tail
 
 
 def test_task_cost_override_and_static_plans(fake):  # noqa: F811
@@ -44,3 +61,9 @@ def test_bad_scheduling_arguments_name_the_argument(fake):  # noqa: F811
         ha.plan_decode(lens, 1, 8, workspace=ws, task_cost=-1)
     with pytest.raises(ValueError, match="task_cost"):
         ha.plan_decode(lens, 1, 8, workspace=ws, task_cost=heuristics.MAX_TASK_COST + 1)
+    with pytest.raises(ValueError, match="tail_percent"):
+        ha.plan_decode(lens, 1, 8, workspace=ws, tail_percent=heuristics.MAX_TAIL_PERCENT + 1)
+    with pytest.raises(ValueError, match="tail_bin"):
+        ha.plan_decode(lens, 1, 8, workspace=ws, tail_bin=0)
+    with pytest.raises(ValueError, match="max_tail_bins"):
+        ha.DecodeWorkspace(2, 1, 8, 64, "cpu", max_tail_bins=-1)

@@ -32,13 +32,15 @@ def lengths_strategy(max_batch: int = 64, max_len: int = 140_000):
     )
 
 
-def check_plan(lens, hkv, C, floor, splits=0, cost=0):
-    t = plan_tables(lens, hkv, C, floor, static_splits=splits, task_cost=cost)
+def check_plan(lens, hkv, C, floor, splits=0, cost=0, tail=(0, 0, 0)):
+    pct, tbin, max_tail = tail
+    t = plan_tables(lens, hkv, C, floor, static_splits=splits, task_cost=cost, tail_percent=pct, tail_bin=tbin,
+                    max_tail_bins=max_tail)
     num_tasks, num_comb, budget, total, num_slots, nb_used, clamped, _ = t.counters
     ntiles = [tiles(x) for x in lens]
     assert total == sum(ntiles) * hkv
     assert num_tasks == len(t.tasks) and num_comb == len(t.combine) and clamped == 0
-    caps = workspace_caps(len(lens), hkv, C, splits)
+    caps = workspace_caps(len(lens), hkv, C, splits, max_tail_bins=max_tail)
     assert num_tasks <= caps.tasks and num_comb <= caps.combine and num_slots <= caps.slots
 
     # Every tile of every item assigned exactly once; tasks never empty; token_end consistent.
@@ -57,10 +59,11 @@ def check_plan(lens, hkv, C, floor, splits=0, cost=0):
 
     # Bins: contiguous task ranges covering the list once.
     bs = t.bin_start
-    assert len(bs) == C + 1 and bs[0] == 0 and bs[-1] == num_tasks
+    NB = C + max_tail  # owned bins, then claimable tail bins
+    assert len(bs) == NB + 1 and bs[0] == 0 and bs[-1] == num_tasks
     assert all(a <= b for a, b in zip(bs, bs[1:]))
     per_bin = []
-    for c in range(C):
+    for c in range(NB):
         per_bin.append(sum(tiles(tok_end) - tb for _, tb, tok_end, _ in t.tasks[bs[c]:bs[c + 1]]))
     assert sum(per_bin) == total
     # Work per bin on the planner's line: tiles plus the task cost of each charged item starting
@@ -183,6 +186,43 @@ def test_dynamic_plan_properties(lens, hkv, C, floor, cost):
     assert keys == sorted(keys)
 
 
+@settings(max_examples=300, deadline=None)
+@given(lens=lengths_strategy(), hkv=st.sampled_from([1, 2, 8]), C=st.sampled_from([1, 2, 7, 132]),
+       floor=st.sampled_from([1, 4]), cost=st.sampled_from([0, 2, 4]), pct=st.sampled_from([1, 20, 50]),
+       tbin=st.sampled_from([1, 4, 8]), per_cta=st.sampled_from([0, 1, 2]))
+@example(lens=[131072] + [4096] * 31, hkv=1, C=132, floor=4, cost=4, pct=20, tbin=4, per_cta=2)
+@example(lens=[4096] * 64, hkv=8, C=132, floor=4, cost=2, pct=20, tbin=4, per_cta=2)  # bins grow past tbin
+@example(lens=[512] * 64, hkv=1, C=132, floor=4, cost=2, pct=20, tbin=4, per_cta=2)  # nb < C: no tail
+@example(lens=[1] * 40, hkv=1, C=2, floor=1, cost=7, pct=50, tbin=1, per_cta=2)  # tail bins inside costs
+def test_tail_plan_properties(lens, hkv, C, floor, cost, pct, tbin, per_cta):
+    """The claimable tail: without it (line short of C bins, or no tail bins allowed) the plan
+    is the plain one; with it the C owned bins share line - T units like before and the ne tail
+    bins hold tb units each, T = min(line * pct // 100, line - C * floor) (the owned bins keep the
+    floor), tb = max(tbin, ceil(T / max_tail_bins))."""
+    max_tail = per_cta * C
+    t, per_bin = check_plan(lens, hkv, C, floor, cost=cost, tail=(pct, tbin, max_tail))
+    num_tasks, _, budget, total, _, nb_used, _, ne = t.counters
+    base = plan_tables(lens, hkv, C, floor, task_cost=cost)
+    nb0 = min(C, max(1, total // floor))
+    line = total + cost * hkv * sum(1 for x in lens if 0 < tiles(x) and tiles(x) * nb0 <= total)
+    nb = min(C, max(1, line // floor))
+    T = min(line * pct // 100, line - C * floor)
+    if total == 0 or nb < C or max_tail == 0 or T == 0:
+        assert ne == 0
+        assert (t.tasks, t.combine, t.slot_meta) == (base.tasks, base.combine, base.slot_meta)
+        assert t.bin_start == base.bin_start + [num_tasks] * max_tail and t.counters == base.counters
+        return
+    tb = max(tbin, -(-T // max_tail))
+    assert ne == T // tb and ne <= max_tail and nb_used == C + ne
+    x1 = line - ne * tb
+    assert budget == -(-x1 // C)
+    assert all(budget - 1 - cost <= x <= budget + cost for x in per_bin[:C]), (per_bin[:C], budget)
+    assert all(x <= tb + cost for x in per_bin[C:C + ne]), (per_bin[C:C + ne], tb)
+    assert all(x == 0 for x in per_bin[C + ne:]) and all(b == num_tasks for b in t.bin_start[C + ne:])
+    keys = [(item, tb_) for item, tb_, _, _ in t.tasks]
+    assert keys == sorted(keys)
+
+
 @settings(max_examples=200, deadline=None)
 @given(lens=lengths_strategy(), hkv=st.sampled_from([1, 4]), C=st.sampled_from([1, 5, 132]),
        splits=st.sampled_from([1, 2, 3, 16, 64]))
@@ -243,8 +283,9 @@ def test_length_clamped_and_counted():
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), hkv=st.sampled_from([1, 2]), g=st.sampled_from([1, 4, 16]),
-       C=st.sampled_from([1, 3, 8]), splits=st.sampled_from([0, 0, 3]), cost=st.sampled_from([0, 3]))
-def test_executing_the_plan_equals_one_pass_softmax(seed, hkv, g, C, splits, cost):
+       C=st.sampled_from([1, 3, 8]), splits=st.sampled_from([0, 0, 3]), cost=st.sampled_from([0, 3]),
+       tail=st.sampled_from([0, 30]))
+def test_executing_the_plan_equals_one_pass_softmax(seed, hkv, g, C, splits, cost, tail):
     """Tasks + partials + combine, in float64, give the one-pass softmax (the plan is exact)."""
     rng = random.Random(seed)
     B = rng.randint(1, 5)
@@ -257,7 +298,8 @@ def test_executing_the_plan_equals_one_pass_softmax(seed, hkv, g, C, splits, cos
     v = torch.randn(num_pages, page, hkv, 128, generator=gen, dtype=torch.float64)
     q = torch.randn(B, hkv * g, 128, generator=gen, dtype=torch.float64)
     pt = torch.randperm(num_pages, generator=gen)[:B * max_pages].view(B, max_pages).int()
-    t = plan_tables(lens, hkv, C, 1, static_splits=splits, task_cost=cost)
+    t = plan_tables(lens, hkv, C, 1, static_splits=splits, task_cost=cost, tail_percent=tail, tail_bin=1,
+                    max_tail_bins=2 * C)
     got = execute_plan(t, q, k, v, pt, lens, sm_scale=0.0883)
     ref = decode_reference(q, k, v, pt, lens, sm_scale=0.0883)
     torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
@@ -267,6 +309,7 @@ def test_executing_the_plan_equals_one_pass_softmax(seed, hkv, g, C, splits, cos
 def test_workspace_caps_hold_worst_cases(C):
     # Many tiny items and one item spanning every boundary.
     for lens in ([1] * 500, [64] * 500, [C * 64 * 4] + [0] * 10, [65] * 3):
-        t = plan_tables(lens, 1, C, 1)
-        caps = workspace_caps(len(lens), 1, C)
-        assert t.counters[0] <= caps.tasks and t.counters[4] <= caps.slots and t.counters[1] <= caps.combine
+        for tail in (0, 50):
+            t = plan_tables(lens, 1, C, 1, tail_percent=tail, tail_bin=1, max_tail_bins=2 * C)
+            caps = workspace_caps(len(lens), 1, C, max_tail_bins=2 * C)
+            assert t.counters[0] <= caps.tasks and t.counters[4] <= caps.slots and t.counters[1] <= caps.combine

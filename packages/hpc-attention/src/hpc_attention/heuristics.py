@@ -53,7 +53,21 @@ MAX_TASK_COST = 64
 # with 8/1 heads slower on 11 of 12 (+0.1 to +4.6 us: decode alone is faster, the in-kernel
 # merge costs more). Hkv 2-4 not measured: kept on cp.async. Read when `decode` is called.
 USE_TMA_PRODUCER = "auto"
-TMA_MIN_KV_HEADS = 8
+TMA_MIN_KV_HEADS = 1
+
+# Claimable tail (decode_bin_ring.cuh): the planner cuts the last TAIL_PERCENT % of the work line
+# into small bins (>= TAIL_BIN_TILES units, at most MAX_TAIL_BINS_PER_CTA per CTA, so the bins
+# grow on big lines) that CTAs claim in order once their own bin is done, so CTAs that run faster
+# take more of the line. Why: ncu of the 8/1 kernel (NOTES.md) found SMs idle 15-17 % of the
+# kernel although every bin holds the same tiles: CTAs finish ~7 us apart. Only the TMA producer
+# kernel claims (its spare warp runs the scheduler); the cp.async kernel (pages < 16 tokens, or
+# USE_TMA_PRODUCER off) runs the tail bins in a fixed order (bin C + c, 2C + c, ... after bin c):
+# correct and identical in its results, not balanced. Applies only when the line fills all CTAs.
+# 0 disables it (the plan of before). Read by `plan_decode` (a CUDA graph keeps the capture's value).
+TAIL_PERCENT = 20
+TAIL_BIN_TILES = 4
+MAX_TAIL_BINS_PER_CTA = 2
+MAX_TAIL_PERCENT = 50
 
 TILE_TOKENS = 64
 HEAD_DIM = 128

@@ -59,7 +59,7 @@ class DecodeWorkspace:
 
     def __init__(self, max_batch: int, num_kv_heads: int, num_qo_heads: int, max_kv_len: int,
                  device: torch.device | str | None = None, *, num_ctas: int | None = None,
-                 static_splits: int | str | None = None):
+                 static_splits: int | str | None = None, max_tail_bins: int | None = None):
         op = "DecodeWorkspace"
         if max_batch < 1 or num_kv_heads < 1 or max_kv_len < 0:
             raise ValueError(f"{op}: max_batch and num_kv_heads must be >= 1 and max_kv_len >= 0, got "
@@ -79,7 +79,12 @@ class DecodeWorkspace:
         if num_ctas < 1:
             raise ValueError(f"{op}: num_ctas must be >= 1, got {num_ctas}")
         self.num_ctas = int(num_ctas)
-        caps = workspace_caps(self.max_batch, self.num_kv_heads, self.num_ctas)
+        if max_tail_bins is None:
+            max_tail_bins = heuristics.MAX_TAIL_BINS_PER_CTA * self.num_ctas
+        if max_tail_bins < 0:
+            raise ValueError(f"{op}: max_tail_bins must be >= 0, got {max_tail_bins}")
+        self.max_tail_bins = int(max_tail_bins)
+        caps = workspace_caps(self.max_batch, self.num_kv_heads, self.num_ctas, max_tail_bins=self.max_tail_bins)
         n = self.max_batch * self.num_kv_heads
         if static_splits == "auto":
             caps = WorkspaceCaps(max(caps.tasks, n + self.num_ctas), max(caps.combine, n),
@@ -90,8 +95,11 @@ class DecodeWorkspace:
         self.caps = caps
         i32 = dict(dtype=torch.int32, device=device)
         self.tasks = torch.zeros(caps.tasks, 4, **i32)
-        self.bin_start = torch.zeros(self.num_ctas + 1, **i32)
-        self.bin_first = torch.zeros(self.num_ctas, 4, **i32)  # first task of each bin (a copy)
+        nbins = self.num_ctas + self.max_tail_bins  # owned bins, then claimable tail bins
+        self.bin_start = torch.zeros(nbins + 1, **i32)
+        self.bin_first = torch.zeros(nbins, 4, **i32)  # first task of each bin (a copy)
+        # Tail bins claimed so far in the running call (zero between calls: the last claim resets it).
+        self.claim_counter = torch.zeros(1, **i32)
         self.combine = torch.zeros(caps.combine, 4, **i32)
         self.counters = torch.zeros(NUM_COUNTERS, **i32)
         self.partial_o = torch.empty(caps.slots, self.group, heuristics.HEAD_DIM, dtype=torch.float32, device=device)
@@ -117,6 +125,8 @@ class DecodePlan:
     static_splits: int  # 0: dynamic
     min_tiles: int
     task_cost: int  # fixed cost per item on the work line (dynamic plans; 0 for static)
+    tail_percent: int  # claimable tail share of the line (dynamic plans; 0: none)
+    tail_bin: int  # smallest tail bin in units
     max_kv_len: int
     kv_lens_ptr: int
 
@@ -147,10 +157,12 @@ def _check_heads(num_qo_heads: int, num_kv_heads: int, op: str) -> None:
 def _plan_op(kv_lens: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor, bin_first: torch.Tensor,
              combine: torch.Tensor, counters: torch.Tensor, slot_meta: torch.Tensor, num_kv_heads: int, num_ctas: int,
              min_tiles: int,
-             static_splits: int, max_len: int, task_cost: int) -> None:
+             static_splits: int, max_len: int, task_cost: int, tail_percent: int, tail_bin: int,
+             max_tail_bins: int) -> None:
     _ext.load().decode_plan(
         kv_lens=kv_lens.data_ptr(), batch=kv_lens.shape[0], num_kv_heads=num_kv_heads, num_bins=num_ctas,
         min_tiles=min_tiles, static_splits=static_splits, max_len=max_len, task_cost=task_cost,
+        tail_percent=tail_percent, tail_bin=tail_bin, max_tail_bins=max_tail_bins,
         tasks=tasks.data_ptr(),
         bin_start=bin_start.data_ptr(), bin_first=bin_first.data_ptr(), combine=combine.data_ptr(),
         counters=counters.data_ptr(), slot_meta=slot_meta.data_ptr(), pdl=get_pdl(), stream=stream_ptr(kv_lens.device))
@@ -158,16 +170,16 @@ def _plan_op(kv_lens: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor
 
 @_plan_op.register_fake
 def _(kv_lens, tasks, bin_start, bin_first, combine, counters, slot_meta, num_kv_heads, num_ctas, min_tiles,
-      static_splits, max_len, task_cost):
+      static_splits, max_len, task_cost, tail_percent, tail_bin, max_tail_bins):
     return None
 
 
 @torch.library.custom_op("hpc_attention::paged_decode",
-                        mutates_args=("out", "partial_o", "partial_lse", "merge_counts", "merge_ml"))
+                        mutates_args=("out", "partial_o", "partial_lse", "merge_counts", "merge_ml", "claim_counter"))
 def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Tensor, v_cache: torch.Tensor,
                page_table: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor, bin_first: torch.Tensor,
                combine: torch.Tensor, counters: torch.Tensor, partial_o: torch.Tensor, partial_lse: torch.Tensor, slot_meta: torch.Tensor,
-               merge_counts: torch.Tensor, merge_ml: torch.Tensor, out: torch.Tensor,
+               merge_counts: torch.Tensor, merge_ml: torch.Tensor, claim_counter: torch.Tensor, out: torch.Tensor,
                k_scale_t: torch.Tensor | None, v_scale_t: torch.Tensor | None, k_scale: float, v_scale: float,
                sm_scale: float, num_ctas: int, combine_ctas: int, merge_in_decode: bool,
                tma_producer: bool) -> None:
@@ -196,7 +208,8 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
         k_scale=k_scale, v_scale=v_scale, sm_scale_log2=sm_scale * _LOG2E, num_kv_heads=hkv, group=group,
         diag=int(DIAG["flags"]), merge=int(merge), slot_meta=slot_meta.data_ptr(),
         merge_counts=merge_counts.data_ptr(), merge_ml=merge_ml.data_ptr(), combine=combine.data_ptr(),
-        counters=counters.data_ptr(), tma_producer=tma_producer, num_ctas=num_ctas, pdl=pdl, stream=stream)
+        counters=counters.data_ptr(), claim_counter=claim_counter.data_ptr(), tma_producer=tma_producer,
+        num_ctas=num_ctas, pdl=pdl, stream=stream)
     LAST_PRODUCER["name"] = "tma" if used_tma else "cp_async"
     if merge or skip_combine:
         return
@@ -208,7 +221,7 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
 
 @_decode_op.register_fake
 def _(q, q_scale, k_cache, v_cache, page_table, tasks, bin_start, bin_first, combine, counters, partial_o, partial_lse,
-      slot_meta, merge_counts, merge_ml, out, k_scale_t, v_scale_t, k_scale, v_scale, sm_scale, num_ctas, combine_ctas,
+      slot_meta, merge_counts, merge_ml, claim_counter, out, k_scale_t, v_scale_t, k_scale, v_scale, sm_scale, num_ctas, combine_ctas,
       merge_in_decode, tma_producer):
     return None
 
@@ -218,6 +231,7 @@ def _(q, q_scale, k_cache, v_cache, page_table, tasks, bin_start, bin_first, com
 def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, max_kv_len: int | None = None,
                 workspace: DecodeWorkspace | None = None, static_splits: int | str | None = None,
                 min_tiles: int | None = None, kv_dtype: torch.dtype | None = None, task_cost: int | None = None,
+                tail_percent: int | None = None, tail_bin: int | None = None,
                 validate: bool | None = None) -> DecodePlan:
     """Build the decode plan on the device from the device-side lengths (no host sync).
 
@@ -230,7 +244,11 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
     plan will serve (torch.bfloat16 by default, or torch.float8_e4m3fn): it selects the default
     task_cost, the fixed cost per (request, KV head) counted in tiles when the bins are cut
     (heuristics.task_cost_tiles; 0 cuts on tiles alone). Any plan is correct with any KV dtype;
-    these only balance the CTAs. validate: check on the host that
+    these only balance the CTAs. tail_percent / tail_bin: the share of the work line (percent,
+    0..heuristics.MAX_TAIL_PERCENT) cut into small bins that CTAs claim once their own bin is
+    done, and the smallest such bin in tiles (defaults: heuristics.TAIL_PERCENT and
+    TAIL_BIN_TILES; the TMA producer kernel claims tail bins, the cp.async one runs them in a
+    fixed order; any plan gives the same results with either). validate: check on the host that
     0 <= kv_lens <= max_kv_len (synchronises; default: when not capturing a CUDA graph). On the
     device, lengths are clamped into that range whatever `validate` says.
     """
@@ -276,6 +294,12 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
     cost = heuristics.task_cost_tiles(kv_dtype) if task_cost is None else int(task_cost)
     if not 0 <= cost <= heuristics.MAX_TASK_COST:
         raise ValueError(f"{op}: task_cost must be in [0, {heuristics.MAX_TASK_COST}], got {cost}")
+    tail = heuristics.TAIL_PERCENT if tail_percent is None else int(tail_percent)
+    if not 0 <= tail <= heuristics.MAX_TAIL_PERCENT:
+        raise ValueError(f"{op}: tail_percent must be in [0, {heuristics.MAX_TAIL_PERCENT}], got {tail}")
+    tbin = heuristics.TAIL_BIN_TILES if tail_bin is None else int(tail_bin)
+    if tbin < 1:
+        raise ValueError(f"{op}: tail_bin must be >= 1, got {tbin}")
     if kv_lens.device != ws.device:
         raise ValueError(f"{op}: kv_lens is on {kv_lens.device}, the workspace on {ws.device}")
     require_hopper(kv_lens, "kv_lens", op)
@@ -288,10 +312,12 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
             i = int(bad[0])
             raise ValueError(f"{op}: kv_lens[{i}] = {int(lens[i])} is outside [0, max_kv_len={max_len}]")
     torch.ops.hpc_attention.plan_decode(kv_lens, ws.tasks, ws.bin_start, ws.bin_first, ws.combine, ws.counters,
-                                        ws.slot_meta, num_kv_heads, ws.num_ctas, floor, splits, max_len, cost)
+                                        ws.slot_meta, num_kv_heads, ws.num_ctas, floor, splits, max_len, cost,
+                                        tail if splits == 0 else 0, tbin, ws.max_tail_bins)
     return DecodePlan(workspace=ws, batch=B, num_kv_heads=num_kv_heads, num_qo_heads=num_qo_heads,
                       num_ctas=ws.num_ctas, static_splits=splits, min_tiles=floor,
-                      task_cost=cost if splits == 0 else 0, max_kv_len=max_len, kv_lens_ptr=kv_lens.data_ptr())
+                      task_cost=cost if splits == 0 else 0, tail_percent=tail if splits == 0 else 0, tail_bin=tbin,
+                      max_kv_len=max_len, kv_lens_ptr=kv_lens.data_ptr())
 
 
 def _scale_arg(x, name: str, op: str, device: torch.device):
@@ -390,7 +416,8 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
         _validate_pages(page_table, kv_lens, page_size, num_pages, plan.max_kv_len, op)
     torch.ops.hpc_attention.paged_decode(
         q, q_scale, k_cache, v_cache, page_table, ws.tasks, ws.bin_start, ws.bin_first, ws.combine, ws.counters,
-        ws.partial_o, ws.partial_lse, ws.slot_meta, ws.merge_counts, ws.merge_ml, out, k_t, v_t, k_f, v_f, float(sm_scale),
+        ws.partial_o, ws.partial_lse, ws.slot_meta, ws.merge_counts, ws.merge_ml, ws.claim_counter, out, k_t, v_t, k_f,
+        v_f, float(sm_scale),
         plan.num_ctas, heuristics.combine_ctas(get_num_sms(dev)), bool(heuristics.MERGE_IN_DECODE),
         _use_tma(page_size, Hkv))
     return out

@@ -33,15 +33,17 @@ class WorkspaceCaps:
     slots: int
 
 
-def workspace_caps(max_batch: int, num_kv_heads: int, num_ctas: int, static_splits: int = 0) -> WorkspaceCaps:
+def workspace_caps(max_batch: int, num_kv_heads: int, num_ctas: int, static_splits: int = 0,
+                   max_tail_bins: int = 0) -> WorkspaceCaps:
     """Table sizes that hold any plan of at most `max_batch` requests, whatever the lengths.
 
-    Dynamic: each of the C - 1 bin boundaries splits at most one item, so tasks <= N + C - 1,
-    split items <= C - 1 and their parts (= slots) <= 2 (C - 1); combine entries are the split
-    items plus the empty ones (<= N). Static: S parts per item at most.
+    Dynamic: each of the C + T - 1 bin boundaries (C owned bins, at most T claimable tail bins)
+    splits at most one item, so tasks <= N + C + T - 1, split items <= C + T - 1 and their parts
+    (= slots) <= 2 (C + T - 1); combine entries are the split items plus the empty ones (<= N).
+    Static: S parts per item at most.
     """
     n = max_batch * num_kv_heads
-    c = num_ctas
+    c = num_ctas + max(0, max_tail_bins)
     if static_splits > 0:
         return WorkspaceCaps(tasks=max(1, n * static_splits), combine=max(1, n), slots=max(1, n * static_splits))
     return WorkspaceCaps(tasks=n + c, combine=n + c, slots=max(1, 2 * c))
@@ -63,13 +65,19 @@ def _tiles(length: int) -> int:
 
 
 def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_tiles: int,
-                static_splits: int = 0, max_len: int | None = None, task_cost: int = 0) -> PlanTables:
+                static_splits: int = 0, max_len: int | None = None, task_cost: int = 0,
+                tail_percent: int = 0, tail_bin: int = 0, max_tail_bins: int = 0) -> PlanTables:
     """The plan, computed the way the CUDA planner does (same integer arithmetic, same order).
 
     task_cost: tiles' worth of fixed cost charged on the work line (dynamic mode) to every
     non-empty item no longer than the tiles-only budget (n * nb0 <= total tiles, nb0 the bin
     count without costs): the line holds, per charged item, `task_cost` units of fixed cost
-    followed by the item's tiles, and the bins cut that line. 0 gives the plain tile line."""
+    followed by the item's tiles, and the bins cut that line. 0 gives the plain tile line.
+
+    Claimable tail (dynamic mode, when all C owned bins are used): of
+    T = min(line * tail_percent // 100, line - C * min_tiles) units, ne = T // tb bins of tb = max(tail_bin, ceil(T / max_tail_bins)) units each end the
+    line (bins C .. C + ne - 1); the C owned bins share the rest. bin_start has
+    C + max_tail_bins + 1 entries; counters[7] = ne."""
     if max_len is None:
         max_len = max([0, *kv_lens])
     raw = [int(x) for x in kv_lens]
@@ -90,12 +98,19 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
     nb = 1
     if dynamic and total > 0:
         nb = min(C, max(1, total // max(1, min_tiles)))
+    # Claimable tail: ne bins of tb units at the end of the line, the nb owned bins over [0, x1).
+    tb, ne = 1, 0
+    if dynamic and total > 0 and nb == C and tail_percent > 0 and tail_bin > 0 and max_tail_bins > 0:
+        tail = min(total * int(tail_percent) // 100, total - nb * max(1, min_tiles))  # owned bins keep the floor
+        tb = max(int(tail_bin), -(-tail // max_tail_bins))
+        ne = tail // tb
+    x1 = total - ne * tb
 
     def start(c: int) -> int:
-        return c * total // nb
+        return c * x1 // nb if c <= nb else x1 + (c - nb) * tb
 
     def bin_of(x: int) -> int:
-        return ((x + 1) * nb + total - 1) // total - 1
+        return ((x + 1) * nb + x1 - 1) // x1 - 1 if x < x1 else nb + (x - x1) // tb
 
     def parts_of(s: int, n: int) -> int:
         if n == 0:
@@ -117,7 +132,8 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
     num_tasks = sum(it[4] for it in items)
 
     tasks: list = [None] * num_tasks
-    bin_start = [0] * (C + 1)
+    n_bins = C + max(0, max_tail_bins)
+    bin_start = [0] * (n_bins + 1)
     combine = []
     per_bin, extra = divmod(num_tasks, C)
 
@@ -157,12 +173,12 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
         if parts > 1:
             slot += parts
 
-    nb_used = (nb if total > 0 else 0) if dynamic else min(num_tasks, C)
-    for c in range(C + 1):
+    nb_used = (nb + ne if total > 0 else 0) if dynamic else min(num_tasks, C)
+    for c in range(n_bins + 1):
         if not dynamic:
-            bin_start[c] = static_base(c)
+            bin_start[c] = static_base(c) if c <= C else num_tasks
         elif c >= nb_used:
             bin_start[c] = num_tasks
-    budget = (-(-total // nb) if total > 0 else 0) if dynamic else 0
-    counters = [num_tasks, len(combine), budget, total_tiles, slot, nb_used, clamped, 0]
+    budget = (-(-x1 // nb) if x1 > 0 else 0) if dynamic else 0
+    counters = [num_tasks, len(combine), budget, total_tiles, slot, nb_used, clamped, ne]
     return PlanTables(tasks=tasks, bin_start=bin_start, combine=combine, counters=counters, slot_meta=slot_meta)

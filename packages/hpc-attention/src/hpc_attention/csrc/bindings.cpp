@@ -32,7 +32,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
   m.def(
       "decode_plan",
       [](uintptr_t kv_lens, int batch, int num_kv_heads, int num_bins, int min_tiles, int static_splits,
-         int max_len, int task_cost, uintptr_t tasks, uintptr_t bin_start, uintptr_t bin_first, uintptr_t combine,
+         int max_len, int task_cost, int tail_percent, int tail_bin, int max_tail_bins, uintptr_t tasks, uintptr_t bin_start, uintptr_t bin_first, uintptr_t combine,
          uintptr_t counters, uintptr_t slot_meta, bool pdl, uintptr_t stream) {
         DecodePlanParams p{};
         p.kv_lens = hpc::as_ptr<const int32_t>(kv_lens);
@@ -43,6 +43,9 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.static_splits = static_splits;
         p.max_len = max_len;
         p.task_cost = task_cost;
+        p.tail_percent = tail_percent;
+        p.tail_bin = tail_bin;
+        p.max_tail_bins = max_tail_bins;
         p.tasks = hpc::as_ptr<int4>(tasks);
         p.bin_start = hpc::as_ptr<int32_t>(bin_start);
         p.bin_first = hpc::as_ptr<int4>(bin_first);
@@ -52,7 +55,8 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         HPC_CUDA_CHECK(hpc_attn_launch_decode_plan(p, hpc::as_stream(stream), pdl), "decode_plan");
       },
       py::arg("kv_lens"), py::arg("batch"), py::arg("num_kv_heads"), py::arg("num_bins"), py::arg("min_tiles"),
-      py::arg("static_splits"), py::arg("max_len"), py::arg("task_cost"), py::arg("tasks"), py::arg("bin_start"),
+      py::arg("static_splits"), py::arg("max_len"), py::arg("task_cost"), py::arg("tail_percent"),
+      py::arg("tail_bin"), py::arg("max_tail_bins"), py::arg("tasks"), py::arg("bin_start"),
       py::arg("bin_first"), py::arg("combine"),
       py::arg("counters"), py::arg("slot_meta"), py::arg("pdl"), py::arg("stream"));
 
@@ -67,7 +71,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
          long long out_stride_h, uintptr_t partial_o, uintptr_t partial_lse, uintptr_t k_scale_ptr,
          uintptr_t v_scale_ptr, float k_scale, float v_scale, float sm_scale_log2, int num_kv_heads, int group,
          int diag, int merge, uintptr_t slot_meta, uintptr_t merge_counts, uintptr_t merge_ml, uintptr_t combine,
-         uintptr_t counters, bool tma_producer, int num_ctas, bool pdl, uintptr_t stream) {
+         uintptr_t counters, uintptr_t claim_counter, bool tma_producer, int num_ctas, bool pdl, uintptr_t stream) {
         PagedDecodeParams p{};
         p.q = hpc::as_ptr<const void>(q);
         p.q_stride_b = q_stride_b;
@@ -109,6 +113,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.merge_ml = hpc::as_ptr<float2>(merge_ml);
         p.combine = hpc::as_ptr<const int4>(combine);
         p.counters = hpc::as_ptr<const int32_t>(counters);
+        p.claim_counter = hpc::as_ptr<int>(claim_counter);
         cudaStream_t s = hpc::as_stream(stream);
         // TMA producer when asked for and the driver encodes the caches' layout; otherwise the
         // cp.async producer (same results). Returns which one ran (True: TMA).
@@ -133,7 +138,8 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       py::arg("partial_lse"), py::arg("k_scale_ptr"), py::arg("v_scale_ptr"), py::arg("k_scale"),
       py::arg("v_scale"), py::arg("sm_scale_log2"), py::arg("num_kv_heads"), py::arg("group"), py::arg("diag"),
       py::arg("merge"), py::arg("slot_meta"), py::arg("merge_counts"), py::arg("merge_ml"), py::arg("combine"),
-      py::arg("counters"), py::arg("tma_producer"), py::arg("num_ctas"), py::arg("pdl"), py::arg("stream"));
+      py::arg("counters"), py::arg("claim_counter"), py::arg("tma_producer"), py::arg("num_ctas"), py::arg("pdl"),
+      py::arg("stream"));
 
   m.def(
       "decode_combine",

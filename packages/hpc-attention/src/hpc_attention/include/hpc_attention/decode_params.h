@@ -21,6 +21,7 @@ enum PlanCounter : int {
   kNumSlots = 4,
   kNumBinsUsed = 5,
   kNumClamped = 6,  // requests whose length was outside [0, max_len] and got clamped
+  kNumTailBins = 7,  // claimable tail bins (after the num_bins owned ones), 0 without a tail
   kNumCounters = 8,
 };
 
@@ -33,10 +34,16 @@ struct DecodePlanParams {
   int static_splits;  // 0: dynamic; > 0: fixed splits per item
   int max_len;        // lengths are clamped into [0, max_len] (page-table capacity)
   int task_cost;      // dynamic mode: tiles' worth of fixed cost charged per non-empty item
+  // Claimable tail (dynamic mode, only when all num_bins bins are used): the last tail_percent %
+  // of the work line is cut into bins of tail_bin units, at most max_tail_bins of them, after the
+  // num_bins owned bins; CTAs that finish their own bin claim them in order (paged_decode.cuh).
+  int tail_percent;
+  int tail_bin;
+  int max_tail_bins;
   int4* tasks;        // {item, tile_begin, token_end, slot or -1}, bin-major
-  int32_t* bin_start; // [num_bins + 1]
-  int4* bin_first;    // [num_bins]: copy of the first task of each non-empty bin (the decode kernel
-                      // loads it with bin_start instead of after it: one dependent load fewer)
+  int32_t* bin_start; // [num_bins + max_tail_bins + 1]
+  int4* bin_first;    // [num_bins + max_tail_bins]: copy of the first task of each non-empty bin (the
+                      // decode kernel loads it with bin_start instead of after it: one dependent load fewer)
   int4* combine;      // {item, first slot, parts (0: empty item -> zeros), 0}
   int32_t* counters;  // [kNumCounters]
   int2* slot_meta;    // [slots]: {first slot, parts} of the split item that owns the slot
@@ -76,7 +83,8 @@ struct PagedDecodeParams {
   int* merge_counts;      // [slots], zero between calls: arrivals per item (index f) / group (f + 1 + g)
   float2* merge_ml;       // [slots, G]: (m, l) of merge group g of an item, at slot f + g
   const int4* combine;    // {item, first slot, parts, 0}: entries with parts == 0 (empty items) -> zeros
-  const int32_t* counters;
+  const int32_t* counters;  // counters[kNumTailBins]: claimable tail bins after the gridDim.x owned ones
+  int* claim_counter;       // zero between calls: tail bins claimed so far (the last claim resets it)
   const float* k_scale_ptr;  // optional device scales (read once); nullptr: use the floats
   const float* v_scale_ptr;
   float k_scale, v_scale;

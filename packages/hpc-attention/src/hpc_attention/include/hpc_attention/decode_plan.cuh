@@ -92,11 +92,16 @@ __device__ __forceinline__ int item_parts_static(int n, int splits) {
 // carry, where carry comes from the running remainder of c * total mod nb. A request whose
 // items span many bins (a long context) is written by its whole warp, one piece per lane.
 
+// The line cut into bins: nb owned bins over [0, total) (bin c = [c * total / nb, (c + 1) * total / nb)),
+// then ne claimable tail bins of tb units each over [total, total + ne * tb) (DecodePlanParams).
 template <typename T>
 struct Line {
   T total, nb, q0, rr;
-  __device__ __forceinline__ T start(T c) const { return c * total / nb; }
-  __device__ __forceinline__ T bin_of(T x) const { return ((x + 1) * nb + total - 1) / total - 1; }
+  T tb, ne;
+  __device__ __forceinline__ T start(T c) const { return c <= nb ? c * total / nb : total + (c - nb) * tb; }
+  __device__ __forceinline__ T bin_of(T x) const {
+    return x < total ? ((x + 1) * nb + total - 1) / total - 1 : nb + (x - total) / tb;
+  }
 };
 
 // Walk over the bins: bin c = [cs, ce); remn = ((c + 1) * total) mod nb.
@@ -106,6 +111,11 @@ struct BinWalk {
   __device__ __forceinline__ void init(const Line<T>& L, T c0) {
     c = c0;
     cs = L.start(c0);
+    if (c0 >= L.nb) {  // a tail bin
+      ce = cs + L.tb;
+      remn = 0;
+      return;
+    }
     const T rem = c0 * L.total - cs * L.nb;
     const T r2 = rem + L.rr;
     const bool carry = r2 >= L.nb;
@@ -115,6 +125,10 @@ struct BinWalk {
   __device__ __forceinline__ void advance(const Line<T>& L) {
     ++c;
     cs = ce;
+    if (c >= L.nb) {  // tail bins (the incremental walk left bin nb - 1 at ce = start(nb) = total)
+      ce = cs + L.tb;
+      return;
+    }
     const T r2 = remn + L.rr;
     const bool carry = r2 >= L.nb;
     ce = cs + L.q0 + (carry ? 1 : 0);
@@ -146,7 +160,8 @@ __device__ __forceinline__ T shfl_t(T v, int src) {
 template <typename T>
 __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, int r1, int h0, int h1, int chunk,
                                              int len0, long long line0, long long total_ll, long long total_tiles,
-                                             long long nb0, long long nb, int clamped_total) {
+                                             long long nb0, long long nb, int clamped_total, long long ne,
+                                             int tail_bin) {
   const int hkv = p.num_kv_heads;
   const int nh = h1 - h0;
   const T task_cost = static_cast<T>(p.task_cost > 0 ? p.task_cost : 0);
@@ -160,11 +175,15 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
     return raw < 0 ? 0 : (raw > p.max_len ? p.max_len : raw);
   };
   auto tiles = [&](int len) { return (len + kTileTokens - 1) / kTileTokens; };
+  // Owned bins over [0, x1), tail bins over [x1, total_ll).
+  const long long x1 = total_ll - ne * tail_bin;
   Line<T> L;
-  L.total = static_cast<T>(total_ll);
+  L.total = static_cast<T>(x1);
   L.nb = static_cast<T>(nb);
-  L.q0 = total_ll > 0 ? L.total / L.nb : 0;
-  L.rr = total_ll > 0 ? L.total - L.q0 * L.nb : 0;
+  L.q0 = x1 > 0 ? L.total / L.nb : 0;
+  L.rr = x1 > 0 ? L.total - L.q0 * L.nb : 0;
+  L.tb = static_cast<T>(tail_bin > 0 ? tail_bin : 1);
+  L.ne = static_cast<T>(ne);
 
   // Pass 2: tasks, slots and combine entries of my requests.
   Scan3 cnt{0, 0, 0};
@@ -325,20 +344,20 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
     pos = E;
   }
 
-  const int C = p.num_bins;
-  const int nb_used = total_ll > 0 ? static_cast<int>(nb) : 0;
+  const int C = p.num_bins + p.max_tail_bins;
+  const int nb_used = total_ll > 0 ? static_cast<int>(nb + ne) : 0;
   for (int c = threadIdx.x; c <= C; c += blockDim.x) {
     if (c >= nb_used) p.bin_start[c] = num_tasks;
   }
   if (threadIdx.x == 0) {
     p.counters[kNumTasks] = num_tasks;
     p.counters[kNumCombine] = tot2.c;
-    p.counters[kBudget] = total_ll > 0 ? static_cast<int>(div_nonneg(total_ll + nb - 1, static_cast<int>(nb))) : 0;
+    p.counters[kBudget] = x1 > 0 ? static_cast<int>(div_nonneg(x1 + nb - 1, static_cast<int>(nb))) : 0;
     p.counters[kTotalTiles] = static_cast<int>(total_tiles);
     p.counters[kNumSlots] = tot2.b;
     p.counters[kNumBinsUsed] = nb_used;
     p.counters[kNumClamped] = clamped_total;
-    p.counters[7] = 0;
+    p.counters[kNumTailBins] = static_cast<int>(ne);
   }
 }
 
@@ -346,8 +365,8 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
 // stays one compact stretch of code.
 __device__ __noinline__ void plan_dynamic_wide(const DecodePlanParams& p, int r0, int r1, int h0, int h1, int chunk,
                                                int len0, long long line0, long long line, long long total,
-                                               long long nb0, long long nb, int clamped) {
-  plan_dynamic<unsigned long long>(p, r0, r1, h0, h1, chunk, len0, line0, line, total, nb0, nb, clamped);
+                                               long long nb0, long long nb, int clamped, long long ne, int tb) {
+  plan_dynamic<unsigned long long>(p, r0, r1, h0, h1, chunk, len0, line0, line, total, nb0, nb, clamped, ne, tb);
 }
 
 __device__ __noinline__ void plan_static(const DecodePlanParams& p, int r0, int r1, long long total, int clamped);
@@ -414,10 +433,22 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_
     const long long line0 = static_cast<long long>(pre1.a) + ovh * pre_c.a;
     long long nb = div_nonneg(line, floor_tiles);
     nb = nb < 1 ? 1 : (nb > p.num_bins ? p.num_bins : nb);
+    // Claimable tail: only when every owned bin is used (otherwise CTAs are idle anyway).
+    // T = tail_percent % of the line (at most what leaves every owned bin its floor) in ne bins of
+    // tb >= tail_bin units, ne <= max_tail_bins.
+    long long ne = 0, tb = 1;
+    if (p.tail_percent > 0 && p.tail_bin > 0 && p.max_tail_bins > 0 && nb == p.num_bins) {
+      long long tail = div_nonneg(line * p.tail_percent, 100);
+      tail = min(tail, line - nb * floor_tiles);
+      tb = div_nonneg(tail + p.max_tail_bins - 1, p.max_tail_bins);
+      tb = tb < p.tail_bin ? p.tail_bin : tb;
+      ne = div_nonneg(tail, static_cast<int>(tb));
+    }
     if ((line + 1) * nb + line < 0xFFFFFFFFll) {
-      plan_dynamic<unsigned>(p, r0, r1, h0, h1, chunk, len0, line0, line, total, nb0, nb, tot1.b);
+      plan_dynamic<unsigned>(p, r0, r1, h0, h1, chunk, len0, line0, line, total, nb0, nb, tot1.b, ne,
+                             static_cast<int>(tb));
     } else {
-      plan_dynamic_wide(p, r0, r1, h0, h1, chunk, len0, line0, line, total, nb0, nb, tot1.b);
+      plan_dynamic_wide(p, r0, r1, h0, h1, chunk, len0, line0, line, total, nb0, nb, tot1.b, ne, static_cast<int>(tb));
     }
     return;
   }
@@ -473,7 +504,7 @@ __device__ __noinline__ void plan_static(const DecodePlanParams& p, int r0, int 
     }
   }
   const int nb_used = min(num_tasks, C);
-  for (int c = tid; c <= C; c += blockDim.x) p.bin_start[c] = static_base(c);
+  for (int c = tid; c <= C + p.max_tail_bins; c += blockDim.x) p.bin_start[c] = c <= C ? static_base(c) : num_tasks;
   if (tid == 0) {
     p.counters[kNumTasks] = num_tasks;
     p.counters[kNumCombine] = tot2.c;
@@ -482,7 +513,7 @@ __device__ __noinline__ void plan_static(const DecodePlanParams& p, int r0, int 
     p.counters[kNumSlots] = tot2.b;
     p.counters[kNumBinsUsed] = nb_used;
     p.counters[kNumClamped] = clamped;
-    p.counters[7] = 0;
+    p.counters[kNumTailBins] = 0;
   }
 }
 

@@ -47,6 +47,7 @@
 #include "hpc_attention/paged_decode_producer.cuh"
 #include "hpc_attention/paged_decode_tma_producer.cuh"
 #include "hpc_attention/decode_merge_in_kernel.cuh"
+#include "hpc_attention/decode_bin_ring.cuh"
 #include "hpc_common/pdl.cuh"
 
 namespace hpc::attn {
@@ -108,7 +109,8 @@ __device__ __forceinline__ uint32_t kv_chunk(int step, uint32_t b, uint32_t x) {
 
 template <bool kFp8Kv, bool kFp8Q, bool kTma>
 __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
-                                              uint64_t* empty, int t_begin, int t_end, int4 first) {
+                                              uint64_t* empty, const BinRing& ring, int t_begin, int t_end,
+                                              int4 first) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
   constexpr bool kF16 = kFp8Kv;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, j = lane & 3;
@@ -123,7 +125,12 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
 
   int stage = 0;
   uint32_t phase = 0;
-  int4 next = first;  // the bin's first task (read by the kernel prologue)
+  // Own bin (blockIdx.x), then the tail bins: claimed ones handed over by the scheduler (TMA
+  // kernel) or a fixed sequence (cp.async kernel), see decode_bin_ring.cuh.
+  StaticBins bins{static_cast<int>(blockIdx.x), kTma ? 0 : p.counters[kNumTailBins], 0, 0, make_int4(0, 0, 0, 0)};
+  for (int claimed = 0;; ++claimed) {
+  if constexpr (!kTma) bins.prefetch(p);
+  int4 next = first;  // the bin's first task (prologue, ring or previous bin)
   for (int t = t_begin; t < t_end; ++t) {
     const int4 task = next;
     if (t + 1 < t_end) next = p.tasks[t + 1];  // in flight while this task computes
@@ -328,6 +335,12 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     }
     named_barrier(1, 128);
   }
+  if constexpr (kTma) {
+    if (!ring_next(ring, claimed, t_begin, t_end, first)) break;
+  } else {
+    if (!bins.next(t_begin, t_end, first)) break;
+  }
+  }
 }
 
 template <bool kFp8Kv, bool kFp8Q, bool kTma>
@@ -339,12 +352,22 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
   if constexpr (kTma) smem += (1024u - (smem_u32(smem_raw) & 1023u)) & 1023u;  // swizzle atoms
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarOff);
   uint64_t* empty = full + Cfg::kStages;
+  BinRing ring;
+  ring.slot = reinterpret_cast<int4*>(smem + Cfg::kRingOff);
+  ring.full = reinterpret_cast<uint64_t*>(smem + Cfg::kRingBarOff);
+  ring.empty = ring.full + kRingSlots;
+  ring.want = ring.empty + kRingSlots;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       // cp.async: one arrival per producer thread; TMA: the producer's one expect_tx arrival.
       mbar_init(&full[s], kTma ? 1 : Cfg::kProducerThreads);
       mbar_init(&empty[s], Cfg::kConsumerWarps);
     }
+    for (int s = 0; s < kRingSlots; ++s) {  // TMA kernel: read by the 4 consumer warps + the producer warp
+      mbar_init(&ring.full[s], 1);
+      mbar_init(&ring.empty[s], Cfg::kConsumerWarps + 1);
+    }
+    mbar_init(ring.want, 1);
     mbar_fence_init();
     if constexpr (kTma) fence_proxy_async_smem();
   }
@@ -370,18 +393,21 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
                                    : (t_begin < t_end ? p.tasks[t_begin] : make_int4(0, 0, 0, 0));
   if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
     if constexpr (kTma) {
-      // One warp issues the copies; the other three write the empty items' zero rows.
+      // One warp issues the copies, lane 0 of the next one claims tail bins (decode_bin_ring.cuh),
+      // the last two write the empty items' zero rows.
       const int pw = threadIdx.x - 32 * Cfg::kConsumerWarps;
       if (pw < 32) {
-        producer_tma_warp<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end, first);
+        producer_tma_warp<kFp8Kv, kFp8Q>(p, smem, full, empty, ring, t_begin, t_end, first);
+      } else if (pw < 64) {
+        if (pw == 32) bin_scheduler(p, ring);
       } else if (p.merge) {
-        write_empty_items<Cfg::kProducerThreads - 32>(p, pw - 32);
+        write_empty_items<Cfg::kProducerThreads - 64>(p, pw - 64);
       }
     } else {
       producer_warps<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end, first);
     }
   } else {
-    consumer_warp<kFp8Kv, kFp8Q, kTma>(p, smem, full, empty, t_begin, t_end, first);
+    consumer_warp<kFp8Kv, kFp8Q, kTma>(p, smem, full, empty, ring, t_begin, t_end, first);
   }
 }
 

@@ -8,6 +8,8 @@
 
 namespace hpc::attn {
 
+constexpr int kRingSlots = 4;  // claimed tail bins in flight per CTA (decode_bin_ring.cuh)
+
 // kTma selects the producer and with it the layout of a K / V tile in shared memory:
 //  - cp.async producer (kTma = false): rows of kRowBytes at a padded pitch of kRowBytes + 16,
 //    so the 8 rows of an ldmatrix phase start on different banks;
@@ -38,13 +40,26 @@ struct DecodeConfig {
   static constexpr int kStatsOff = kMergeOff + 4 * 16 * kMergePitch * 4;
   static constexpr int kBarOff = kStatsOff + 2 * 4 * 16 * 4;
   static constexpr int kFlagOff = kBarOff + 2 * kStages * 8;  // int: "this CTA merges" broadcast
+  // Ring of claimed tail bins (decode_bin_ring.cuh): kRingSlots x 2 int4, then its barriers
+  // (full[kRingSlots], empty[kRingSlots], want).
+  static constexpr int kRingOff = kFlagOff + 16;
+  static constexpr int kRingBarOff = kRingOff + kRingSlots * 32;
   // TMA: the dynamic shared memory base is only 16-byte aligned for sure; the kernel rounds it
   // up to 1024, so ask for the slack.
-  static constexpr int kSmemBytes = kFlagOff + 16 + (kTma ? 1024 : 0);
+  static constexpr int kSmemBytes = kRingBarOff + (2 * kRingSlots + 1) * 8 + (kTma ? 1024 : 0);
   static constexpr int kConsumerWarps = 4;
   static constexpr int kProducerThreads = 128;
   static constexpr int kThreads = 32 * kConsumerWarps + kProducerThreads;
-  static_assert(kStageBytes % 16 == 0 && kMergeOff % 16 == 0 && kBarOff % 8 == 0, "alignment");
+  // Tail bins are claimed (decode_bin_ring.cuh) only with the TMA producer, whose second warp
+  // runs the scheduler; the cp.async producer needs all four warps for its copies (a ninth warp
+  // would cap the kernel at 168 registers: 3 warps on one sub-partition's 16 K registers), so
+  // there every CTA runs the tail bins C + blockIdx.x, 2 C + blockIdx.x, ... in a fixed order.
+  // The producer asks for the next bin this many tiles before the end of the current one: the
+  // claim, the bin's table reads and its first page-id read (~3 dependent global round trips,
+  // ~3 us cold) then overlap the bin's last tiles (~0.6 us per FP8 tile, ~1 us per BF16 tile).
+  static constexpr int kWantTiles = kFp8Kv ? 6 : 4;
+  static_assert(kStageBytes % 16 == 0 && kMergeOff % 16 == 0 && kBarOff % 8 == 0 && kRingOff % 16 == 0,
+                "alignment");
   static_assert(!kTma || (kStageBytes % 1024 == 0 && kVOff % 1024 == 0), "TMA swizzle needs 1024-byte tiles");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };

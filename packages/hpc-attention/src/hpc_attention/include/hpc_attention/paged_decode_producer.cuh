@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "hpc_attention/decode_bin_ring.cuh"
 #include "hpc_attention/decode_params.h"
 #include "hpc_attention/paged_decode_config.cuh"
 #include "hpc_attention/sm90_primitives.cuh"
@@ -48,7 +49,11 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
   const char* vbase = static_cast<const char*>(p.v_cache) + col * 16;
   int stage = 0;
   uint32_t phase = 0;
-  int4 next = first;  // the bin's first task (read by the kernel prologue)
+  // Own bin, then the tail bins in a fixed order (decode_bin_ring.cuh: StaticBins).
+  StaticBins bins{static_cast<int>(blockIdx.x), p.counters[kNumTailBins], 0, 0, make_int4(0, 0, 0, 0)};
+  for (;;) {
+  bins.prefetch(p);
+  int4 next = first;  // the bin's first task (prologue or previous bin)
   for (int t = t_begin; t < t_end; ++t) {
     const int4 task = next;
     if (t + 1 < t_end) next = p.tasks[t + 1];  // in flight while this task streams
@@ -93,6 +98,8 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
         phase ^= 1;
       }
     }
+  }
+  if (!bins.next(t_begin, t_end, first)) break;
   }
   if (p.merge) write_empty_items<Cfg::kProducerThreads>(p, pid);
 }

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 
+#include "hpc_attention/decode_bin_ring.cuh"
 #include "hpc_attention/decode_params.h"
 #include "hpc_attention/paged_decode_config.cuh"
 #include "hpc_attention/sm90_primitives.cuh"
@@ -33,7 +34,8 @@ namespace hpc::attn {
 
 template <bool kFp8Kv, bool kFp8Q>
 __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
-                                                  uint64_t* empty, int t_begin, int t_end, int4 first) {
+                                                  uint64_t* empty, const BinRing& ring, int t_begin, int t_end,
+                                                  int4 first_task) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, true>;
   constexpr int kHalves = Cfg::kRowBytes / 128;  // 128-byte boxes per row: 2 (BF16), 1 (FP8)
   constexpr int kQElem = kFp8Q ? 1 : 2;
@@ -49,7 +51,10 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   if (lane < 2) tma_prefetch_map(my_map);
   int stage = 0;
   uint32_t phase = 0;
-  int4 next = first;  // the bin's first task (read by the kernel prologue)
+  // Own bin, then the claimed tail bins (decode_bin_ring.cuh).
+  for (int claimed = 0;; ++claimed) {
+  bool asked = false;  // asked the scheduler for the next bin
+  int4 next = first_task;  // the bin's first task (prologue or ring)
   for (int t = t_begin; t < t_end; ++t) {
     const int4 task = next;
     if (t + 1 < t_end) next = p.tasks[t + 1];  // in flight while this task streams
@@ -60,6 +65,10 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
     int win = -(1 << 30), my_id = 0;  // lane l holds the id of page win + l
     for (int tile = task.y; tile < tile_end; ++tile) {
       const int valid = min(Cfg::kTile, task.z - tile * Cfg::kTile);
+      if (!asked && t + 1 == t_end && tile_end - tile <= Cfg::kWantTiles) {
+        asked = true;
+        if (lane == 0) mbar_arrive(ring.want);
+      }
       const int first = (tile * Cfg::kTile) >> ps_log2;            // first page of the tile
       const int nsub = (valid + (1 << box_log2) - 1) >> box_log2;  // boxes per K / V half
       if (first + nsub > win + 32) {  // the tile's pages are not all in the window: reload it
@@ -89,6 +98,9 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
         phase ^= 1;
       }
     }
+  }
+  if (!asked && lane == 0) mbar_arrive(ring.want);  // empty bin
+  if (!ring_next(ring, claimed, t_begin, t_end, first_task)) break;
   }
 }
 
