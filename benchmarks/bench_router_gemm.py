@@ -4,7 +4,8 @@ with L2 flushed before each replay (hpc_common.bench.bench_us), with max |error|
 FP64 reference and top-8 agreement for each provider.
 
 Writes DIR/<gpu>/router_gemm.{json,md} and, unless --no-sweep, DIR/<gpu>/router_gemm_paths
-.{json,md}: every path (fp32 / fp32pf / gemv / gemvr / narrow / wide / wide96 / wide96rs / widers, and from
+.{json,md}: every path (fp32 / fp32pf / gemv / gemvr / narrow / wide / wide96 / wide96rs / widers, their `pf`
+L2-prefetch variants, and from
 M=128 the cluster-free split-K paths <tile>_ws / <tile>_wsp) at every split count, the
 measurement behind heuristics.py.
 
@@ -21,8 +22,8 @@ from pathlib import Path
 import torch
 from hpc_common.bench import BenchResults, bench_us, floor_us, gpu_slug
 from hpc_router_gemm import RouterWeight, plan_for, router_gemm
-from hpc_router_gemm.heuristics import (FP32_MAX_M, GEMV_MAX_M, GEMV_PATHS, GEMV_SPLITS, TILE_GEMV, TILES, WS_PATHS,
-                                        Plan, gemv_fits)
+from hpc_router_gemm.heuristics import (CLUSTER_PATHS, FP32_MAX_M, GEMV_MAX_M, GEMV_PATHS, GEMV_SPLITS, TILE_GEMV,
+                                        TILES, WS_PATHS, Plan, gemv_fits)
 from hpc_router_gemm.reference import router_gemm_reference, topk_experts
 from hpc_router_gemm.router_gemm import launch
 
@@ -96,7 +97,7 @@ def sweep_paths(paths: BenchResults, case: dict, x, rw: RouterWeight, ref, ref_t
     plans = [Plan("fp32", s) for s in (1, 2, 4, 8) if M <= FP32_MAX_M]
     plans += [Plan("fp32pf", s) for s in (1, 2, 4, 8) if M <= GEMV_MAX_M]
     plans += [Plan(p, s) for p in GEMV_PATHS for s in GEMV_SPLITS if M <= GEMV_MAX_M and gemv_fits(M, K, s, p)]
-    plans += [Plan(p, s) for p in TILES for s in (1, 2, 4, 8) if s <= K // 64]
+    plans += [Plan(p, s) for p in CLUSTER_PATHS for s in (1, 2, 4, 8) if s <= K // 64]
     if M >= 128:  # cluster-free split-K (S=1 is the cluster path's S=1, except with multicast)
         plans += [Plan(p, s) for p in WS_PATHS for s in ((1, 2, 4, 8) if WS_PATHS[p][2] else (2, 4, 8))
                   if s <= K // 64]

@@ -8,7 +8,9 @@ split along K over a cluster of S <= 4 CTAs), `gemvr` (the same grid for M = 1 w
 weight read into registers by plain loads), and the two-product BF16 wgmma
 kernel with three tiles: `narrow` (64 x 32, for skinny M), `wide` (128 x 192) and `wide96`
 (128 x 96); `wide96rs` / `widers` are the two wide tiles with the x fragments loaded into
-registers once per K block for both products (wgmma with A from registers; same bits). Each is combined with a split-K count S (CTAs per cluster along K). The same
+registers once per K block for both products (wgmma with A from registers; same bits). A
+`pf` after a tile name (`wide96pf`, `widerspf`, ...) adds an L2 prefetch of the x (and weight)
+boxes PREFETCH_BLOCKS K blocks ahead of the TMA loads (same bits as without). Each is combined with a split-K count S (CTAs per cluster along K). The same
 three tiles also split K without a cluster, through a global workspace (splitk_workspace.cuh):
 `<tile>_ws` (the last CTA of a tile to arrive sums it) and `<tile>_wsp` (all S CTAs wait for
 each other and each sums 1/S of the tile; only when the whole grid fits at once, else the
@@ -41,28 +43,38 @@ TILE_WIDE96_RS, TILE_WIDE_RS = 4, 5  # the wide tiles with A (x) from registers
 TILES = {"narrow": TILE_NARROW, "wide": TILE_WIDE, "wide96": TILE_WIDE96, "wide96rs": TILE_WIDE96_RS,
          "widers": TILE_WIDE_RS}
 RS_TWIN = {"wide96rs": "wide96", "widers": "wide"}  # same math, x tile read from shared memory per product
+PREFETCH_BLOCKS = 8  # K blocks of L2 prefetch ahead of the loads (`pf` paths)
+PF_TILES = {f"{name}pf": TILES[name] for name in ("wide", "wide96", "wide96rs", "widers")}
+CLUSTER_PATHS = {**TILES, **PF_TILES}  # wgmma paths split over a cluster (or not at all)
 # Cluster-free split-K paths: path -> (tile, ws_mode of the kernel: 1 last arrival, 2 all
 # reduce, weight multicast over M pairs).
-WS_PATHS = {f"{name}_{suffix}": (tile, mode, 0) for name, tile in TILES.items()
+WS_PATHS = {f"{name}_{suffix}": (tile, mode, 0) for name, tile in CLUSTER_PATHS.items()
             for suffix, mode in (("ws", 1), ("wsp", 2))}
-WS_PATHS.update({f"{name}_{suffix}": (TILES[name], mode, 1) for name in ("wide", "wide96", "widers")
+WS_PATHS.update({f"{name}_{suffix}": (CLUSTER_PATHS[name], mode, 1) for name in ("wide", "wide96", "widers", "wide96pf")
                  for suffix, mode in (("wsm", 1), ("wspm", 2))})
 TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 96),  # (BM, BN)
                TILE_WIDE96_RS: (128, 96), TILE_WIDE_RS: (128, 192)}
 SPLIT_CHOICES = (1, 2, 4, 8)
 FP32_PATHS = ("fp32", "fp32pf")  # one kernel; "fp32pf" adds the L2 bulk prefetch
 GEMV_PATHS = ("gemv", "gemvr")  # "gemvr": registers instead of bulk copies, M = 1 only
-PATHS = (*FP32_PATHS, *GEMV_PATHS, *TILES, *WS_PATHS)
+PATHS = (*FP32_PATHS, *GEMV_PATHS, *CLUSTER_PATHS, *WS_PATHS)
 
 
 @dataclass(frozen=True)
 class Plan:
-    path: str  # "fp32", "fp32pf", "gemv", "gemvr", one of TILES or one of WS_PATHS
+    path: str  # "fp32", "fp32pf", "gemv", "gemvr", one of CLUSTER_PATHS or one of WS_PATHS
     splits: int  # CTAs along K (per cluster, or per tile with a workspace)
 
     @property
     def tile(self) -> int | None:
-        return TILES[self.path] if self.path in TILES else WS_PATHS[self.path][0] if self.path in WS_PATHS else None
+        if self.path in CLUSTER_PATHS:
+            return CLUSTER_PATHS[self.path]
+        return WS_PATHS[self.path][0] if self.path in WS_PATHS else None
+
+    @property
+    def prefetch(self) -> int:
+        """K blocks of L2 prefetch ahead of the TMA loads (0: none)."""
+        return PREFETCH_BLOCKS if self.path.partition("_")[0] in PF_TILES else 0
 
     @property
     def ws_mode(self) -> int:
@@ -260,7 +272,7 @@ def choose_plan(M: int, N: int, K: int, max_clusters: Callable[[int, int], int],
     if path in WS_PATHS:
         tile, _, mc = WS_PATHS[path]
         return Plan(path, ws_splits(tile, M, N, K, 2 * max_clusters(tile, 2) if mc else max_clusters(tile, 1)))
-    if path not in TILES:
+    if path not in CLUSTER_PATHS:
         raise ValueError(f"router_gemm: unknown path {path!r} (one of {', '.join(PATHS)})")
-    tile = TILES[path]
+    tile = CLUSTER_PATHS[path]
     return Plan(path, bf16x2_splits(tile, M, N, K, lambda s: max_clusters(tile, s)))

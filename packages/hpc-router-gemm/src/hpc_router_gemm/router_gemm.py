@@ -106,7 +106,7 @@ def launch(x: torch.Tensor, rw: RouterWeight, out: torch.Tensor, plan: Plan, pdl
                 mode = ws_launch_mode(plan, M, N, resident)
                 ws_ptr, ctr_ptr = ws.partials.data_ptr(), ws.counters.data_ptr()
         ext.bf16x2(plan.tile, x.data_ptr(), x.stride(0), rw.w_hi.data_ptr(), rw.w_lo.data_ptr(), out.data_ptr(),
-                   out.stride(0), M, N, K, plan.splits, pdl, stream, mode, ws_ptr, ctr_ptr, int(mc))
+                   out.stride(0), M, N, K, plan.splits, pdl, stream, mode, ws_ptr, ctr_ptr, int(mc), plan.prefetch)
 
 
 class _Prepared:

@@ -57,6 +57,7 @@ struct Bf16x2DevParams {
   int multicast;  // 1: 2-CTA clusters along M share the weight tiles (see above)
   int splits;     // CTAs along K
   int tiles_n;    // N tiles (tile index = m_tile * tiles_n + n_tile)
+  int prefetch;   // K blocks of L2 prefetch ahead of the TMA loads (0: none; see Bf16x2Params)
 };
 
 template <int BN_, int WGS_, int STAGES_, bool RS_ = false>
@@ -203,7 +204,22 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
     // ---- producer warpgroup: one thread issues every TMA load ----
     if constexpr (WGS > 1) sm90::setmaxnreg_dec<C::kProducerRegs>();
     if (threadIdx.x == WGS * 128) {
+      // L2 prefetch of block j: the x box of this CTA, and the weight boxes from the CTAs of the
+      // first M tile only (every M tile reads the same weight blocks at about the same time).
+      const int pf = p.prefetch;
+      const bool pf_w = m_tile == 0;
+      const int wrow = n0 + (mc ? static_cast<int>(blockIdx.x) * (BN / 2) : 0);
+      auto prefetch_block = [&](int j) {
+        const int kc = (kb0 + j) * C::BK;
+        sm90::tma_prefetch_l2_2d(&tm_x, kc, m0 < p.M ? m0 : 0);
+        if (pf_w) {
+          sm90::tma_prefetch_l2_2d(&tm_whi, kc, wrow);
+          sm90::tma_prefetch_l2_2d(&tm_wlo, kc, wrow);
+        }
+      };
+      for (int j = 0; j < pf && j < nk; ++j) prefetch_block(j);
       for (int i = 0; i < nk; ++i) {
+        if (pf > 0 && i + pf < nk) prefetch_block(i + pf);
         const int s = i % STAGES;
         if (i >= STAGES) sm90::mbar_wait<true>(&empty[s], ((i / STAGES) - 1) & 1);
         uint8_t* st = smem + s * C::kStageBytes;
@@ -391,7 +407,7 @@ inline cudaError_t launch_router_gemm_bf16x2(const Bf16x2Params& p, cudaStream_t
   if (e != cudaSuccess) return e;
   const int tiles_n = (p.N + C::BN - 1) / C::BN, tiles_m = (p.M + C::BM - 1) / C::BM;
   const Bf16x2DevParams dp{p.out, p.out_stride, p.M, p.N, p.K, p.ws, p.counters, ws ? p.ws_mode : 0,
-                           mc ? 1 : 0, p.splits, tiles_n};
+                           mc ? 1 : 0, p.splits, tiles_n, p.prefetch > 0 ? p.prefetch : 0};
   // With multicast an odd tile count gets a phantom M tile (rows past M: zeros, no stores;
   // the workspace and counters are sized for the even count, see split_workspace.py).
   const dim3 grid = mc ? dim3(2, p.splits * tiles_n, (tiles_m + 1) / 2) : dim3(p.splits, tiles_n, tiles_m);

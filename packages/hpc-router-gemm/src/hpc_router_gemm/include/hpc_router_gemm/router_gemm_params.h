@@ -56,6 +56,10 @@ struct Bf16x2Params {
   // each other (a K split then needs ws_mode != 0); ws and counters cover an even number
   // of M tiles.
   int multicast = 0;
+  // > 0: the producer asks L2 for the x box (and, in CTAs of the first M tile, the weight
+  // boxes) of K block i + prefetch while it loads block i, so TMA loads find L2 instead of
+  // DRAM (the ring alone holds ~4 blocks in flight per SM). 0: no prefetch. Same results.
+  int prefetch = 0;
 };
 
 // C entry points (csrc/router_gemm.cu). `tile`: 0 = narrow (64 x 32), 1 = wide (128 x 192),

@@ -29,6 +29,14 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
+// Ask L2 to fetch the box at (c0, c1) (no shared memory, no completion): a later tma_load_2d
+// of the same box then finds it in L2 instead of DRAM.
+__device__ __forceinline__ void tma_prefetch_l2_2d(const CUtensorMap* map, int c0, int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1)
+               : "memory");
+}
+
 // The same box into this CTA and every CTA of `cta_mask` in the cluster (same shared-memory
 // offset; each destination's barrier at `bar`'s offset counts the bytes).
 __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,

@@ -1,0 +1,103 @@
+"""The `pf` paths (wide96pf, widerspf, ...): the same kernels with an L2 prefetch of the x and
+weight boxes K blocks ahead of the TMA loads. Prefetch changes no arithmetic: the same bits as
+the path without it, for cluster, workspace and multicast splits, short K (fewer blocks than
+the prefetch distance), graph replay. CPU tests of the planner entries."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hpc_common.testing import assert_bitwise_equal, poisoned_empty
+
+from hpc_router_gemm import heuristics
+from hpc_router_gemm.heuristics import Plan
+
+from ._cases import check_against_fp64, make_inputs
+
+
+def test_pf_paths_carry_the_prefetch_distance():
+    assert Plan("wide96pf", 2).prefetch == heuristics.PREFETCH_BLOCKS > 0
+    assert Plan("wide96pf", 2).tile == heuristics.TILE_WIDE96
+    assert Plan("widerspf_wsp", 4).tile == heuristics.TILE_WIDE_RS and Plan("widerspf_wsp", 4).prefetch
+    assert Plan("wide96pf_wspm", 2).multicast and Plan("wide96pf_wspm", 2).ws_mode == 2
+    assert Plan("wide96_wsp", 2).prefetch == 0 and Plan("wide96rs", 2).prefetch == 0
+    assert set(heuristics.PF_TILES) <= set(heuristics.PATHS)
+
+
+gpu = pytest.mark.gpu
+_weights: dict = {}
+
+
+def _router_weight(K: int, N: int):
+    from hpc_router_gemm import RouterWeight
+
+    if (K, N) not in _weights:
+        gen = torch.Generator(device="cuda").manual_seed(K + 7 * N)
+        _weights[(K, N)] = RouterWeight(torch.randn(N, K, device="cuda", generator=gen) * 0.02)
+    return _weights[(K, N)]
+
+
+def _launch(x, rw, plan):
+    from hpc_router_gemm.router_gemm import launch
+
+    out = poisoned_empty(x.shape[0], rw.weight.shape[0], dtype=torch.float32, device=x.device)
+    launch(x, rw, out, plan)
+    return out
+
+
+def _no_pf(plan: Plan) -> Plan:
+    base, sep, suffix = plan.path.partition("_")
+    return Plan(base[:-2] + sep + suffix, plan.splits)
+
+
+@gpu
+@pytest.mark.parametrize("path", sorted(heuristics.PF_TILES))
+@pytest.mark.parametrize("splits", [1, 2])
+@pytest.mark.parametrize("K,N,M", [(4096, 192, 4096), (3072, 384, 1000), (6144, 768, 100), (64, 64, 3), (192, 128, 200),
+                                   (640, 1024, 129)])
+def test_pf_same_bits_as_without(path, splits, K, N, M):
+    rw = _router_weight(K, N)
+    x, _ = make_inputs(M, K, N, seed=M + K + splits)
+    plan = Plan(path, min(splits, K // 64))
+    tag = f"{path} S={plan.splits} M={M} K={K} N={N}"
+    out = _launch(x, rw, plan)
+    check_against_fp64(out, x, rw.weight, strict_top8=False, tag=tag)
+    assert_bitwise_equal(_launch(x, rw, _no_pf(plan)), out, name=f"without prefetch {tag}")
+
+
+@gpu
+@pytest.mark.parametrize("plan", [Plan("wide96pf_wsp", 2), Plan("wide96pf_wsp", 4), Plan("wide96pf_wspm", 2),
+                                  Plan("wide96pf_ws", 4), Plan("widerspf_wsp", 4), Plan("wide96rspf_wsp", 8)])
+@pytest.mark.parametrize("K,N,M", [(4096, 192, 4096), (3072, 384, 1024), (6144, 768, 300)])
+def test_pf_workspace_and_multicast_same_bits(plan, K, N, M):
+    rw = _router_weight(K, N)
+    x, _ = make_inputs(M, K, N, seed=M + 11)
+    tag = f"{plan.path} S={plan.splits} M={M} K={K} N={N}"
+    out = _launch(x, rw, plan)
+    check_against_fp64(out, x, rw.weight, strict_top8=False, tag=tag)
+    assert_bitwise_equal(_launch(x, rw, _no_pf(plan)), out, name=f"without prefetch {tag}")
+    assert_bitwise_equal(_launch(x, rw, plan), out, name=f"rerun {tag}")
+
+
+@gpu
+def test_pf_graph_replay_equals_eager():
+    from hpc_router_gemm.router_gemm import launch
+
+    K, N, M = 4096, 192, 4096
+    rw = _router_weight(K, N)
+    x, _ = make_inputs(M, K, N, seed=41)
+    plan = Plan("wide96pf", 2)
+    eager = _launch(x, rw, plan)
+    out = torch.empty(M, N, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        launch(x, rw, out, plan)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            launch(x, rw, out, plan)
+    torch.cuda.current_stream().wait_stream(s)
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert_bitwise_equal(out, eager, name="graph replay wide96pf")
