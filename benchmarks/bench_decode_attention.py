@@ -12,9 +12,11 @@ other producer of the decode kernel (`diag_tma*` where `heuristics.USE_TMA_PRODU
 cp.async, `diag_cp_async*` where it picks TMA; the full-call row has correct outputs and carries
 its error; FP8 also `diag_tma_promo256_*`, TMA maps with 256-byte L2 promotion), version 4's
 kernel prologue / split-item arrival (`diag_v4_first_task_load`, `diag_v4_sc_fences`), the claimable
-tail of the plan (`diag_tail{0,10,35}`: tail share of the line in percent, `diag_tail_bin{2,8}`: smallest
-tail bin in tiles, `diag_prev_default`: the defaults before the tail, i.e. no tail and the TMA
-producer only from 8 KV heads), and FlashInfer / FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
+tail of the plan (`diag_tail{0,10,35}`: tail share of the line in percent, `diag_tail_bin8`: smallest
+tail bin in tiles), the in-kernel merge on the consumer warps instead of the TMA kernel's helper
+warps (`diag_merge_consumers`, `diag_merge_consumers_tail0`), `diag_prev_default` (the defaults of
+commit 9780c01: no tail, merge on the consumers, TMA producer only from 8 KV heads), and
+FlashInfer / FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
 4.27 TB/s) and the achieved TB/s; `ours*` rows carry the error against float32 attention on
 the dequantised inputs.
 
@@ -44,21 +46,24 @@ FP8 = torch.float8_e4m3fn
 
 
 @contextlib.contextmanager
-def overrides(merge=None, tma=None, **diag):
+def overrides(merge=None, tma=None, helpers=None, **diag):
     """Temporarily: the split-merge path (heuristics.MERGE_IN_DECODE), the producer
-    (heuristics.USE_TMA_PRODUCER) and the decode diagnostics (paged_decode.DIAG keys)."""
-    saved = heuristics.MERGE_IN_DECODE, heuristics.USE_TMA_PRODUCER, dict(pd.DIAG)
+    (heuristics.USE_TMA_PRODUCER), the merge on helper warps (heuristics.MERGE_ON_HELPER_WARPS)
+    and the decode diagnostics (paged_decode.DIAG keys)."""
+    saved = heuristics.MERGE_IN_DECODE, heuristics.USE_TMA_PRODUCER, heuristics.MERGE_ON_HELPER_WARPS, dict(pd.DIAG)
     if merge is not None:
         heuristics.MERGE_IN_DECODE = merge
     if tma is not None:
         heuristics.USE_TMA_PRODUCER = tma
+    if helpers is not None:
+        heuristics.MERGE_ON_HELPER_WARPS = helpers
     pd.DIAG.update(diag)
     try:
         yield
     finally:
-        heuristics.MERGE_IN_DECODE, heuristics.USE_TMA_PRODUCER = saved[:2]
+        heuristics.MERGE_IN_DECODE, heuristics.USE_TMA_PRODUCER, heuristics.MERGE_ON_HELPER_WARPS = saved[:3]
         pd.DIAG.clear()
-        pd.DIAG.update(saved[2])
+        pd.DIAG.update(saved[3])
 
 
 def parse_case(case: str) -> list[int]:
@@ -150,22 +155,23 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
         add(provider, bench_us(fn, reps=reps), out.clone() if correct else None)
 
     kv_torch = torch.float8_e4m3fn if kv_dtype == "fp8" else torch.bfloat16
-    # (provider, static splits, task cost, tail arguments of plan_decode, producer override)
-    variants = [("ours", None, None, {}, None), ("ours_static", "auto", None, {}, None)]
+    # (provider, static splits, task cost, tail arguments of plan_decode, producer, merge on helpers)
+    variants = [("ours", None, None, {}, None, None), ("ours_static", "auto", None, {}, None, None)]
     if diag and diag_rows == "all":  # the plan cut on tiles alone (version 4's plan): what the task cost buys
-        variants.append(("diag_task_cost0", None, 0, {}, None))
-    if diag:  # the claimable tail (share of the line, smallest bin) and the defaults before it
-        variants += [("diag_tail0", None, None, {"tail_percent": 0}, None),
-                     ("diag_tail10", None, None, {"tail_percent": 10}, None),
-                     ("diag_tail35", None, None, {"tail_percent": 35}, None),
-                     ("diag_tail_bin2", None, None, {"tail_bin": 2}, None),
-                     ("diag_tail_bin8", None, None, {"tail_bin": 8}, None),
-                     ("diag_prev_default", None, None, {"tail_percent": 0}, hkv >= 8)]
-    for provider, static, cost, tail_kw, tma in variants:
+        variants.append(("diag_task_cost0", None, 0, {}, None, None))
+    if diag:  # the claimable tail (share of the line, smallest bin), the merge on the consumers, the old defaults
+        variants += [("diag_tail0", None, None, {"tail_percent": 0}, None, None),
+                     ("diag_tail10", None, None, {"tail_percent": 10}, None, None),
+                     ("diag_tail35", None, None, {"tail_percent": 35}, None, None),
+                     ("diag_tail_bin8", None, None, {"tail_bin": 8}, None, None),
+                     ("diag_merge_consumers", None, None, {}, None, False),
+                     ("diag_merge_consumers_tail0", None, None, {"tail_percent": 0}, None, False),
+                     ("diag_prev_default", None, None, {"tail_percent": 0}, hkv >= 8, False)]
+    for provider, static, cost, tail_kw, tma, helpers in variants:
         ws = ha.DecodeWorkspace(B, hkv, hq, max_len, static_splits=static)
         plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, static_splits=static, kv_dtype=kv_torch,
                               task_cost=cost, **tail_kw)
-        with overrides(tma=tma):
+        with overrides(tma=tma, helpers=helpers):
             time_call(provider, plan)
         if provider == "ours":
             t = bench_us(lambda ws=ws: ha.plan_decode(kv_lens, hkv, hq, workspace=ws, kv_dtype=kv_torch,

@@ -20,10 +20,13 @@ pytestmark = pytest.mark.gpu
 AWKWARD = [1, 63, 64, 65, 799, 1023, 4097, 0, 239]
 
 
-@pytest.fixture(params=[True, False], ids=["merge_in_decode", "combine_kernel"])
+@pytest.fixture(params=["helpers", "consumers", "kernel"], ids=["merge_on_helpers", "merge_in_decode", "combine_kernel"])
 def merge_mode(request, monkeypatch):
-    """Runs a test on both split-merge paths (heuristics.MERGE_IN_DECODE on / off)."""
-    monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", request.param)
+    """Runs a test on each split-merge path: in the decode kernel by the TMA kernel's helper warps
+    (the cp.async kernel then merges on its consumers), in the decode kernel by the consumer warps,
+    or by the combine kernel (heuristics.MERGE_IN_DECODE, MERGE_ON_HELPER_WARPS)."""
+    monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", request.param != "kernel")
+    monkeypatch.setattr(heuristics, "MERGE_ON_HELPER_WARPS", request.param == "helpers")
     return request.param
 
 
@@ -188,17 +191,21 @@ def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype
     the same order: identical bits, whichever CTA finishes last."""
     case = make_case([64 * 160, 5, 0, 64 * 40 + 7], 1, group, kv_dtype, seed=num_ctas)
     outs = {}
-    for mode in (False, True, True):
-        monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", mode)
+    # (merge in decode, on the helper warps): combine kernel, consumers, helpers (TMA kernel).
+    for mode in ((False, False), (True, False), (True, True), (True, True), (True, False)):
+        monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", mode[0])
+        monkeypatch.setattr(heuristics, "MERGE_ON_HELPER_WARPS", mode[1])
         out, plan = run(case, num_ctas=num_ctas, min_tiles=1, task_cost=0, tail_percent=0)
         check_counters_zero(plan.workspace)
         if mode in outs:
-            assert_bitwise_equal(out, outs[mode], name="merge in decode, run to run")
+            assert_bitwise_equal(out, outs[mode], name=f"merge {mode}, run to run")
         outs[mode] = out
     parts = [c[2] for c in plan.tables().combine if c[2] > 0]
     assert parts == MERGE_PARTS[num_ctas]
-    assert_bitwise_equal(outs[True], outs[False], name=f"merge in decode vs combine kernel (parts {parts})")
-    check_accuracy(outs[True], case)
+    base = outs[(False, False)]
+    assert_bitwise_equal(outs[(True, False)], base, name=f"merge in decode vs combine kernel (parts {parts})")
+    assert_bitwise_equal(outs[(True, True)], base, name=f"merge on helper warps vs combine kernel (parts {parts})")
+    check_accuracy(base, case)
 
 
 @pytest.mark.parametrize("splits", [4, 40, "auto"])
@@ -206,11 +213,13 @@ def test_merge_in_decode_bitwise_equals_combine_kernel_static(splits, monkeypatc
     """Static plans: several split tasks per CTA, items of 4, 40 (two-level) or 'auto' parts."""
     case = make_case([3000, 1, 65, 0, 700, 64 * 45], 2, 4, torch.bfloat16, seed=9)
     outs = {}
-    for mode in (False, True):
-        monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", mode)
+    for mode in ((False, False), (True, False), (True, True)):
+        monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", mode[0])
+        monkeypatch.setattr(heuristics, "MERGE_ON_HELPER_WARPS", mode[1])
         outs[mode], plan = run(case, static_splits=splits)
         check_counters_zero(plan.workspace)
-    assert_bitwise_equal(outs[True], outs[False], name=f"static {splits}: merge in decode vs combine kernel")
+    assert_bitwise_equal(outs[(True, False)], outs[(False, False)], name=f"static {splits}: in decode vs combine")
+    assert_bitwise_equal(outs[(True, True)], outs[(False, False)], name=f"static {splits}: helpers vs combine")
 
 
 # ---- claimable tail bins (decode_bin_ring.cuh) -------------------------------------------------

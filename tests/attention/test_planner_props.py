@@ -194,6 +194,7 @@ def test_dynamic_plan_properties(lens, hkv, C, floor, cost):
 @example(lens=[4096] * 64, hkv=8, C=132, floor=4, cost=2, pct=20, tbin=4, per_cta=2)  # bins grow past tbin
 @example(lens=[512] * 64, hkv=1, C=132, floor=4, cost=2, pct=20, tbin=4, per_cta=2)  # nb < C: no tail
 @example(lens=[1] * 40, hkv=1, C=2, floor=1, cost=7, pct=50, tbin=1, per_cta=2)  # tail bins inside costs
+@example(lens=[1], hkv=1, C=1, floor=4, cost=0, pct=1, tbin=1, per_cta=1)  # line short of the floor: no tail
 def test_tail_plan_properties(lens, hkv, C, floor, cost, pct, tbin, per_cta):
     """The claimable tail: without it (line short of C bins, or no tail bins allowed) the plan
     is the plain one; with it the C owned bins share line - T units like before and the ne tail
@@ -206,7 +207,7 @@ def test_tail_plan_properties(lens, hkv, C, floor, cost, pct, tbin, per_cta):
     nb0 = min(C, max(1, total // floor))
     line = total + cost * hkv * sum(1 for x in lens if 0 < tiles(x) and tiles(x) * nb0 <= total)
     nb = min(C, max(1, line // floor))
-    T = min(line * pct // 100, line - C * floor)
+    T = max(0, min(line * pct // 100, line - C * floor))
     if total == 0 or nb < C or max_tail == 0 or T == 0:
         assert ne == 0
         assert (t.tasks, t.combine, t.slot_meta) == (base.tasks, base.combine, base.slot_meta)

@@ -29,6 +29,13 @@ MIN_TILES_PER_CTA = 4
 # in HISTORY.md (version 4). Read when `decode` is called (a CUDA graph keeps the capture's value).
 MERGE_IN_DECODE = True
 
+# With MERGE_IN_DECODE and the TMA producer: the arrival and merge of split tasks run on the
+# kernel's two idle producer warps (the consumers hand each split task over through shared memory
+# and go on), instead of on the four consumer warps, which otherwise wait for a GPU-scope fence
+# and an atomic round trip per split task. Identical bits (same arithmetic, same order); the GPU
+# tests run both. Measured: see NOTES.md. Read when `decode` is called.
+MERGE_ON_HELPER_WARPS = True
+
 # Fixed cost of a task in tiles' worth of streaming, charged per non-empty (request, KV head)
 # item when the planner cuts the work line into bins, so a CTA that gets many short items gets
 # fewer of them. Why: each task pays a start-up chain (descriptor -> page id -> first bytes) and

@@ -182,7 +182,7 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
                merge_counts: torch.Tensor, merge_ml: torch.Tensor, claim_counter: torch.Tensor, out: torch.Tensor,
                k_scale_t: torch.Tensor | None, v_scale_t: torch.Tensor | None, k_scale: float, v_scale: float,
                sm_scale: float, num_ctas: int, combine_ctas: int, merge_in_decode: bool,
-               tma_producer: bool) -> None:
+               tma_producer: bool, merge_helpers: bool) -> None:
     ext = _ext.load()
     skip_combine = bool(DIAG["skip_combine"])
     merge = merge_in_decode and not skip_combine
@@ -206,7 +206,7 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
         k_scale_ptr=k_scale_t.data_ptr() if k_scale_t is not None else 0,
         v_scale_ptr=v_scale_t.data_ptr() if v_scale_t is not None else 0,
         k_scale=k_scale, v_scale=v_scale, sm_scale_log2=sm_scale * _LOG2E, num_kv_heads=hkv, group=group,
-        diag=int(DIAG["flags"]), merge=int(merge), slot_meta=slot_meta.data_ptr(),
+        diag=int(DIAG["flags"]), merge=(2 if merge_helpers else 1) if merge else 0, slot_meta=slot_meta.data_ptr(),
         merge_counts=merge_counts.data_ptr(), merge_ml=merge_ml.data_ptr(), combine=combine.data_ptr(),
         counters=counters.data_ptr(), claim_counter=claim_counter.data_ptr(), tma_producer=tma_producer,
         num_ctas=num_ctas, pdl=pdl, stream=stream)
@@ -222,7 +222,7 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
 @_decode_op.register_fake
 def _(q, q_scale, k_cache, v_cache, page_table, tasks, bin_start, bin_first, combine, counters, partial_o, partial_lse,
       slot_meta, merge_counts, merge_ml, claim_counter, out, k_scale_t, v_scale_t, k_scale, v_scale, sm_scale, num_ctas, combine_ctas,
-      merge_in_decode, tma_producer):
+      merge_in_decode, tma_producer, merge_helpers):
     return None
 
 
@@ -419,7 +419,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
         ws.partial_o, ws.partial_lse, ws.slot_meta, ws.merge_counts, ws.merge_ml, ws.claim_counter, out, k_t, v_t, k_f,
         v_f, float(sm_scale),
         plan.num_ctas, heuristics.combine_ctas(get_num_sms(dev)), bool(heuristics.MERGE_IN_DECODE),
-        _use_tma(page_size, Hkv))
+        _use_tma(page_size, Hkv), bool(heuristics.MERGE_ON_HELPER_WARPS))
     return out
 
 

@@ -102,8 +102,9 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
     tb, ne = 1, 0
     if dynamic and total > 0 and nb == C and tail_percent > 0 and tail_bin > 0 and max_tail_bins > 0:
         tail = min(total * int(tail_percent) // 100, total - nb * max(1, min_tiles))  # owned bins keep the floor
-        tb = max(int(tail_bin), -(-tail // max_tail_bins))
-        ne = tail // tb
+        if tail > 0:
+            tb = max(int(tail_bin), -(-tail // max_tail_bins))
+            ne = tail // tb
     x1 = total - ne * tb
 
     def start(c: int) -> int:

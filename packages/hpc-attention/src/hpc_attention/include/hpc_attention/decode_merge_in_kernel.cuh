@@ -25,10 +25,13 @@ namespace hpc::attn {
 // (the partials are read with ld.cg, past the non-coherent L1). diag bit 3 keeps version 4's
 // protocol (an SC fence in every thread before the barrier) for comparison: the TMA run showed
 // the arrival costing 1-4 us more than with cp.async, attributed to those per-thread fences.
-__device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* flag, bool sc_fences) {
+// kThreads / kBar: the threads that arrive together (the 128 consumer threads on named barrier 1,
+// or the merge helpers of the TMA kernel, see below) and their named barrier; tid = 0 .. kThreads-1.
+template <int kThreads = 128, int kBar = 1>
+__device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* flag, bool sc_fences, int tid) {
   if (sc_fences) __threadfence();
-  named_barrier(1, 128);
-  if (threadIdx.x == 0) {
+  named_barrier(kBar, kThreads);
+  if (tid == 0) {
     fence_acq_rel_gpu();  // release: every consumer thread's writes (ordered by the barrier)
     const int old = atomicAdd(ctr, 1);
     const int last = old == need - 1 ? 1 : 0;
@@ -36,28 +39,31 @@ __device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* fl
     fence_acq_rel_gpu();  // acquire: the other arrivals' writes before the merge reads them
     *flag = last;
   }
-  named_barrier(1, 128);
+  named_barrier(kBar, kThreads);
   const bool last = *flag != 0;
   if (sc_fences && last) __threadfence();
   return last;
 }
 
 // Task of slot `slot` of split item (b, h) with meta = {first slot f, parts P} has written its
-// partial: arrive, and if last merge (thread t: rows t / 16 + 8 k, columns 8 (t % 16) .. + 7).
+// partial: arrive, and if last merge (thread t: rows t / 16 + k kThreads / 16, columns 8 (t % 16)
+// .. + 7). Per output element the arithmetic does not depend on kThreads.
+template <int kThreads = 128, int kBar = 1>
 __device__ __forceinline__ void merge_split_task(const PagedDecodeParams& p, int b, int h, int G, int slot,
-                                                 int2 meta, volatile int* flag) {
+                                                 int2 meta, volatile int* flag, int tid) {
+  constexpr int kRowStep = kThreads / 16;
   const float kNegInf = -__int_as_float(0x7f800000);
   const int f = meta.x, P = meta.y;
   const int g = (slot - f) & (kMergeGroups - 1);
   const bool grouped = P > kWarpParts;
   const int need = grouped ? (P - g + kMergeGroups - 1) / kMergeGroups : P;
   const bool sc = (p.diag & 8) != 0;
-  if (!arrive_last(p.merge_counts + (grouped ? f + 1 + g : f), need, flag, sc)) return;
-  const int tid = threadIdx.x, col = 8 * (tid & 15);
+  if (!arrive_last<kThreads, kBar>(p.merge_counts + (grouped ? f + 1 + g : f), need, flag, sc, tid)) return;
+  const int col = 8 * (tid & 15);
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + h * G * p.out_stride_h + col;
   const long long first_row = static_cast<long long>(f) * G;
   if (!grouped) {  // one level: parts 0 .. P - 1 (the combine kernel's warp units)
-    for (int row = tid >> 4; row < G; row += 8) {
+    for (int row = tid >> 4; row < G; row += kRowStep) {
       float m = kNegInf, l = 0.f;
       float4 acc[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
       merge_parts<2, true>(p.partial_o, p.partial_lse, first_row + row, G, 0, P, 1, col, m, l, acc);
@@ -67,7 +73,7 @@ __device__ __forceinline__ void merge_split_task(const PagedDecodeParams& p, int
   }
   // Level 1: group g (parts g, g + 8, ...). Its state goes to slot f + g: the partial_o columns
   // a thread writes are those it alone read (part g is in its first batch), partial_lse is kept.
-  for (int row = tid >> 4; row < G; row += 8) {
+  for (int row = tid >> 4; row < G; row += kRowStep) {
     float m = kNegInf, l = 0.f;
     float4 acc[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
     merge_parts<2, true>(p.partial_o, p.partial_lse, first_row + row, G, g, P, kMergeGroups, col, m, l, acc);
@@ -77,9 +83,9 @@ __device__ __forceinline__ void merge_split_task(const PagedDecodeParams& p, int
     dst[1] = acc[1];
     if ((tid & 15) == 0) p.merge_ml[sr] = make_float2(m, l);
   }
-  if (!arrive_last(p.merge_counts + f, kMergeGroups, flag, sc)) return;
+  if (!arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, sc, tid)) return;
   // Level 2: the 8 group states, folded in group order (the combine kernel's phase 2).
-  for (int row = tid >> 4; row < G; row += 8) {
+  for (int row = tid >> 4; row < G; row += kRowStep) {
     float gm[kMergeGroups], gl[kMergeGroups];
     float4 ga[kMergeGroups][2];
 #pragma unroll
@@ -95,6 +101,50 @@ __device__ __forceinline__ void merge_split_task(const PagedDecodeParams& p, int
     float4 r[2];
     fold_groups<2>(gm, gl, ga, L, r);
     store_bf16_row<2>(out + row * p.out_stride_h, r, 1.f / L);
+  }
+}
+
+// ---- merge by helper warps (TMA kernel, merge == 2) -----------------------------------------
+// The consumers' arrival above stalls all four consumer warps for a GPU-scope fence and an
+// atomic round trip (~2-3 us per split task), and the last part merges before the consumers
+// go on: at 8/1 heads the in-kernel merge measured 3-6 us per call over the decode alone with
+// the TMA producer, 9 us with 20 % claimable tail bins (HISTORY.md). The TMA kernel has two idle
+// producer warps: the consumers hand each split task over to them through a shared-memory ring
+// (descriptor + one mbarrier arrival per consumer thread, release at CTA scope after its partial
+// writes) and go on at once; the helpers acquire, arrive at GPU scope and merge, with the same
+// arithmetic and order as above (identical bits). A descriptor with item -1 ends the service.
+constexpr int kMergeRingSlots = 4;
+constexpr int kMergeHelperThreads = 64;
+constexpr int kMergeHelperBar = 2;
+
+struct MergeRing {
+  int4* desc;      // [kMergeRingSlots]: {item or -1, slot, first slot, parts}
+  uint64_t* full;  // [kMergeRingSlots], 128 arrivals (every consumer thread, after its writes)
+  uint64_t* empty; // [kMergeRingSlots], 1 arrival (the helpers took the descriptor)
+};
+
+// Consumer side, all 128 consumer threads; k = this CTA's request count so far.
+__device__ __forceinline__ void merge_request(const MergeRing& r, int k, int4 desc) {
+  const int s = k % kMergeRingSlots;
+  if (threadIdx.x == 0) {
+    mbar_wait(&r.empty[s], ((k / kMergeRingSlots) & 1) ^ 1);
+    r.desc[s] = desc;
+  }
+  mbar_arrive(&r.full[s]);  // release (CTA scope): this thread's partial writes (and the descriptor)
+}
+
+// Helper side: kMergeHelperThreads threads, tid = 0 .. kMergeHelperThreads - 1.
+__device__ __forceinline__ void merge_helpers(const PagedDecodeParams& p, const MergeRing& r, volatile int* flag,
+                                              int tid) {
+  for (int k = 0;; ++k) {
+    const int s = k % kMergeRingSlots;
+    mbar_wait(&r.full[s], (k / kMergeRingSlots) & 1);  // acquire: the consumers' partial writes
+    const int4 d = r.desc[s];
+    named_barrier(kMergeHelperBar, kMergeHelperThreads);  // everyone has the descriptor
+    if (tid == 0) mbar_arrive(&r.empty[s]);
+    if (d.x < 0) return;
+    const int b = d.x / p.num_kv_heads, h = d.x - b * p.num_kv_heads;
+    merge_split_task<kMergeHelperThreads, kMergeHelperBar>(p, b, h, p.group, d.y, make_int2(d.z, d.w), flag, tid);
   }
 }
 

@@ -77,7 +77,8 @@ struct PagedDecodeParams {
   float* partial_o;    // [slots, G, 128]
   float* partial_lse;  // [slots, G] (log2 domain)
   // Merge of split items inside the decode kernel (merge != 0; the combine kernel is then not
-  // launched): the last part of an item to finish merges it (see paged_decode.cuh).
+  // launched): the last part of an item to finish merges it (see paged_decode.cuh); merge == 2:
+  // in the TMA kernel by its two helper warps instead of the consumers (decode_merge_in_kernel.cuh).
   int merge;
   const int2* slot_meta;  // [slots]: {first slot f, parts P}
   int* merge_counts;      // [slots], zero between calls: arrivals per item (index f) / group (f + 1 + g)

@@ -439,10 +439,12 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_
     long long ne = 0, tb = 1;
     if (p.tail_percent > 0 && p.tail_bin > 0 && p.max_tail_bins > 0 && nb == p.num_bins) {
       long long tail = div_nonneg(line * p.tail_percent, 100);
-      tail = min(tail, line - nb * floor_tiles);
-      tb = div_nonneg(tail + p.max_tail_bins - 1, p.max_tail_bins);
-      tb = tb < p.tail_bin ? p.tail_bin : tb;
-      ne = div_nonneg(tail, static_cast<int>(tb));
+      tail = min(tail, line - nb * floor_tiles);  // negative when the line is short of nb floors
+      if (tail > 0) {
+        tb = div_nonneg(tail + p.max_tail_bins - 1, p.max_tail_bins);
+        tb = tb < p.tail_bin ? p.tail_bin : tb;
+        ne = div_nonneg(tail, static_cast<int>(tb));
+      }
     }
     if ((line + 1) * nb + line < 0xFFFFFFFFll) {
       plan_dynamic<unsigned>(p, r0, r1, h0, h1, chunk, len0, line0, line, total, nb0, nb, tot1.b, ne,

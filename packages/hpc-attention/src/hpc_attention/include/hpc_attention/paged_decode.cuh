@@ -109,8 +109,8 @@ __device__ __forceinline__ uint32_t kv_chunk(int step, uint32_t b, uint32_t x) {
 
 template <bool kFp8Kv, bool kFp8Q, bool kTma>
 __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
-                                              uint64_t* empty, const BinRing& ring, int t_begin, int t_end,
-                                              int4 first) {
+                                              uint64_t* empty, const BinRing& ring, const MergeRing& mring,
+                                              int t_begin, int t_end, int4 first) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
   constexpr bool kF16 = kFp8Kv;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, j = lane & 3;
@@ -125,6 +125,8 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
 
   int stage = 0;
   uint32_t phase = 0;
+  const bool helpers_merge = kTma && p.merge == 2;  // split tasks handed to the helper warps
+  int requests = 0;
   // Own bin (blockIdx.x), then the tail bins: claimed ones handed over by the scheduler (TMA
   // kernel) or a fixed sequence (cp.async kernel), see decode_bin_ring.cuh.
   StaticBins bins{static_cast<int>(blockIdx.x), kTma ? 0 : p.counters[kNumTailBins], 0, 0, make_int4(0, 0, 0, 0)};
@@ -331,7 +333,12 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       }
     }
     if (p.merge && task.w >= 0) {
-      merge_split_task(p, b, h, G, task.w, meta, reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff));
+      if (helpers_merge) {
+        merge_request(mring, requests++, make_int4(task.x, task.w, meta.x, meta.y));
+      } else {
+        merge_split_task(p, b, h, G, task.w, meta, reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff),
+                         threadIdx.x);
+      }
     }
     named_barrier(1, 128);
   }
@@ -341,6 +348,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     if (!bins.next(t_begin, t_end, first)) break;
   }
   }
+  if (helpers_merge) merge_request(mring, requests, make_int4(-1, 0, 0, 0));  // ends the helpers' service
 }
 
 template <bool kFp8Kv, bool kFp8Q, bool kTma>
@@ -357,6 +365,10 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
   ring.full = reinterpret_cast<uint64_t*>(smem + Cfg::kRingBarOff);
   ring.empty = ring.full + kRingSlots;
   ring.want = ring.empty + kRingSlots;
+  MergeRing mring;
+  mring.desc = reinterpret_cast<int4*>(smem + Cfg::kMergeRingOff);
+  mring.full = reinterpret_cast<uint64_t*>(smem + Cfg::kMergeRingOff + kMergeRingSlots * 16);
+  mring.empty = mring.full + kMergeRingSlots;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       // cp.async: one arrival per producer thread; TMA: the producer's one expect_tx arrival.
@@ -368,6 +380,10 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
       mbar_init(&ring.empty[s], Cfg::kConsumerWarps + 1);
     }
     mbar_init(ring.want, 1);
+    for (int s = 0; s < kMergeRingSlots; ++s) {
+      mbar_init(&mring.full[s], 32 * Cfg::kConsumerWarps);
+      mbar_init(&mring.empty[s], 1);
+    }
     mbar_fence_init();
     if constexpr (kTma) fence_proxy_async_smem();
   }
@@ -401,13 +417,15 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
       } else if (pw < 64) {
         if (pw == 32) bin_scheduler(p, ring);
       } else if (p.merge) {
-        write_empty_items<Cfg::kProducerThreads - 64>(p, pw - 64);
+        static_assert(Cfg::kProducerThreads - 64 == kMergeHelperThreads, "two helper warps");
+        write_empty_items<kMergeHelperThreads>(p, pw - 64);
+        if (p.merge == 2) merge_helpers(p, mring, reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff + 4), pw - 64);
       }
     } else {
       producer_warps<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end, first);
     }
   } else {
-    consumer_warp<kFp8Kv, kFp8Q, kTma>(p, smem, full, empty, ring, t_begin, t_end, first);
+    consumer_warp<kFp8Kv, kFp8Q, kTma>(p, smem, full, empty, ring, mring, t_begin, t_end, first);
   }
 }
 

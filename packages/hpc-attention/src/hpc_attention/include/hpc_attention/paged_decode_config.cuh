@@ -44,9 +44,12 @@ struct DecodeConfig {
   // (full[kRingSlots], empty[kRingSlots], want).
   static constexpr int kRingOff = kFlagOff + 16;
   static constexpr int kRingBarOff = kRingOff + kRingSlots * 32;
+  // Ring of merge requests (TMA kernel, merge on helper warps, decode_merge_in_kernel.cuh): 4 int4
+  // descriptors, then full[4] and empty[4].
+  static constexpr int kMergeRingOff = (kRingBarOff + (2 * kRingSlots + 1) * 8 + 15) / 16 * 16;
   // TMA: the dynamic shared memory base is only 16-byte aligned for sure; the kernel rounds it
   // up to 1024, so ask for the slack.
-  static constexpr int kSmemBytes = kRingBarOff + (2 * kRingSlots + 1) * 8 + (kTma ? 1024 : 0);
+  static constexpr int kSmemBytes = kMergeRingOff + 4 * 16 + 8 * 8 + (kTma ? 1024 : 0);
   static constexpr int kConsumerWarps = 4;
   static constexpr int kProducerThreads = 128;
   static constexpr int kThreads = 32 * kConsumerWarps + kProducerThreads;
