@@ -12,11 +12,10 @@ other producer of the decode kernel (`diag_tma*` where `heuristics.USE_TMA_PRODU
 cp.async, `diag_cp_async*` where it picks TMA; the full-call row has correct outputs and carries
 its error; FP8 also `diag_tma_promo256_*`, TMA maps with 256-byte L2 promotion), version 4's
 kernel prologue / split-item arrival (`diag_v4_first_task_load`, `diag_v4_sc_fences`), the claimable
-tail of the plan (`diag_tail{0,10,35}`: tail share of the line in percent, `diag_tail_bin8`: smallest
-tail bin in tiles), the in-kernel merge on the consumer warps instead of the TMA kernel's helper
-warps (`diag_merge_consumers`, `diag_merge_consumers_tail0`), `diag_prev_default` (the defaults of
-commit 9780c01: no tail, merge on the consumers, TMA producer only from 8 KV heads), and
-FlashInfer / FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
+tail of the plan with the TMA kernel and the in-kernel merge on its helper or its consumer warps
+(`diag_tma_{helpers,consumers}_tail{P}`: P % of the line in tail bins; `..._bin8`: tail bins of at
+least 8 tiles), `diag_prev_default` (the defaults of commit 9780c01: no tail, merge on the
+consumers, TMA producer only from 8 KV heads), and FlashInfer / FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
 4.27 TB/s) and the achieved TB/s; `ours*` rows carry the error against float32 attention on
 the dequantised inputs.
 
@@ -159,13 +158,11 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
     variants = [("ours", None, None, {}, None, None), ("ours_static", "auto", None, {}, None, None)]
     if diag and diag_rows == "all":  # the plan cut on tiles alone (version 4's plan): what the task cost buys
         variants.append(("diag_task_cost0", None, 0, {}, None, None))
-    if diag:  # the claimable tail (share of the line, smallest bin), the merge on the consumers, the old defaults
-        variants += [("diag_tail0", None, None, {"tail_percent": 0}, None, None),
-                     ("diag_tail10", None, None, {"tail_percent": 10}, None, None),
-                     ("diag_tail35", None, None, {"tail_percent": 35}, None, None),
-                     ("diag_tail_bin8", None, None, {"tail_bin": 8}, None, None),
-                     ("diag_merge_consumers", None, None, {}, None, False),
-                     ("diag_merge_consumers_tail0", None, None, {"tail_percent": 0}, None, False),
+    if diag:  # TMA kernel: claimable tail (percent of the line, smallest bin) x merge on helpers / consumers
+        for helpers, who in ((True, "helpers"), (False, "consumers")):
+            for pct in ((0, 10, 20, 35) if helpers else (0, 20)):
+                variants.append((f"diag_tma_{who}_tail{pct}", None, None, {"tail_percent": pct}, True, helpers))
+        variants += [("diag_tma_helpers_tail20_bin8", None, None, {"tail_percent": 20, "tail_bin": 8}, True, True),
                      ("diag_prev_default", None, None, {"tail_percent": 0}, hkv >= 8, False)]
     for provider, static, cost, tail_kw, tma, helpers in variants:
         ws = ha.DecodeWorkspace(B, hkv, hq, max_len, static_splits=static)

@@ -34,7 +34,7 @@ MERGE_IN_DECODE = True
 # and go on), instead of on the four consumer warps, which otherwise wait for a GPU-scope fence
 # and an atomic round trip per split task. Identical bits (same arithmetic, same order); the GPU
 # tests run both. Measured: see NOTES.md. Read when `decode` is called.
-MERGE_ON_HELPER_WARPS = True
+MERGE_ON_HELPER_WARPS = False
 
 # Fixed cost of a task in tiles' worth of streaming, charged per non-empty (request, KV head)
 # item when the planner cuts the work line into bins, so a CTA that gets many short items gets
@@ -60,7 +60,7 @@ MAX_TASK_COST = 64
 # with 8/1 heads slower on 11 of 12 (+0.1 to +4.6 us: decode alone is faster, the in-kernel
 # merge costs more). Hkv 2-4 not measured: kept on cp.async. Read when `decode` is called.
 USE_TMA_PRODUCER = "auto"
-TMA_MIN_KV_HEADS = 1
+TMA_MIN_KV_HEADS = 8
 
 # Claimable tail (decode_bin_ring.cuh): the planner cuts the last TAIL_PERCENT % of the work line
 # into small bins (>= TAIL_BIN_TILES units, at most MAX_TAIL_BINS_PER_CTA per CTA, so the bins
@@ -71,7 +71,7 @@ TMA_MIN_KV_HEADS = 1
 # USE_TMA_PRODUCER off) runs the tail bins in a fixed order (bin C + c, 2C + c, ... after bin c):
 # correct and identical in its results, not balanced. Applies only when the line fills all CTAs.
 # 0 disables it (the plan of before). Read by `plan_decode` (a CUDA graph keeps the capture's value).
-TAIL_PERCENT = 20
+TAIL_PERCENT = 0
 TAIL_BIN_TILES = 4
 MAX_TAIL_BINS_PER_CTA = 2
 MAX_TAIL_PERCENT = 50
