@@ -2,10 +2,12 @@
 
 Cases: every mode on bf16 inputs of 1 MB to 256 MB (rows of 4096: the hidden size of Qwen3 /
 Hy3; per-token-per-head as [T, 32, 128]), plus at 64 MB an odd row length (scalar path) and
-fp32 input. Providers: `ours` (the default dispatch), `ours_bulk` / `ours_register` (the
-bulk-copy kernel forced on / off; off: the register kernels), `ours_generic_kernel` (group / per-head
-modes: the generic register kernel) and `torch_ref` (hpc_common.fp8.reference run on
-the GPU, the same float32 operations in eager torch ops). Timing: hpc_common.bench.bench_us
+fp32 input. Providers (PROVIDERS below): `ours` (the default dispatch), `ours_old` (the
+dispatch of 8fdf820), `ours_evict_first` / `ours_ws` / `ours_ws_tile_store` / `ours_balanced`
+(one kernel switch of quant.py changed each), `ours_bulk` / `ours_register` (the bulk-copy
+kernels forced on / off; off: the register kernels), `ours_generic_kernel` (group / per-head
+modes: the generic register kernel) and `torch_ref` (hpc_common.fp8.reference run on the GPU,
+the same float32 operations in eager torch ops). Timing: hpc_common.bench.bench_us
 (CUDA-graph replay, L2 emptied before each replay, median). From 64 MB up also
 `torch_copy` (a device copy of the input's bytes, timed like the other rows: what the per-call
 method lets a plain copy reach), `ours_back_to_back` (the default dispatch) and
@@ -19,12 +21,13 @@ than L2 cannot be quantised with one dynamic scale in one read). `bitwise` says 
 run's output equalled the reference's, byte for byte (q and scales).
 
     python benchmarks/bench_fp8_quant.py [--quick] [--sizes 64,256] [--modes per_token,group128] [--no-ref]
-                                         [--out-dir benchmarks/results]
+                                         [--providers ours,ours_old] [--out-dir benchmarks/results]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 from pathlib import Path
 
@@ -76,6 +79,42 @@ def _cases(quick: bool, sizes=None, modes=MODES):
             yield mode, 64, N, torch.float32
 
 
+# Provider -> quant-module switches (anything not named keeps its default). `ours` is the default
+# dispatch; `ours_old` the dispatch of 8fdf820 (ring bulk kernel, round-robin tiles, segment-team
+# amax pass, no L2 policy); `ours_evict_first`, `ours_ws`, `ours_ws_tile_store` and
+# `ours_balanced` change one switch of the default each (quant.py: L2_EVICT_FIRST,
+# BULK_KERNEL_VERSION 2 / 3, BALANCED_TILES; the bulk kernels forced on); `ours_bulk` /
+# `ours_register` force the bulk kernels on / off (off: the register kernels, short-segment kernel
+# for groups); `ours_generic_kernel` uses neither the bulk nor the short-segment kernel (group /
+# per-head rows only).
+OLD_BULK_KERNEL_MODES = frozenset({"per_tensor_static", "per_token", "group", "per_head"})
+PROVIDERS = {
+    "ours": {},
+    "ours_old": dict(BULK_KERNEL_VERSION=1, BALANCED_TILES=False, FLAT_AMAX_KERNEL=False, L2_EVICT_FIRST=False,
+                     BULK_KERNEL_MODES=OLD_BULK_KERNEL_MODES),
+    "ours_evict_first": dict(L2_EVICT_FIRST=True, USE_BULK_KERNEL=True),
+    "ours_ws": dict(BULK_KERNEL_VERSION=2, USE_BULK_KERNEL=True),
+    "ours_ws_tile_store": dict(BULK_KERNEL_VERSION=3, USE_BULK_KERNEL=True),
+    "ours_balanced": dict(BALANCED_TILES=True, USE_BULK_KERNEL=True),
+    "ours_bulk": dict(USE_BULK_KERNEL=True),
+    "ours_register": dict(USE_BULK_KERNEL=False),
+    "ours_generic_kernel": dict(USE_BULK_KERNEL=False, USE_SHORT_SEGMENT_KERNEL=False),
+    "torch_ref": None,
+}
+
+
+@contextlib.contextmanager
+def _settings(provider: str):
+    saved = {k: getattr(quant, k) for k in PROVIDERS[provider]}
+    try:
+        for k, v in PROVIDERS[provider].items():
+            setattr(quant, k, v)
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(quant, k, v)
+
+
 def _same(a, b) -> bool:
     (q, s), (qr, sr) = a, b
     return bool(torch.equal(q.view(torch.uint8), qr.view(torch.uint8)) and s.shape == sr.shape
@@ -119,7 +158,11 @@ def main(argv=None) -> int:
                     help="input sizes in MB, e.g. 64,256 (default: 1..256, --quick: 1,64)")
     ap.add_argument("--modes", type=lambda v: tuple(v.split(",")), default=MODES)
     ap.add_argument("--no-ref", action="store_true", help="skip the torch_ref provider (saves time)")
+    ap.add_argument("--providers", type=lambda v: tuple(v.split(",")), default=tuple(PROVIDERS),
+                    help="comma-separated subset of: " + ", ".join(PROVIDERS))
     args = ap.parse_args(argv)
+    if args.no_ref:
+        args.providers = tuple(p for p in args.providers if p != "torch_ref")
 
     dev = torch.device("cuda", torch.cuda.current_device())
     res = BenchResults("fp8_quant", args.out_dir / gpu_slug(), copy_tbps=COPY_BANDWIDTH_TBPS)
@@ -137,23 +180,17 @@ def main(argv=None) -> int:
         ours, torch_ref, n_scales, reads = _calls(mode, x, static)
         nbytes = reads * x.numel() * esize + x.numel() + 4 * n_scales
         params = dict(mode=mode, **shape, dtype=str(dtype).replace("torch.", ""), input_mb=round(x.numel() * esize / MB, 1))
-        # ours: default dispatch; ours_bulk / ours_register: the bulk-copy kernel forced on / off
-        # (off: the register kernels, short-segment kernel for groups); ours_generic_kernel:
-        # neither the bulk nor the short-segment kernel.
-        providers = [("ours", ours), ("ours_bulk", ours), ("ours_register", ours)]
-        if not args.no_ref:
-            providers.append(("torch_ref", torch_ref))
-        if mode.startswith("group128") or mode == "per_token_head":
-            providers.append(("ours_generic_kernel", ours))
-        for provider, fn in providers:
-            quant.USE_SHORT_SEGMENT_KERNEL = provider != "ours_generic_kernel"
-            quant.USE_BULK_KERNEL = {"ours": None, "ours_bulk": True}.get(provider, False)
-            if provider.startswith("ours"):
-                bitwise = _same(ours(), torch_ref())
-            extra = dict(bitwise=bitwise) if provider.startswith("ours") else {}
-            _add_row(res, provider, bench_us(fn, reps=args.reps), nbytes, x, params, **extra)
-        quant.USE_SHORT_SEGMENT_KERNEL = True
-        quant.USE_BULK_KERNEL = None
+        want = torch_ref()
+        providers = [p for p in PROVIDERS if p in args.providers
+                     and (p != "ours_generic_kernel" or mode.startswith("group128") or mode == "per_token_head")]
+        for provider in providers:
+            if provider == "torch_ref":
+                _add_row(res, provider, bench_us(torch_ref, reps=args.reps), nbytes, x, params)
+                continue
+            with _settings(provider):
+                bitwise = _same(ours(), want)
+                _add_row(res, provider, bench_us(ours, reps=args.reps), nbytes, x, params, bitwise=bitwise)
+        del want
         if mb >= 64:
             _back_to_back_rows(res, lambda xi: _calls(mode, xi, static)[0], x, params, nbytes, args.reps)
         del x

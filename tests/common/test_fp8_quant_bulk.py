@@ -1,18 +1,59 @@
-"""The bulk-copy ring kernel (fp8_quant_bulk.cuh) against the reference, bit for bit, on the
-shapes that exercise its tile geometry: dense tensors tiled across rows (last tile short),
-rows with a pitch and Q slices of a fused QKV buffer (tiles inside a row or a token), teams
-of 1 to 256 lanes (group-16 fp32 .. per-token 8192 bf16, the cross-warp reduction), the
-per-tensor modes (static; dynamic with the reversed visit), and tensors of many tiles per CTA
-so that the 4-stage ring wraps many times. Each case also runs with the bulk kernel off (the
-register kernels) and the two must agree."""
+"""The bulk-copy kernels (warp-specialised fp8_quant_bulk_ws.cuh, the default, and the ring
+kernel of fp8_quant_bulk.cuh) against the reference, bit for bit, on the shapes that exercise
+their tile geometry: dense tensors tiled across rows (last tile short), rows with a pitch and
+Q slices of a fused QKV buffer (tiles inside a row or a token), teams of 1 to 256 lanes
+(group-16 fp32 .. per-token 8192 bf16, the cross-warp reduction), the per-tensor modes
+(static; dynamic with the reversed visit), and tensors of many tiles per CTA so that the
+3-stage ring wraps many times. Each case runs every bulk variant (kernel x tile schedule) and
+the register kernels; all must equal the reference. Small grids (set_num_sms) pin the balanced
+schedule's corner cases: no remainder, a remainder smaller than the grid, CTAs without a last
+piece."""
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 import torch
 from _fp8_cases import assert_same, make_input, run, run_ref
 
+import hpc_common
 from hpc_common.fp8 import quant
+
+# name -> quant switches; every variant forces a bulk kernel on except "register".
+_OLD = dict(BULK_KERNEL_VERSION=1, BALANCED_TILES=False, FLAT_AMAX_KERNEL=False, L2_EVICT_FIRST=False)
+VARIANTS = {
+    "default": dict(USE_BULK_KERNEL=True),
+    "old": dict(USE_BULK_KERNEL=True, **_OLD),
+    "ring_evict_first": dict(USE_BULK_KERNEL=True, BULK_KERNEL_VERSION=1, L2_EVICT_FIRST=True),
+    "ring_balanced": dict(USE_BULK_KERNEL=True, BULK_KERNEL_VERSION=1, BALANCED_TILES=True),
+    "ws_balanced": dict(USE_BULK_KERNEL=True, BULK_KERNEL_VERSION=2, BALANCED_TILES=True, L2_EVICT_FIRST=True),
+    "ws_tile_store": dict(USE_BULK_KERNEL=True, BULK_KERNEL_VERSION=3),
+    "register": dict(USE_BULK_KERNEL=False),
+}
+
+
+@contextlib.contextmanager
+def switches(**kw):
+    saved = {k: getattr(quant, k) for k in kw}
+    try:
+        for k, v in kw.items():
+            setattr(quant, k, v)
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(quant, k, v)
+
+
+def _run_variants(mode, x, group_size, ue8m0=False, variants=VARIANTS):
+    kw = {} if mode in ("per_head", "per_tensor", "per_tensor_static", "per_token") else {"group_size": group_size}
+    if mode != "per_tensor_static":
+        kw["ue8m0"] = ue8m0
+    out = {}
+    for name in variants:
+        with switches(**VARIANTS[name]):
+            out[name] = run(mode, x, **kw)
+    return out, kw
 
 # (mode, shape, group_size); shapes are [M, N] or [T, H, D] (per_head)
 CASES = [
@@ -35,31 +76,16 @@ CASES = [
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
-def _run_both(mode, x, group_size, ue8m0=False):
-    kw = {} if mode in ("per_head", "per_tensor", "per_tensor_static", "per_token") else {"group_size": group_size}
-    if mode != "per_tensor_static":
-        kw["ue8m0"] = ue8m0
-    before = quant.USE_BULK_KERNEL
-    try:
-        quant.USE_BULK_KERNEL = True
-        bulk = run(mode, x, **kw)
-        quant.USE_BULK_KERNEL = False
-        reg = run(mode, x, **kw)
-    finally:
-        quant.USE_BULK_KERNEL = before
-    return bulk, reg, kw
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("mode,shape,group_size", CASES, ids=lambda c: str(c))
 def test_bulk_kernel_matches_reference(cuda, mode, shape, group_size, dtype):
     x = make_input(shape, dtype, seed=sum(shape) + group_size, device=cuda)
     ue8m0 = dtype == torch.float16 and mode != "per_tensor_static"
-    bulk, reg, kw = _run_both(mode, x, group_size, ue8m0)
+    got, kw = _run_variants(mode, x, group_size, ue8m0)
     want = run_ref(mode, x.cpu(), **kw)
-    assert_same(bulk, want, what=f"bulk {mode} {shape} {dtype}")
-    assert_same(reg, want, what=f"register {mode} {shape} {dtype}")
+    for name, res in got.items():
+        assert_same(res, want, what=f"{name} {mode} {shape} {dtype}")
 
 
 @pytest.mark.gpu
@@ -73,46 +99,78 @@ def test_bulk_kernel_strided_rows_and_qkv_slices(cuda, mode):
         big = make_input((50, 4096 + 64), torch.bfloat16, 4, device=cuda)
         x = big[:, 64:]
     assert not x.is_contiguous()
-    bulk, reg, kw = _run_both(mode, x, 128)
+    got, kw = _run_variants(mode, x, 128)
     want = run_ref(mode, x, **kw)
-    assert_same(bulk, want, what=f"bulk {mode} strided")
-    assert_same(reg, want, what=f"register {mode} strided")
+    for name, res in got.items():
+        assert_same(res, want, what=f"{name} {mode} strided")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["per_token", "group", "group_col", "per_head", "per_tensor",
                                   "per_tensor_static"])
 def test_bulk_kernel_ring_wraps_on_large_tensors(cuda, mode):
-    """64 MB of bf16: ~16 tiles per CTA, every ring stage and output buffer reused many times."""
+    """64 MB of bf16: ~10 tiles per CTA, every ring stage and output buffer reused many times,
+    a balanced last round of partial tiles."""
     shape = (8192, 32, 128) if mode == "per_head" else (8192, 4096)
     x = make_input(shape, torch.bfloat16, 5, device=cuda)
     x.view(-1)[-1] = 3000.0  # the per-tensor maximum sits in the last tile
-    bulk, reg, kw = _run_both(mode, x, 128)
-    assert_same(bulk, run_ref(mode, x, **kw), what=f"bulk {mode} large")
-    assert_same(reg, bulk, what=f"register == bulk {mode} large")
+    got, kw = _run_variants(mode, x, 128)
+    assert_same(got["default"], run_ref(mode, x, **kw), what=f"default {mode} large")
+    for name, res in got.items():
+        assert_same(res, got["default"], what=f"{name} == default {mode} large")
 
 
-def test_bulk_kernel_default_follows_the_mode_list():
-    """USE_BULK_KERNEL = None picks the bulk kernel per mode from BULK_KERNEL_MODES (CPU)."""
-    before = (quant.USE_BULK_KERNEL, quant.BULK_KERNEL_MODES)
+# (mode, shape, group_size, num_sms): with one SM the bulk grid is 3 CTAs (a 1-SM wave).
+SMALL_GRID_CASES = [
+    ("per_tensor_static", (24, 2048), 128, 1),   # 24 segments, 4 per tile: 2 full rounds, no remainder
+    ("per_tensor_static", (256, 2048), 128, 1),  # 21 rounds, 4 segments left: pieces 1, 1, 2
+    ("per_tensor", (256, 2048), 128, 1),         # the same, reversed after the flat amax pass
+    ("per_tensor", (250, 2048), 128, 2),         # 6 CTAs, 250 segments: 10 rounds, pieces of 1-2
+    ("per_token", (97, 4096), 128, 1),           # 16 rounds, 1 row left: two CTAs get no last piece
+    ("per_token", (5, 4096), 128, 3),            # 5 rows on a 9-CTA wave: grid of 5, no full round
+    ("per_token", (40, 8192), 128, 1),           # 256-lane teams (named barrier of 8 warps)
+    ("group", (33, 4096), 128, 1),               # 4-lane teams, 1056 segments over 3 CTAs
+    ("group_col", (45, 1024), 64, 2),            # column-major scales with padding rows
+    ("per_head", (61, 8, 128), 128, 1),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode,shape,group_size,num_sms", SMALL_GRID_CASES, ids=lambda c: str(c))
+def test_bulk_schedules_on_small_grids(cuda, mode, shape, group_size, num_sms):
+    x = make_input(shape, torch.bfloat16, 7 + sum(shape), device=cuda)
+    x.view(-1)[len(x.view(-1)) // 3] = 2500.0  # the per-tensor maximum in some middle tile
+    hpc_common.set_num_sms(num_sms)
     try:
-        quant.USE_BULK_KERNEL = None
-        quant.BULK_KERNEL_MODES = frozenset({"per_token", "per_tensor_static"})
-        assert quant._bulk_for(quant.PER_TOKEN, quant._SCALE_DYNAMIC)
-        assert quant._bulk_for(quant.PER_TENSOR, quant._SCALE_STATIC)
-        assert not quant._bulk_for(quant.PER_TENSOR, quant._SCALE_DYNAMIC)
-        assert not quant._bulk_for(quant.PER_TOKEN_GROUP, quant._SCALE_DYNAMIC)
-        assert not quant._bulk_for(quant.PER_TOKEN_HEAD, quant._SCALE_DYNAMIC)
-        quant.USE_BULK_KERNEL = False
-        assert not quant._bulk_for(quant.PER_TOKEN, quant._SCALE_DYNAMIC)
-        quant.USE_BULK_KERNEL = True
-        assert quant._bulk_for(quant.PER_TOKEN_GROUP, quant._SCALE_DYNAMIC)
+        got, kw = _run_variants(mode, x, group_size)
     finally:
-        quant.USE_BULK_KERNEL, quant.BULK_KERNEL_MODES = before
+        hpc_common.set_num_sms(None)
+    want = run_ref(mode, x.cpu(), **kw)
+    for name, res in got.items():
+        assert_same(res, want, what=f"{name} {mode} {shape} on {num_sms} SMs")
 
 
-def test_group_wider_than_the_row_is_the_row():
-    """A huge group_size is one group per row (seg_len is capped at N for the 32-bit kernels)."""
-    x = torch.zeros(3, 40)
-    geo = quant._geometry(x, torch.empty(3, 40), quant.PER_TOKEN_GROUP, 1 << 40)
-    assert geo["seg_len"] == 40 and geo["segs_per_row"] == 1
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("shape", [(1, 5), (3, 4001), (64, 4096), (1, 8 * 4096 + 3)])
+def test_flat_amax_pass_matches_segment_amax_pass(cuda, dtype, shape):
+    """Per-tensor dynamic: the flat amax kernel (default on contiguous tensors) and the segment
+    kernel give the same scale and bytes; the maximum in the scalar tail is seen."""
+    x = make_input(shape, dtype, 11 + shape[1], device=cuda)
+    x.view(-1)[-1] = 900.0
+    want = run_ref("per_tensor", x.cpu())
+    for flat in (True, False):
+        with switches(FLAT_AMAX_KERNEL=flat):
+            assert_same(run("per_tensor", x), want, what=f"per-tensor {shape} {dtype} flat={flat}")
+
+
+def test_kernel_options_travel_above_the_dtype_code():
+    """quant._kernel_opts() packs the KernelOpt bits of fp8_quant_params.h (CPU); all off is the
+    8fdf820 dispatch."""
+    with switches(**_OLD):
+        assert quant._kernel_opts() == 0
+    with switches(BULK_KERNEL_VERSION=3, BALANCED_TILES=True, FLAT_AMAX_KERNEL=True, L2_EVICT_FIRST=True):
+        assert quant._kernel_opts() == 1 | 2 | 4 | 8 | 16
+    with switches(BULK_KERNEL_VERSION=2, BALANCED_TILES=False, FLAT_AMAX_KERNEL=False, L2_EVICT_FIRST=False):
+        assert quant._kernel_opts() == 1
+    assert max(quant._DTYPE_CODE.values()) < (1 << quant._DTYPE_BITS)

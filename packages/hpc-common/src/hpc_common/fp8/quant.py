@@ -89,17 +89,48 @@ USE_PEELED_VECTOR_PATH = True
 # Group-128 / per-head quantisation takes the short-segment kernel (fp8_quant_small_seg.cuh);
 # benchmarks/bench_fp8_quant.py turns this off to time the generic kernel beside it.
 USE_SHORT_SEGMENT_KERNEL = True
-# Bulk-copy ring kernel (fp8_quant_bulk.cuh): serves shapes whose segments are whole,
-# 16-element multiples and at most 16 KB (the launcher checks; other shapes keep the register
-# kernels above). BULK_KERNEL_MODES lists the modes where it is the default (see FP8_NOTES.md
-# for the measurements); USE_BULK_KERNEL = True / False forces it on / off for every mode
-# (tests and benchmarks time and check both), None follows BULK_KERNEL_MODES.
+# Bulk-copy kernels (fp8_quant_bulk_ws.cuh, fp8_quant_bulk.cuh): serve shapes whose segments are
+# whole, 16-element multiples and at most 16 KB (the launcher checks; other shapes keep the
+# register kernels above). BULK_KERNEL_MODES lists the modes where they are the default (see
+# FP8_NOTES.md for the measurements); USE_BULK_KERNEL = True / False forces them on / off for
+# every mode (tests and benchmarks time and check both), None follows BULK_KERNEL_MODES.
 # H200 run of aeb24f7 (bf16 N=4096, % of the 4.27 TB/s copy bandwidth, bulk / register kernels):
 # per-tensor static 75.6 / 72.3 (64 MB), 91.0 / 89.3 (256 MB); group-128 71.4 / 67.5, 87.0 / 87.6;
 # per-head 71.9 / 67.7, 87.4 / 87.5; per-token 71.6 / 70.6, 87.8 / 89.0 (fp32 128 MB: 77.8 / 71.5);
 # per-tensor dynamic 78.0 / 78.9, 92.8 / 92.3 and 53.7 / 58.5 at 16 MB: the register kernels.
 BULK_KERNEL_MODES = frozenset({"per_tensor_static", "per_token", "group", "per_head"})
 USE_BULK_KERNEL: Optional[bool] = None
+
+# Kernel alternatives of the fourth pass (FP8_NOTES.md has the H200 measurements); each switch
+# maps to one KernelOpt bit of fp8_quant_params.h, and all off is the 8fdf820 dispatch, so that
+# tests and benchmarks run old and new side by side. Only FLAT_AMAX_KERNEL won; the others stay
+# selectable for measurement (bf16 N=4096, cold call, us at 64 / 256 MB, per-tensor static):
+# - BULK_KERNEL_VERSION: 1 = the ring kernel (fp8_quant_bulk.cuh: one thread refills a stage and
+#   stores the tile after a block barrier at the end of every tile), 31.5 / 104.4;
+#   2 = warp-specialised (fp8_quant_bulk_ws.cuh: a producer warp refills each stage as soon as
+#   the 8 consumer warps have read it; per-warp 1 KB bulk stores, no block barrier per tile),
+#   32.9 / 108.8 (run 1); 3 = warp-specialised with one bulk store per tile after a consumer
+#   barrier: 0.4-1.3 us faster than version 1 at 64 MB when both ran with L2_EVICT_FIRST
+#   (run 2), not yet measured without it.
+# - BALANCED_TILES: the last round split evenly over all CTAs (dense tensors) instead of
+#   round-robin tiles: 0.8-1.4 us slower at 16, 64 and 256 MB in every mode (run 1).
+# - FLAT_AMAX_KERNEL: per-tensor dynamic on a contiguous tensor reads it with a flat, evenly
+#   split streaming kernel instead of segment teams: 50.0 -> 48.2 us at 64 MB (81.6% of copy).
+# - L2_EVICT_FIRST: the bulk kernels load their input with an L2 evict_first policy: 0.3-0.9 us
+#   slower at 64 MB and 8-10 us at 256 MB (run 2).
+BULK_KERNEL_VERSION = 1
+BALANCED_TILES = False
+FLAT_AMAX_KERNEL = True
+L2_EVICT_FIRST = False
+# KernelOpt bits of fp8_quant_params.h, passed above the dtype code (_DTYPE_BITS).
+_OPT_BULK_WS, _OPT_WS_TILE_STORE, _OPT_BALANCED, _OPT_FLAT_AMAX, _OPT_EVICT_FIRST = 1, 2, 4, 8, 16
+_DTYPE_BITS = 8
+
+
+def _kernel_opts() -> int:
+    opts = {1: 0, 2: _OPT_BULK_WS, 3: _OPT_BULK_WS | _OPT_WS_TILE_STORE}[BULK_KERNEL_VERSION]
+    return (opts | (_OPT_BALANCED if BALANCED_TILES else 0) | (_OPT_FLAT_AMAX if FLAT_AMAX_KERNEL else 0)
+            | (_OPT_EVICT_FIRST if L2_EVICT_FIRST else 0))
 
 
 def _bulk_for(mode: int, scale_source: int) -> bool:
@@ -132,7 +163,7 @@ def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor
         x=x.data_ptr(), q=out.data_ptr(), scale=scale_out.data_ptr() if scale_out is not None else 0,
         static_scale=static_scale.data_ptr() if static_scale is not None else 0,
         static_value=float(static_value), workspace=workspace.data_ptr() if workspace is not None else 0,
-        scale_stride_row=s_row, scale_stride_seg=s_seg, dtype=_DTYPE_CODE[x.dtype],
+        scale_stride_row=s_row, scale_stride_seg=s_seg, dtype=_DTYPE_CODE[x.dtype] | (_kernel_opts() << _DTYPE_BITS),
         scale_source=scale_source, per_tensor_dynamic=per_tensor_dynamic, ue8m0=bool(ue8m0),
         vectorized=vectorized, short_segments=USE_SHORT_SEGMENT_KERNEL, num_sms=num_sms, pdl=get_pdl(),
         stream=stream_ptr(x.device), bulk=_bulk_for(mode, scale_source), peel=peel, **geo)

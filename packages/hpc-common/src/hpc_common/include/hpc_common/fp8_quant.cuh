@@ -86,6 +86,50 @@ __global__ void __launch_bounds__(kMaxTeam) fp8_amax_kernel(const QuantParams p)
 }
 
 
+// Amax pass of a contiguous tensor (rows == 1, x 16-byte aligned): thread k of the one-wave
+// grid reads vectors k, k + T, k + 2T, ... (T = all threads), kAmaxUnroll loads in flight, so
+// every thread reads within one vector of the mean (the segment-team kernel above gives
+// 64 KB blocks in ~4 waves at 64 MB: its last wave is partly idle) and the grid sweeps the
+// tensor front to back, ending on the part the reversed quantising pass reads first.
+constexpr int kAmaxFlatThreads = 256;
+constexpr int kAmaxUnroll = 8;
+
+template <int DT, int VEC>
+__global__ void __launch_bounds__(kAmaxFlatThreads) fp8_amax_flat_kernel(const QuantParams p) {
+  using P = Pack<DT, VEC>;
+  using raw = typename Elem<DT>::raw;
+  __shared__ uint32_t red[kAmaxFlatThreads / 32];
+  hpc::pdl_wait();
+  hpc::pdl_launch_dependents();
+  const raw* x = static_cast<const raw*>(p.x);
+  const int64_t n = p.row_len, nvec = n / VEC, stride = int64_t(gridDim.x) * kAmaxFlatThreads;
+  const int64_t first = int64_t(blockIdx.x) * kAmaxFlatThreads + threadIdx.x;
+  AmaxAcc<DT, VEC> acc;
+  int64_t v = first;
+  for (; v + (kAmaxUnroll - 1) * stride < nvec; v += kAmaxUnroll * stride) {
+    P pk[kAmaxUnroll];
+#pragma unroll
+    for (int u = 0; u < kAmaxUnroll; ++u) pk[u].load(x + (v + u * stride) * VEC);
+#pragma unroll
+    for (int u = 0; u < kAmaxUnroll; ++u) acc.add(pk[u]);
+  }
+  {  // fewer than kAmaxUnroll vectors left for this thread
+    P pk[kAmaxUnroll];
+#pragma unroll
+    for (int u = 0; u < kAmaxUnroll; ++u) {
+      if (v + u * stride < nvec) pk[u].load(x + (v + u * stride) * VEC);
+    }
+#pragma unroll
+    for (int u = 0; u < kAmaxUnroll; ++u) {
+      if (v + u * stride < nvec) acc.add(pk[u]);
+    }
+  }
+  uint32_t m = acc.bits();
+  for (int64_t e = nvec * VEC + first; e < n; e += stride) m = max(m, finite_abs_bits(Elem<DT>::to_f32(x[e])));
+  m = block_max(m, red);
+  if (threadIdx.x == 0) p.workspace[blockIdx.x] = m;
+}
+
 // The one scale of the per-tensor modes: the static scale (device value or host float), or, with
 // the scale from partials (dynamic per-tensor), the max of the amax pass's per-block partials
 // (block 0 records it in p.scale); 0 in the per-segment modes. Called by the whole block
@@ -193,6 +237,42 @@ inline int pick_team(int64_t seg_len, int vec) {
   return team;
 }
 
+// Per-tensor dynamic: the amax pass (one partial max per block in p.workspace, at most
+// kAmaxBlocksPerSm * num_sms of them), then p is set up for a quantising pass that reduces the
+// partials and visits the tensor last-first (the tail of the amax pass is still in L2).
+template <int DT, int VEC>
+inline cudaError_t launch_amax_pass(QuantParams& p, cudaStream_t stream, bool pdl) {
+  const int64_t cap = int64_t(kAmaxBlocksPerSm) * p.num_sms;
+  int grid = 0;
+  cudaError_t e = cudaSuccess;
+  bool flat = false;
+  if constexpr (VEC > 1) {
+    flat = p.rows == 1 && !p.peel && (p.kernel_opts & kOptFlatAmax);
+    if (flat) {
+      const int64_t wave =
+          hpc::persistent_ctas(fp8_amax_flat_kernel<DT, VEC>, kAmaxFlatThreads, 0, p.num_sms, kAmaxBlocksPerSm);
+      const int64_t per_block = int64_t(kAmaxFlatThreads) * VEC;  // at least one vector per thread
+      const int64_t need = (p.row_len + per_block - 1) / per_block;
+      grid = int(need < wave ? (need > 0 ? need : 1) : wave);
+      e = hpc::launch_kernel(fp8_amax_flat_kernel<DT, VEC>, dim3(grid), dim3(kAmaxFlatThreads), 0, stream, pdl, p);
+    }
+  }
+  if (!flat) {
+    QuantParams a = p;  // the segment-team kernel with its own team and block
+    a.team = pick_team(p.seg_len, VEC);
+    const int block = a.team > kMinBlock ? a.team : kMinBlock;
+    const int64_t tpb = block / a.team;
+    const int64_t need = (p.rows * p.segs_per_row + tpb - 1) / tpb;
+    grid = int(need < cap ? need : cap);
+    e = hpc::launch_kernel(fp8_amax_kernel<DT, VEC>, dim3(grid), dim3(block), 0, stream, pdl, a);
+  }
+  if (e != cudaSuccess) return e;
+  p.scale_source = kScalePartials;
+  p.num_partials = grid;
+  p.reverse = true;  // start where the amax pass ended: that part is still in L2
+  return cudaSuccess;
+}
+
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_typed(QuantParams p, cudaStream_t stream, bool pdl) {
   p.team = pick_team(p.seg_len, VEC);
@@ -203,13 +283,8 @@ inline cudaError_t launch_fp8_quant_typed(QuantParams p, cudaStream_t stream, bo
   const int64_t need = (nseg + tpb - 1) / tpb;
   p.reverse = false;
   if (p.per_tensor_dynamic) {
-    const int64_t cap = int64_t(kAmaxBlocksPerSm) * p.num_sms;
-    const int grid = int(need < cap ? need : cap);
-    cudaError_t e = hpc::launch_kernel(fp8_amax_kernel<DT, VEC>, dim3(grid), dim3(block), 0, stream, pdl, p);
+    cudaError_t e = launch_amax_pass<DT, VEC>(p, stream, pdl);
     if (e != cudaSuccess) return e;
-    p.scale_source = kScalePartials;
-    p.num_partials = grid;
-    p.reverse = true;  // start where the amax pass ended: that part is still in L2
   }
   const int64_t wave = hpc::persistent_ctas(fp8_quant_kernel<DT, VEC>, block, 0, p.num_sms);
   const int grid = int(need < wave ? need : wave);
