@@ -5,7 +5,7 @@ FP64 reference and top-8 agreement for each provider.
 
 Writes DIR/<gpu>/router_gemm.{json,md} and, unless --no-sweep, DIR/<gpu>/router_gemm_paths
 .{json,md}: every path (fp32 / fp32pf / gemv / gemvr / narrow / wide / wide96 / wide96rs / widers, their `pf`
-L2-prefetch variants, and from
+L2-prefetch variants (only when named in --paths), and from
 M=128 the cluster-free split-K paths <tile>_ws / <tile>_wsp) at every split count, the
 measurement behind heuristics.py.
 
@@ -104,6 +104,8 @@ def sweep_paths(paths: BenchResults, case: dict, x, rw: RouterWeight, ref, ref_t
     plans = [p for p in plans if not any(p.path.endswith("_" + skip) for skip in SKIP_PATHS)]
     if ONLY_PATHS:
         plans = [p for p in plans if p.path in ONLY_PATHS]
+    else:  # the L2-prefetch paths were slower everywhere (NOTES.md, run E): only on request
+        plans = [p for p in plans if not p.prefetch]
     chosen = plan_for(M, N, K, x.device)
     if M <= 64:  # the same call with a warm L2: how much of the cold time is the cold start
         paths.add("chosen_warm_l2", bench_us(lambda: launch(x, rw, out, chosen), reps=reps, flush_l2=False), **case)

@@ -26,6 +26,9 @@ def test_rs_paths_are_tiles_with_workspace_variants():
     assert heuristics.TILE_GEMV not in heuristics.TILES.values()
     forced = heuristics.choose_plan(4096, 192, 4096, lambda t, s: 132 // s, path="wide96rs")
     assert forced == Plan("wide96rs", 2)
+    # Runs C-E: widers S=1 102-103.5 us against wide S=1 106.6-109.7 at Chat M=4096 (same bits).
+    assert heuristics.choose_plan(4096, 768, 6144, lambda t, s: 132 // s) == Plan("widers", 1)
+    assert heuristics.choose_plan(2048, 768, 6144, lambda t, s: 132 // s) == Plan("widers", 1)
 
 
 # ----------------------------------------------------------------------------- GPU tests

@@ -121,8 +121,11 @@ TABLE: dict[tuple[int, int], list[tuple[int, str, int]]] = {
     # 22.54]; 512 wide96_wsp S=4 25.31 / 25.44 [wide_wsp S=8 29.70 / 29.60, wide96_ws S=4 29.79
     # / 29.25, wide96 S=2 33.38 / 35.52; TF32 29.55 / 29.41]; 1024 wide96 S=2 34.56 / 36.18
     # [wide96_wsp S=2 37.63 / 39.06]; 4096 wide S=1 106.80 [wide_wspm S=1 139.6].
+    # Fourth session, runs C / D / E (NOTES.md; trees 393455a / b53f015 / c792780): 4096 widers S=1
+    # 103.5 / 102.2 / 102.0 [wide S=1 106.6 / 109.7 / 109.3: the same tile with x read from
+    # shared memory per product, same bits]; widers <= wide at every measured M and split.
     (6144, 768): [(1, "gemvr", 1), (8, "fp32", 2), (64, "narrow", 8), (128, "wide96", 8), (256, "wide96_wsp", 8),
-                  (512, "wide96_wsp", 4), (1024, "wide96", 2), (1 << 30, "wide", 1)],
+                  (512, "wide96_wsp", 4), (1024, "wide96", 2), (1 << 30, "widers", 1)],
     # K=3072 N=384. M=1: fp32 S=2 9.2-9.8 [narrow S=8 9.6]; 16, 64, 128: narrow S=8 9.5,
     # 9.6, 10.6 [wide96 S=8 13.3 at 128]; 256: narrow S=4 12.2 [wide96 S=8 13.5]; 512:
     # wide96 S=4 15.6 [narrow S=2 17.3]; 1024: wide96 S=2 21.2; 4096: wide96 S=1 33.5

@@ -287,27 +287,27 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
         }
       }
     } else {
-    for (int i = 0; i < nk; ++i) {
-      const int s = i % STAGES;
-      sm90::mbar_wait(&full[s], (i / STAGES) & 1);
-      if (active) {
-        const uint32_t st = sm90::smem_u32(smem + s * C::kStageBytes);
-        const uint32_t a = st + wg * 64 * 128;
-        const uint32_t bh = st + C::kXBytes, bl = bh + C::kWBytes;
-        sm90::wgmma_fence();
+      for (int i = 0; i < nk; ++i) {
+        const int s = i % STAGES;
+        sm90::mbar_wait(&full[s], (i / STAGES) & 1);
+        if (active) {
+          const uint32_t st = sm90::smem_u32(smem + s * C::kStageBytes);
+          const uint32_t a = st + wg * 64 * 128;
+          const uint32_t bh = st + C::kXBytes, bl = bh + C::kWBytes;
+          sm90::wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < C::BK / 16; ++kk) {
-          const uint64_t da = sm90::desc_k_major_sw128(a + kk * 32);
-          Wgmma<BN>::mma(acc_hi, da, sm90::desc_k_major_sw128(bh + kk * 32));
-          Wgmma<BN>::mma(acc_lo, da, sm90::desc_k_major_sw128(bl + kk * 32));
+          for (int kk = 0; kk < C::BK / 16; ++kk) {
+            const uint64_t da = sm90::desc_k_major_sw128(a + kk * 32);
+            Wgmma<BN>::mma(acc_hi, da, sm90::desc_k_major_sw128(bh + kk * 32));
+            Wgmma<BN>::mma(acc_lo, da, sm90::desc_k_major_sw128(bl + kk * 32));
+          }
+          sm90::wgmma_commit();
+          sm90::wgmma_wait<1>();  // the previous K block's products are done: free its stage
+          if (i > 0 && lane == 0) release_stage(&empty[(i - 1) % STAGES], mc);
+        } else if (lane == 0) {
+          release_stage(&empty[s], mc);
         }
-        sm90::wgmma_commit();
-        sm90::wgmma_wait<1>();  // the previous K block's products are done: free its stage
-        if (i > 0 && lane == 0) release_stage(&empty[(i - 1) % STAGES], mc);
-      } else if (lane == 0) {
-        release_stage(&empty[s], mc);
       }
-    }
     }
     sm90::wgmma_wait<0>();
     if (mc) {
