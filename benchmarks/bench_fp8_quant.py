@@ -3,9 +3,8 @@
 Cases: every mode on bf16 inputs of 1 MB to 256 MB (rows of 4096: the hidden size of Qwen3 /
 Hy3; per-token-per-head as [T, 32, 128]), plus at 64 MB an odd row length (scalar path) and
 fp32 input. Providers (PROVIDERS below): `ours` (the default dispatch), `ours_old` (the
-dispatch of 8fdf820), `ours_evict_first` / `ours_ws` / `ours_ws_tile_store` / `ours_balanced`
-(one kernel switch of quant.py changed each), `ours_bulk` / `ours_register` (the bulk-copy
-kernels forced on / off; off: the register kernels), `ours_generic_kernel` (group / per-head
+dispatch of 8fdf820: segment-team amax pass), `ours_bulk` / `ours_register` (the bulk-copy
+kernel forced on / off; off: the register kernels), `ours_generic_kernel` (group / per-head
 modes: the generic register kernel) and `torch_ref` (hpc_common.fp8.reference run on the GPU,
 the same float32 operations in eager torch ops). Timing: hpc_common.bench.bench_us
 (CUDA-graph replay, L2 emptied before each replay, median). From 64 MB up also
@@ -80,22 +79,14 @@ def _cases(quick: bool, sizes=None, modes=MODES):
 
 
 # Provider -> quant-module switches (anything not named keeps its default). `ours` is the default
-# dispatch; `ours_old` the dispatch of 8fdf820 (ring bulk kernel, round-robin tiles, segment-team
-# amax pass, no L2 policy); `ours_evict_first`, `ours_ws`, `ours_ws_tile_store` and
-# `ours_balanced` change one switch of the default each (quant.py: L2_EVICT_FIRST,
-# BULK_KERNEL_VERSION 2 / 3, BALANCED_TILES; the bulk kernels forced on); `ours_bulk` /
-# `ours_register` force the bulk kernels on / off (off: the register kernels, short-segment kernel
-# for groups); `ours_generic_kernel` uses neither the bulk nor the short-segment kernel (group /
-# per-head rows only).
+# dispatch; `ours_old` the dispatch of 8fdf820 (segment-team amax pass for per-tensor dynamic);
+# `ours_bulk` / `ours_register` force the bulk kernel on / off (off: the register kernels,
+# short-segment kernel for groups); `ours_generic_kernel` uses neither the bulk nor the
+# short-segment kernel (group / per-head rows only).
 OLD_BULK_KERNEL_MODES = frozenset({"per_tensor_static", "per_token", "group", "per_head"})
 PROVIDERS = {
     "ours": {},
-    "ours_old": dict(BULK_KERNEL_VERSION=1, BALANCED_TILES=False, FLAT_AMAX_KERNEL=False, L2_EVICT_FIRST=False,
-                     BULK_KERNEL_MODES=OLD_BULK_KERNEL_MODES),
-    "ours_evict_first": dict(L2_EVICT_FIRST=True, USE_BULK_KERNEL=True),
-    "ours_ws": dict(BULK_KERNEL_VERSION=2, USE_BULK_KERNEL=True),
-    "ours_ws_tile_store": dict(BULK_KERNEL_VERSION=3, USE_BULK_KERNEL=True),
-    "ours_balanced": dict(BALANCED_TILES=True, USE_BULK_KERNEL=True),
+    "ours_old": dict(FLAT_AMAX_KERNEL=False, BULK_KERNEL_MODES=OLD_BULK_KERNEL_MODES),
     "ours_bulk": dict(USE_BULK_KERNEL=True),
     "ours_register": dict(USE_BULK_KERNEL=False),
     "ours_generic_kernel": dict(USE_BULK_KERNEL=False, USE_SHORT_SEGMENT_KERNEL=False),

@@ -1,13 +1,11 @@
-"""The bulk-copy kernels (warp-specialised fp8_quant_bulk_ws.cuh, the default, and the ring
-kernel of fp8_quant_bulk.cuh) against the reference, bit for bit, on the shapes that exercise
+"""The bulk-copy ring kernel (fp8_quant_bulk.cuh) against the reference, bit for bit, on the shapes that exercise
 their tile geometry: dense tensors tiled across rows (last tile short), rows with a pitch and
 Q slices of a fused QKV buffer (tiles inside a row or a token), teams of 1 to 256 lanes
 (group-16 fp32 .. per-token 8192 bf16, the cross-warp reduction), the per-tensor modes
 (static; dynamic with the reversed visit), and tensors of many tiles per CTA so that the
-3-stage ring wraps many times. Each case runs every bulk variant (kernel x tile schedule) and
-the register kernels; all must equal the reference. Small grids (set_num_sms) pin the balanced
-schedule's corner cases: no remainder, a remainder smaller than the grid, CTAs without a last
-piece."""
+3-stage ring wraps many times. Each case runs the bulk kernel with both amax passes of
+per-tensor dynamic (flat and segment-team) and the register kernels; all must equal the
+reference. Small grids (set_num_sms) make a few CTAs walk many tiles, with uneven tile counts."""
 
 from __future__ import annotations
 
@@ -20,15 +18,10 @@ from _fp8_cases import assert_same, make_input, run, run_ref
 import hpc_common
 from hpc_common.fp8 import quant
 
-# name -> quant switches; every variant forces a bulk kernel on except "register".
-_OLD = dict(BULK_KERNEL_VERSION=1, BALANCED_TILES=False, FLAT_AMAX_KERNEL=False, L2_EVICT_FIRST=False)
+# name -> quant switches; every variant forces the bulk kernel on except "register".
 VARIANTS = {
     "default": dict(USE_BULK_KERNEL=True),
-    "old": dict(USE_BULK_KERNEL=True, **_OLD),
-    "ring_evict_first": dict(USE_BULK_KERNEL=True, BULK_KERNEL_VERSION=1, L2_EVICT_FIRST=True),
-    "ring_balanced": dict(USE_BULK_KERNEL=True, BULK_KERNEL_VERSION=1, BALANCED_TILES=True),
-    "ws_balanced": dict(USE_BULK_KERNEL=True, BULK_KERNEL_VERSION=2, BALANCED_TILES=True, L2_EVICT_FIRST=True),
-    "ws_tile_store": dict(USE_BULK_KERNEL=True, BULK_KERNEL_VERSION=3),
+    "old": dict(USE_BULK_KERNEL=True, FLAT_AMAX_KERNEL=False),  # the 8fdf820 dispatch
     "register": dict(USE_BULK_KERNEL=False),
 }
 
@@ -109,8 +102,7 @@ def test_bulk_kernel_strided_rows_and_qkv_slices(cuda, mode):
 @pytest.mark.parametrize("mode", ["per_token", "group", "group_col", "per_head", "per_tensor",
                                   "per_tensor_static"])
 def test_bulk_kernel_ring_wraps_on_large_tensors(cuda, mode):
-    """64 MB of bf16: ~10 tiles per CTA, every ring stage and output buffer reused many times,
-    a balanced last round of partial tiles."""
+    """64 MB of bf16: ~10 tiles per CTA, every ring stage and output buffer reused many times."""
     shape = (8192, 32, 128) if mode == "per_head" else (8192, 4096)
     x = make_input(shape, torch.bfloat16, 5, device=cuda)
     x.view(-1)[-1] = 3000.0  # the per-tensor maximum sits in the last tile
@@ -122,12 +114,12 @@ def test_bulk_kernel_ring_wraps_on_large_tensors(cuda, mode):
 
 # (mode, shape, group_size, num_sms): with one SM the bulk grid is 3 CTAs (a 1-SM wave).
 SMALL_GRID_CASES = [
-    ("per_tensor_static", (24, 2048), 128, 1),   # 24 segments, 4 per tile: 2 full rounds, no remainder
-    ("per_tensor_static", (256, 2048), 128, 1),  # 21 rounds, 4 segments left: pieces 1, 1, 2
+    ("per_tensor_static", (24, 2048), 128, 1),   # 6 tiles of 4 segments: 2 per CTA
+    ("per_tensor_static", (256, 2048), 128, 1),  # 64 tiles: 22 / 21 / 21 per CTA
     ("per_tensor", (256, 2048), 128, 1),         # the same, reversed after the flat amax pass
-    ("per_tensor", (250, 2048), 128, 2),         # 6 CTAs, 250 segments: 10 rounds, pieces of 1-2
-    ("per_token", (97, 4096), 128, 1),           # 16 rounds, 1 row left: two CTAs get no last piece
-    ("per_token", (5, 4096), 128, 3),            # 5 rows on a 9-CTA wave: grid of 5, no full round
+    ("per_tensor", (250, 2048), 128, 2),         # 6 CTAs, 63 tiles, the last one short
+    ("per_token", (97, 4096), 128, 1),           # 49 tiles of 2 rows, the last one short
+    ("per_token", (5, 4096), 128, 3),            # 3 tiles on a 9-CTA wave: grid of 3
     ("per_token", (40, 8192), 128, 1),           # 256-lane teams (named barrier of 8 warps)
     ("group", (33, 4096), 128, 1),               # 4-lane teams, 1056 segments over 3 CTAs
     ("group_col", (45, 1024), 64, 2),            # column-major scales with padding rows
@@ -162,15 +154,3 @@ def test_flat_amax_pass_matches_segment_amax_pass(cuda, dtype, shape):
     for flat in (True, False):
         with switches(FLAT_AMAX_KERNEL=flat):
             assert_same(run("per_tensor", x), want, what=f"per-tensor {shape} {dtype} flat={flat}")
-
-
-def test_kernel_options_travel_above_the_dtype_code():
-    """quant._kernel_opts() packs the KernelOpt bits of fp8_quant_params.h (CPU); all off is the
-    8fdf820 dispatch."""
-    with switches(**_OLD):
-        assert quant._kernel_opts() == 0
-    with switches(BULK_KERNEL_VERSION=3, BALANCED_TILES=True, FLAT_AMAX_KERNEL=True, L2_EVICT_FIRST=True):
-        assert quant._kernel_opts() == 1 | 2 | 4 | 8 | 16
-    with switches(BULK_KERNEL_VERSION=2, BALANCED_TILES=False, FLAT_AMAX_KERNEL=False, L2_EVICT_FIRST=False):
-        assert quant._kernel_opts() == 1
-    assert max(quant._DTYPE_CODE.values()) < (1 << quant._DTYPE_BITS)

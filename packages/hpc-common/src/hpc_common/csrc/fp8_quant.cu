@@ -1,9 +1,9 @@
 // FP8 E4M3 quantisation: dispatch on input dtype and on the vectorised / scalar path.
 // Generic and amax kernels: 3 dtypes x 2 paths (flat amax kernel: vector path); short-segment
-// kernel: 3 dtypes x 4; bulk kernels (warp-specialised and ring): 3 dtypes (vector path only).
+// kernel: 3 dtypes x 4; bulk kernel: 3 dtypes (vector path only).
 // The mode is runtime geometry.
 #include "hpc_common/fp8_quant.cuh"
-#include "hpc_common/fp8_quant_bulk_ws.cuh"
+#include "hpc_common/fp8_quant_bulk.cuh"
 #include "hpc_common/fp8_quant_small_seg.cuh"
 
 using hpc::fp8::QuantParams;
@@ -28,12 +28,8 @@ cudaError_t launch_vector_path(const QuantParams& p, cudaStream_t stream, bool p
 }
 }  // namespace
 
-cudaError_t launch_fp8_quant(const QuantParams& params, cudaStream_t stream, bool pdl) {
+cudaError_t launch_fp8_quant(const QuantParams& p, cudaStream_t stream, bool pdl) {
   using namespace hpc::fp8;
-  // The binding passes the KernelOpt bits above the dtype code (fp8_quant_params.h).
-  QuantParams p = params;
-  p.kernel_opts = p.dtype >> kDtypeBits;
-  p.dtype &= (1 << kDtypeBits) - 1;
   // The kernels index inside a segment with 32-bit integers (quant.py refuses such rows first).
   if (p.seg_len >= (int64_t(1) << 31)) return cudaErrorInvalidValue;
   switch (p.dtype) {

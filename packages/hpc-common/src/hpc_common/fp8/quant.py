@@ -101,36 +101,14 @@ USE_SHORT_SEGMENT_KERNEL = True
 BULK_KERNEL_MODES = frozenset({"per_tensor_static", "per_token", "group", "per_head"})
 USE_BULK_KERNEL: Optional[bool] = None
 
-# Kernel alternatives of the fourth pass (FP8_NOTES.md has the H200 measurements); each switch
-# maps to one KernelOpt bit of fp8_quant_params.h, and all off is the 8fdf820 dispatch, so that
-# tests and benchmarks run old and new side by side. Only FLAT_AMAX_KERNEL won; the others stay
-# selectable for measurement (bf16 N=4096, cold call, us at 64 / 256 MB, per-tensor static):
-# - BULK_KERNEL_VERSION: 1 = the ring kernel (fp8_quant_bulk.cuh: one thread refills a stage and
-#   stores the tile after a block barrier at the end of every tile), 31.5 / 104.4;
-#   2 = warp-specialised (fp8_quant_bulk_ws.cuh: a producer warp refills each stage as soon as
-#   the 8 consumer warps have read it; per-warp 1 KB bulk stores, no block barrier per tile),
-#   32.9 / 108.8 (run 1); 3 = warp-specialised with one bulk store per tile after a consumer
-#   barrier: 0.4-1.3 us faster than version 1 at 64 MB when both ran with L2_EVICT_FIRST
-#   (run 2), not yet measured without it.
-# - BALANCED_TILES: the last round split evenly over all CTAs (dense tensors) instead of
-#   round-robin tiles: 0.8-1.4 us slower at 16, 64 and 256 MB in every mode (run 1).
-# - FLAT_AMAX_KERNEL: per-tensor dynamic on a contiguous tensor reads it with a flat, evenly
-#   split streaming kernel instead of segment teams: 50.0 -> 48.2 us at 64 MB (81.6% of copy).
-# - L2_EVICT_FIRST: the bulk kernels load their input with an L2 evict_first policy: 0.3-0.9 us
-#   slower at 64 MB and 8-10 us at 256 MB (run 2).
-BULK_KERNEL_VERSION = 1
-BALANCED_TILES = False
+# Per-tensor dynamic on a contiguous tensor: the amax pass is a flat, evenly split streaming
+# kernel (fp8_amax_flat_kernel) instead of segment teams (whose last of ~4 block waves ran partly
+# idle): H200, 64 MB bf16 50.0 -> 48.2 us (81.6% of the copy), 256 MB 169.8 -> 166.6 us
+# (FP8_NOTES.md, fourth pass). False gives the segment-team pass (tests and the benchmark's
+# `ours_old` row compare both). The other alternatives of that pass (a warp-specialised bulk
+# kernel, a balanced last tile round, L2 evict_first loads) measured slower or within ~1 us and
+# were removed after commit 59a5220, where their code and switches remain.
 FLAT_AMAX_KERNEL = True
-L2_EVICT_FIRST = False
-# KernelOpt bits of fp8_quant_params.h, passed above the dtype code (_DTYPE_BITS).
-_OPT_BULK_WS, _OPT_WS_TILE_STORE, _OPT_BALANCED, _OPT_FLAT_AMAX, _OPT_EVICT_FIRST = 1, 2, 4, 8, 16
-_DTYPE_BITS = 8
-
-
-def _kernel_opts() -> int:
-    opts = {1: 0, 2: _OPT_BULK_WS, 3: _OPT_BULK_WS | _OPT_WS_TILE_STORE}[BULK_KERNEL_VERSION]
-    return (opts | (_OPT_BALANCED if BALANCED_TILES else 0) | (_OPT_FLAT_AMAX if FLAT_AMAX_KERNEL else 0)
-            | (_OPT_EVICT_FIRST if L2_EVICT_FIRST else 0))
 
 
 def _bulk_for(mode: int, scale_source: int) -> bool:
@@ -163,10 +141,11 @@ def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor
         x=x.data_ptr(), q=out.data_ptr(), scale=scale_out.data_ptr() if scale_out is not None else 0,
         static_scale=static_scale.data_ptr() if static_scale is not None else 0,
         static_value=float(static_value), workspace=workspace.data_ptr() if workspace is not None else 0,
-        scale_stride_row=s_row, scale_stride_seg=s_seg, dtype=_DTYPE_CODE[x.dtype] | (_kernel_opts() << _DTYPE_BITS),
+        scale_stride_row=s_row, scale_stride_seg=s_seg, dtype=_DTYPE_CODE[x.dtype],
         scale_source=scale_source, per_tensor_dynamic=per_tensor_dynamic, ue8m0=bool(ue8m0),
         vectorized=vectorized, short_segments=USE_SHORT_SEGMENT_KERNEL, num_sms=num_sms, pdl=get_pdl(),
-        stream=stream_ptr(x.device), bulk=_bulk_for(mode, scale_source), peel=peel, **geo)
+        stream=stream_ptr(x.device), bulk=_bulk_for(mode, scale_source), peel=peel,
+        flat_amax=FLAT_AMAX_KERNEL, **geo)
 
 
 # No argument may be called `mode`: torch.compile's auto_functionalized_v2 passes its own

@@ -247,7 +247,7 @@ inline cudaError_t launch_amax_pass(QuantParams& p, cudaStream_t stream, bool pd
   cudaError_t e = cudaSuccess;
   bool flat = false;
   if constexpr (VEC > 1) {
-    flat = p.rows == 1 && !p.peel && (p.kernel_opts & kOptFlatAmax);
+    flat = p.rows == 1 && !p.peel && p.flat_amax;
     if (flat) {
       const int64_t wave =
           hpc::persistent_ctas(fp8_amax_flat_kernel<DT, VEC>, kAmaxFlatThreads, 0, p.num_sms, kAmaxBlocksPerSm);

@@ -1,8 +1,6 @@
-// FP8 quantisation with bulk (TMA) copies through a shared-memory ring: the bulk-copy building
-// blocks and tile schedule shared by both bulk kernels, and the default one of them (the ring
-// kernel; the warp-specialised fp8_quant_bulk_ws.cuh measured slower). They serve every mode
-// whose segments are whole, 16-element multiples and at most one 16 KB tile long (per-tensor static
-// / dynamic-partials, per-token up to 8192 bf16, group-32..., per-head).
+// FP8 quantisation with bulk (TMA) copies through a shared-memory ring: one kernel for every
+// mode whose segments are whole, 16-element multiples and at most one 16 KB tile long
+// (per-tensor static / dynamic-partials, per-token up to 8192 bf16, group-32..., per-head).
 //
 // Why (H200, FP8_NOTES.md): the register kernels (fp8_quant_kernel, the short-segment
 // kernel) need 96-128 registers for their 16 vectors in flight, so 16 warps per SM; each
@@ -55,45 +53,11 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
                : "memory");
 }
 
-// The same with an L2 cache policy (l2_evict_first_policy()).
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
-                                          uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
-          sm90::smem_u32(dst)),
-      "l"(src), "r"(bytes), "r"(sm90::smem_u32(bar)), "l"(policy)
-      : "memory");
-}
-
-// kOptEvictFirst: input tiles are read exactly once, so they could enter L2 as the first lines to
-// evict and leave alone what other kernels left there (after the benchmark's written flush: dirty
-// lines, whose write-back shares the DRAM with this kernel's traffic). Measured on the H200
-// (FP8_NOTES.md, fourth pass, run 2): slower, 0.3-0.9 us at 64 MB and 8-10 us at 256 MB, so off.
-__device__ __forceinline__ uint64_t l2_evict_first_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
-// One input tile of either bulk kernel (one thread), with `policy` when `evict_first`.
-__device__ __forceinline__ void bulk_load_tile(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
-                                               bool evict_first, uint64_t policy) {
-  sm90::mbar_arrive_expect_tx(bar, bytes);
-  if (evict_first) {
-    bulk_load(dst, src, bytes, bar, policy);
-  } else {
-    bulk_load(dst, src, bytes, bar);
-  }
-}
-
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-
-// One bulk store, committed as a group of its own.
 __device__ __forceinline__ void bulk_store(void* dst, const void* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(sm90::smem_u32(src)),
                "r"(bytes)
                : "memory");
-  bulk_commit();
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
 // Shared-memory reads of all but the newest `N` store groups are done (their buffers are free).
@@ -131,7 +95,7 @@ struct BulkTile {
   int count;   // segments in the tile
 };
 
-// Tile j of the round-robin deal (the 8fdf820 schedule). The common single-run case (dense tensor) takes no division.
+// Every thread needs s0 and count; the common single-run case (dense tensor) takes no division.
 __device__ __forceinline__ BulkTile bulk_tile(const QuantParams& p, int64_t j) {
   BulkTile t;
   const int64_t run = p.tiles_per_run == p.num_tiles ? 0 : div_index(j, p.tiles_per_run);
@@ -141,56 +105,6 @@ __device__ __forceinline__ BulkTile bulk_tile(const QuantParams& p, int64_t j) {
   return t;
 }
 
-// Which tiles a CTA quantises (both bulk kernels; producer and consumers agree by computing it
-// alike). Round-robin (the default; always for strided layouts): tile blockIdx.x + i * gridDim.x.
-// With G = gridDim.x CTAs and n tiles, n % G CTAs do one tile more than the others: on 64 MB of
-// bf16 (4096 tiles, 396 CTAs) 136 CTAs do 11 tiles, the mean is 10.34, and the last round runs
-// with a third of the CTAs (a fixed ~0.65 tile-time at every size). Balanced (one run): rounds
-// of one full tile per CTA while a whole round is left, then the remaining segments split into
-// G nearly equal pieces (at most one segment apart), so every CTA moves the same bytes within
-// one segment; the grid is then min(resident CTAs, segments), which also spreads tensors of
-// fewer tiles than CTAs over more SMs. `reverse` visits the tensor last-first (same pieces).
-// Measured on the H200 (FP8_NOTES.md, fourth pass): balanced was ~1.2 us slower than
-// round-robin at 16, 64 and 256 MB in every mode, so it is an option (kOptBalanced).
-__device__ __forceinline__ int64_t bulk_cta_tiles(const QuantParams& p) {
-  const int64_t G = gridDim.x, b = blockIdx.x;
-  if (!p.balanced) return (p.num_tiles - b + G - 1) / G;
-  const int64_t nseg = p.run_segs, rem = nseg - p.full_rounds * G * p.tile_segs;
-  return p.full_rounds + (div_index((b + 1) * rem, G) > div_index(b * rem, G) ? 1 : 0);
-}
-
-__device__ __forceinline__ BulkTile bulk_work(const QuantParams& p, int64_t i) {
-  const int64_t G = gridDim.x, b = blockIdx.x;
-  if (!p.balanced) {
-    const int64_t j = b + i * G;
-    return bulk_tile(p, p.reverse ? p.num_tiles - 1 - j : j);
-  }
-  BulkTile t;
-  const int64_t nseg = p.run_segs;
-  if (i < p.full_rounds) {
-    t.s0 = (i * G + b) * p.tile_segs;
-    t.count = p.tile_segs;
-  } else {
-    const int64_t base = p.full_rounds * G * p.tile_segs, rem = nseg - base;
-    const int64_t a = div_index(b * rem, G);
-    t.s0 = base + a;
-    t.count = int(div_index((b + 1) * rem, G) - a);
-  }
-  if (p.reverse) t.s0 = nseg - t.s0 - t.count;
-  return t;
-}
-
-// The dynamic scale of flat segment sg; column-major scales: the last row also zeroes the
-// padding rows of its column.
-__device__ __forceinline__ void write_segment_scale(const QuantParams& p, int64_t sg, float scale) {
-  const int64_t row = div_index(sg, p.segs_per_row), g = sg - row * p.segs_per_row;
-  p.scale[row * p.scale_stride_row + g * p.scale_stride_seg] = scale;
-  if (p.scale_stride_row == 1 && row == p.rows - 1) {
-    for (int64_t r = p.rows; r < p.scale_stride_seg; ++r) p.scale[r + g * p.scale_stride_seg] = 0.0f;
-  }
-}
-
-// The ring kernel (default bulk kernel; kOptBulkWs selects fp8_quant_bulk_ws_kernel instead).
 template <int DT, int VEC>
 __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const QuantParams p) {
   using P = Pack<DT, VEC>;
@@ -205,7 +119,7 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
 
   const raw* x = static_cast<const raw*>(p.x);
   const bool dynamic = p.scale_source == kScaleDynamic;
-  const int64_t ntiles = bulk_cta_tiles(p);  // this CTA's tiles
+  const int64_t ntiles = p.num_tiles;
   const int team = p.team;  // seg_vectors / 4, a power of two in [1, 256]
   const int seg_local = threadIdx.x / team, lane = threadIdx.x & (team - 1);
   const int rot = team < 32 ? ((threadIdx.x & 31) / team) & 3 : 0;
@@ -219,14 +133,18 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
   __syncthreads();
   hpc::pdl_wait();  // x, the static scale and the partials may come from the previous kernel
 
-  const bool evict_first = (p.kernel_opts & kOptEvictFirst) != 0;
-  const uint64_t policy = evict_first && threadIdx.x == 0 ? l2_evict_first_policy() : 0;
+  auto tile_index = [&](int64_t i) {
+    const int64_t j = int64_t(blockIdx.x) + i * gridDim.x;
+    return p.reverse ? ntiles - 1 - j : j;
+  };
   auto issue_load = [&](int64_t i) {  // thread 0 only
-    if (i >= ntiles) return;
-    const BulkTile t = bulk_work(p, i);
+    const int64_t j = int64_t(blockIdx.x) + i * gridDim.x;
+    if (j >= ntiles) return;
+    const BulkTile t = bulk_tile(p, tile_index(i));
     const uint32_t bytes = uint32_t(t.count) * uint32_t(p.seg_len) * esize;
     const int s = int(i % kBulkStages);
-    bulk_load_tile(in_buf + size_t(s) * kInBytes, x + locate(p, t.s0).x_off, bytes, &full[s], evict_first, policy);
+    sm90::mbar_arrive_expect_tx(&full[s], bytes);
+    bulk_load(in_buf + size_t(s) * kInBytes, x + locate(p, t.s0).x_off, bytes, &full[s]);
   };
   if (threadIdx.x == 0) {
     for (int i = 0; i < kBulkStages; ++i) issue_load(i);
@@ -237,9 +155,9 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
   const float fixed_inv = div_rn(1.0f, fixed_scale);
   hpc::pdl_launch_dependents();
 
-  for (int64_t i = 0; i < ntiles; ++i) {
+  for (int64_t i = 0; int64_t(blockIdx.x) + i * gridDim.x < ntiles; ++i) {
     const int s = int(i % kBulkStages);
-    const BulkTile t = bulk_work(p, i);
+    const BulkTile t = bulk_tile(p, tile_index(i));
     const bool active = seg_local < t.count;
     const uint8_t* tin = in_buf + size_t(s) * kInBytes;
     uint8_t* tout = out_buf + size_t(i % kBulkOutBufs) * kOutBytes;
@@ -275,7 +193,14 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
       }
       scale = scale_from_amax_bits(m, p.ue8m0);
       inv = div_rn(1.0f, scale);
-      if (active && lane == 0) write_segment_scale(p, t.s0 + seg_local, scale);
+      if (active && lane == 0) {
+        const int64_t sg = t.s0 + seg_local;
+        const int64_t row = div_index(sg, p.segs_per_row), g = sg - row * p.segs_per_row;
+        p.scale[row * p.scale_stride_row + g * p.scale_stride_seg] = scale;
+        if (p.scale_stride_row == 1 && row == p.rows - 1) {
+          for (int64_t r = p.rows; r < p.scale_stride_seg; ++r) p.scale[r + g * p.scale_stride_seg] = 0.0f;
+        }
+      }
     }
     if (active) {
 #pragma unroll
@@ -293,6 +218,45 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
     }
   }
   if (threadIdx.x == 0) bulk_store_wait_all();
+}
+
+// Whether the bulk kernel serves these parameters. Called by the launcher after
+// `vectorized` was checked by the caller: every segment start is 16-byte aligned in x.
+inline bool bulk_applicable(const QuantParams& p, int vec) {
+  if (!p.bulk || vec == 1 || p.peel || p.seg_len % 16 != 0 || p.row_len % p.seg_len != 0) return false;
+  const int64_t sv = p.seg_len / vec;
+  if (sv < kBulkVecPerThread || sv > kBulkTileVectors || (sv & (sv - 1)) != 0) return false;
+  // FP8 tiles leave through 16-byte-aligned bulk stores.
+  if (reinterpret_cast<uintptr_t>(p.q) % 16 != 0 || p.q_stride_t % 16 != 0 || (p.heads > 1 && p.q_stride_h % 16 != 0))
+    return false;
+  return true;
+}
+
+template <int DT, int VEC>
+inline cudaError_t launch_fp8_quant_bulk(QuantParams p, cudaStream_t stream, bool pdl) {
+  const int64_t nseg = p.rows * p.segs_per_row;
+  if (nseg == 0) return cudaSuccess;
+  const int64_t sv = p.seg_len / VEC;
+  p.team = int(sv / kBulkVecPerThread);
+  const int64_t per_tile = kBulkTileVectors / sv;
+  // Longest gap-free run of segments: heads of a token follow each other when their stride is
+  // the row length; tokens follow each other when theirs is heads * row_len.
+  const bool heads_dense = p.heads == 1 || (p.x_stride_h == p.row_len && p.q_stride_h == p.row_len);
+  const bool tokens_dense = p.rows == p.heads || (p.x_stride_t == p.heads * p.row_len &&
+                                                  p.q_stride_t == p.heads * p.row_len);
+  p.run_segs = heads_dense ? (tokens_dense ? nseg : p.heads * p.segs_per_row) : p.segs_per_row;
+  p.tile_segs = int(per_tile < p.run_segs ? per_tile : p.run_segs);
+  p.tiles_per_run = (p.run_segs + p.tile_segs - 1) / p.tile_segs;
+  p.num_tiles = (nseg / p.run_segs) * p.tiles_per_run;
+  p.reverse = false;
+  if (p.per_tensor_dynamic) {
+    cudaError_t e = launch_amax_pass<DT, VEC>(p, stream, pdl);  // sets the partials, reverse order
+    if (e != cudaSuccess) return e;
+  }
+  constexpr size_t smem = bulk_smem_bytes<VEC>();
+  const int64_t wave = hpc::persistent_ctas(fp8_quant_bulk_kernel<DT, VEC>, kBulkThreads, smem, p.num_sms);
+  const int grid = int(p.num_tiles < wave ? p.num_tiles : wave);
+  return hpc::launch_kernel(fp8_quant_bulk_kernel<DT, VEC>, dim3(grid), dim3(kBulkThreads), smem, stream, pdl, p);
 }
 
 #endif  // __CUDACC__

@@ -24,20 +24,6 @@ constexpr int kMaxTeam = 512;
 constexpr int kAmaxBlocksPerSm = 8;
 
 enum InputDtype : int { kBF16 = 0, kFP16 = 1, kFP32 = 2 };
-
-// Kernel options (QuantParams::kernel_opts): each bit turns on one alternative to the 8fdf820
-// dispatch (0 = that dispatch), so one benchmark run times old and new side by side; quant.py
-// picks the defaults (FP8_NOTES.md, "Fourth pass", has the measurements). The shared binding
-// (bindings.cpp) has no argument for them: quant.py passes them in the bits of its `dtype`
-// argument above kDtypeBits, and launch_fp8_quant splits the two again.
-constexpr int kDtypeBits = 8;
-enum KernelOpt : int {
-  kOptBulkWs = 1,         // bulk path: warp-specialised kernel (fp8_quant_bulk_ws.cuh), not the ring kernel
-  kOptWsTileStore = 2,    // with kOptBulkWs: one bulk store per tile after a consumer barrier, not per warp
-  kOptBalanced = 4,       // bulk path, dense tensors: balanced last round instead of round-robin tiles
-  kOptFlatAmax = 8,       // per-tensor dynamic, contiguous x: flat streaming amax pass (the default)
-  kOptEvictFirst = 16,    // bulk path: input tiles loaded with an L2 evict_first policy
-};
 enum ScaleSource : int { kScaleDynamic = 0, kScaleStatic = 1, kScalePartials = 2 };
 
 struct QuantParams {
@@ -63,19 +49,17 @@ struct QuantParams {
   bool vectorized;             // caller checked the alignment of every segment start
   bool peel;                   // vectorized with a scalar head per segment (x, q misaligned alike)
   bool short_segments;         // allow fp8_quant_small_seg.cuh (off: generic kernel, for comparison)
-  bool bulk;                   // allow the bulk-copy kernels (fp8_quant_bulk*.cuh) where they apply
-  int kernel_opts;             // KernelOpt bits
+  bool bulk;                   // allow fp8_quant_bulk.cuh (bulk-copy ring) where it applies
+  bool flat_amax;              // per-tensor dynamic, contiguous x: fp8_amax_flat_kernel for the amax pass
   int num_sms;
   // Filled by the launcher:
   int team;
   int num_partials;
   bool reverse;                // visit segments last-first (L2 reuse after the amax pass)
   // Bulk kernel tiles (fp8_quant_bulk.cuh): runs of run_segs gap-free segments, cut into
-  // tiles_per_run tiles of up to tile_segs segments. balanced: one run (dense tensor), dealt as
-  // full_rounds rounds of one full tile per CTA, then the remaining segments split evenly.
+  // tiles_per_run tiles of up to tile_segs segments.
   int tile_segs;
-  bool balanced;
-  int64_t run_segs, tiles_per_run, num_tiles, full_rounds;
+  int64_t run_segs, tiles_per_run, num_tiles;
 };
 
 }  // namespace fp8
