@@ -7,20 +7,26 @@ Writes DIR/<gpu>/router_gemm.{json,md} and, unless --no-sweep, DIR/<gpu>/router_
 .{json,md}: every path (fp32 / fp32pf / gemv / gemvr / narrow / wide / wide96 / wide96rs / widers, their `pf`
 L2-prefetch variants (only when named in --paths), and from
 M=128 the cluster-free split-K paths <tile>_ws / <tile>_wsp) at every split count, the
-measurement behind heuristics.py.
+measurement behind heuristics.py. At M <= 64 every swept plan is also timed with the L2
+evict_first policy on its weight loads (rows `<path>_s<S>_ef`; Plan.evict_first), and the main
+table gets `ours_ef_twin`: the chosen plan with that policy flipped. --read-flush adds `ours`,
+its twin and FP32 cuBLAS timed after a *read* L2 flush (clean lines: no write-back inside the
+call), rows `*_read_flush`.
 
     python benchmarks/bench_router_gemm.py [--out-dir benchmarks/results] [--quick] [--no-sweep] [--m 1,2,4]
-        [--shapes longcat_chat:512,longcat_lite:1024] [--paths wide96,wide96rs,wide96rs_wsp]
+        [--shapes longcat_chat:512,longcat_lite:1024] [--paths wide96,wide96rs,wide96rs_wsp] [--read-flush]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 from pathlib import Path
 
 import torch
 from hpc_common.bench import BenchResults, bench_us, floor_us, gpu_slug
+from hpc_common.bench import timing
 from hpc_router_gemm import RouterWeight, plan_for, router_gemm
 from hpc_router_gemm.heuristics import (CLUSTER_PATHS, FP32_MAX_M, GEMV_MAX_M, GEMV_PATHS, GEMV_SPLITS, TILE_GEMV,
                                         TILES, WS_PATHS, Plan, gemv_fits)
@@ -35,6 +41,18 @@ SHAPES = {
 QUICK_M = (1, 64, 4096)
 SKIP_PATHS: list[str] = []  # --skip-paths: path suffixes left out of the sweep
 ONLY_PATHS: list[str] = []  # --paths: when given, the sweep runs these paths only
+EF_MAX_M = 64  # the evict_first twins are timed up to this M
+READ_FLUSH = [False]  # --read-flush
+
+
+@contextlib.contextmanager
+def flush_mode(mode: str):
+    old = timing.FLUSH_MODE
+    timing.FLUSH_MODE = mode
+    try:
+        yield
+    finally:
+        timing.FLUSH_MODE = old
 
 
 @contextlib.contextmanager
@@ -72,6 +90,12 @@ def bench_shape(res: BenchResults, paths: BenchResults | None, name: str, K: int
         def ours():
             router_gemm(x, rw, out=out)
 
+        twin = dataclasses.replace(plan, evict_first=not plan.evict_first)
+        twin_out = torch.empty(M, N, device=dev)
+
+        def ours_twin():
+            launch(x, rw, twin_out, twin)
+
         providers = {
             "ours": (ours, lambda: out, False),
             "cublas_fp32": (lambda: torch.mm(xf, w.T), None, False),
@@ -79,14 +103,22 @@ def bench_shape(res: BenchResults, paths: BenchResults | None, name: str, K: int
             "cublas_tf32": (lambda: torch.mm(xf, w.T), None, True),
             "cublas_bf16": (lambda: torch.mm(x, w_bf16.T), None, False),
         }
-        for prov, (fn, result, use_tf32) in providers.items():
-            with tf32(use_tf32):
-                t = bench_us(fn, reps=reps)
-                got = fn() if result is None else (fn(), result())[1]
-            extra = {"path": plan.path, "splits": plan.splits} if prov == "ours" else {}
-            flops = 4.0 * M * N * K if prov == "ours" else 2.0 * M * N * K
-            res.add(prov, t, **case, **extra, floor_us=floor_us(nbytes, flops),
-                    **accuracy(got, ref, ref_top))
+        if M <= EF_MAX_M:
+            providers["ours_ef_twin"] = (ours_twin, lambda: twin_out, False)
+        flushes = ("write", "read") if READ_FLUSH[0] and M <= EF_MAX_M else ("write",)
+        for flush in flushes:
+            for prov, (fn, result, use_tf32) in providers.items():
+                if flush == "read" and prov not in ("ours", "ours_ef_twin", "cublas_fp32"):
+                    continue
+                with tf32(use_tf32), flush_mode(flush):
+                    t = bench_us(fn, reps=reps)
+                    got = fn() if result is None else (fn(), result())[1]
+                p = twin if prov == "ours_ef_twin" else plan
+                ours_row = prov.startswith("ours")
+                extra = {"path": p.path, "splits": p.splits, "evict_first": p.evict_first} if ours_row else {}
+                flops = 4.0 * M * N * K if ours_row else 2.0 * M * N * K
+                res.add(prov + ("_read_flush" if flush == "read" else ""), t, **case, **extra,
+                        floor_us=floor_us(nbytes, flops), **accuracy(got, ref, ref_top))
         if paths is not None:
             sweep_paths(paths, case, x, rw, ref, ref_top, nbytes, reps)
 
@@ -106,6 +138,8 @@ def sweep_paths(paths: BenchResults, case: dict, x, rw: RouterWeight, ref, ref_t
         plans = [p for p in plans if p.path in ONLY_PATHS]
     else:  # the L2-prefetch paths were slower everywhere (NOTES.md, run E): only on request
         plans = [p for p in plans if not p.prefetch]
+    if M <= EF_MAX_M:  # each plan, then the same with the L2 evict_first policy on its weight loads
+        plans = [q for p in plans for q in (p, dataclasses.replace(p, evict_first=True))]
     chosen = plan_for(M, N, K, x.device)
     if M <= 64:  # the same call with a warm L2: how much of the cold time is the cold start
         paths.add("chosen_warm_l2", bench_us(lambda: launch(x, rw, out, chosen), reps=reps, flush_l2=False), **case)
@@ -113,10 +147,11 @@ def sweep_paths(paths: BenchResults, case: dict, x, rw: RouterWeight, ref, ref_t
         out.fill_(float("nan"))
         t = bench_us(lambda: launch(x, rw, out, plan), reps=reps)
         launch(x, rw, out, plan)
-        paths.add(f"{plan.path}_s{plan.splits}", t, **case, chosen=plan == chosen,
+        paths.add(plan.name, t, **case, chosen=plan == chosen,
                   floor_us=floor_us(nbytes, 4.0 * M * N * K), **accuracy(out, ref, ref_top))
-        if M == 1 and plan.path in ("fp32", "fp32pf", *GEMV_PATHS):  # cold DRAM vs the kernel's own cost
-            paths.add(f"{plan.path}_s{plan.splits}_warm_l2",
+        # Cold DRAM against the kernel's own cost (with a warm L2 the policy has nothing to do).
+        if M == 1 and plan.path in ("fp32", "fp32pf", *GEMV_PATHS) and not plan.evict_first:
+            paths.add(f"{plan.name}_warm_l2",
                       bench_us(lambda: launch(x, rw, out, plan), reps=reps, flush_l2=False), **case)
 
 
@@ -131,7 +166,10 @@ def main() -> None:
                     help="only these cases: comma-separated name:M1/M2 entries, e.g. longcat_chat:512,generic:4096")
     ap.add_argument("--skip-paths", default="", help="comma-separated path suffixes to leave out of the sweep, e.g. wsm,wspm")
     ap.add_argument("--paths", default="", help="comma-separated paths: the sweep runs only these, e.g. wide96,wide96rs")
+    ap.add_argument("--read-flush", action="store_true",
+                    help=f"M <= {EF_MAX_M}: also time ours, its evict_first twin and FP32 cuBLAS after a read L2 flush")
     args = ap.parse_args()
+    READ_FLUSH[0] = args.read_flush
     SKIP_PATHS.extend(p for p in args.skip_paths.split(",") if p)
     ONLY_PATHS.extend(p for p in args.paths.split(",") if p)
     only = None

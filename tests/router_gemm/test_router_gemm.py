@@ -59,8 +59,9 @@ def _fake_clusters(tile, s):
 def test_plan_table_is_ordered_and_valid(K, N):
     rows = heuristics.TABLE[(K, N)]
     assert [r[0] for r in rows] == sorted(r[0] for r in rows)
-    for m_max, path, s in rows:
+    for m_max, path, s, *opts in rows:
         assert path in heuristics.PATHS and s in heuristics.SPLIT_CHOICES
+        assert set(opts) <= {"ef"}
         assert path not in heuristics.FP32_PATHS or m_max <= heuristics.FP32_MAX_M
         if path in heuristics.GEMV_PATHS:
             assert s in heuristics.GEMV_SPLITS and heuristics.gemv_fits(m_max, K, s, path)
@@ -70,7 +71,8 @@ def test_plan_table_is_ordered_and_valid(K, N):
         assert bm % s == 0 and s <= K // 64
     for M in (1, 8, 9, 64, 512, 513, 4096, 100000):
         plan = heuristics.choose_plan(M, N, K, _fake_clusters)
-        assert plan.path == next(p for m, p, _ in rows if M <= m)
+        row = next(r for r in rows if M <= r[0])
+        assert plan.path == row[1] and plan.evict_first == ("ef" in row[3:])
 
 
 @pytest.mark.parametrize("M", [1, 8, 9, 64, 512, 513, 4096])

@@ -64,6 +64,15 @@ PATHS = (*FP32_PATHS, *GEMV_PATHS, *CLUSTER_PATHS, *WS_PATHS)
 class Plan:
     path: str  # "fp32", "fp32pf", "gemv", "gemvr", one of CLUSTER_PATHS or one of WS_PATHS
     splits: int  # CTAs along K (per cluster, or per tile with a workspace)
+    # The weight loads carry an L2 evict_first policy (every path has the option; same bits).
+    # The weight of a small-M call is read once, so its lines should be the L2's first victims
+    # rather than lines another kernel wrote (whose eviction is a DRAM write inside this call).
+    evict_first: bool = False
+
+    @property
+    def name(self) -> str:
+        """`<path>_s<splits>`, `_ef` appended with the evict_first policy (benchmark row names)."""
+        return f"{self.path}_s{self.splits}" + ("_ef" if self.evict_first else "")
 
     @property
     def tile(self) -> int | None:
@@ -87,15 +96,15 @@ class Plan:
         return self.path in WS_PATHS and WS_PATHS[self.path][2] == 1
 
 
-# (K, N) -> [(largest M, path, splits), ...] in increasing M; the last row covers every
-# larger M. H200 (132 SMs), nvcc 13.0, torch 2.11. Times (us) are the sweep medians that
+# (K, N) -> [(largest M, path, splits[, "ef"]), ...] in increasing M; the last row covers every
+# larger M; "ef": the weight loads carry the L2 evict_first policy (Plan.evict_first). H200 (132 SMs), nvcc 13.0, torch 2.11. Times (us) are the sweep medians that
 # picked each row, runner-up in brackets. Resident clusters measured on the H200 (1 CTA/SM
 # for the wide tiles): S=1 132, S=2 66, S=4 30, S=8 15, so a row never asks for more
 # clusters than fit at once (a second wave doubles the time: wide S=4 at M=4096 ran 54 us
 # against 28.8 for wide96 S=2). Rows for M <= 8 were re-measured in runs 1 and 2 of the
 # gemv work (NOTES.md, "Small M, second session"; "r1 / r2" below), each in one process with
 # the cuBLAS baselines.
-TABLE: dict[tuple[int, int], list[tuple[int, str, int]]] = {
+TABLE: dict[tuple[int, int], list[tuple]] = {
     # K=4096 N=192. M<=8: fp32 S=8 8.5-8.6 [narrow S=8 9.5]; M=16..256: narrow S=8 9.4-11.3
     # [fp32 S=8 9.9 at M=16]; 512: narrow S=4 14.0 [wide96 S=8 14.1]; 1024: wide96 S=4
     # 17.9 [narrow S=2 20.6]; 2048: wide96 S=2 25.8 [wide S=4 28.7]; 4096: wide96 S=2 28.8
@@ -257,10 +266,10 @@ def choose_plan(M: int, N: int, K: int, max_clusters: Callable[[int, int], int],
         rows = TABLE.get((K, N))
         if rows is None or num_sms != 132:
             return default_plan(M, N, K, num_sms, max_clusters)
-        for m_max, p, s in rows:
+        for m_max, p, s, *opts in rows:
             if M <= m_max:
                 break
-        return Plan(p, s)
+        return Plan(p, s, evict_first="ef" in opts)
     if path in GEMV_PATHS:
         s = gemv_splits(M, N, K, num_sms, lambda s: max_clusters(TILE_GEMV, s), path)
         if s is None:

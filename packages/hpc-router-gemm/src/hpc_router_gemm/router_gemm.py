@@ -89,10 +89,10 @@ def launch(x: torch.Tensor, rw: RouterWeight, out: torch.Tensor, plan: Plan, pdl
         max_clusters = _scaled_max_clusters(x.device)
         clusters = min(N, gemv_clusters(plan.splits, get_num_sms(x.device), lambda s: max_clusters(TILE_GEMV, s)))
         ext.gemv_fp32(plan.path == "gemvr", x.data_ptr(), x.stride(0), rw.weight.data_ptr(), out.data_ptr(),
-                      out.stride(0), M, N, K, plan.splits, clusters, pdl, stream)
+                      out.stride(0), M, N, K, plan.splits, clusters, pdl, stream, plan.evict_first)
     elif plan.path in FP32_PATHS:
         ext.fp32_splitk(x.data_ptr(), x.stride(0), rw.weight.data_ptr(), out.data_ptr(), out.stride(0),
-                        M, N, K, plan.splits, plan.path == "fp32pf", pdl, stream)
+                        M, N, K, plan.splits, plan.path == "fp32pf", pdl, stream, plan.evict_first)
     else:
         mode, ws_ptr, ctr_ptr, mc = 0, 0, 0, plan.multicast
         if plan.ws_mode:
@@ -106,7 +106,8 @@ def launch(x: torch.Tensor, rw: RouterWeight, out: torch.Tensor, plan: Plan, pdl
                 mode = ws_launch_mode(plan, M, N, resident)
                 ws_ptr, ctr_ptr = ws.partials.data_ptr(), ws.counters.data_ptr()
         ext.bf16x2(plan.tile, x.data_ptr(), x.stride(0), rw.w_hi.data_ptr(), rw.w_lo.data_ptr(), out.data_ptr(),
-                   out.stride(0), M, N, K, plan.splits, pdl, stream, mode, ws_ptr, ctr_ptr, int(mc), plan.prefetch)
+                   out.stride(0), M, N, K, plan.splits, pdl, stream, mode, ws_ptr, ctr_ptr, int(mc), plan.prefetch,
+                   plan.evict_first)
 
 
 class _Prepared:

@@ -58,6 +58,7 @@ struct Bf16x2DevParams {
   int splits;     // CTAs along K
   int tiles_n;    // N tiles (tile index = m_tile * tiles_n + n_tile)
   int prefetch;   // K blocks of L2 prefetch ahead of the TMA loads (0: none; see Bf16x2Params)
+  int w_evict_first;  // 1: the weight boxes load with an L2 evict_first policy
 };
 
 template <int BN_, int WGS_, int STAGES_, bool RS_ = false>
@@ -217,6 +218,8 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
           sm90::tma_prefetch_l2_2d(&tm_wlo, kc, wrow);
         }
       };
+      const bool ef = p.w_evict_first != 0;
+      const uint64_t policy = sm90::l2_evict_first_policy();
       for (int j = 0; j < pf && j < nk; ++j) prefetch_block(j);
       for (int i = 0; i < nk; ++i) {
         if (pf > 0 && i + pf < nk) prefetch_block(i + pf);
@@ -231,9 +234,18 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
         if (mc) {  // this CTA's half of the weight rows, into both CTAs (same offsets)
           constexpr int kHalf = BN / 2;
           const int c = static_cast<int>(blockIdx.x);
-          sm90::tma_load_2d_multicast(st + C::kXBytes + c * kHalf * 128, &tm_whi, &full[s], kc, n0 + c * kHalf, 0x3);
-          sm90::tma_load_2d_multicast(st + C::kXBytes + C::kWBytes + c * kHalf * 128, &tm_wlo, &full[s], kc,
-                                      n0 + c * kHalf, 0x3);
+          uint8_t* dhi = st + C::kXBytes + c * kHalf * 128;
+          uint8_t* dlo = dhi + C::kWBytes;
+          if (ef) {
+            sm90::tma_load_2d_multicast_hint(dhi, &tm_whi, &full[s], kc, n0 + c * kHalf, 0x3, policy);
+            sm90::tma_load_2d_multicast_hint(dlo, &tm_wlo, &full[s], kc, n0 + c * kHalf, 0x3, policy);
+          } else {
+            sm90::tma_load_2d_multicast(dhi, &tm_whi, &full[s], kc, n0 + c * kHalf, 0x3);
+            sm90::tma_load_2d_multicast(dlo, &tm_wlo, &full[s], kc, n0 + c * kHalf, 0x3);
+          }
+        } else if (ef) {
+          sm90::tma_load_2d_hint(st + C::kXBytes, &tm_whi, &full[s], kc, n0, policy);
+          sm90::tma_load_2d_hint(st + C::kXBytes + C::kWBytes, &tm_wlo, &full[s], kc, n0, policy);
         } else {
           sm90::tma_load_2d(st + C::kXBytes, &tm_whi, &full[s], kc, n0);
           sm90::tma_load_2d(st + C::kXBytes + C::kWBytes, &tm_wlo, &full[s], kc, n0);
@@ -407,7 +419,8 @@ inline cudaError_t launch_router_gemm_bf16x2(const Bf16x2Params& p, cudaStream_t
   if (e != cudaSuccess) return e;
   const int tiles_n = (p.N + C::BN - 1) / C::BN, tiles_m = (p.M + C::BM - 1) / C::BM;
   const Bf16x2DevParams dp{p.out, p.out_stride, p.M, p.N, p.K, p.ws, p.counters, ws ? p.ws_mode : 0,
-                           mc ? 1 : 0, p.splits, tiles_n, p.prefetch > 0 ? p.prefetch : 0};
+                           mc ? 1 : 0, p.splits, tiles_n, p.prefetch > 0 ? p.prefetch : 0,
+                           p.w_evict_first ? 1 : 0};
   // With multicast an odd tile count gets a phantom M tile (rows past M: zeros, no stores;
   // the workspace and counters are sized for the even count, see split_workspace.py).
   const dim3 grid = mc ? dim3(2, p.splits * tiles_n, (tiles_m + 1) / 2) : dim3(p.splits, tiles_n, tiles_m);

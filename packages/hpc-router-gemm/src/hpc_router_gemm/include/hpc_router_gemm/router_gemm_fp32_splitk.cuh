@@ -78,8 +78,9 @@ __device__ __forceinline__ float warp_reduce4(float (&v)[4], int lane) {
 }
 
 // kTokens tokens per pass (kTokens * kExpertsPerWarp accumulators per lane) and kSteps
-// K-steps of 32 float4 columns whose weights are loaded together.
-template <int kTokens, int kSteps, int kMinBlocksPerSm>
+// K-steps of 32 float4 columns whose weights are loaded together. kEvictFirst: the weight loads
+// carry an L2 evict_first policy (p.w_evict_first).
+template <int kTokens, int kSteps, int kMinBlocksPerSm, bool kEvictFirst>
 __global__ void __launch_bounds__(fp32k::kThreads, kMinBlocksPerSm)
     router_gemm_fp32_splitk_kernel(const Fp32SplitKParams p) {
   using namespace fp32k;
@@ -100,6 +101,7 @@ __global__ void __launch_bounds__(fp32k::kThreads, kMinBlocksPerSm)
   const float4* w4 = reinterpret_cast<const float4*>(p.w) + static_cast<int64_t>(n0 + group * kExpertsPerWarp) * K4;
 
   const __nv_bfloat16* xb = static_cast<const __nv_bfloat16*>(p.x);
+  const uint64_t policy = kEvictFirst ? sm90::l2_evict_first_policy() : 0;
 
   hpc::pdl_wait();
   if (p.l2_prefetch && threadIdx.x < kExperts) {  // one thread per expert row of this CTA
@@ -123,7 +125,8 @@ __global__ void __launch_bounds__(fp32k::kThreads, kMinBlocksPerSm)
         const int k4 = kb + 32 * st;
 #pragma unroll
         for (int e = 0; e < kExpertsPerWarp; ++e) {
-          wv[st][e] = k4 < k4_end ? __ldg(w4 + static_cast<int64_t>(e) * K4 + k4) : make_float4(0.f, 0.f, 0.f, 0.f);
+          wv[st][e] = k4 < k4_end ? sm90::ldg_weight<kEvictFirst>(w4 + static_cast<int64_t>(e) * K4 + k4, policy)
+                                  : make_float4(0.f, 0.f, 0.f, 0.f);
         }
       }
 #pragma unroll
@@ -191,13 +194,19 @@ inline cudaError_t launch_router_gemm_fp32_splitk(const Fp32SplitKParams& p, cud
   if (p.M < 1 || p.M > kMaxM || p.N % kExperts || p.K % 4 || p.splits < 1 || p.splits > kMaxSplits) {
     return cudaErrorInvalidValue;
   }
-  dim3 grid(p.splits, p.N / kExperts, 1);
+  const dim3 grid(p.splits, p.N / kExperts, 1), block(kThreads);
   if (p.M == 1) {
-    return hpc::launch_kernel_cluster(router_gemm_fp32_splitk_kernel<1, 3, 3>, grid, dim3(kThreads), 0, p.splits, stream,
-                               pdl, p);
+    return p.w_evict_first
+               ? hpc::launch_kernel_cluster(router_gemm_fp32_splitk_kernel<1, 3, 3, true>, grid, block, 0, p.splits,
+                                            stream, pdl, p)
+               : hpc::launch_kernel_cluster(router_gemm_fp32_splitk_kernel<1, 3, 3, false>, grid, block, 0, p.splits,
+                                            stream, pdl, p);
   }
-  return hpc::launch_kernel_cluster(router_gemm_fp32_splitk_kernel<8, 2, 2>, grid, dim3(kThreads), 0, p.splits, stream, pdl,
-                             p);
+  return p.w_evict_first
+             ? hpc::launch_kernel_cluster(router_gemm_fp32_splitk_kernel<8, 2, 2, true>, grid, block, 0, p.splits,
+                                          stream, pdl, p)
+             : hpc::launch_kernel_cluster(router_gemm_fp32_splitk_kernel<8, 2, 2, false>, grid, block, 0, p.splits,
+                                          stream, pdl, p);
 }
 
 }  // namespace hpc::router_gemm

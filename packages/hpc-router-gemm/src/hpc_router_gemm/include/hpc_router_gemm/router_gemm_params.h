@@ -20,6 +20,9 @@ struct Fp32SplitKParams {
   // 1: each CTA first asks L2 for its whole weight slice (bulk prefetch), so every DRAM read
   // of the call is in flight at once instead of one batch of loads per lane at a time.
   int l2_prefetch;
+  // 1: the weight loads carry an L2 evict_first policy (sm90::l2_evict_first_policy): same
+  // data, only which L2 lines are replaced first changes. Likewise in the structs below.
+  int w_evict_first = 0;
 };
 
 // Exact FP32 streaming GEMV for one to eight tokens (router_gemv_fp32.cuh; one token only:
@@ -33,6 +36,7 @@ struct GemvFp32Params {
   int M, N, K;
   int splits;    // CTAs per cluster along K: 1, 2 or 4
   int clusters;  // clusters in the grid (each owns a contiguous range of rows); <= N
+  int w_evict_first = 0;
 };
 
 // Two-product BF16 tensor-core path (router_gemm_bf16x2_wgmma.cuh).
@@ -60,6 +64,7 @@ struct Bf16x2Params {
   // boxes) of K block i + prefetch while it loads block i, so TMA loads find L2 instead of
   // DRAM (the ring alone holds ~4 blocks in flight per SM). 0: no prefetch. Same results.
   int prefetch = 0;
+  int w_evict_first = 0;  // the weight tiles' TMA loads (x keeps the default policy)
 };
 
 // C entry points (csrc/router_gemm.cu). `tile`: 0 = narrow (64 x 32), 1 = wide (128 x 192),

@@ -81,7 +81,11 @@ __device__ __forceinline__ void gemv_issue_row(const GemvFp32Params& p, const ge
   sm90::mbar_arrive_expect_tx(&bars[1 + s], bytes);
   for (uint32_t off = 0; off < bytes; off += gemv::kCopyBytes) {
     const uint32_t n = bytes - off < gemv::kCopyBytes ? bytes - off : gemv::kCopyBytes;
-    sm90::bulk_load_1d(dst + off, src + off, n, &bars[1 + s]);
+    if (p.w_evict_first) {
+      sm90::bulk_load_1d_hint(dst + off, src + off, n, &bars[1 + s], sm90::l2_evict_first_policy());
+    } else {
+      sm90::bulk_load_1d(dst + off, src + off, n, &bars[1 + s]);
+    }
   }
 }
 

@@ -51,8 +51,9 @@ __host__ __device__ inline Layout layout(int max_rows) {
 }  // namespace gemvr
 
 // kPerRow = ceil(K / S / 4 / 512): float4 per thread per row slice (compile-time, so the batch's
-// row and step of each load are constants and cost no registers).
-template <int kPerRow>
+// row and step of each load are constants and cost no registers). kEvictFirst: the weight loads
+// carry an L2 evict_first policy (p.w_evict_first).
+template <int kPerRow, bool kEvictFirst>
 __global__ void __launch_bounds__(gemvr::kThreads, 1) router_gemv_fp32_ldg_kernel(const GemvFp32Params p) {
   using namespace gemvr;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -69,6 +70,7 @@ __global__ void __launch_bounds__(gemvr::kThreads, 1) router_gemv_fp32_ldg_kerne
   float* red = reinterpret_cast<float*>(smem + l.red);
   float* part = reinterpret_cast<float*>(smem + l.part);
   const float4* w4 = reinterpret_cast<const float4*>(p.w) + static_cast<int64_t>(row0) * K4 + k0 / 4 + tid;
+  const uint64_t policy = kEvictFirst ? sm90::l2_evict_first_policy() : 0;
 
   hpc::pdl_wait();
   // The x values of a thread are the same for every row: kPerRow x 4 BF16 in registers.
@@ -85,7 +87,8 @@ __global__ void __launch_bounds__(gemvr::kThreads, 1) router_gemv_fp32_ldg_kerne
 #pragma unroll
       for (int j = 0; j < kPerRow; ++j) {
         const bool ok = r < nr && tid + j * kThreads < ks4;
-        w[r * kPerRow + j] = ok ? __ldg(rp + j * kThreads) : make_float4(0.f, 0.f, 0.f, 0.f);
+        w[r * kPerRow + j] = ok ? sm90::ldg_weight<kEvictFirst>(rp + j * kThreads, policy)
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
       }
       rp += K4;
     }
@@ -141,6 +144,26 @@ __global__ void __launch_bounds__(gemvr::kThreads, 1) router_gemv_fp32_ldg_kerne
   sm90::cluster_sync();  // keep this CTA's shared memory alive until its peers have read it
 }
 
+template <bool kEvictFirst>
+inline cudaError_t launch_gemv_fp32_ldg(const GemvFp32Params& p, int per_row, dim3 grid, size_t smem,
+                                        cudaStream_t stream, bool pdl) {
+  const dim3 block(gemvr::kThreads);
+  switch (per_row) {
+    case 1:
+      return hpc::launch_kernel_cluster(router_gemv_fp32_ldg_kernel<1, kEvictFirst>, grid, block, smem, p.splits,
+                                        stream, pdl, p);
+    case 2:
+      return hpc::launch_kernel_cluster(router_gemv_fp32_ldg_kernel<2, kEvictFirst>, grid, block, smem, p.splits,
+                                        stream, pdl, p);
+    case 3:
+      return hpc::launch_kernel_cluster(router_gemv_fp32_ldg_kernel<3, kEvictFirst>, grid, block, smem, p.splits,
+                                        stream, pdl, p);
+    default:
+      return hpc::launch_kernel_cluster(router_gemv_fp32_ldg_kernel<4, kEvictFirst>, grid, block, smem, p.splits,
+                                        stream, pdl, p);
+  }
+}
+
 // Raw-pointer launcher. Requirements (checked in Python, re-checked here): M == 1, splits in
 // {1, 2, 4}, K % (16 * splits) == 0, K / splits <= kMaxSliceK, 1 <= clusters <= N.
 inline cudaError_t launch_router_gemv_fp32_ldg(const GemvFp32Params& p, cudaStream_t stream, bool pdl) {
@@ -153,20 +176,9 @@ inline cudaError_t launch_router_gemv_fp32_ldg(const GemvFp32Params& p, cudaStre
   if (l.total > kMaxSmem) return cudaErrorInvalidValue;
   const dim3 grid(p.splits, p.clusters, 1);
   const size_t smem = static_cast<size_t>(l.total);
-  switch ((p.K / p.splits / 4 + kThreads - 1) / kThreads) {
-    case 1:
-      return hpc::launch_kernel_cluster(router_gemv_fp32_ldg_kernel<1>, grid, dim3(kThreads), smem, p.splits, stream,
-                                        pdl, p);
-    case 2:
-      return hpc::launch_kernel_cluster(router_gemv_fp32_ldg_kernel<2>, grid, dim3(kThreads), smem, p.splits, stream,
-                                        pdl, p);
-    case 3:
-      return hpc::launch_kernel_cluster(router_gemv_fp32_ldg_kernel<3>, grid, dim3(kThreads), smem, p.splits, stream,
-                                        pdl, p);
-    default:
-      return hpc::launch_kernel_cluster(router_gemv_fp32_ldg_kernel<4>, grid, dim3(kThreads), smem, p.splits, stream,
-                                        pdl, p);
-  }
+  const int per_row = (p.K / p.splits / 4 + kThreads - 1) / kThreads;
+  return p.w_evict_first ? launch_gemv_fp32_ldg<true>(p, per_row, grid, smem, stream, pdl)
+                         : launch_gemv_fp32_ldg<false>(p, per_row, grid, smem, stream, pdl);
 }
 
 }  // namespace hpc::router_gemm

@@ -97,6 +97,57 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 
 namespace hpc::router_gemm::sm90 {
 
+// ---- L2 eviction priority of the weight stream ---------------------------------------------
+// A policy that marks every line it allocates in L2 evict_first. The weight of a small-M call is
+// read once: with this policy, once a set holds one of its lines, the next weight line in that
+// set replaces it instead of a line someone else will use or has to write back (NOTES.md,
+// "Small M, fifth session").
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// __ldg of a float4 with an L2 cache policy (same data, same non-coherent path). Not volatile:
+// like __ldg it reads memory that does not change during the kernel, so the compiler may
+// schedule it as freely.
+__device__ __forceinline__ float4 ldg_f4_hint(const float4* src, uint64_t policy) {
+  float4 v;
+  asm("ld.global.nc.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(src), "l"(policy));
+  return v;
+}
+
+// Weight float4 load: plain __ldg, or with `policy` when kHint.
+template <bool kHint>
+__device__ __forceinline__ float4 ldg_weight(const float4* src, uint64_t policy) {
+  if constexpr (kHint) {
+    return ldg_f4_hint(src, policy);
+  } else {
+    return __ldg(src);
+  }
+}
+
+// tma_load_2d / tma_load_2d_multicast with an L2 cache policy.
+__device__ __forceinline__ void tma_load_2d_hint(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                                 uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "l"(policy)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load_2d_multicast_hint(void* dst, const CUtensorMap* map, uint64_t* bar, int c0,
+                                                           int c1, uint16_t cta_mask, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint"
+      " [%0], [%1, {%3, %4}], [%2], %5, %6;" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(cta_mask), "l"(policy)
+      : "memory");
+}
+
 // ---- 1-D bulk copy (TMA without a tensor map) ---------------------------------------------
 // Copy `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to this CTA's
 // shared memory; completion is counted in bytes on `bar`.
@@ -104,6 +155,16 @@ __device__ __forceinline__ void bulk_load_1d(void* dst, const void* src, uint32_
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_u32(bar))
+      : "memory");
+}
+
+// bulk_load_1d with an L2 cache policy.
+__device__ __forceinline__ void bulk_load_1d_hint(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                                  uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
       : "memory");
 }
 
