@@ -30,6 +30,19 @@ def test_plan_name_and_default():
     assert not heuristics.choose_plan(1, 768, 6144, _clusters, path="gemvr").evict_first
 
 
+def test_table_evict_first_rows():
+    # Run F (NOTES.md, fifth session): the policy where it won in the same process as cuBLAS
+    # (Chat M=1 and M=17..64); the 3.1 and 4.7 MB weights and Chat M=2..16 keep plain loads.
+    assert heuristics.choose_plan(1, 768, 6144, _clusters) == Plan("gemvr", 1, True)
+    assert heuristics.choose_plan(64, 768, 6144, _clusters) == Plan("narrow", 8, True)
+    assert heuristics.choose_plan(17, 768, 6144, _clusters).evict_first
+    for M in (2, 8, 16, 65, 4096):
+        assert not heuristics.choose_plan(M, 768, 6144, _clusters).evict_first
+    for K, N in ((4096, 192), (3072, 384)):
+        for M in (1, 16, 64, 4096):
+            assert not heuristics.choose_plan(M, N, K, _clusters).evict_first
+
+
 def test_table_rows_carry_the_option(monkeypatch):
     table = dict(heuristics.TABLE)
     table[(1024, 320)] = [(1, "gemvr", 1, "ef"), (8, "fp32", 2), (1 << 30, "narrow", 8, "ef")]

@@ -133,8 +133,13 @@ TABLE: dict[tuple[int, int], list[tuple]] = {
     # Fourth session, runs C / D / E (NOTES.md; trees 393455a / b53f015 / c792780): 4096 widers S=1
     # 103.5 / 102.2 / 102.0 [wide S=1 106.6 / 109.7 / 109.3: the same tile with x read from
     # shared memory per product, same bits]; widers <= wide at every measured M and split.
-    (6144, 768): [(1, "gemvr", 1), (8, "fp32", 2), (64, "narrow", 8), (128, "wide96", 8), (256, "wide96_wsp", 8),
-                  (512, "wide96_wsp", 4), (1024, "wide96", 2), (1 << 30, "widers", 1)],
+    # Fifth session, run F (NOTES.md, tree be59305; main table / sweep, same process): M=1 gemvr
+    # S=1 with the L2 evict_first policy 11.33 / 11.30 [without 11.87 / 11.78; FP32 cuBLAS 11.46;
+    # every fp32 / gemvr split gained 0.3-0.7]; M=64 narrow S=8 ef 13.86 / 13.79 [14.11 / 14.14];
+    # M=16 narrow S=8 ef 14.66 / 14.59 [14.62 / 14.74: no gain, so M <= 16 keeps the plain loads].
+    (6144, 768): [(1, "gemvr", 1, "ef"), (8, "fp32", 2), (16, "narrow", 8), (64, "narrow", 8, "ef"),
+                  (128, "wide96", 8), (256, "wide96_wsp", 8), (512, "wide96_wsp", 4), (1024, "wide96", 2),
+                  (1 << 30, "widers", 1)],
     # K=3072 N=384. M=1: fp32 S=2 9.2-9.8 [narrow S=8 9.6]; 16, 64, 128: narrow S=8 9.5,
     # 9.6, 10.6 [wide96 S=8 13.3 at 128]; 256: narrow S=4 12.2 [wide96 S=8 13.5]; 512:
     # wide96 S=4 15.6 [narrow S=2 17.3]; 1024: wide96 S=2 21.2; 4096: wide96 S=1 33.5
