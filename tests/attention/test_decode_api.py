@@ -82,9 +82,10 @@ def test_dry_run_passes_every_binding_argument(fake, monkeypatch, merge_in_decod
     assert dec_kw["group"] == 4 and dec_kw["num_kv_heads"] == 2 and dec_kw["num_ctas"] == 132
     assert dec_kw["k_scale"] == 0.5 and dec_kw["k_scale_ptr"] == 0 and dec_kw["v_scale_ptr"] != 0
     assert dec_kw["k_stride_tok"] == 2 * 128 and dec_kw["k_stride_page"] == 128 * 2 * 128
-    # merge 2: split tasks merged by the TMA kernel's helper warps (USE_TMA_PRODUCER picks TMA here)
+    # merge 2: split tasks merged by the helper warps of the TMA kernel (the cp.async kernel, also the
+    # binding's fallback, merges on its consumers whatever the value)
     assert dec_kw["tma_producer"] == dec._use_tma(128, 2)
-    want_merge = (2 if heuristics.MERGE_ON_HELPER_WARPS and dec_kw["tma_producer"] else 1) if merge_in_decode else 0
+    want_merge = (2 if heuristics.MERGE_ON_HELPER_WARPS else 1) if merge_in_decode else 0
     assert dec_kw["merge"] == want_merge
     assert dec_kw["slot_meta"] == ws.slot_meta.data_ptr() and dec_kw["merge_counts"] == ws.merge_counts.data_ptr()
     assert dec_kw["merge_ml"] == ws.merge_ml.data_ptr() and dec_kw["combine"] == ws.combine.data_ptr()

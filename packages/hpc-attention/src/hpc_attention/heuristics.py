@@ -33,8 +33,12 @@ MERGE_IN_DECODE = True
 # kernel's two idle producer warps (the consumers hand each split task over through shared memory
 # and go on), instead of on the four consumer warps, which otherwise wait for a GPU-scope fence
 # and an atomic round trip per split task. Identical bits (same arithmetic, same order); the GPU
-# tests run both. Measured: see NOTES.md. Read when `decode` is called.
-MERGE_ON_HELPER_WARPS = False
+# tests run both. Measured (H200, commit be593056a46f, --quick, TMA kernel, no tail; helpers vs
+# consumers): 64/8 FP8 185.1 vs 189.4 us (64x4K), 176.7 vs 181.2 (1x128K+31x4K); 64/8 BF16 equal
+# (274.9 / 275.0, 271.4 / 272.4); 8/1 FP8 36.2 vs 40.5, 37.3 vs 41.8; 8/1 BF16 49.5 vs 50.5, 50.4 vs
+# 50.7. Only the TMA kernel has the spare warps; the cp.async kernel merges on its consumers.
+# Read when `decode` is called.
+MERGE_ON_HELPER_WARPS = True
 
 # Fixed cost of a task in tiles' worth of streaming, charged per non-empty (request, KV head)
 # item when the planner cuts the work line into bins, so a CTA that gets many short items gets
@@ -59,6 +63,10 @@ MAX_TASK_COST = 64
 # on 11 of 12 rows (BF16 -1.5 to -8.4 %, 3.9 TB/s on 64x4K; FP8 -3 to -7.6 %, one row +3 %);
 # with 8/1 heads slower on 11 of 12 (+0.1 to +4.6 us: decode alone is faster, the in-kernel
 # merge costs more). Hkv 2-4 not measured: kept on cp.async. Read when `decode` is called.
+# With the merge on helper warps (MERGE_ON_HELPER_WARPS), TMA at 8/1 FP8 measured faster than
+# cp.async on the two cases measured (64x4K 36.2 vs 38.3 us, 1x128K+31x4K 37.3 vs 38.3; BF16 49.5 /
+# 50.4 vs 50.0 / 50.0): not switched until the other four cases are measured (bench rows
+# `diag_tma_helpers_tail0` against `ours`).
 USE_TMA_PRODUCER = "auto"
 TMA_MIN_KV_HEADS = 8
 
@@ -71,6 +79,10 @@ TMA_MIN_KV_HEADS = 8
 # USE_TMA_PRODUCER off) runs the tail bins in a fixed order (bin C + c, 2C + c, ... after bin c):
 # correct and identical in its results, not balanced. Applies only when the line fills all CTAs.
 # 0 disables it (the plan of before). Read by `plan_decode` (a CUDA graph keeps the capture's value).
+# Measured slower everywhere (H200, HISTORY.md "Claimable tail" runs 1-2): with the merge on the
+# consumers 20 % cost 5-8 us at 8/1 and 2-10 us at 64/8; with the merge on helper warps still 3-7 us
+# at 8/1 (64x4K FP8 43.8 vs 36.2 without tail, BF16 53.9 vs 49.5) and 0-5 us at 64/8; 8-tile bins
+# cost least (+1 to +4 us). Off by default; kept for the next attempt (HISTORY.md says where).
 TAIL_PERCENT = 0
 TAIL_BIN_TILES = 4
 MAX_TAIL_BINS_PER_CTA = 2
