@@ -31,12 +31,15 @@ def test_plan_name_and_default():
 
 
 def test_table_evict_first_rows():
-    # Run F (NOTES.md, fifth session): the policy where it won in the same process as cuBLAS
-    # (Chat M=1 and M=17..64); the 3.1 and 4.7 MB weights and Chat M=2..16 keep plain loads.
+    # Runs F and G (NOTES.md, fifth session): the policy where it won in the same process as
+    # cuBLAS (Chat M <= 8 and M=17..64); the 3.1 and 4.7 MB weights and Chat M=9..16 keep plain
+    # loads.
     assert heuristics.choose_plan(1, 768, 6144, _clusters) == Plan("gemvr", 1, True)
+    assert heuristics.choose_plan(2, 768, 6144, _clusters) == Plan("fp32", 2, True)
+    assert heuristics.choose_plan(8, 768, 6144, _clusters) == Plan("fp32", 2, True)
     assert heuristics.choose_plan(64, 768, 6144, _clusters) == Plan("narrow", 8, True)
     assert heuristics.choose_plan(17, 768, 6144, _clusters).evict_first
-    for M in (2, 8, 16, 65, 4096):
+    for M in (9, 16, 65, 4096):
         assert not heuristics.choose_plan(M, 768, 6144, _clusters).evict_first
     for K, N in ((4096, 192), (3072, 384)):
         for M in (1, 16, 64, 4096):

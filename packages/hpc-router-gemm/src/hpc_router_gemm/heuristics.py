@@ -17,7 +17,9 @@ each other and each sums 1/S of the tile; only when the whole grid fits at once,
 `_ws` reduction runs); `wide*_wsm` / `wide*_wspm` add the weight multicast (2-CTA clusters of
 neighbouring M tiles share each weight tile; with S = 1 they are plain multicast plans). They sum the partials in the cluster's rank order: same bits as the
 cluster plan with the same S, which is also their fallback under graph capture without a
-workspace (split_workspace.py).
+workspace (split_workspace.py). Any plan may load its weight with an L2 evict_first cache
+policy (`Plan.evict_first`, `"ef"` in a TABLE row; same bits): it pays off where an 18.9 MB
+weight is read once from a cold, dirty L2 (NOTES.md, "Small M, fifth session").
 
 For the three shapes of BRIEF.md the plan is read from TABLE, the fastest plan measured per
 M with `python benchmarks/bench_router_gemm.py` (its sweep, benchmarks/results/h200/
@@ -133,11 +135,13 @@ TABLE: dict[tuple[int, int], list[tuple]] = {
     # Fourth session, runs C / D / E (NOTES.md; trees 393455a / b53f015 / c792780): 4096 widers S=1
     # 103.5 / 102.2 / 102.0 [wide S=1 106.6 / 109.7 / 109.3: the same tile with x read from
     # shared memory per product, same bits]; widers <= wide at every measured M and split.
-    # Fifth session, run F (NOTES.md, tree be59305; main table / sweep, same process): M=1 gemvr
-    # S=1 with the L2 evict_first policy 11.33 / 11.30 [without 11.87 / 11.78; FP32 cuBLAS 11.46;
-    # every fp32 / gemvr split gained 0.3-0.7]; M=64 narrow S=8 ef 13.86 / 13.79 [14.11 / 14.14];
-    # M=16 narrow S=8 ef 14.66 / 14.59 [14.62 / 14.74: no gain, so M <= 16 keeps the plain loads].
-    (6144, 768): [(1, "gemvr", 1, "ef"), (8, "fp32", 2), (16, "narrow", 8), (64, "narrow", 8, "ef"),
+    # Fifth session, runs F / G (NOTES.md, trees be59305 / cb64f60; main table's plan and twin,
+    # same process as cuBLAS): M=1 gemvr S=1 with the L2 evict_first policy ("ef") 11.33 / 11.23
+    # [without 11.87 / 11.79; FP32 cuBLAS 11.46 / 11.23; every fp32 / gemvr split gained 0.3-0.9];
+    # M=2, 4, 8 (run G) fp32 S=2 ef 12.40 / 12.80 / 13.06 [12.86 / 13.28 / 13.57]; M=64 narrow
+    # S=8 ef 13.86 / 13.79 [14.11 / 14.24]; M=16 narrow S=8 ef 14.66 / 15.68 [14.62 / 15.58: no
+    # gain, so 9 <= M <= 16 keeps plain loads].
+    (6144, 768): [(1, "gemvr", 1, "ef"), (8, "fp32", 2, "ef"), (16, "narrow", 8), (64, "narrow", 8, "ef"),
                   (128, "wide96", 8), (256, "wide96_wsp", 8), (512, "wide96_wsp", 4), (1024, "wide96", 2),
                   (1 << 30, "widers", 1)],
     # K=3072 N=384. M=1: fp32 S=2 9.2-9.8 [narrow S=8 9.6]; 16, 64, 128: narrow S=8 9.5,
