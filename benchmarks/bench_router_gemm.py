@@ -136,7 +136,7 @@ def sweep_paths(paths: BenchResults, case: dict, x, rw: RouterWeight, ref, ref_t
     plans = [p for p in plans if not any(p.path.endswith("_" + skip) for skip in SKIP_PATHS)]
     if ONLY_PATHS:
         plans = [p for p in plans if p.path in ONLY_PATHS]
-    else:  # the L2-prefetch paths were slower everywhere (NOTES.md, run E): only on request
+    else:  # the L2-prefetch paths were slower everywhere (HISTORY.md, run E): only on request
         plans = [p for p in plans if not p.prefetch]
     if M <= EF_MAX_M:  # each plan, then the same with the L2 evict_first policy on its weight loads
         plans = [q for p in plans for q in (p, dataclasses.replace(p, evict_first=True))]

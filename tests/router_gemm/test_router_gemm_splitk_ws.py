@@ -59,7 +59,7 @@ def test_ws_launch_mode_guard():
 
 
 def test_table_picks_workspace_split_where_measured():
-    # Runs A / B (NOTES.md, third session): the cluster-free split wins where S=4/8 clusters would not fit at once.
+    # Runs A / B (HISTORY.md, third session): the cluster-free split wins where S=4/8 clusters would not fit at once.
     pick = lambda M, N, K: heuristics.choose_plan(M, N, K, lambda t, s: 132 // s)  # noqa: E731
     assert pick(512, 768, 6144) == Plan("wide96_wsp", 4)
     assert pick(256, 768, 6144) == Plan("wide96_wsp", 8)

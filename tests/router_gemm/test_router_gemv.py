@@ -57,9 +57,9 @@ def test_gemv_forced_path():
 
 
 def test_table_small_m_rows():
-    # Runs 1 and 2 (NOTES.md): gemvr S=1 at M=1 on the three listed shapes, fp32 above it.
+    # Runs 1 and 2 (HISTORY.md): gemvr S=1 at M=1 on the three listed shapes, fp32 above it.
     for K, N in SHAPES:
-        # Run F (NOTES.md, fifth session): Chat with the L2 evict_first policy on the weight.
+        # Run F (HISTORY.md, fifth session): Chat with the L2 evict_first policy on the weight.
         assert heuristics.choose_plan(1, N, K, _clusters) == heuristics.Plan("gemvr", 1, (K, N) == (6144, 768))
         assert heuristics.choose_plan(2, N, K, _clusters).path == "fp32"
         assert heuristics.choose_plan(8, N, K, _clusters).path == "fp32"

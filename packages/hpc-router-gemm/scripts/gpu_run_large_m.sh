@@ -1,4 +1,4 @@
-# One device call of the large-M work (NOTES.md "Large M, third session"): build, the
+# One device call of the large-M work (HISTORY.md "Large M, third session"): build, the
 # workspace/multicast tests, the sweep of the large-M cases, ncu of a few plans, the older
 # router tests with the time left. Usage on the device: bash <this> (OUT set by the tool).
 set -u

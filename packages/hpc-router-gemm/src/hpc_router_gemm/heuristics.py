@@ -19,7 +19,7 @@ neighbouring M tiles share each weight tile; with S = 1 they are plain multicast
 cluster plan with the same S, which is also their fallback under graph capture without a
 workspace (split_workspace.py). Any plan may load its weight with an L2 evict_first cache
 policy (`Plan.evict_first`, `"ef"` in a TABLE row; same bits): it pays off where an 18.9 MB
-weight is read once from a cold, dirty L2 (NOTES.md, "Small M, fifth session").
+weight is read once from a cold, dirty L2 (HISTORY.md, "Small M, fifth session").
 
 For the three shapes of BRIEF.md the plan is read from TABLE, the fastest plan measured per
 M with `python benchmarks/bench_router_gemm.py` (its sweep, benchmarks/results/h200/
@@ -104,7 +104,7 @@ class Plan:
 # for the wide tiles): S=1 132, S=2 66, S=4 30, S=8 15, so a row never asks for more
 # clusters than fit at once (a second wave doubles the time: wide S=4 at M=4096 ran 54 us
 # against 28.8 for wide96 S=2). Rows for M <= 8 were re-measured in runs 1 and 2 of the
-# gemv work (NOTES.md, "Small M, second session"; "r1 / r2" below), each in one process with
+# gemv work (HISTORY.md, "Small M, second session"; "r1 / r2" below), each in one process with
 # the cuBLAS baselines.
 TABLE: dict[tuple[int, int], list[tuple]] = {
     # K=4096 N=192. M<=8: fp32 S=8 8.5-8.6 [narrow S=8 9.5]; M=16..256: narrow S=8 9.4-11.3
@@ -112,7 +112,7 @@ TABLE: dict[tuple[int, int], list[tuple]] = {
     # 17.9 [narrow S=2 20.6]; 2048: wide96 S=2 25.8 [wide S=4 28.7]; 4096: wide96 S=2 28.8
     # [wide96 S=1 40.3].
     # M=1: gemvr S=1 6.59 (r2) [fp32 S=8 7.10, gemvr S=2 7.23; FP32 cuBLAS 7.55].
-    # Runs A / B (NOTES.md "Large M, third session", trees 71353ad / ea8505d): M=1024
+    # Runs A / B (HISTORY.md "Large M, third session", trees 71353ad / ea8505d): M=1024
     # wide96_wsp S=8 16.19 / 16.16 [wide96 S=4 16.90 / 17.66]; 2048 wide96_wsp S=4 20.45 /
     # 20.67 [wide96_ws S=4 24.64 / 24.22, wide96 S=2 25.02 / 26.59]; 4096 wide96 S=2 27.39 /
     # 28.18 [wide96_wsp S=2 30.10 / 30.64: the global reduction costs ~2.5 us more than the
@@ -128,14 +128,14 @@ TABLE: dict[tuple[int, int], list[tuple]] = {
     # M=1: gemvr S=1 11.68 (r2) [fp32 S=2 12.35, gemv S=1 12.74; FP32 cuBLAS 11.10: still
     # behind]. M=2, 4, 8: fp32 S=2 13.10 / 13.34 / 13.70 (r1), 12.99 / 13.15 / 13.63 (r2)
     # [narrow S=8 at M=8 15.17 / 15.10, the old row; gemv S=1 13.5-20.0].
-    # Runs A / B of the third session (NOTES.md): 256 wide96_wsp S=8 20.99 / 20.08 [wide96 S=4 21.25 /
+    # Runs A / B of the third session (HISTORY.md): 256 wide96_wsp S=8 20.99 / 20.08 [wide96 S=4 21.25 /
     # 22.54]; 512 wide96_wsp S=4 25.31 / 25.44 [wide_wsp S=8 29.70 / 29.60, wide96_ws S=4 29.79
     # / 29.25, wide96 S=2 33.38 / 35.52; TF32 29.55 / 29.41]; 1024 wide96 S=2 34.56 / 36.18
     # [wide96_wsp S=2 37.63 / 39.06]; 4096 wide S=1 106.80 [wide_wspm S=1 139.6].
-    # Fourth session, runs C / D / E (NOTES.md; trees 393455a / b53f015 / c792780): 4096 widers S=1
+    # Fourth session, runs C / D / E (HISTORY.md; trees 393455a / b53f015 / c792780): 4096 widers S=1
     # 103.5 / 102.2 / 102.0 [wide S=1 106.6 / 109.7 / 109.3: the same tile with x read from
     # shared memory per product, same bits]; widers <= wide at every measured M and split.
-    # Fifth session, runs F / G (NOTES.md, trees be59305 / cb64f60; main table's plan and twin,
+    # Fifth session, runs F / G (HISTORY.md, trees be59305 / cb64f60; main table's plan and twin,
     # same process as cuBLAS): M=1 gemvr S=1 with the L2 evict_first policy ("ef") 11.33 / 11.23
     # [without 11.87 / 11.79; FP32 cuBLAS 11.46 / 11.23; every fp32 / gemvr split gained 0.3-0.9];
     # M=2, 4, 8 (run G) fp32 S=2 ef 12.40 / 12.80 / 13.06 [12.86 / 13.28 / 13.57]; M=64 narrow

@@ -4,7 +4,7 @@
 // accumulators) and WIDE96 (128 x 96: twice the tiles of WIDE, so large M fills the GPU with
 // 2-CTA clusters, which always fit a TPC, instead of 4- or 8-CTA clusters, which leave waves).
 // WIDE96_RS and WIDE_RS: the same tiles with the x fragments in registers (one shared-memory
-// read of the x tile per K block for both products; NOTES.md, fourth session).
+// read of the x tile per K block for both products; HISTORY.md, fourth session).
 #include "hpc_router_gemm/router_gemm_bf16x2_wgmma.cuh"
 #include "hpc_router_gemm/router_gemm_fp32_splitk.cuh"
 #include "hpc_router_gemm/router_gemv_fp32.cuh"
