@@ -21,8 +21,10 @@ _LOG2E = 1.0 / math.log(2.0)
 # Benchmark diagnostics (never set by the library): "skip_combine" leaves out the combine
 # launch and the in-kernel merge (the decode kernel alone), "flags" is passed to the decode
 # kernel (bit 0: consumers skip the math). Read when the op runs, so a CUDA graph keeps what
-# was set at capture. Outputs are wrong while set.
-DIAG = {"skip_combine": False, "flags": 0}
+# was set at capture. Outputs are wrong while set (not while only "timeline" is set).
+# "timeline": None, or a CUDA uint64-sized tensor of >= num_ctas * 16 words into which the decode
+# kernel writes per-CTA event stamps (decode_timeline.cuh, scripts/timeline_decode.py).
+DIAG = {"skip_combine": False, "flags": 0, "timeline": None}
 
 # Which producer the last eager `decode` call ran ("tma" or "cp_async"; tests read it). The TMA
 # producer falls back to cp.async when the driver cannot encode the cache's tensor map.
@@ -209,7 +211,7 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
         diag=int(DIAG["flags"]), merge=(2 if merge_helpers else 1) if merge else 0, slot_meta=slot_meta.data_ptr(),
         merge_counts=merge_counts.data_ptr(), merge_ml=merge_ml.data_ptr(), combine=combine.data_ptr(),
         counters=counters.data_ptr(), claim_counter=claim_counter.data_ptr(), tma_producer=tma_producer,
-        num_ctas=num_ctas, pdl=pdl, stream=stream)
+        num_ctas=num_ctas, pdl=pdl, stream=stream, timeline=_timeline_ptr(num_ctas))
     LAST_PRODUCER["name"] = "tma" if used_tma else "cp_async"
     if merge or skip_combine:
         return
@@ -217,6 +219,15 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
         combine=combine.data_ptr(), counters=counters.data_ptr(), partial_o=partial_o.data_ptr(),
         partial_lse=partial_lse.data_ptr(), out=out.data_ptr(), out_stride_b=out.stride(0),
         out_stride_h=out.stride(1), num_kv_heads=hkv, group=group, num_ctas=combine_ctas, pdl=pdl, stream=stream)
+
+
+def _timeline_ptr(num_ctas: int) -> int:
+    t = DIAG.get("timeline")
+    if t is None:
+        return 0
+    if not t.is_cuda or t.numel() * t.element_size() < num_ctas * 16 * 8:
+        raise ValueError(f"DIAG['timeline'] must be a CUDA tensor of >= {num_ctas * 16} 64-bit words")
+    return t.data_ptr()
 
 
 @_decode_op.register_fake

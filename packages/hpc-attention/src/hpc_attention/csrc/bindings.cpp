@@ -71,7 +71,8 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
          long long out_stride_h, uintptr_t partial_o, uintptr_t partial_lse, uintptr_t k_scale_ptr,
          uintptr_t v_scale_ptr, float k_scale, float v_scale, float sm_scale_log2, int num_kv_heads, int group,
          int diag, int merge, uintptr_t slot_meta, uintptr_t merge_counts, uintptr_t merge_ml, uintptr_t combine,
-         uintptr_t counters, uintptr_t claim_counter, bool tma_producer, int num_ctas, bool pdl, uintptr_t stream) {
+         uintptr_t counters, uintptr_t claim_counter, bool tma_producer, int num_ctas, bool pdl, uintptr_t stream,
+         uintptr_t timeline) {
         PagedDecodeParams p{};
         p.q = hpc::as_ptr<const void>(q);
         p.q_stride_b = q_stride_b;
@@ -114,6 +115,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.combine = hpc::as_ptr<const int4>(combine);
         p.counters = hpc::as_ptr<const int32_t>(counters);
         p.claim_counter = hpc::as_ptr<int>(claim_counter);
+        p.timeline = hpc::as_ptr<uint64_t>(timeline);  // diagnostics; 0 = off
         cudaStream_t s = hpc::as_stream(stream);
         // TMA producer when asked for and the driver encodes the caches' layout; otherwise the
         // cp.async producer (same results). Returns which one ran (True: TMA).
@@ -139,7 +141,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       py::arg("v_scale"), py::arg("sm_scale_log2"), py::arg("num_kv_heads"), py::arg("group"), py::arg("diag"),
       py::arg("merge"), py::arg("slot_meta"), py::arg("merge_counts"), py::arg("merge_ml"), py::arg("combine"),
       py::arg("counters"), py::arg("claim_counter"), py::arg("tma_producer"), py::arg("num_ctas"), py::arg("pdl"),
-      py::arg("stream"));
+      py::arg("stream"), py::arg("timeline") = 0);
 
   m.def(
       "decode_combine",

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "hpc_attention/decode_params.h"
+#include "hpc_attention/decode_timeline.cuh"
 #include "hpc_attention/sm90_primitives.cuh"
 #include "hpc_attention/split_merge.cuh"
 
@@ -47,9 +48,10 @@ __device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* fl
 
 // Task of slot `slot` of split item (b, h) with meta = {first slot f, parts P} has written its
 // partial: arrive, and if last merge (thread t: rows t / 16 + k kThreads / 16, columns 8 (t % 16)
-// .. + 7). Per output element the arithmetic does not depend on kThreads.
+// .. + 7). Per output element the arithmetic does not depend on kThreads. Returns the merge
+// levels this arrival ran (0: not the last part; 1 or 2; read by the timeline diagnostics).
 template <int kThreads = 128, int kBar = 1>
-__device__ __forceinline__ void merge_split_task(const PagedDecodeParams& p, int b, int h, int G, int slot,
+__device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int b, int h, int G, int slot,
                                                  int2 meta, volatile int* flag, int tid) {
   constexpr int kRowStep = kThreads / 16;
   const float kNegInf = -__int_as_float(0x7f800000);
@@ -58,7 +60,7 @@ __device__ __forceinline__ void merge_split_task(const PagedDecodeParams& p, int
   const bool grouped = P > kWarpParts;
   const int need = grouped ? (P - g + kMergeGroups - 1) / kMergeGroups : P;
   const bool sc = (p.diag & 8) != 0;
-  if (!arrive_last<kThreads, kBar>(p.merge_counts + (grouped ? f + 1 + g : f), need, flag, sc, tid)) return;
+  if (!arrive_last<kThreads, kBar>(p.merge_counts + (grouped ? f + 1 + g : f), need, flag, sc, tid)) return 0;
   const int col = 8 * (tid & 15);
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + h * G * p.out_stride_h + col;
   const long long first_row = static_cast<long long>(f) * G;
@@ -69,7 +71,7 @@ __device__ __forceinline__ void merge_split_task(const PagedDecodeParams& p, int
       merge_parts<2, true>(p.partial_o, p.partial_lse, first_row + row, G, 0, P, 1, col, m, l, acc);
       store_bf16_row<2>(out + row * p.out_stride_h, acc, 1.f / l);
     }
-    return;
+    return 1;
   }
   // Level 1: group g (parts g, g + 8, ...). Its state goes to slot f + g: the partial_o columns
   // a thread writes are those it alone read (part g is in its first batch), partial_lse is kept.
@@ -83,7 +85,7 @@ __device__ __forceinline__ void merge_split_task(const PagedDecodeParams& p, int
     dst[1] = acc[1];
     if ((tid & 15) == 0) p.merge_ml[sr] = make_float2(m, l);
   }
-  if (!arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, sc, tid)) return;
+  if (!arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, sc, tid)) return 1;
   // Level 2: the 8 group states, folded in group order (the combine kernel's phase 2).
   for (int row = tid >> 4; row < G; row += kRowStep) {
     float gm[kMergeGroups], gl[kMergeGroups];
@@ -102,6 +104,7 @@ __device__ __forceinline__ void merge_split_task(const PagedDecodeParams& p, int
     fold_groups<2>(gm, gl, ga, L, r);
     store_bf16_row<2>(out + row * p.out_stride_h, r, 1.f / L);
   }
+  return 2;
 }
 
 // ---- merge by helper warps (TMA kernel, merge == 2) -----------------------------------------
@@ -136,15 +139,29 @@ __device__ __forceinline__ void merge_request(const MergeRing& r, int k, int4 de
 // Helper side: kMergeHelperThreads threads, tid = 0 .. kMergeHelperThreads - 1.
 __device__ __forceinline__ void merge_helpers(const PagedDecodeParams& p, const MergeRing& r, volatile int* flag,
                                               int tid) {
+  uint64_t busy_ns = 0, last_ns = 0;  // timeline diagnostics
+  int merges = 0;
   for (int k = 0;; ++k) {
     const int s = k % kMergeRingSlots;
     mbar_wait(&r.full[s], (k / kMergeRingSlots) & 1);  // acquire: the consumers' partial writes
     const int4 d = r.desc[s];
     named_barrier(kMergeHelperBar, kMergeHelperThreads);  // everyone has the descriptor
     if (tid == 0) mbar_arrive(&r.empty[s]);
-    if (d.x < 0) return;
+    if (d.x < 0) break;
     const int b = d.x / p.num_kv_heads, h = d.x - b * p.num_kv_heads;
-    merge_split_task<kMergeHelperThreads, kMergeHelperBar>(p, b, h, p.group, d.y, make_int2(d.z, d.w), flag, tid);
+    const uint64_t t0 = p.timeline ? tl_clock() : 0;
+    merges += merge_split_task<kMergeHelperThreads, kMergeHelperBar>(p, b, h, p.group, d.y, make_int2(d.z, d.w),
+                                                                    flag, tid);
+    if (p.timeline) {
+      last_ns = tl_clock() - t0;
+      busy_ns += last_ns;
+    }
+  }
+  if (p.timeline && tid == 0) {
+    tl_put(p, kTlHelperEnd, tl_clock());
+    tl_put(p, kTlHelperCounts, merges);
+    tl_put(p, kTlMergeNs, busy_ns);  // merge == 2: the consumers merge nothing
+    tl_put(p, kTlLastMergeNs, last_ns);
   }
 }
 

@@ -92,6 +92,9 @@ struct PagedDecodeParams {
   float sm_scale_log2;  // softmax scale * log2(e)
   int num_kv_heads;
   int group;  // G = Hq / Hkv, 1..16
+  // Diagnostics only (scripts/timeline_decode.py): per-CTA event stamps, [gridDim.x][16] (see
+  // decode_timeline.cuh); nullptr (the library's setting) records nothing.
+  uint64_t* timeline;
   int diag;   // benchmark diagnostics only: bit 0 = consumers skip the math (output undefined);
               // bit 1 (host side) = TMA maps of FP8 caches with 256-byte L2 promotion;
               // bit 2 = first task read from tasks[bin_start] (after it) instead of bin_first;

@@ -48,6 +48,7 @@
 #include "hpc_attention/paged_decode_tma_producer.cuh"
 #include "hpc_attention/decode_merge_in_kernel.cuh"
 #include "hpc_attention/decode_bin_ring.cuh"
+#include "hpc_attention/decode_timeline.cuh"
 #include "hpc_common/pdl.cuh"
 
 namespace hpc::attn {
@@ -155,6 +156,9 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     for (int tile = task.y; tile < tile_end; ++tile) {
       const int valid = min(Cfg::kTile, task.z - tile * Cfg::kTile);
       mbar_wait(&full[stage], phase);
+      if (p.timeline && threadIdx.x == 0 && claimed == 0 && t == t_begin && tile == task.y) {
+        tl_put(p, kTlFirstData, tl_clock());
+      }
       const uint8_t* sb = smem + stage * Cfg::kStageBytes;
       if (p.diag & 1) {  // diagnostics: stream only (measures the producer / memory side)
         __syncwarp();
@@ -284,6 +288,11 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       }
     }
 
+    if (p.timeline && threadIdx.x == 0) {  // diagnostics: one thread's plain updates, per task
+      tl_put(p, kTlLastTile, tl_clock());
+      p.timeline[blockIdx.x * kTimelineSlots + kTlCounts] +=
+          static_cast<uint64_t>(max(0, tile_end - task.y)) + (1ull << 16) + (task.w >= 0 ? 1ull << 32 : 0);
+    }
     // ---- merge the 4 warps (fixed order) and write the task's output ----
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -336,8 +345,15 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       if (helpers_merge) {
         merge_request(mring, requests++, make_int4(task.x, task.w, meta.x, meta.y));
       } else {
-        merge_split_task(p, b, h, G, task.w, meta, reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff),
-                         threadIdx.x);
+        const uint64_t t0 = p.timeline ? tl_clock() : 0;
+        const int levels = merge_split_task(p, b, h, G, task.w, meta,
+                                            reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff), threadIdx.x);
+        if (p.timeline && threadIdx.x == 0) {
+          uint64_t* tl = p.timeline + blockIdx.x * kTimelineSlots;
+          tl[kTlLastMergeNs] = tl_clock() - t0;
+          tl[kTlMergeNs] += tl[kTlLastMergeNs];
+          tl[kTlCounts] += static_cast<uint64_t>(levels) << 48;
+        }
       }
     }
     named_barrier(1, 128);
@@ -349,12 +365,21 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   }
   }
   if (helpers_merge) merge_request(mring, requests, make_int4(-1, 0, 0, 0));  // ends the helpers' service
+  if (p.timeline && threadIdx.x == 0) {
+    tl_put(p, kTlConsumerEnd, tl_clock());
+    tl_put(p, kTlClockEnd, clock64());
+  }
 }
 
 template <bool kFp8Kv, bool kFp8Q, bool kTma>
 __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1)
     paged_decode_kernel(const __grid_constant__ PagedDecodeParams p) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
+  if (p.timeline && threadIdx.x == 0) {
+    tl_put(p, kTlEntry, tl_clock());
+    tl_put(p, kTlClockEntry, clock64());
+    tl_put(p, kTlSmid, tl_smid());
+  }
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw;
   if constexpr (kTma) smem += (1024u - (smem_u32(smem_raw) & 1023u)) & 1023u;  // swizzle atoms
@@ -401,12 +426,14 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
   // completion in griddepcontrol.wait before reading the output, so the early trigger only
   // lets their prologues start; it is safe in both modes.
   hpc::pdl_launch_dependents();
+  if (p.timeline && threadIdx.x == 0) tl_put(p, kTlPdl, tl_clock());
   const int t_begin = p.bin_start[blockIdx.x], t_end = p.bin_start[blockIdx.x + 1];
   // The bin's first task: its copy in bin_first is loaded together with bin_start instead of
   // after it (one dependent global round trip fewer before the first page id and KV bytes).
   // Only used when the bin is not empty (t_begin < t_end).
   const int4 first = !(p.diag & 4) ? p.bin_first[blockIdx.x]
                                    : (t_begin < t_end ? p.tasks[t_begin] : make_int4(0, 0, 0, 0));
+  if (p.timeline && threadIdx.x == 0) tl_put(p, kTlBin, tl_clock_after(t_end ^ first.x));
   if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
     if constexpr (kTma) {
       // One warp issues the copies, lane 0 of the next one claims tail bins (decode_bin_ring.cuh),

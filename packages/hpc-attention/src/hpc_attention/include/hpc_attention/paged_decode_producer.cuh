@@ -9,6 +9,7 @@
 
 #include "hpc_attention/decode_bin_ring.cuh"
 #include "hpc_attention/decode_params.h"
+#include "hpc_attention/decode_timeline.cuh"
 #include "hpc_attention/paged_decode_config.cuh"
 #include "hpc_attention/sm90_primitives.cuh"
 
@@ -49,6 +50,7 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
   const char* vbase = static_cast<const char*>(p.v_cache) + col * 16;
   int stage = 0;
   uint32_t phase = 0;
+  bool tl_first = p.timeline != nullptr && pid == 0;  // timeline diagnostics
   // Own bin, then the tail bins in a fixed order (decode_bin_ring.cuh: StaticBins).
   StaticBins bins{static_cast<int>(blockIdx.x), p.counters[kNumTailBins], 0, 0, make_int4(0, 0, 0, 0)};
   for (;;) {
@@ -93,6 +95,10 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
         }
       }
       cp_async_arrive_noinc(&full[stage]);
+      if (tl_first) {
+        tl_first = false;
+        tl_put(p, kTlFirstIssue, tl_clock_after(pg[0]));
+      }
       if (++stage == Cfg::kStages) {
         stage = 0;
         phase ^= 1;
@@ -102,6 +108,7 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
   if (!bins.next(t_begin, t_end, first)) break;
   }
   if (p.merge) write_empty_items<Cfg::kProducerThreads>(p, pid);
+  if (p.timeline && pid == 0) tl_put(p, kTlProducerEnd, tl_clock());
 }
 
 }  // namespace hpc::attn

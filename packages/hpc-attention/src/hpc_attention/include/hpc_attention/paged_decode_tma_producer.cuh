@@ -27,6 +27,7 @@
 
 #include "hpc_attention/decode_bin_ring.cuh"
 #include "hpc_attention/decode_params.h"
+#include "hpc_attention/decode_timeline.cuh"
 #include "hpc_attention/paged_decode_config.cuh"
 #include "hpc_attention/sm90_primitives.cuh"
 
@@ -51,6 +52,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   if (lane < 2) tma_prefetch_map(my_map);
   int stage = 0;
   uint32_t phase = 0;
+  bool tl_first = p.timeline != nullptr && lane == 0;  // timeline diagnostics
   // Own bin, then the claimed tail bins (decode_bin_ring.cuh).
   for (int claimed = 0;; ++claimed) {
   bool asked = false;  // asked the scheduler for the next bin
@@ -93,6 +95,10 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
         const char* q = static_cast<const char*>(p.q) + (b * p.q_stride_b + (h * p.group + lane) * p.q_stride_h) * kQElem;
         bulk_g2s(sb + Cfg::kQOff + lane * Cfg::kQPitch, q, Cfg::kQRowBytes, &full[stage], policy);
       }
+      if (tl_first) {
+        tl_first = false;
+        tl_put(p, kTlFirstIssue, tl_clock_after(page));
+      }
       if (++stage == Cfg::kStages) {
         stage = 0;
         phase ^= 1;
@@ -102,6 +108,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   if (!asked && lane == 0) mbar_arrive(ring.want);  // empty bin
   if (!ring_next(ring, claimed, t_begin, t_end, first_task)) break;
   }
+  if (p.timeline && lane == 0) tl_put(p, kTlProducerEnd, tl_clock());
 }
 
 }  // namespace hpc::attn

@@ -1,0 +1,206 @@
+"""Per-CTA timeline of the paged decode kernel at 8/1 heads: where the per-call fixed cost goes.
+
+Each case of the benchmark (same inputs: benchmarks/bench_decode_attention.py) runs under the
+benchmark's conditions: one CUDA graph of [timeline zeroed, 128 MB L2 flush, event, decode, event],
+replayed `--reps` times; the replay with the median kernel span is printed. The decode kernel
+writes per CTA %globaltimer stamps (decode_timeline.cuh) into paged_decode.DIAG["timeline"].
+Printed per case and variant (us, relative to the earliest CTA entry unless said):
+  event     the in-graph event pair around the call (what bench_us reports)
+  span      earliest CTA entry -> latest CTA exit; event - span = launch / method, outside the kernel
+  entry     CTA entry skew (p50 / p90 / max)
+  start     entry -> after griddepcontrol.wait -> bin known -> first copies issued -> first tile landed
+            (medians per step; first data p50 / max from t0)
+  stream    first tile landed -> last tile consumed per CTA (p10 / p50 / p90), tiles per CTA, us per tile
+  end       last tile -> consumer exit (output + consumer-side merges), exit p10 / p50 / p90 / max
+  merge     us per CTA in split arrivals + merges (consumers or helper warps), CTAs that merged
+  late      the 6 CTAs that exit last: tiles, tasks, split tasks, merges, start, stream, end
+
+    python3 packages/hpc-attention/scripts/timeline_decode.py [--cases ...] [--kv bf16,fp8]
+        [--variants default,tma_helpers,read_flush,stream_only] [--reps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+from pathlib import Path
+
+import torch
+from hpc_common.bench import timing
+
+import hpc_attention as ha
+from hpc_attention import heuristics
+from hpc_attention import paged_decode as pd
+
+ROOT = Path(__file__).resolve().parents[3]
+_spec = importlib.util.spec_from_file_location("bench_decode_attention", ROOT / "benchmarks/bench_decode_attention.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+SLOTS = 16
+(ENTRY, PDL, BIN, ISSUE, DATA, LAST, CEND, HEND, MERGE_NS, COUNTS, PEND, SMID, HCOUNTS, CLK0, CLK1,
+ LAST_MERGE_NS) = range(16)
+
+# name -> (bench.overrides kwargs, flush mode)
+VARIANTS = {
+    "default": ({}, "write"),
+    "tma_helpers": (dict(tma=True, helpers=True), "write"),
+    "read_flush": ({}, "read"),
+    "stream_only": (dict(skip_combine=True, flags=1), "write"),
+}
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))] if xs else float("nan")
+
+
+def run(case, kv, variant, inputs, reps):
+    q, k, v, pt, kv_lens, (ks, vs) = inputs
+    B, hq, hkv = q.shape[0], q.shape[1], k.shape[2]
+    kv_t = bench.FP8 if kv == "fp8" else torch.bfloat16
+    ws = ha.DecodeWorkspace(B, hkv, hq, int(kv_lens.max()))
+    plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, kv_dtype=kv_t)
+    C = plan.num_ctas
+    tl = torch.zeros(C * SLOTS, dtype=torch.int64, device="cuda")
+    out = torch.empty(B, hq, 128, dtype=torch.bfloat16, device="cuda")
+    kw, flush = VARIANTS[variant]
+    dev = q.device
+    stream = torch.cuda.current_stream()
+    with bench.overrides(timeline=tl, **kw):
+        fn = (lambda: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out))
+        fn()
+        producer = pd.LAST_PRODUCER["name"]
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True, external=True)
+        end = torch.cuda.Event(enable_timing=True, external=True)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=stream):
+            tl.zero_()
+            timing._flush_l2(dev, flush)
+            start.record(stream)
+            fn()
+            end.record(stream)
+    tables = plan.tables()
+    runs = []
+    for _ in range(reps):
+        g.replay()
+        end.synchronize()
+        runs.append((start.elapsed_time(end) * 1e3, tl.view(C, SLOTS).cpu().tolist()))
+    return producer, tables, runs
+
+
+def analyse(tables, event_us, a, kv):
+    C = len(a)
+    t0 = min(r[ENTRY] for r in a if r[ENTRY])
+    us = lambda x: (x - t0) / 1e3  # noqa: E731
+    exit_ = [max(r[CEND], r[HEND], r[PEND]) for r in a]
+    span = (max(exit_) - t0) / 1e3
+    tile_bytes = 64 * 128 * 2 * (1 if kv == "fp8" else 2)
+    # The longest item's parts: which bins hold one (tables are the plan of this call).
+    bs = tables.bin_start
+    lens_items = {}
+    for t in tables.tasks:
+        lens_items[t[0]] = max(lens_items.get(t[0], 0), t[2])
+    longest = max(lens_items, key=lens_items.get) if lens_items else -1
+    holds_long = [any(tables.tasks[i][0] == longest for i in range(bs[c], bs[c + 1])) for c in range(C)]
+    rows = []
+    for c, r in enumerate(a):
+        cnt = r[COUNTS]
+        tiles, tasks, splits, merges = cnt & 0xFFFF, (cnt >> 16) & 0xFFFF, (cnt >> 32) & 0xFFFF, cnt >> 48
+        merges += r[HCOUNTS]
+        busy = tiles > 0 and r[DATA] and r[LAST]
+        rows.append(dict(c=c, sm=r[SMID], tiles=tiles, tasks=tasks, splits=splits, merges=merges, long=holds_long[c],
+                         entry=us(r[ENTRY]), pdl=(r[PDL] - r[ENTRY]) / 1e3, bin=(r[BIN] - r[PDL]) / 1e3,
+                         issue=(r[ISSUE] - r[BIN]) / 1e3 if r[ISSUE] else float("nan"),
+                         land=(r[DATA] - r[ISSUE]) / 1e3 if busy and r[ISSUE] else float("nan"),
+                         data=us(r[DATA]) if busy else float("nan"),
+                         stream=(r[LAST] - r[DATA]) / 1e3 if busy else 0.0,
+                         end=(r[CEND] - r[LAST]) / 1e3 if busy else float("nan"),
+                         exit=us(exit_[c]), merge=r[MERGE_NS] / 1e3, last_merge=r[LAST_MERGE_NS] / 1e3,
+                         ghz=(r[CLK1] - r[CLK0]) / max(1, r[CEND] - r[ENTRY])))
+    busy = [x for x in rows if x["tiles"] > 0]
+    stamps = sorted({v for r in a for v in (r[ENTRY], r[PDL], r[BIN], r[ISSUE], r[DATA], r[LAST], r[CEND]) if v})
+    res = min((y - x for x, y in zip(stamps, stamps[1:])), default=0)
+    f = lambda k, xs=busy: [x[k] for x in xs if x[k] == x[k]]  # noqa: E731 (drops NaN)
+    lines = []
+    lines.append(f"  event {event_us:6.2f}  span {span:6.2f}  event-span {event_us - span:5.2f}   CTAs {C} (busy "
+                 f"{len(busy)})  timer step >= {res} ns, SM clock {statistics.median(f('ghz')):.2f} GHz")
+    e = f("entry", rows)
+    lines.append(f"  entry skew p50 {pct(e, .5):5.2f} p90 {pct(e, .9):5.2f} max {max(e):5.2f}")
+    lines.append(f"  start  pdl {statistics.median(f('pdl')):5.2f}  bin {statistics.median(f('bin')):5.2f}  "
+                 f"issue {statistics.median(f('issue')):5.2f}  land {statistics.median(f('land')):5.2f}   "
+                 f"first data p10 {pct(f('data'), .1):5.2f} p50 {pct(f('data'), .5):5.2f} max {max(f('data')):5.2f}")
+    per_tile = [x["stream"] / max(1, x["tiles"] - 1) for x in busy if x["tiles"] > 1]
+    gbs = [x["tiles"] * tile_bytes / (x["stream"] * 1e3) for x in busy if x["tiles"] > 1 and x["stream"] > 0]
+    tl = f("tiles")
+    lines.append(f"  stream p10 {pct(f('stream'), .1):5.2f} p50 {pct(f('stream'), .5):5.2f} p90 {pct(f('stream'), .9):5.2f}"
+                 f"  tiles {min(tl)}..{max(tl)}  us/tile p10 {pct(per_tile, .1):.3f} p50 {pct(per_tile, .5):.3f} "
+                 f"p90 {pct(per_tile, .9):.3f}  per-CTA GB/s p50 {pct(gbs, .5):.1f} (x{len(busy)} = "
+                 f"{pct(gbs, .5) * len(busy) / 1e3:.2f} TB/s)")
+    ex = f("exit", rows)
+    lines.append(f"  end    last tile -> consumer exit p50 {pct(f('end'), .5):5.2f} max {max(f('end')):5.2f};  exit p10 "
+                 f"{pct(ex, .1):5.2f} p50 {pct(ex, .5):5.2f} p90 {pct(ex, .9):5.2f} max {max(ex):5.2f}")
+    m = f("merge", rows)
+    merged = [x for x in rows if x["merges"] > 0]
+    with_split = [x["exit"] for x in busy if x["splits"] > 0]
+    no_split = [x["exit"] for x in busy if x["splits"] == 0]
+    lng = [x["exit"] for x in busy if x["long"]]
+    oth = [x["exit"] for x in busy if not x["long"]]
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+    lines.append(f"  merge  per CTA p50 {pct(m, .5):5.2f} max {max(m):5.2f} us; CTAs that merged {len(merged)}; "
+                 f"exit mean: split parts {mean(with_split):5.2f} (n {len(with_split)}) / none {mean(no_split):5.2f}; "
+                 f"longest item's CTAs {mean(lng):5.2f} (n {len(lng)}) / others {mean(oth):5.2f}")
+    # What explains a late exit: late start, slow stream, or a long end?
+    dstart = [x["data"] for x in busy]
+    xs = [x["exit"] for x in busy]
+
+    def corr(u, w):
+        mu, mw = mean(u), mean(w)
+        su = sum((p - mu) ** 2 for p in u) ** .5
+        sw = sum((p - mw) ** 2 for p in w) ** .5
+        return sum((p - mu) * (q - mw) for p, q in zip(u, w)) / (su * sw) if su and sw else float("nan")
+
+    lines.append(f"  corr(exit, first data) {corr(xs, dstart):+.2f}  corr(exit, stream) "
+                 f"{corr(xs, [x['stream'] for x in busy]):+.2f}  corr(exit, tiles) {corr(xs, [x['tiles'] for x in busy]):+.2f}"
+                 f"  corr(exit, merge) {corr(xs, [x['merge'] for x in busy]):+.2f}")
+    lines.append("  late: cta sm tiles tasks splits merges long | entry data stream end(last->cexit) merge exit")
+    for x in sorted(rows, key=lambda x: -x["exit"])[:6]:
+        lines.append(f"    {x['c']:4d} {x['sm']:3d} {x['tiles']:3d} {x['tasks']:3d} {x['splits']:2d} {x['merges']:2d} "
+                     f"{int(x['long'])} | {x['entry']:5.2f} {x['data']:5.2f} {x['stream']:6.2f} {x['end']:5.2f} "
+                     f"{x['merge']:5.2f} {x['exit']:6.2f}")
+    return span, lines
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default=",".join(bench.CASES))
+    ap.add_argument("--kv", default="bf16,fp8")
+    ap.add_argument("--heads", default="8/1")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    hq, hkv = (int(x) for x in args.heads.split("/"))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    print(f"defaults: USE_TMA_PRODUCER={heuristics.USE_TMA_PRODUCER} MERGE_IN_DECODE={heuristics.MERGE_IN_DECODE} "
+          f"MERGE_ON_HELPER_WARPS={heuristics.MERGE_ON_HELPER_WARPS} TAIL_PERCENT={heuristics.TAIL_PERCENT}")
+    for kv in args.kv.split(","):
+        for case in args.cases.split(","):
+            lens = bench.parse_case(case)
+            inputs = bench.make_inputs(lens, hq, hkv, kv, gen)
+            for variant in args.variants.split(","):
+                producer, tables, runs = run(case, kv, variant, inputs, args.reps)
+                done = sorted((analyse(tables, ev, a, kv) + (ev,) for ev, a in runs), key=lambda t: t[0])
+                span, lines, ev = done[len(done) // 2]
+                spans = [d[0] for d in done]
+                print(f"== {case} {hq}/{hkv} {kv} {variant} ({producer}); spans over {len(runs)} replays "
+                      f"{min(spans):.2f}..{max(spans):.2f}, events {min(d[2] for d in done):.2f}.."
+                      f"{max(d[2] for d in done):.2f}", flush=True)
+                print("\n".join(lines), flush=True)
+            del inputs
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+// Per-CTA timeline of the paged decode kernel (diagnostics only; scripts/timeline_decode.py).
+//
+// Why: at 8/1 heads a fit over the cases gives ~11 us of fixed cost per call beside the bytes at
+// ~4 TB/s, and ncu says SMs hold no CTA for 15-17 % of the kernel; neither says where in a CTA's
+// life the time goes (start chain, streaming rate, merges, end skew). With
+// PagedDecodeParams::timeline set, each CTA writes kTimelineSlots 64-bit words at
+// timeline[blockIdx.x * kTimelineSlots + slot]: %globaltimer stamps (ns, one clock for all SMs)
+// of the events below, plus counts. Off (nullptr, the library's only setting) it costs one
+// uniform null test per event site, none inside the tile loop but the first-tile test.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "hpc_attention/decode_params.h"
+
+namespace hpc::attn {
+
+constexpr int kTimelineSlots = 16;
+
+enum TimelineSlot : int {
+  kTlEntry = 0,        // thread 0, first instruction
+  kTlPdl = 1,          // thread 0, after griddepcontrol.wait
+  kTlBin = 2,          // thread 0, bin_start / bin_first of the CTA's bin loaded
+  kTlFirstIssue = 3,   // producer (thread 0 of the producers): first tile's copies issued (page ids known)
+  kTlFirstData = 4,    // consumer warp 0: first full-barrier wait completed (first tile landed)
+  kTlLastTile = 5,     // consumer warp 0: last tile of the last task consumed
+  kTlConsumerEnd = 6,  // consumer thread 0: last task's output (and consumer-side merges) done, exit
+  kTlHelperEnd = 7,    // merge helper tid 0 (TMA kernel, merge == 2): service ended, exit
+  kTlMergeNs = 8,      // ns spent in split-task arrivals + merges (consumers, or the helpers when merge == 2)
+  kTlCounts = 9,       // consumer warp 0: tiles | tasks << 16 | split tasks << 32 | merges done << 48
+  kTlProducerEnd = 10, // producer thread 0: all copies issued (and empty items written), exit
+  kTlSmid = 11,        // %smid
+  kTlHelperCounts = 12,  // helper tid 0: merges done (merge == 2)
+  kTlClockEntry = 13,  // clock64 at entry (same thread as kTlEntry)
+  kTlClockEnd = 14,    // clock64 at kTlConsumerEnd (timer-resolution cross-check)
+  kTlLastMergeNs = 15, // ns of the CTA's last arrival + merge (consumers or helpers)
+};
+
+__device__ __forceinline__ uint64_t tl_clock() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// The timer read after `dep` is available: predicated on a comparison with it, so the read
+// cannot be scheduled before the load that produced `dep` has landed.
+__device__ __forceinline__ uint64_t tl_clock_after(int dep) {
+  uint64_t t = 0;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.s32 p, %1, -2147483647;\n\t@p mov.u64 %0, %%globaltimer;\n\t}"
+      : "+l"(t)
+      : "r"(dep));
+  return t;
+}
+
+__device__ __forceinline__ void tl_put(const PagedDecodeParams& p, int slot, uint64_t v) {
+  p.timeline[blockIdx.x * kTimelineSlots + slot] = v;
+}
+
+__device__ __forceinline__ uint32_t tl_smid() {
+  uint32_t s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
+
+}  // namespace hpc::attn

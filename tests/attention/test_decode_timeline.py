@@ -1,0 +1,66 @@
+"""The decode kernel's per-CTA timeline diagnostics (GPU): with paged_decode.DIAG["timeline"] set
+the outputs keep their bits, the stamps are ordered within each CTA, and the counts add up to
+the plan's tiles, tasks and split tasks; on both producers and all three merge paths."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hpc_attention import heuristics
+from hpc_attention import paged_decode as dec
+from hpc_common.testing import assert_bitwise_equal
+
+from ._cases import FP8, make_case
+from .test_decode import check_counters_zero, run
+
+pytestmark = pytest.mark.gpu
+
+SLOTS = 16
+ENTRY, PDL, BIN, ISSUE, DATA, LAST, CEND, HEND, MERGE_NS, COUNTS, PEND, SMID, HCOUNTS = range(13)
+
+
+@pytest.mark.parametrize("merge", ["combine", "consumers", "helpers"])
+@pytest.mark.parametrize("tma", [False, True], ids=["cp_async", "tma"])
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+def test_timeline_keeps_bits_and_adds_up(kv_dtype, tma, merge, monkeypatch):
+    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", tma)
+    monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", merge != "combine")
+    monkeypatch.setattr(heuristics, "MERGE_ON_HELPER_WARPS", merge == "helpers")
+    case = make_case([40_000, 64, 5000, 0, 700], 1, 8, kv_dtype, seed=3)  # two-level merge, empty item
+    ref, _ = run(case)
+    num_ctas = 16
+    tl = torch.zeros(num_ctas * SLOTS, dtype=torch.int64, device="cuda")
+    monkeypatch.setitem(dec.DIAG, "timeline", tl)
+    out, plan = run(case, num_ctas=num_ctas)
+    torch.cuda.synchronize()
+    monkeypatch.setitem(dec.DIAG, "timeline", None)
+    check_counters_zero(plan.workspace)
+    base, _ = run(case, num_ctas=num_ctas)
+    assert_bitwise_equal(out, base, name="timeline on vs off")
+    tables = plan.tables()
+    a = tl.view(num_ctas, SLOTS).cpu().tolist()
+    tiles = tasks = splits = merges = 0
+    for c, r in enumerate(a):
+        t_b, t_e = tables.bin_start[c], tables.bin_start[c + 1]
+        mine = tables.tasks[t_b:t_e]
+        n_tiles = sum((t[2] + 63) // 64 - t[1] for t in mine)
+        assert r[ENTRY] > 0 and r[ENTRY] <= r[PDL] <= r[BIN], (c, r)
+        assert r[CEND] >= r[BIN] and r[PEND] >= r[BIN], (c, r)
+        if n_tiles:
+            assert r[BIN] <= r[ISSUE] <= r[DATA] <= r[LAST] <= r[CEND], (c, r)
+        cnt = r[COUNTS]
+        assert cnt & 0xFFFF == n_tiles and (cnt >> 16) & 0xFFFF == len(mine), (c, r, mine)
+        assert (cnt >> 32) & 0xFFFF == sum(t[3] >= 0 for t in mine), (c, r, mine)
+        tiles += cnt & 0xFFFF
+        tasks += (cnt >> 16) & 0xFFFF
+        splits += (cnt >> 32) & 0xFFFF
+        merges += (cnt >> 48) + r[HCOUNTS]
+        if merge == "helpers" and tma:
+            assert r[HEND] >= r[BIN], (c, r)
+    assert tasks == len(tables.tasks)
+    assert tiles == sum((t[2] + 63) // 64 - t[1] for t in tables.tasks)
+    if merge != "combine":
+        # Every split item is merged once at one level, or 8 groups + 1 at two levels (>16 parts).
+        parts = [e[2] for e in tables.combine if e[2] > 1]
+        assert merges == sum(1 if p <= 16 else 9 for p in parts), (merges, parts)
