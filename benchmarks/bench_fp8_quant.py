@@ -83,6 +83,11 @@ def _cases(quick: bool, sizes=None, modes=MODES):
 # `ours_bulk` / `ours_register` force the bulk kernel on / off (off: the register kernels,
 # short-segment kernel for groups); `ours_generic_kernel` uses neither the bulk nor the
 # short-segment kernel (group / per-head rows only).
+# `ours_early_issue` .. `ours_2cta`: one bulk-kernel alternative each (fifth pass; quant.py's
+# BULK_VARIANT bits and BULK_CTAS_PER_SM): first loads before the first barrier, exit once the
+# last store has read shared memory, refill before store, the three together, the
+# warp-specialised kernel alone and with the first two, two CTAs per SM. Rows of modes that do
+# not take the bulk kernel (per-tensor dynamic, odd N) equal `ours`.
 OLD_BULK_KERNEL_MODES = frozenset({"per_tensor_static", "per_token", "group", "per_head"})
 PROVIDERS = {
     "ours": {},
@@ -90,6 +95,14 @@ PROVIDERS = {
     "ours_bulk": dict(USE_BULK_KERNEL=True),
     "ours_register": dict(USE_BULK_KERNEL=False),
     "ours_generic_kernel": dict(USE_BULK_KERNEL=False, USE_SHORT_SEGMENT_KERNEL=False),
+    # Fifth pass (FP8_NOTES.md): bulk-kernel alternatives, quant.BULK_VARIANT bits / CTA cap.
+    "ours_early_issue": dict(BULK_VARIANT=1),
+    "ours_exit_on_read": dict(BULK_VARIANT=2),
+    "ours_refill_first": dict(BULK_VARIANT=8),
+    "ours_ring_all": dict(BULK_VARIANT=11),
+    "ours_ws": dict(BULK_VARIANT=4),
+    "ours_ws_all": dict(BULK_VARIANT=7),
+    "ours_2cta": dict(BULK_CTAS_PER_SM=2),
     "torch_ref": None,
 }
 

@@ -23,6 +23,14 @@ VARIANTS = {
     "default": dict(USE_BULK_KERNEL=True),
     "old": dict(USE_BULK_KERNEL=True, FLAT_AMAX_KERNEL=False),  # the 8fdf820 dispatch
     "register": dict(USE_BULK_KERNEL=False),
+    # fifth-pass alternatives (quant.BULK_VARIANT bits, BULK_CTAS_PER_SM)
+    "early_issue": dict(USE_BULK_KERNEL=True, BULK_VARIANT=1),
+    "exit_on_read": dict(USE_BULK_KERNEL=True, BULK_VARIANT=2),
+    "refill_first": dict(USE_BULK_KERNEL=True, BULK_VARIANT=8),
+    "ring_all": dict(USE_BULK_KERNEL=True, BULK_VARIANT=11),
+    "ws": dict(USE_BULK_KERNEL=True, BULK_VARIANT=4),
+    "ws_all": dict(USE_BULK_KERNEL=True, BULK_VARIANT=7),
+    "two_ctas": dict(USE_BULK_KERNEL=True, BULK_CTAS_PER_SM=2),
 }
 
 
@@ -154,3 +162,28 @@ def test_flat_amax_pass_matches_segment_amax_pass(cuda, dtype, shape):
     for flat in (True, False):
         with switches(FLAT_AMAX_KERNEL=flat):
             assert_same(run("per_tensor", x), want, what=f"per-tensor {shape} {dtype} flat={flat}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", [0, 7])
+def test_bulk_timeline_changes_nothing(cuda, variant):
+    """The diagnostic timeline (quant.BULK_TIMELINE) records one row per CTA and leaves the bits alone."""
+    x = make_input((97, 4096), torch.bfloat16, 13, device=cuda)
+    want = run_ref("per_token", x.cpu())
+    tl = torch.zeros(8 * torch.cuda.get_device_properties(cuda).multi_processor_count, quant.TIMELINE_SLOTS,
+                     dtype=torch.int64, device=cuda)
+    with switches(USE_BULK_KERNEL=True, BULK_VARIANT=variant, BULK_TIMELINE=tl):
+        got = run("per_token", x)
+    assert_same(got, want, what=f"timeline variant {variant}")
+    rows = tl.cpu()
+    rows = rows[rows[:, 0] > 0]
+    assert rows.shape[0] > 0
+    assert int(rows[:, 3].sum()) == 49  # 97 rows of 4096 bf16, 2 rows per 16 KB tile
+    assert bool((rows[:, 2] >= rows[:, 0]).all())  # exit after entry (globaltimer)
+
+
+@pytest.mark.gpu
+def test_bulk_variant_unknown_is_an_error(cuda):
+    x = make_input((64, 4096), torch.bfloat16, 17, device=cuda)
+    with switches(USE_BULK_KERNEL=True, BULK_VARIANT=5), pytest.raises(RuntimeError):
+        run("per_token", x)

@@ -6,13 +6,14 @@
 #include "hpc_common/fp8_quant_bulk.cuh"
 #include "hpc_common/fp8_quant_small_seg.cuh"
 
+using hpc::fp8::BulkOptions;
 using hpc::fp8::QuantParams;
 
 namespace {
 template <int DT, int VEC>
-cudaError_t launch_vector_path(const QuantParams& p, cudaStream_t stream, bool pdl) {
+cudaError_t launch_vector_path(const QuantParams& p, cudaStream_t stream, bool pdl, const BulkOptions& bulk) {
   using namespace hpc::fp8;
-  if (bulk_applicable(p, VEC)) return launch_fp8_quant_bulk<DT, VEC>(p, stream, pdl);
+  if (bulk_applicable(p, VEC)) return launch_fp8_quant_bulk<DT, VEC>(p, stream, pdl, bulk);
   switch (small_seg_vectors_per_lane(p, VEC)) {
     case 1:
       return launch_fp8_quant_small_seg<DT, VEC, 1>(p, stream, pdl);
@@ -28,19 +29,19 @@ cudaError_t launch_vector_path(const QuantParams& p, cudaStream_t stream, bool p
 }
 }  // namespace
 
-cudaError_t launch_fp8_quant(const QuantParams& p, cudaStream_t stream, bool pdl) {
+cudaError_t launch_fp8_quant(const QuantParams& p, cudaStream_t stream, bool pdl, const BulkOptions& bulk) {
   using namespace hpc::fp8;
   // The kernels index inside a segment with 32-bit integers (quant.py refuses such rows first).
   if (p.seg_len >= (int64_t(1) << 31)) return cudaErrorInvalidValue;
   switch (p.dtype) {
     case kBF16:
-      return p.vectorized ? launch_vector_path<kBF16, 8>(p, stream, pdl)
+      return p.vectorized ? launch_vector_path<kBF16, 8>(p, stream, pdl, bulk)
                           : launch_fp8_quant_typed<kBF16, 1>(p, stream, pdl);
     case kFP16:
-      return p.vectorized ? launch_vector_path<kFP16, 8>(p, stream, pdl)
+      return p.vectorized ? launch_vector_path<kFP16, 8>(p, stream, pdl, bulk)
                           : launch_fp8_quant_typed<kFP16, 1>(p, stream, pdl);
     case kFP32:
-      return p.vectorized ? launch_vector_path<kFP32, 4>(p, stream, pdl)
+      return p.vectorized ? launch_vector_path<kFP32, 4>(p, stream, pdl, bulk)
                           : launch_fp8_quant_typed<kFP32, 1>(p, stream, pdl);
     default:
       return cudaErrorInvalidValue;

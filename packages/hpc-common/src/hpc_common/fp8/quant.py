@@ -110,6 +110,20 @@ USE_BULK_KERNEL: Optional[bool] = None
 # were removed after commit 59a5220, where their code and switches remain.
 FLAT_AMAX_KERNEL = True
 
+# Bulk-kernel alternatives of the fifth pass (FP8_NOTES.md), bits of BULK_VARIANT (same bits out
+# for every value): 1 = thread 0 issues the first loads before the first block barrier, 2 = a CTA
+# exits once its last store has read shared memory (not after the write completed), 4 = the
+# warp-specialised kernel (producer warp, input stage freed on read, one store per tile),
+# 8 = a stage's refill is issued before the tile's store. Valid values: 0, 1, 2, 8, 11, 4, 7.
+# BULK_CTAS_PER_SM caps the resident CTAs per SM (0: as many as fit, 3).
+BULK_VARIANT = 0
+BULK_CTAS_PER_SM = 0
+# Diagnosis only (scripts/fp8_timeline.py): a CUDA int64 tensor of at least
+# grid * TIMELINE_SLOTS elements; the bulk kernel then writes per-CTA %globaltimer stamps into it
+# (slot layout: TimelineSlot in fp8_quant.cuh). None in normal calls.
+BULK_TIMELINE: Optional[torch.Tensor] = None
+TIMELINE_SLOTS = 8 + 2 * 32
+
 
 def _bulk_for(mode: int, scale_source: int) -> bool:
     if USE_BULK_KERNEL is not None:
@@ -145,7 +159,8 @@ def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor
         scale_source=scale_source, per_tensor_dynamic=per_tensor_dynamic, ue8m0=bool(ue8m0),
         vectorized=vectorized, short_segments=USE_SHORT_SEGMENT_KERNEL, num_sms=num_sms, pdl=get_pdl(),
         stream=stream_ptr(x.device), bulk=_bulk_for(mode, scale_source), peel=peel,
-        flat_amax=FLAT_AMAX_KERNEL, **geo)
+        flat_amax=FLAT_AMAX_KERNEL, bulk_variant=BULK_VARIANT, bulk_ctas_per_sm=BULK_CTAS_PER_SM,
+        timeline=BULK_TIMELINE.data_ptr() if BULK_TIMELINE is not None else 0, **geo)
 
 
 # No argument may be called `mode`: torch.compile's auto_functionalized_v2 passes its own

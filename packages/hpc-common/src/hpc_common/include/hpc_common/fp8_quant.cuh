@@ -37,6 +37,46 @@
 
 #include "hpc_common/fp8_quant_params.h"
 
+namespace hpc {
+namespace fp8 {
+
+// Bulk-kernel options outside the operator's semantics (every choice writes the same bits):
+// the alternatives of the fifth pass (FP8_NOTES.md) and a per-CTA timeline for diagnosis.
+// A default-constructed BulkOptions is the default kernel without the timeline.
+enum BulkVariant : int {
+  kBulkEarlyIssue = 1,        // thread 0 issues the first loads before the first block barrier
+  kBulkExitOnRead = 2,        // a CTA exits once its last store has read shared memory
+  kBulkWarpSpecialised = 4,   // producer warp, input stage freed on read, one store per tile
+  kBulkRefillFirst = 8,       // the refill of a stage is issued before the tile's store
+};
+// Timeline (diagnosis only): kTimelineSlots stamps per CTA, written by thread 0 (the consumer
+// thread 0 in the warp-specialised kernel) when the pointer is not null. Entry and exit carry
+// both %globaltimer (ns, common to all SMs, its tick may be coarse) and clock64 (SM cycles,
+// fine); the other stamps are clock64 and are placed on the common axis through the CTA's
+// entry and exit pairs (scripts/fp8_timeline.py).
+constexpr int kTimelineMaxTiles = 32;  // tiles recorded per CTA (the first ones)
+enum TimelineSlot : int {
+  kTlEntry = 0,     // globaltimer at the first instruction
+  kTlIssued = 1,    // clock64: first loads issued (after griddepcontrol.wait)
+  kTlExit = 2,      // globaltimer after the last wait on the bulk stores
+  kTlTiles = 3,     // number of tiles of this CTA (a count)
+  kTlSm = 4,        // %smid
+  kTlEntryClk = 5,  // clock64 at the first instruction
+  kTlExitClk = 6,   // clock64 at exit
+  kTlLanded = 8,    // + i, clock64: tile i seen in shared memory
+  kTlStored = 8 + kTimelineMaxTiles,  // + i, clock64: tile i's bulk store issued
+};
+constexpr int kTimelineSlots = 8 + 2 * kTimelineMaxTiles;
+
+struct BulkOptions {
+  unsigned long long* timeline = nullptr;  // kTimelineSlots per CTA of the bulk kernel, or null
+  int variant = 0;                         // BulkVariant bits
+  int ctas_per_sm = 0;                     // cap on resident CTAs per SM (0: as many as fit)
+};
+
+}  // namespace fp8
+}  // namespace hpc
+
 #if defined(__CUDACC__)
 #include "hpc_common/fp8_primitives.cuh"
 #include "hpc_common/pdl.cuh"
@@ -297,4 +337,6 @@ inline cudaError_t launch_fp8_quant_typed(QuantParams p, cudaStream_t stream, bo
 #endif  // __CUDACC__
 
 // Raw-pointer launcher (no torch): validates nothing the Python layer already checked.
-cudaError_t launch_fp8_quant(const hpc::fp8::QuantParams& p, cudaStream_t stream, bool pdl);
+// `bulk` only affects the bulk-copy kernel (fp8_quant_bulk.cuh).
+cudaError_t launch_fp8_quant(const hpc::fp8::QuantParams& p, cudaStream_t stream, bool pdl,
+                             const hpc::fp8::BulkOptions& bulk = {});

@@ -73,6 +73,35 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+__device__ __forceinline__ unsigned long long globaltimer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ unsigned long long smid() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(r));
+  return r;
+}
+
+// Per-CTA timeline stamps (BulkOptions::timeline); `tl` is null unless diagnosing.
+__device__ __forceinline__ void stamp_entry(unsigned long long* tl) {
+  if (tl != nullptr) {
+    tl[kTlEntryClk] = clock64();
+    tl[kTlEntry] = globaltimer_ns();
+  }
+}
+__device__ __forceinline__ void stamp_exit(unsigned long long* tl) {
+  if (tl != nullptr) {
+    tl[kTlExit] = globaltimer_ns();
+    tl[kTlExitClk] = clock64();
+  }
+}
+__device__ __forceinline__ void stamp_tile(unsigned long long* tl, int slot, int64_t i) {
+  if (tl != nullptr && i < kTimelineMaxTiles) tl[slot + int(i)] = clock64();
+}
+
 // The FP8 bytes of one pack (same operations as Pack::store_quantised), stored to shared memory.
 template <int DT, int VEC>
 __device__ __forceinline__ void quantise_to_smem(const Pack<DT, VEC>& pk, uint8_t* dst, float inv) {
@@ -83,6 +112,16 @@ __device__ __forceinline__ void quantise_to_smem(const Pack<DT, VEC>& pk, uint8_
     *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
   } else {
     *reinterpret_cast<uint32_t*>(dst) = w[0];
+  }
+}
+
+// Dynamic scale of segment sg (flat index); the last row of a column-major layout also zeroes
+// the padding rows of its column.
+__device__ __forceinline__ void write_segment_scale(const QuantParams& p, int64_t sg, float scale) {
+  const int64_t row = div_index(sg, p.segs_per_row), g = sg - row * p.segs_per_row;
+  p.scale[row * p.scale_stride_row + g * p.scale_stride_seg] = scale;
+  if (p.scale_stride_row == 1 && row == p.rows - 1) {
+    for (int64_t r = p.rows; r < p.scale_stride_seg; ++r) p.scale[r + g * p.scale_stride_seg] = 0.0f;
   }
 }
 
@@ -105,17 +144,26 @@ __device__ __forceinline__ BulkTile bulk_tile(const QuantParams& p, int64_t j) {
   return t;
 }
 
-template <int DT, int VEC>
-__global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const QuantParams p) {
+// VARIANT: BulkVariant bits kBulkEarlyIssue, kBulkExitOnRead, kBulkRefillFirst (fifth pass).
+template <int DT, int VEC, int VARIANT>
+__global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const QuantParams p,
+                                                                       unsigned long long* timeline) {
   using P = Pack<DT, VEC>;
   using raw = typename Elem<DT>::raw;
   constexpr uint32_t kInBytes = kBulkTileVectors * 16;
   constexpr uint32_t kOutBytes = kBulkTileVectors * VEC;
+  constexpr bool kEarlyIssue = (VARIANT & kBulkEarlyIssue) != 0;
+  constexpr bool kExitOnRead = (VARIANT & kBulkExitOnRead) != 0;
+  constexpr bool kRefillFirst = (VARIANT & kBulkRefillFirst) != 0;
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* in_buf = smem;
   uint8_t* out_buf = smem + size_t(kBulkStages) * kInBytes;
   __shared__ __align__(8) uint64_t full[kBulkStages];
   __shared__ uint32_t red[kBulkThreads / 32];
+
+  unsigned long long* tl =
+      timeline != nullptr && threadIdx.x == 0 ? timeline + size_t(blockIdx.x) * kTimelineSlots : nullptr;
+  stamp_entry(tl);
 
   const raw* x = static_cast<const raw*>(p.x);
   const bool dynamic = p.scale_source == kScaleDynamic;
@@ -125,13 +173,6 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
   const int rot = team < 32 ? ((threadIdx.x & 31) / team) & 3 : 0;
   const int seg_vecs = team * kBulkVecPerThread;
   const uint32_t esize = sizeof(raw);
-
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kBulkStages; ++s) sm90::mbar_init(&full[s], 1);
-    sm90::mbar_init_fence();
-  }
-  __syncthreads();
-  hpc::pdl_wait();  // x, the static scale and the partials may come from the previous kernel
 
   auto tile_index = [&](int64_t i) {
     const int64_t j = int64_t(blockIdx.x) + i * gridDim.x;
@@ -146,8 +187,27 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
     sm90::mbar_arrive_expect_tx(&full[s], bytes);
     bulk_load(in_buf + size_t(s) * kInBytes, x + locate(p, t.s0).x_off, bytes, &full[s]);
   };
-  if (threadIdx.x == 0) {
+  auto first_loads = [&]() {  // thread 0 only
     for (int i = 0; i < kBulkStages; ++i) issue_load(i);
+    if (tl != nullptr) {
+      tl[kTlIssued] = clock64();
+      tl[kTlTiles] = (ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x;
+      tl[kTlSm] = smid();
+    }
+  };
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kBulkStages; ++s) sm90::mbar_init(&full[s], 1);
+    sm90::mbar_init_fence();
+    if constexpr (kEarlyIssue) {
+      hpc::pdl_wait();  // x may come from the previous kernel
+      first_loads();
+    }
+  }
+  __syncthreads();
+  hpc::pdl_wait();  // x, the static scale and the partials may come from the previous kernel
+  if constexpr (!kEarlyIssue) {
+    if (threadIdx.x == 0) first_loads();
   }
 
   const float fixed_scale = per_tensor_scale(p, red);
@@ -163,6 +223,7 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
     uint8_t* tout = out_buf + size_t(i % kBulkOutBufs) * kOutBytes;
 
     sm90::mbar_wait<true>(&full[s], uint32_t(i / kBulkStages) & 1u);
+    stamp_tile(tl, kTlLanded, i);
     P pk[kBulkVecPerThread];
     int vidx[kBulkVecPerThread];
 #pragma unroll
@@ -193,14 +254,7 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
       }
       scale = scale_from_amax_bits(m, p.ue8m0);
       inv = div_rn(1.0f, scale);
-      if (active && lane == 0) {
-        const int64_t sg = t.s0 + seg_local;
-        const int64_t row = div_index(sg, p.segs_per_row), g = sg - row * p.segs_per_row;
-        p.scale[row * p.scale_stride_row + g * p.scale_stride_seg] = scale;
-        if (p.scale_stride_row == 1 && row == p.rows - 1) {
-          for (int64_t r = p.rows; r < p.scale_stride_seg; ++r) p.scale[r + g * p.scale_stride_seg] = 0.0f;
-        }
-      }
+      if (active && lane == 0) write_segment_scale(p, t.s0 + seg_local, scale);
     }
     if (active) {
 #pragma unroll
@@ -213,12 +267,29 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
     if (threadIdx.x == 0) bulk_store_wait_read<1>();
     __syncthreads();  // stage s fully read, out[i % 3] complete
     if (threadIdx.x == 0) {
+      if constexpr (kRefillFirst) issue_load(i + kBulkStages);
       bulk_store(p.q + locate(p, t.s0).q_off, tout, uint32_t(t.count) * uint32_t(p.seg_len));
-      issue_load(i + kBulkStages);
+      stamp_tile(tl, kTlStored, i);
+      if constexpr (!kRefillFirst) issue_load(i + kBulkStages);
     }
   }
-  if (threadIdx.x == 0) bulk_store_wait_all();
+  if (threadIdx.x == 0) {
+    if constexpr (kExitOnRead) {
+      bulk_store_wait_read<0>();
+    } else {
+      bulk_store_wait_all();
+    }
+    stamp_exit(tl);
+  }
 }
+
+}  // namespace fp8
+}  // namespace hpc
+
+#include "hpc_common/fp8_quant_bulk_ws.cuh"  // the warp-specialised alternative (uses the helpers above)
+
+namespace hpc {
+namespace fp8 {
 
 // Whether the bulk kernel serves these parameters. Called by the launcher after
 // `vectorized` was checked by the caller: every segment start is 16-byte aligned in x.
@@ -233,7 +304,7 @@ inline bool bulk_applicable(const QuantParams& p, int vec) {
 }
 
 template <int DT, int VEC>
-inline cudaError_t launch_fp8_quant_bulk(QuantParams p, cudaStream_t stream, bool pdl) {
+inline cudaError_t launch_fp8_quant_bulk(QuantParams p, cudaStream_t stream, bool pdl, const BulkOptions& opt) {
   const int64_t nseg = p.rows * p.segs_per_row;
   if (nseg == 0) return cudaSuccess;
   const int64_t sv = p.seg_len / VEC;
@@ -249,14 +320,31 @@ inline cudaError_t launch_fp8_quant_bulk(QuantParams p, cudaStream_t stream, boo
   p.tiles_per_run = (p.run_segs + p.tile_segs - 1) / p.tile_segs;
   p.num_tiles = (nseg / p.run_segs) * p.tiles_per_run;
   p.reverse = false;
+  using Kernel = void (*)(const QuantParams, unsigned long long*);
+  Kernel kernel = nullptr;
+  switch (opt.variant) {
+    case 0: kernel = fp8_quant_bulk_kernel<DT, VEC, 0>; break;
+    case kBulkEarlyIssue: kernel = fp8_quant_bulk_kernel<DT, VEC, kBulkEarlyIssue>; break;
+    case kBulkExitOnRead: kernel = fp8_quant_bulk_kernel<DT, VEC, kBulkExitOnRead>; break;
+    case kBulkRefillFirst: kernel = fp8_quant_bulk_kernel<DT, VEC, kBulkRefillFirst>; break;
+    case kBulkEarlyIssue | kBulkExitOnRead | kBulkRefillFirst:
+      kernel = fp8_quant_bulk_kernel<DT, VEC, kBulkEarlyIssue | kBulkExitOnRead | kBulkRefillFirst>;
+      break;
+    case kBulkWarpSpecialised: kernel = fp8_quant_bulk_ws_kernel<DT, VEC, 0>; break;
+    case kBulkWarpSpecialised | kBulkEarlyIssue | kBulkExitOnRead:
+      kernel = fp8_quant_bulk_ws_kernel<DT, VEC, kBulkEarlyIssue | kBulkExitOnRead>;
+      break;
+    default: return cudaErrorInvalidValue;
+  }
   if (p.per_tensor_dynamic) {
     cudaError_t e = launch_amax_pass<DT, VEC>(p, stream, pdl);  // sets the partials, reverse order
     if (e != cudaSuccess) return e;
   }
+  const int threads = (opt.variant & kBulkWarpSpecialised) ? kWsThreads : kBulkThreads;
   constexpr size_t smem = bulk_smem_bytes<VEC>();
-  const int64_t wave = hpc::persistent_ctas(fp8_quant_bulk_kernel<DT, VEC>, kBulkThreads, smem, p.num_sms);
+  const int64_t wave = hpc::persistent_ctas(kernel, threads, smem, p.num_sms, opt.ctas_per_sm);
   const int grid = int(p.num_tiles < wave ? p.num_tiles : wave);
-  return hpc::launch_kernel(fp8_quant_bulk_kernel<DT, VEC>, dim3(grid), dim3(kBulkThreads), smem, stream, pdl, p);
+  return hpc::launch_kernel(kernel, dim3(grid), dim3(threads), smem, stream, pdl, p, opt.timeline);
 }
 
 #endif  // __CUDACC__
