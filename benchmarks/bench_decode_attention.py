@@ -15,12 +15,15 @@ kernel prologue / split-item arrival (`diag_v4_first_task_load`, `diag_v4_sc_fen
 tail of the plan with the TMA kernel and the in-kernel merge on its helper or its consumer warps
 (`diag_tma_{helpers,consumers}_tail{P}`: P % of the line in tail bins; `..._bin8`: tail bins of at
 least 8 tiles), `diag_prev_default` (the defaults of commit 9780c01: no tail, merge on the
-consumers, TMA producer only from 8 KV heads), and FlashInfer / FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
+consumers, TMA producer only from 8 KV heads), `diag_first_page_off` (`ours` with the plan built
+without the page table: the kernel reads each bin's first page id itself; every other plan gets the
+table), `diag_tma_helpers_first_page_off` (with `--diag-rows first_page`), and FlashInfer /
+FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
 4.27 TB/s) and the achieved TB/s; `ours*` rows carry the error against float32 attention on
 the dequantised inputs.
 
     python benchmarks/bench_decode_attention.py [--out-dir benchmarks/results] [--quick]
-        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail]
+        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page]
 """
 
 from __future__ import annotations
@@ -154,11 +157,19 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
         add(provider, bench_us(fn, reps=reps), out.clone() if correct else None)
 
     kv_torch = torch.float8_e4m3fn if kv_dtype == "fp8" else torch.bfloat16
-    # (provider, static splits, task cost, tail arguments of plan_decode, producer, merge on helpers)
+    # (provider, static splits, task cost, tail arguments of plan_decode, producer, merge on helpers).
+    # Every plan is given the page table (each bin's first page id from the plan, see
+    # heuristics.FIRST_PAGE_FROM_PLAN) except the `*first_page_off` rows.
     variants = [("ours", None, None, {}, None, None), ("ours_static", "auto", None, {}, None, None)]
+    if diag:  # the plan without the page table: the kernel reads each bin's first page id itself
+        variants.append(("diag_first_page_off", None, None, {}, None, None))
+    if diag and diag_rows == "first_page":  # TMA + helper-warp merge (no tail), with and without
+        variants += [("diag_tma_helpers_tail0", None, None, {"tail_percent": 0}, True, True),
+                     ("diag_tma_helpers_first_page_off", None, None, {"tail_percent": 0}, True, True)]
     if diag and diag_rows == "all":  # the plan cut on tiles alone (version 4's plan): what the task cost buys
         variants.append(("diag_task_cost0", None, 0, {}, None, None))
-    if diag:  # TMA kernel: claimable tail (percent of the line, smallest bin) x merge on helpers / consumers
+    if diag and diag_rows != "first_page":  # TMA kernel: claimable tail (percent of the line, smallest bin) x
+        # merge on helpers / consumers
         for helpers, who in ((True, "helpers"), (False, "consumers")):
             for pct in ((0, 10, 20, 35) if helpers else (0, 20)):
                 variants.append((f"diag_tma_{who}_tail{pct}", None, None, {"tail_percent": pct}, True, helpers))
@@ -166,16 +177,17 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                      ("diag_prev_default", None, None, {"tail_percent": 0}, hkv >= 8, False)]
     for provider, static, cost, tail_kw, tma, helpers in variants:
         ws = ha.DecodeWorkspace(B, hkv, hq, max_len, static_splits=static)
+        pt_kw = {} if provider.endswith("first_page_off") else dict(page_table=pt, page_size=PAGE)
         plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, static_splits=static, kv_dtype=kv_torch,
-                              task_cost=cost, **tail_kw)
+                              task_cost=cost, **tail_kw, **pt_kw)
         with overrides(tma=tma, helpers=helpers):
             time_call(provider, plan)
         if provider == "ours":
             t = bench_us(lambda ws=ws: ha.plan_decode(kv_lens, hkv, hq, workspace=ws, kv_dtype=kv_torch,
-                                                      validate=False), reps=reps)
+                                                      validate=False, **pt_kw), reps=reps)
             res.add("ours_plan", t, **dict(fields, floor_us=None))
             print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {'ours_plan':>12}: {t:8.2f} us", flush=True)
-            if diag and diag_rows == "tail":
+            if diag and diag_rows in ("tail", "first_page"):
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
                     with overrides(skip_combine=True, flags=flags):
                         time_call(name, plan, correct=False)
@@ -265,8 +277,9 @@ def main() -> None:
     ap.add_argument("--heads", default=None, help="comma list of Hq/Hkv (default: 8/1,64/8; --quick: 8/1)")
     ap.add_argument("--kv", default="bf16,fp8", help="comma list of KV dtypes")
     ap.add_argument("--cases", default=None, help="comma list of cases (default: all six)")
-    ap.add_argument("--diag-rows", default="all", choices=["all", "tail"],
-                    help="diag rows: all, or only the tail rows with decode only / stream only")
+    ap.add_argument("--diag-rows", default="all", choices=["all", "tail", "first_page"],
+                    help="diag rows: all, only the tail rows with decode only / stream only, or only the "
+                         "first-page rows (with and without, cp.async and TMA + helpers) with those two")
     args = ap.parse_args()
     reps = 30 if args.quick else 100
     heads = HEADS[:1] if args.quick else HEADS

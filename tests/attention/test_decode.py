@@ -9,7 +9,7 @@ import torch
 import hpc_attention as ha
 from hpc_attention import heuristics
 from hpc_attention import paged_decode as dec
-from hpc_attention.planner import plan_tables
+from hpc_attention.planner import first_pages, plan_tables
 from hpc_common import get_pdl, set_pdl
 from hpc_common.testing import assert_bitwise_equal, error_stats, poisoned_empty
 
@@ -79,8 +79,13 @@ def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail):
         hkv = [1, 2, 8][trial % 3]
         kv_lens = lens.int().cuda()
         ws = ha.DecodeWorkspace(B, hkv, hkv * 4, 140_000, num_ctas=num_ctas, static_splits=static_splits)
+        # Odd trials also give a page table (random ids, negatives included: the planner copies them raw).
+        page = [16, 64, 128][trial % 3]
+        pt = torch.randint(-5, 1 << 20, (B, -(-140_000 // page)), dtype=torch.int32, device="cuda",
+                           generator=torch.Generator(device="cuda").manual_seed(trial))
+        pt_kw = dict(page_table=pt, page_size=page) if trial % 2 else {}
         plan = ha.plan_decode(kv_lens, hkv, hkv * 4, workspace=ws, static_splits=static_splits,
-                              task_cost=task_cost, tail_percent=tail, tail_bin=1 + trial % 5)
+                              task_cost=task_cost, tail_percent=tail, tail_bin=1 + trial % 5, **pt_kw)
         got = plan.tables()
         want = plan_tables(lens.tolist(), hkv, num_ctas, plan.min_tiles, static_splits=static_splits or 0,
                            max_len=140_000, task_cost=plan.task_cost, tail_percent=plan.tail_percent,
@@ -94,6 +99,11 @@ def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail):
         for c in range(num_ctas + ws.max_tail_bins):
             if want.bin_start[c] < want.bin_start[c + 1]:
                 assert got.bin_first[c] == want.tasks[want.bin_start[c]], (trial, c)
+        if pt_kw:  # the page id of each non-empty bin's first tile
+            pages = first_pages(want, pt.cpu(), page, hkv)
+            dev_pages = ws.bin_first_page.tolist()
+            for c, pg in enumerate(pages):
+                assert pg is None or dev_pages[c] == pg, (trial, c, dev_pages[c], pg)
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])

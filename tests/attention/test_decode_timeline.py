@@ -1,6 +1,6 @@
 """The decode kernel's per-CTA timeline diagnostics (GPU): with paged_decode.DIAG["timeline"] set
-the outputs keep their bits, the stamps are ordered within each CTA, and the counts add up to
-the plan's tiles, tasks and split tasks; on both producers and all three merge paths."""
+the outputs keep their bits, the stamps are ordered within each CTA, and the merges counted add
+up to the plan's split items; on both producers and all three merge paths."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_timeline_keeps_bits_and_adds_up(kv_dtype, tma, merge, monkeypatch):
     assert_bitwise_equal(out, base, name="timeline on vs off")
     tables = plan.tables()
     a = tl.view(num_ctas, SLOTS).cpu().tolist()
-    tiles = tasks = splits = merges = 0
+    merges = 0
     for c, r in enumerate(a):
         t_b, t_e = tables.bin_start[c], tables.bin_start[c + 1]
         mine = tables.tasks[t_b:t_e]
@@ -49,17 +49,9 @@ def test_timeline_keeps_bits_and_adds_up(kv_dtype, tma, merge, monkeypatch):
         assert r[CEND] >= r[BIN] and r[PEND] >= r[BIN], (c, r)
         if n_tiles:
             assert r[BIN] <= r[ISSUE] <= r[DATA] <= r[LAST] <= r[CEND], (c, r)
-        cnt = r[COUNTS]
-        assert cnt & 0xFFFF == n_tiles and (cnt >> 16) & 0xFFFF == len(mine), (c, r, mine)
-        assert (cnt >> 32) & 0xFFFF == sum(t[3] >= 0 for t in mine), (c, r, mine)
-        tiles += cnt & 0xFFFF
-        tasks += (cnt >> 16) & 0xFFFF
-        splits += (cnt >> 32) & 0xFFFF
-        merges += (cnt >> 48) + r[HCOUNTS]
+        merges += r[COUNTS] + r[HCOUNTS]
         if merge == "helpers" and tma:
             assert r[HEND] >= r[BIN], (c, r)
-    assert tasks == len(tables.tasks)
-    assert tiles == sum((t[2] + 63) // 64 - t[1] for t in tables.tasks)
     if merge != "combine":
         # Every split item is merged once at one level, or 8 groups + 1 at two levels (>16 parts).
         parts = [e[2] for e in tables.combine if e[2] > 1]

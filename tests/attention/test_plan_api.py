@@ -67,3 +67,37 @@ def test_bad_scheduling_arguments_name_the_argument(fake):  # noqa: F811
         ha.plan_decode(lens, 1, 8, workspace=ws, tail_bin=0)
     with pytest.raises(ValueError, match="max_tail_bins"):
         ha.DecodeWorkspace(2, 1, 8, 64, "cpu", max_tail_bins=-1)
+
+
+def test_first_page_ids_reach_the_planner_and_the_decode(fake, monkeypatch):  # noqa: F811
+    """A plan given the page table writes each bin's first page id, and `decode` hands it to the
+    kernel only for that same table with pages of >= 64 tokens and FIRST_PAGE_FROM_PLAN on."""
+    from .test_decode_api import inputs
+
+    q, k, v, pt, lens = inputs(page=64)
+    ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu")
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws, page_table=pt, page_size=64)
+    kw = fake.calls[-1][1]
+    assert kw["page_table"] == pt.data_ptr() and kw["page_size_log2"] == 6
+    assert kw["bin_first_page"] == ws.bin_first_page.data_ptr() and kw["page_table_stride"] == pt.stride(0)
+    ha.decode(q, k, v, pt, lens, plan)
+    assert fake.calls[-1][1]["bin_first_page"] == ws.bin_first_page.data_ptr()
+    ha.decode(q, k, v, pt.clone(), lens, plan)  # another table: read it
+    assert fake.calls[-1][1]["bin_first_page"] == 0
+    monkeypatch.setattr(heuristics, "FIRST_PAGE_FROM_PLAN", False)
+    ha.decode(q, k, v, pt, lens, plan)
+    assert fake.calls[-1][1]["bin_first_page"] == 0
+    monkeypatch.setattr(heuristics, "FIRST_PAGE_FROM_PLAN", True)
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws)  # no table: nothing written, nothing used
+    assert fake.calls[-1][1]["page_table"] == 0
+    ha.decode(q, k, v, pt, lens, plan)
+    assert fake.calls[-1][1]["bin_first_page"] == 0
+    q, k, v, pt, lens = inputs(page=32, pages=40)
+    pt = torch.zeros(3, 8, dtype=torch.int32)
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws, page_table=pt, page_size=32)
+    ha.decode(q, k, v, pt, lens, plan)  # pages of 32 tokens: a tile spans two pages
+    assert fake.calls[-1][1]["bin_first_page"] == 0
+    with pytest.raises(ValueError, match="page_size"):
+        ha.plan_decode(lens, 2, 8, workspace=ws, page_table=pt)
+    with pytest.raises(ValueError, match="does not cover"):
+        ha.plan_decode(lens, 2, 8, workspace=ws, page_table=pt[:, :2], page_size=32)

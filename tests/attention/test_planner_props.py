@@ -12,7 +12,7 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from hpc_attention.planner import plan_tables, workspace_caps
+from hpc_attention.planner import first_pages, plan_tables, workspace_caps
 from hpc_attention.reference import decode_reference, execute_plan
 
 T = 64
@@ -314,3 +314,27 @@ def test_workspace_caps_hold_worst_cases(C):
             t = plan_tables(lens, 1, C, 1, tail_percent=tail, tail_bin=1, max_tail_bins=2 * C)
             caps = workspace_caps(len(lens), 1, C, max_tail_bins=2 * C)
             assert t.counters[0] <= caps.tasks and t.counters[4] <= caps.slots and t.counters[1] <= caps.combine
+
+
+@settings(max_examples=60, deadline=None)
+@given(lens=lengths_strategy(), hkv=st.sampled_from([1, 2, 8]), num_ctas=st.sampled_from([1, 7, 132]),
+       page=st.sampled_from([16, 64, 128]))
+@example(lens=[131072] + [4096] * 31, hkv=1, num_ctas=132, page=64)
+def test_first_pages_hold_each_bins_first_token(lens, hkv, num_ctas, page):
+    """The page id the planner hands the decode kernel for a bin (first_pages, the twin of the
+    device's bin_first_page) is the table entry of the page holding the bin's first token, which is
+    inside its request's length; empty bins get none."""
+    tables = plan_tables(lens, hkv, num_ctas, 4, max_len=max(lens), task_cost=2)
+    width = -(-max(max(lens), 1) // page)
+    table = [[b * 1_000_000 + j for j in range(width)] for b in range(len(lens))]
+    pages = first_pages(tables, table, page, hkv)
+    assert len(pages) == len(tables.bin_start) - 1
+    for c, pg in enumerate(pages):
+        t_b, t_e = tables.bin_start[c], tables.bin_start[c + 1]
+        if t_b == t_e:
+            assert pg is None
+            continue
+        item, tile = tables.tasks[t_b][:2]
+        b, tok = item // hkv, tile * T
+        assert tok < lens[b]
+        assert pg // 1_000_000 == b and (pg % 1_000_000) * page <= tok < (pg % 1_000_000 + 1) * page

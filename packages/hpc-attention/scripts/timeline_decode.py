@@ -16,7 +16,7 @@ Printed per case and variant (us, relative to the earliest CTA entry unless said
   late      the 6 CTAs that exit last: tiles, tasks, split tasks, merges, start, stream, end
 
     python3 packages/hpc-attention/scripts/timeline_decode.py [--cases ...] [--kv bf16,fp8]
-        [--variants default,tma_helpers,read_flush,stream_only] [--reps 5]
+        [--variants default,first_page_off,tma_helpers,read_flush,stream_only] [--reps 5]
 """
 
 from __future__ import annotations
@@ -42,12 +42,13 @@ SLOTS = 16
 (ENTRY, PDL, BIN, ISSUE, DATA, LAST, CEND, HEND, MERGE_NS, COUNTS, PEND, SMID, HCOUNTS, CLK0, CLK1,
  LAST_MERGE_NS) = range(16)
 
-# name -> (bench.overrides kwargs, flush mode)
+# name -> (bench.overrides kwargs, flush mode, plan given the page table: first page ids from the plan)
 VARIANTS = {
-    "default": ({}, "write"),
-    "tma_helpers": (dict(tma=True, helpers=True), "write"),
-    "read_flush": ({}, "read"),
-    "stream_only": (dict(skip_combine=True, flags=1), "write"),
+    "default": ({}, "write", True),
+    "first_page_off": ({}, "write", False),
+    "tma_helpers": (dict(tma=True, helpers=True), "write", True),
+    "read_flush": ({}, "read", True),
+    "stream_only": (dict(skip_combine=True, flags=1), "write", True),
 }
 
 
@@ -60,19 +61,22 @@ def run(case, kv, variant, inputs, reps):
     q, k, v, pt, kv_lens, (ks, vs) = inputs
     B, hq, hkv = q.shape[0], q.shape[1], k.shape[2]
     kv_t = bench.FP8 if kv == "fp8" else torch.bfloat16
+    kw, flush, with_pt = VARIANTS[variant]
     ws = ha.DecodeWorkspace(B, hkv, hq, int(kv_lens.max()))
-    plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, kv_dtype=kv_t)
+    pt_kw = dict(page_table=pt, page_size=k.shape[1]) if with_pt else {}
+    plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, kv_dtype=kv_t, **pt_kw)
     C = plan.num_ctas
     tl = torch.zeros(C * SLOTS, dtype=torch.int64, device="cuda")
     out = torch.empty(B, hq, 128, dtype=torch.bfloat16, device="cuda")
-    kw, flush = VARIANTS[variant]
     dev = q.device
-    stream = torch.cuda.current_stream()
-    with bench.overrides(timeline=tl, **kw):
+    stream = torch.cuda.Stream(dev)  # capture needs a side stream (as in bench_us)
+    stream.wait_stream(torch.cuda.current_stream(dev))
+    with bench.overrides(timeline=tl, **kw), torch.cuda.stream(stream):
         fn = (lambda: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out))
         fn()
-        producer = pd.LAST_PRODUCER["name"]
-        torch.cuda.synchronize()
+        producer = pd.LAST_PRODUCER["name"] + ("+first_page" if pd.LAST_PRODUCER["first_page"] else "")
+        timing._flush_l2(dev, flush)  # allocates the flush buffer outside the capture
+        stream.synchronize()
         start = torch.cuda.Event(enable_timing=True, external=True)
         end = torch.cuda.Event(enable_timing=True, external=True)
         g = torch.cuda.CUDAGraph()
@@ -82,13 +86,13 @@ def run(case, kv, variant, inputs, reps):
             start.record(stream)
             fn()
             end.record(stream)
-    tables = plan.tables()
-    runs = []
-    for _ in range(reps):
-        g.replay()
-        end.synchronize()
-        runs.append((start.elapsed_time(end) * 1e3, tl.view(C, SLOTS).cpu().tolist()))
-    return producer, tables, runs
+        runs = []
+        for _ in range(reps):
+            g.replay()
+            end.synchronize()
+            runs.append((start.elapsed_time(end) * 1e3, tl.view(C, SLOTS).cpu().tolist()))
+    torch.cuda.current_stream(dev).wait_stream(stream)
+    return producer, plan.tables(), runs
 
 
 def analyse(tables, event_us, a, kv):
@@ -107,9 +111,9 @@ def analyse(tables, event_us, a, kv):
     holds_long = [any(tables.tasks[i][0] == longest for i in range(bs[c], bs[c + 1])) for c in range(C)]
     rows = []
     for c, r in enumerate(a):
-        cnt = r[COUNTS]
-        tiles, tasks, splits, merges = cnt & 0xFFFF, (cnt >> 16) & 0xFFFF, (cnt >> 32) & 0xFFFF, cnt >> 48
-        merges += r[HCOUNTS]
+        mine = tables.tasks[bs[c]:bs[c + 1]]  # the own bin (no tail bins at TAIL_PERCENT = 0)
+        tiles, tasks, splits = sum((t[2] + 63) // 64 - t[1] for t in mine), len(mine), sum(t[3] >= 0 for t in mine)
+        merges = r[COUNTS] + r[HCOUNTS]
         busy = tiles > 0 and r[DATA] and r[LAST]
         rows.append(dict(c=c, sm=r[SMID], tiles=tiles, tasks=tasks, splits=splits, merges=merges, long=holds_long[c],
                          entry=us(r[ENTRY]), pdl=(r[PDL] - r[ENTRY]) / 1e3, bin=(r[BIN] - r[PDL]) / 1e3,
@@ -178,7 +182,7 @@ def main():
     ap.add_argument("--cases", default=",".join(bench.CASES))
     ap.add_argument("--kv", default="bf16,fp8")
     ap.add_argument("--heads", default="8/1")
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--variants", default="default,first_page_off,tma_helpers,stream_only")
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     hq, hkv = (int(x) for x in args.heads.split("/"))

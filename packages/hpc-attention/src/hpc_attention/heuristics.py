@@ -88,6 +88,14 @@ TAIL_BIN_TILES = 4
 MAX_TAIL_BINS_PER_CTA = 2
 MAX_TAIL_PERCENT = 50
 
+# The decode kernel's start chain is bin (bin_start / bin_first) -> page id -> first KV bytes,
+# three dependent DRAM round trips after the L2 flush. When plan_decode is given the page table,
+# the planner also writes each bin's first page id, which the kernel loads with bin_start: the
+# first copies then go out one round trip earlier. Timeline (H200, commit 1d63a79, NOTES.md): bin
+# known -> first copies issued 1.1-2.0 us, most of it that page-id read. Same bits (same pages).
+# Read when `decode` is called (a CUDA graph keeps the capture's value).
+FIRST_PAGE_FROM_PLAN = True
+
 TILE_TOKENS = 64
 HEAD_DIM = 128
 MAX_GROUP = 16

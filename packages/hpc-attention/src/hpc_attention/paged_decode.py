@@ -28,7 +28,7 @@ DIAG = {"skip_combine": False, "flags": 0, "timeline": None}
 
 # Which producer the last eager `decode` call ran ("tma" or "cp_async"; tests read it). The TMA
 # producer falls back to cp.async when the driver cannot encode the cache's tensor map.
-LAST_PRODUCER = {"name": None}
+LAST_PRODUCER = {"name": None, "first_page": None}
 
 # Smallest page for the TMA producer: a 64-token tile takes 64 / page_size boxes per K and V.
 _TMA_MIN_PAGE = 16
@@ -100,6 +100,8 @@ class DecodeWorkspace:
         nbins = self.num_ctas + self.max_tail_bins  # owned bins, then claimable tail bins
         self.bin_start = torch.zeros(nbins + 1, **i32)
         self.bin_first = torch.zeros(nbins, 4, **i32)  # first task of each bin (a copy)
+        # Page id of each bin's first tile (plans given the page table, see plan_decode).
+        self.bin_first_page = torch.zeros(nbins, **i32)
         # Tail bins claimed so far in the running call (zero between calls: the last claim resets it).
         self.claim_counter = torch.zeros(1, **i32)
         self.combine = torch.zeros(caps.combine, 4, **i32)
@@ -131,6 +133,8 @@ class DecodePlan:
     tail_bin: int  # smallest tail bin in units
     max_kv_len: int
     kv_lens_ptr: int
+    # The page table whose first-tile page ids the plan wrote (data_ptr, row stride, page size), or None.
+    first_page_of: tuple[int, int, int] | None = None
 
     def tables(self) -> PlanTables:
         """The device tables as Python lists (synchronises; for tests and debugging)."""
@@ -155,13 +159,18 @@ def _check_heads(num_qo_heads: int, num_kv_heads: int, op: str) -> None:
 # ---- custom ops (torch.compile / CUDA graphs see mutations, not Python objects) ----------------
 
 @torch.library.custom_op("hpc_attention::plan_decode",
-                        mutates_args=("tasks", "bin_start", "bin_first", "combine", "counters", "slot_meta"))
+                        mutates_args=("tasks", "bin_start", "bin_first", "combine", "counters", "slot_meta",
+                                      "bin_first_page"))
 def _plan_op(kv_lens: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor, bin_first: torch.Tensor,
              combine: torch.Tensor, counters: torch.Tensor, slot_meta: torch.Tensor, num_kv_heads: int, num_ctas: int,
              min_tiles: int,
              static_splits: int, max_len: int, task_cost: int, tail_percent: int, tail_bin: int,
-             max_tail_bins: int) -> None:
+             max_tail_bins: int, page_table: torch.Tensor | None, page_size_log2: int,
+             bin_first_page: torch.Tensor) -> None:
     _ext.load().decode_plan(
+        page_table=page_table.data_ptr() if page_table is not None else 0,
+        page_table_stride=page_table.stride(0) if page_table is not None else 0, page_size_log2=page_size_log2,
+        bin_first_page=bin_first_page.data_ptr(),
         kv_lens=kv_lens.data_ptr(), batch=kv_lens.shape[0], num_kv_heads=num_kv_heads, num_bins=num_ctas,
         min_tiles=min_tiles, static_splits=static_splits, max_len=max_len, task_cost=task_cost,
         tail_percent=tail_percent, tail_bin=tail_bin, max_tail_bins=max_tail_bins,
@@ -172,7 +181,8 @@ def _plan_op(kv_lens: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor
 
 @_plan_op.register_fake
 def _(kv_lens, tasks, bin_start, bin_first, combine, counters, slot_meta, num_kv_heads, num_ctas, min_tiles,
-      static_splits, max_len, task_cost, tail_percent, tail_bin, max_tail_bins):
+      static_splits, max_len, task_cost, tail_percent, tail_bin, max_tail_bins, page_table, page_size_log2,
+      bin_first_page):
     return None
 
 
@@ -184,7 +194,7 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
                merge_counts: torch.Tensor, merge_ml: torch.Tensor, claim_counter: torch.Tensor, out: torch.Tensor,
                k_scale_t: torch.Tensor | None, v_scale_t: torch.Tensor | None, k_scale: float, v_scale: float,
                sm_scale: float, num_ctas: int, combine_ctas: int, merge_in_decode: bool,
-               tma_producer: bool, merge_helpers: bool) -> None:
+               tma_producer: bool, merge_helpers: bool, bin_first_page: torch.Tensor | None) -> None:
     ext = _ext.load()
     skip_combine = bool(DIAG["skip_combine"])
     merge = merge_in_decode and not skip_combine
@@ -211,7 +221,8 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
         diag=int(DIAG["flags"]), merge=(2 if merge_helpers else 1) if merge else 0, slot_meta=slot_meta.data_ptr(),
         merge_counts=merge_counts.data_ptr(), merge_ml=merge_ml.data_ptr(), combine=combine.data_ptr(),
         counters=counters.data_ptr(), claim_counter=claim_counter.data_ptr(), tma_producer=tma_producer,
-        num_ctas=num_ctas, pdl=pdl, stream=stream, timeline=_timeline_ptr(num_ctas))
+        num_ctas=num_ctas, pdl=pdl, stream=stream, timeline=_timeline_ptr(num_ctas),
+        bin_first_page=bin_first_page.data_ptr() if bin_first_page is not None else 0)
     LAST_PRODUCER["name"] = "tma" if used_tma else "cp_async"
     if merge or skip_combine:
         return
@@ -233,7 +244,7 @@ def _timeline_ptr(num_ctas: int) -> int:
 @_decode_op.register_fake
 def _(q, q_scale, k_cache, v_cache, page_table, tasks, bin_start, bin_first, combine, counters, partial_o, partial_lse,
       slot_meta, merge_counts, merge_ml, claim_counter, out, k_scale_t, v_scale_t, k_scale, v_scale, sm_scale, num_ctas, combine_ctas,
-      merge_in_decode, tma_producer, merge_helpers):
+      merge_in_decode, tma_producer, merge_helpers, bin_first_page):
     return None
 
 
@@ -243,7 +254,8 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
                 workspace: DecodeWorkspace | None = None, static_splits: int | str | None = None,
                 min_tiles: int | None = None, kv_dtype: torch.dtype | None = None, task_cost: int | None = None,
                 tail_percent: int | None = None, tail_bin: int | None = None,
-                validate: bool | None = None) -> DecodePlan:
+                validate: bool | None = None, page_table: torch.Tensor | None = None,
+                page_size: int | None = None) -> DecodePlan:
     """Build the decode plan on the device from the device-side lengths (no host sync).
 
     kv_lens: [B] int32 CUDA tensor, the KV length of each request (0 allowed). The plan reads
@@ -261,7 +273,13 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
     TAIL_BIN_TILES; the TMA producer kernel claims tail bins, the cp.async one runs them in a
     fixed order; any plan gives the same results with either). validate: check on the host that
     0 <= kv_lens <= max_kv_len (synchronises; default: when not capturing a CUDA graph). On the
-    device, lengths are clamped into that range whatever `validate` says.
+    device, lengths are clamped into that range whatever `validate` says. page_table / page_size:
+    optionally the [B, max_pages] int32 page table (and its page size in tokens) that `decode` will
+    read: the plan then also records the page id of each bin's first tile, so the decode kernel
+    issues its first KV copies without a page-table read (heuristics.FIRST_PAGE_FROM_PLAN; used
+    only when `decode` gets this same table with pages of >= 64 tokens, ignored otherwise). The
+    ids are read when the plan kernel runs: the table's first pages must not change between
+    plan_decode and decode.
     """
     op = "plan_decode"
     check_tensor(kv_lens, "kv_lens", op, dtype=torch.int32, ndim=1, contiguous=True)
@@ -322,13 +340,26 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
         if bad.numel():
             i = int(bad[0])
             raise ValueError(f"{op}: kv_lens[{i}] = {int(lens[i])} is outside [0, max_kv_len={max_len}]")
+    first_page_of = None
+    if page_table is not None:
+        check_tensor(page_table, "page_table", op, dtype=torch.int32, ndim=2, last_dim_contiguous=True)
+        if page_size is None or page_size < 1 or page_size & (page_size - 1):
+            raise ValueError(f"{op}: with page_table give page_size, a power of two, got {page_size}")
+        if page_table.device != ws.device:
+            raise ValueError(f"{op}: page_table is on {page_table.device}, the workspace on {ws.device}")
+        if page_table.shape[0] < B or page_table.shape[1] * page_size < max_len:
+            raise ValueError(f"{op}: page_table {list(page_table.shape)} of {page_size}-token pages does not cover "
+                             f"{B} requests of up to {max_len} tokens")
+        first_page_of = (page_table.data_ptr(), page_table.stride(0), int(page_size))
     torch.ops.hpc_attention.plan_decode(kv_lens, ws.tasks, ws.bin_start, ws.bin_first, ws.combine, ws.counters,
                                         ws.slot_meta, num_kv_heads, ws.num_ctas, floor, splits, max_len, cost,
-                                        tail if splits == 0 else 0, tbin, ws.max_tail_bins)
+                                        tail if splits == 0 else 0, tbin, ws.max_tail_bins, page_table,
+                                        int(page_size).bit_length() - 1 if page_table is not None else 0,
+                                        ws.bin_first_page)
     return DecodePlan(workspace=ws, batch=B, num_kv_heads=num_kv_heads, num_qo_heads=num_qo_heads,
                       num_ctas=ws.num_ctas, static_splits=splits, min_tiles=floor,
                       task_cost=cost if splits == 0 else 0, tail_percent=tail if splits == 0 else 0, tail_bin=tbin,
-                      max_kv_len=max_len, kv_lens_ptr=kv_lens.data_ptr())
+                      max_kv_len=max_len, kv_lens_ptr=kv_lens.data_ptr(), first_page_of=first_page_of)
 
 
 def _scale_arg(x, name: str, op: str, device: torch.device):
@@ -430,8 +461,18 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
         ws.partial_o, ws.partial_lse, ws.slot_meta, ws.merge_counts, ws.merge_ml, ws.claim_counter, out, k_t, v_t, k_f,
         v_f, float(sm_scale),
         plan.num_ctas, heuristics.combine_ctas(get_num_sms(dev)), bool(heuristics.MERGE_IN_DECODE),
-        _use_tma(page_size, Hkv), bool(heuristics.MERGE_ON_HELPER_WARPS))
+        _use_tma(page_size, Hkv), bool(heuristics.MERGE_ON_HELPER_WARPS),
+        ws.bin_first_page if _use_first_page(plan, page_table, page_size) else None)
+    LAST_PRODUCER["first_page"] = _use_first_page(plan, page_table, page_size)
     return out
+
+
+def _use_first_page(plan: DecodePlan, page_table: torch.Tensor, page_size: int) -> bool:
+    """Whether the decode kernel takes each bin's first page id from the plan: the plan recorded
+    them for this page table (same storage, row stride and page size), pages hold >= 64 tokens (a
+    tile in one page) and heuristics.FIRST_PAGE_FROM_PLAN is on."""
+    return (bool(heuristics.FIRST_PAGE_FROM_PLAN) and page_size >= 64 and plan.first_page_of is not None
+            and plan.first_page_of == (page_table.data_ptr(), page_table.stride(0), page_size))
 
 
 def _validate_pages(page_table, kv_lens, page_size, num_pages, max_len, op) -> None:

@@ -60,6 +60,21 @@ class PlanTables:
     bin_first: list[tuple[int, int, int, int]] = field(default_factory=list)
 
 
+def first_pages(tables: PlanTables, page_table: Sequence[Sequence[int]], page_size: int,
+                num_kv_heads: int) -> list[int | None]:
+    """The device planner's bin_first_page (plans given a page table): for each bin with tasks, the
+    raw page id of its first task's first tile, page_table[b][tile * 64 // page_size]; None for
+    empty bins (their device entries are stale)."""
+    out: list[int | None] = []
+    for c in range(len(tables.bin_start) - 1):
+        if tables.bin_start[c] < tables.bin_start[c + 1]:
+            item, tile = tables.tasks[tables.bin_start[c]][:2]
+            out.append(int(page_table[item // num_kv_heads][tile * TILE_TOKENS // page_size]))
+        else:
+            out.append(None)
+    return out
+
+
 def _tiles(length: int) -> int:
     return (length + TILE_TOKENS - 1) // TILE_TOKENS
 

@@ -33,7 +33,8 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       "decode_plan",
       [](uintptr_t kv_lens, int batch, int num_kv_heads, int num_bins, int min_tiles, int static_splits,
          int max_len, int task_cost, int tail_percent, int tail_bin, int max_tail_bins, uintptr_t tasks, uintptr_t bin_start, uintptr_t bin_first, uintptr_t combine,
-         uintptr_t counters, uintptr_t slot_meta, bool pdl, uintptr_t stream) {
+         uintptr_t counters, uintptr_t slot_meta, bool pdl, uintptr_t stream, uintptr_t page_table,
+         long long page_table_stride, int page_size_log2, uintptr_t bin_first_page) {
         DecodePlanParams p{};
         p.kv_lens = hpc::as_ptr<const int32_t>(kv_lens);
         p.batch = batch;
@@ -52,13 +53,18 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.combine = hpc::as_ptr<int4>(combine);
         p.counters = hpc::as_ptr<int32_t>(counters);
         p.slot_meta = hpc::as_ptr<int2>(slot_meta);
+        p.page_table = hpc::as_ptr<const int32_t>(page_table);  // 0: no first page ids
+        p.page_table_stride = page_table_stride;
+        p.page_size_log2 = page_size_log2;
+        p.bin_first_page = hpc::as_ptr<int32_t>(bin_first_page);
         HPC_CUDA_CHECK(hpc_attn_launch_decode_plan(p, hpc::as_stream(stream), pdl), "decode_plan");
       },
       py::arg("kv_lens"), py::arg("batch"), py::arg("num_kv_heads"), py::arg("num_bins"), py::arg("min_tiles"),
       py::arg("static_splits"), py::arg("max_len"), py::arg("task_cost"), py::arg("tail_percent"),
       py::arg("tail_bin"), py::arg("max_tail_bins"), py::arg("tasks"), py::arg("bin_start"),
       py::arg("bin_first"), py::arg("combine"),
-      py::arg("counters"), py::arg("slot_meta"), py::arg("pdl"), py::arg("stream"));
+      py::arg("counters"), py::arg("slot_meta"), py::arg("pdl"), py::arg("stream"), py::arg("page_table") = 0,
+      py::arg("page_table_stride") = 0, py::arg("page_size_log2") = 0, py::arg("bin_first_page") = 0);
 
   m.def(
       "paged_decode",
@@ -72,7 +78,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
          uintptr_t v_scale_ptr, float k_scale, float v_scale, float sm_scale_log2, int num_kv_heads, int group,
          int diag, int merge, uintptr_t slot_meta, uintptr_t merge_counts, uintptr_t merge_ml, uintptr_t combine,
          uintptr_t counters, uintptr_t claim_counter, bool tma_producer, int num_ctas, bool pdl, uintptr_t stream,
-         uintptr_t timeline) {
+         uintptr_t timeline, uintptr_t bin_first_page) {
         PagedDecodeParams p{};
         p.q = hpc::as_ptr<const void>(q);
         p.q_stride_b = q_stride_b;
@@ -95,6 +101,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.tasks = hpc::as_ptr<const int4>(tasks);
         p.bin_start = hpc::as_ptr<const int32_t>(bin_start);
         p.bin_first = hpc::as_ptr<const int4>(bin_first);
+        p.bin_first_page = hpc::as_ptr<const int32_t>(bin_first_page);  // 0: read the page table
         p.out = hpc::as_ptr<void>(out);
         p.out_stride_b = out_stride_b;
         p.out_stride_h = out_stride_h;
@@ -141,7 +148,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       py::arg("v_scale"), py::arg("sm_scale_log2"), py::arg("num_kv_heads"), py::arg("group"), py::arg("diag"),
       py::arg("merge"), py::arg("slot_meta"), py::arg("merge_counts"), py::arg("merge_ml"), py::arg("combine"),
       py::arg("counters"), py::arg("claim_counter"), py::arg("tma_producer"), py::arg("num_ctas"), py::arg("pdl"),
-      py::arg("stream"), py::arg("timeline") = 0);
+      py::arg("stream"), py::arg("timeline") = 0, py::arg("bin_first_page") = 0);
 
   m.def(
       "decode_combine",

@@ -47,6 +47,14 @@ struct DecodePlanParams {
   int4* combine;      // {item, first slot, parts (0: empty item -> zeros), 0}
   int32_t* counters;  // [kNumCounters]
   int2* slot_meta;    // [slots]: {first slot, parts} of the split item that owns the slot
+  // Optional (page_table nullptr: not written): the page table the decode kernel will read, and
+  // bin_first_page[bin] = the (unclamped) page id of the first tile of each non-empty bin's first
+  // task. The decode kernel loads it with bin_start / bin_first and issues the bin's first KV
+  // copies without waiting for a page-table read (one dependent DRAM round trip fewer, ~1 us).
+  const int32_t* page_table;  // [B, max_pages]
+  long long page_table_stride;
+  int page_size_log2;
+  int32_t* bin_first_page;  // [num_bins + max_tail_bins]
 };
 
 struct PagedDecodeParams {
@@ -72,6 +80,9 @@ struct PagedDecodeParams {
   const int4* tasks;
   const int32_t* bin_start;
   const int4* bin_first;  // [num_bins]: copy of each non-empty bin's first task (planner)
+  // nullptr, or the planner's page id of each non-empty bin's first tile for this page table
+  // (used with pages of >= 64 tokens only: a tile then lies in one page; ids clamped here).
+  const int32_t* bin_first_page;
   void* out;  // [B, Hq, 128] BF16
   long long out_stride_b, out_stride_h;
   float* partial_o;    // [slots, G, 128]

@@ -25,6 +25,16 @@
 
 namespace hpc::attn {
 
+// bin_first[c] = t4 (bin c's first task), and with a page table the page id of its first tile.
+template <typename T>
+__device__ __forceinline__ void write_bin_first(const DecodePlanParams& p, T c, int4 t4, int num_kv_heads) {
+  p.bin_first[c] = t4;
+  if (p.page_table != nullptr) {
+    const int b = t4.x / num_kv_heads;
+    p.bin_first_page[c] = p.page_table[b * p.page_table_stride + ((t4.y * kTileTokens) >> p.page_size_log2)];
+  }
+}
+
 struct Scan3 {
   int a, b, c;
 };
@@ -273,7 +283,7 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
           p.tasks[task] = t4;
           if (w.cs >= s0) {  // no earlier item has tiles in this bin: the bin starts here
             p.bin_start[w.c] = task;
-            p.bin_first[w.c] = t4;
+            write_bin_first(p, w.c, t4, hkv);
           }
           ++task;
           ++q;
@@ -325,7 +335,7 @@ __device__ __forceinline__ void plan_dynamic(const DecodePlanParams& p, int r0, 
           if (parts > 1) p.slot_meta[s_ + q] = make_int2(s_, parts);
           if (cs >= s0) {
             p.bin_start[c] = t_ + q;
-            p.bin_first[c] = t4;
+            write_bin_first(p, c, t4, hkv);
           }
         }
         if (parts > 1) {
@@ -498,7 +508,7 @@ __device__ __noinline__ void plan_static(const DecodePlanParams& p, int r0, int 
         const int pos = static_base(task % C) + task / C;
         const int4 t4 = make_int4(item, tb, min(len, te * kTileTokens), parts > 1 ? slot + q : -1);
         p.tasks[pos] = t4;
-        if (task < C) p.bin_first[task] = t4;  // task k < C is the first of bin k
+        if (task < C) write_bin_first(p, task, t4, hkv);  // task k < C is the first of bin k
         if (parts > 1) p.slot_meta[slot + q] = make_int2(slot, parts);
         ++task;
       }

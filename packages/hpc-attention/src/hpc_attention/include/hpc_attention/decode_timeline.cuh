@@ -6,7 +6,10 @@
 // PagedDecodeParams::timeline set, each CTA writes kTimelineSlots 64-bit words at
 // timeline[blockIdx.x * kTimelineSlots + slot]: %globaltimer stamps (ns, one clock for all SMs)
 // of the events below, plus counts. Off (nullptr, the library's only setting) it costs one
-// uniform null test per event site, none inside the tile loop but the first-tile test.
+// uniform null test per event site, none inside the tile loop but the first-tile test. On, the
+// kernel only stores (stamps) and keeps counts in registers: a global read-modify-write per task
+// (the first version) stalled the consumers ~1-2 us per task after the L2 flush and skewed the
+// timeline it measured. The buffer must be zero before the call (the script zeroes it in the graph).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,7 +32,8 @@ enum TimelineSlot : int {
   kTlConsumerEnd = 6,  // consumer thread 0: last task's output (and consumer-side merges) done, exit
   kTlHelperEnd = 7,    // merge helper tid 0 (TMA kernel, merge == 2): service ended, exit
   kTlMergeNs = 8,      // ns spent in split-task arrivals + merges (consumers, or the helpers when merge == 2)
-  kTlCounts = 9,       // consumer warp 0: tiles | tasks << 16 | split tasks << 32 | merges done << 48
+  kTlCounts = 9,       // consumer thread 0: merge levels run by the consumers (tiles, tasks, split tasks
+                       // per CTA come from the plan's tables on the host)
   kTlProducerEnd = 10, // producer thread 0: all copies issued (and empty items written), exit
   kTlSmid = 11,        // %smid
   kTlHelperCounts = 12,  // helper tid 0: merges done (merge == 2)

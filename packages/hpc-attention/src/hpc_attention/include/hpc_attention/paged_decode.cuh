@@ -128,6 +128,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   uint32_t phase = 0;
   const bool helpers_merge = kTma && p.merge == 2;  // split tasks handed to the helper warps
   int requests = 0;
+  uint32_t tl_merge_ns = 0, tl_last_merge_ns = 0, tl_merges = 0;  // timeline diagnostics (consumer merges)
   // Own bin (blockIdx.x), then the tail bins: claimed ones handed over by the scheduler (TMA
   // kernel) or a fixed sequence (cp.async kernel), see decode_bin_ring.cuh.
   StaticBins bins{static_cast<int>(blockIdx.x), kTma ? 0 : p.counters[kNumTailBins], 0, 0, make_int4(0, 0, 0, 0)};
@@ -288,11 +289,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       }
     }
 
-    if (p.timeline && threadIdx.x == 0) {  // diagnostics: one thread's plain updates, per task
-      tl_put(p, kTlLastTile, tl_clock());
-      p.timeline[blockIdx.x * kTimelineSlots + kTlCounts] +=
-          static_cast<uint64_t>(max(0, tile_end - task.y)) + (1ull << 16) + (task.w >= 0 ? 1ull << 32 : 0);
-    }
+    if (p.timeline && threadIdx.x == 0) tl_put(p, kTlLastTile, tl_clock());  // a store: no stall
     // ---- merge the 4 warps (fixed order) and write the task's output ----
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -345,14 +342,13 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       if (helpers_merge) {
         merge_request(mring, requests++, make_int4(task.x, task.w, meta.x, meta.y));
       } else {
-        const uint64_t t0 = p.timeline ? tl_clock() : 0;
+        const uint32_t t0 = p.timeline ? static_cast<uint32_t>(tl_clock()) : 0u;
         const int levels = merge_split_task(p, b, h, G, task.w, meta,
                                             reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff), threadIdx.x);
-        if (p.timeline && threadIdx.x == 0) {
-          uint64_t* tl = p.timeline + blockIdx.x * kTimelineSlots;
-          tl[kTlLastMergeNs] = tl_clock() - t0;
-          tl[kTlMergeNs] += tl[kTlLastMergeNs];
-          tl[kTlCounts] += static_cast<uint64_t>(levels) << 48;
+        if (p.timeline) {  // registers only (a global read-modify-write here stalled the consumers)
+          tl_last_merge_ns = static_cast<uint32_t>(tl_clock()) - t0;
+          tl_merge_ns += tl_last_merge_ns;
+          tl_merges += levels;
         }
       }
     }
@@ -368,6 +364,11 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   if (p.timeline && threadIdx.x == 0) {
     tl_put(p, kTlConsumerEnd, tl_clock());
     tl_put(p, kTlClockEnd, clock64());
+    if (!helpers_merge) {
+      tl_put(p, kTlMergeNs, tl_merge_ns);
+      tl_put(p, kTlLastMergeNs, tl_last_merge_ns);
+      tl_put(p, kTlCounts, tl_merges);
+    }
   }
 }
 
@@ -433,6 +434,11 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
   // Only used when the bin is not empty (t_begin < t_end).
   const int4 first = !(p.diag & 4) ? p.bin_first[blockIdx.x]
                                    : (t_begin < t_end ? p.tasks[t_begin] : make_int4(0, 0, 0, 0));
+  // The page id of the bin's first tile from the planner (pages >= 64 tokens, own bin not empty;
+  // read with bin_start, so the first copies need no page-table round trip); -1: read the table.
+  int first_page = p.bin_first_page != nullptr && p.page_size_log2 >= 6 && !(p.diag & 4)
+                       ? p.bin_first_page[blockIdx.x] : -1;
+  if (t_begin >= t_end) first_page = -1;  // empty own bin: the entry is stale
   if (p.timeline && threadIdx.x == 0) tl_put(p, kTlBin, tl_clock_after(t_end ^ first.x));
   if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
     if constexpr (kTma) {
@@ -440,7 +446,7 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
       // the last two write the empty items' zero rows.
       const int pw = threadIdx.x - 32 * Cfg::kConsumerWarps;
       if (pw < 32) {
-        producer_tma_warp<kFp8Kv, kFp8Q>(p, smem, full, empty, ring, t_begin, t_end, first);
+        producer_tma_warp<kFp8Kv, kFp8Q>(p, smem, full, empty, ring, t_begin, t_end, first, first_page);
       } else if (pw < 64) {
         if (pw == 32) bin_scheduler(p, ring);
       } else if (p.merge) {
@@ -449,7 +455,7 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
         if (p.merge == 2) merge_helpers(p, mring, reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff + 4), pw - 64);
       }
     } else {
-      producer_warps<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end, first);
+      producer_warps<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end, first, first_page);
     }
   } else {
     consumer_warp<kFp8Kv, kFp8Q, kTma>(p, smem, full, empty, ring, mring, t_begin, t_end, first);

@@ -34,7 +34,8 @@ __device__ __forceinline__ void write_empty_items(const PagedDecodeParams& p, in
 
 template <bool kFp8Kv, bool kFp8Q>
 __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
-                                               uint64_t* empty, int t_begin, int t_end, int4 first) {
+                                               uint64_t* empty, int t_begin, int t_end, int4 first,
+                                               int first_page) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q>;
   constexpr int kChunks = Cfg::kRowBytes / 16;                  // 16-byte chunks per row
   constexpr int kRowsPerPass = Cfg::kProducerThreads / kChunks;  // rows covered per pass
@@ -67,11 +68,17 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
       // Page ids of this thread's rows, loaded before the wait for a free stage so that their
       // latency hides behind it. Ids are clamped into range: a bad table never faults.
       int pg[kPasses];
+      if (first_page >= 0) {  // the own bin's first tile, one page (>= 64 tokens): id from the plan
 #pragma unroll
-      for (int i = 0; i < kPasses; ++i) {
-        const int r = row0 + i * kRowsPerPass;
-        int id = r < valid ? __ldg(pt + ((tile * Cfg::kTile + r) >> p.page_size_log2)) : 0;
-        pg[i] = id < 0 ? 0 : (id >= p.num_pages ? p.num_pages - 1 : id);
+        for (int i = 0; i < kPasses; ++i) pg[i] = first_page >= p.num_pages ? p.num_pages - 1 : first_page;
+        first_page = -1;
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i) {
+          const int r = row0 + i * kRowsPerPass;
+          int id = r < valid ? __ldg(pt + ((tile * Cfg::kTile + r) >> p.page_size_log2)) : 0;
+          pg[i] = id < 0 ? 0 : (id >= p.num_pages ? p.num_pages - 1 : id);
+        }
       }
       mbar_wait(&empty[stage], phase ^ 1);
       uint8_t* sb = smem + stage * Cfg::kStageBytes;

@@ -36,7 +36,7 @@ namespace hpc::attn {
 template <bool kFp8Kv, bool kFp8Q>
 __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
                                                   uint64_t* empty, const BinRing& ring, int t_begin, int t_end,
-                                                  int4 first_task) {
+                                                  int4 first_task, int first_page) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, true>;
   constexpr int kHalves = Cfg::kRowBytes / 128;  // 128-byte boxes per row: 2 (BF16), 1 (FP8)
   constexpr int kQElem = kFp8Q ? 1 : 2;
@@ -76,10 +76,17 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
       if (first + nsub > win + 32) {  // the tile's pages are not all in the window: reload it
         win = first;
         const int idx = win + lane;
-        const int id = idx < n_pages ? __ldg(pt + idx) : 0;
-        my_id = id < 0 ? 0 : (id >= p.num_pages ? p.num_pages - 1 : id);
+        my_id = 0;  // raw id, clamped after the shuffle: nothing waits for the load before its first use
+        if (idx < n_pages) my_id = __ldg(pt + idx);
       }
-      const int page = __shfl_sync(0xffffffffu, my_id, (first + my_sub - win) & 31);
+      int page;
+      if (first_page >= 0) {  // the own bin's first tile, one page (>= 64 tokens): id from the plan,
+        page = first_page;    // the window's load above is awaited only at the next tile
+        first_page = -1;
+      } else {
+        page = __shfl_sync(0xffffffffu, my_id, (first + my_sub - win) & 31);
+      }
+      page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
       const int ncopy = 2 * kHalves * nsub;
       const bool with_q = tile == task.y;
       const uint32_t bytes = ncopy * (128u << box_log2) + (with_q ? p.group * Cfg::kQRowBytes : 0);
