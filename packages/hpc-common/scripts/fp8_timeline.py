@@ -21,7 +21,7 @@ and prints, per mode x variant x condition (medians over the replays):
 and a 1 us histogram of the stored bytes of one replay per condition for the default kernel.
 
     PYTHONPATH=packages/hpc-common/src python3 packages/hpc-common/scripts/fp8_timeline.py \
-        [--mb 64] [--reps 30] [--variants 0,11,4,7] [--modes per_tensor_static,per_token]
+        [--mb 64] [--reps 30] [--variants 0,1,2,6] [--modes per_tensor_static,per_token]
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=64)
     ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--variants", default="0,11,4,7", help="quant.BULK_VARIANT values")
+    ap.add_argument("--variants", default="0,1,2,6", help="quant.BULK_VARIANT values")
     ap.add_argument("--ctas-per-sm", default="0", help="quant.BULK_CTAS_PER_SM values (with variant 0)")
     ap.add_argument("--modes", default="per_tensor_static,per_token")
     ap.add_argument("--conditions", default="write,read,warm")

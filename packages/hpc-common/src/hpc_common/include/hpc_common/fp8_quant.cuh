@@ -44,27 +44,25 @@ namespace fp8 {
 // the alternatives of the fifth pass (FP8_NOTES.md) and a per-CTA timeline for diagnosis.
 // A default-constructed BulkOptions is the default kernel without the timeline.
 enum BulkVariant : int {
-  kBulkEarlyIssue = 1,        // thread 0 issues the first loads before the first block barrier
-  kBulkExitOnRead = 2,        // a CTA exits once its last store has read shared memory
-  kBulkWarpSpecialised = 4,   // producer warp, input stage freed on read, one store per tile
-  kBulkRefillFirst = 8,       // the refill of a stage is issued before the tile's store
+  kBulkStoreFirst = 1,   // the 8fdf820 order: a tile's store, then the refill of its stage
+  kBulkDirectStore = 2,  // stage refilled once read; FP8 stored from registers (no bulk stores)
+  kBulkFourStages = 4,   // with kBulkDirectStore: 4 input stages (64 KB, 3 CTAs per SM)
 };
-// Timeline (diagnosis only): kTimelineSlots stamps per CTA, written by thread 0 (the consumer
-// thread 0 in the warp-specialised kernel) when the pointer is not null. Entry and exit carry
-// both %globaltimer (ns, common to all SMs, its tick may be coarse) and clock64 (SM cycles,
-// fine); the other stamps are clock64 and are placed on the common axis through the CTA's
-// entry and exit pairs (scripts/fp8_timeline.py).
+// Timeline (diagnosis only): kTimelineSlots stamps per CTA, written by thread 0 when the pointer
+// is not null. Entry and exit carry both %globaltimer (ns, common to all SMs; its tick was 32 ns
+// on the H200) and clock64 (SM cycles); the other stamps are clock64, placed on the common axis
+// through the CTA's entry and exit pairs (scripts/fp8_timeline.py).
 constexpr int kTimelineMaxTiles = 32;  // tiles recorded per CTA (the first ones)
 enum TimelineSlot : int {
   kTlEntry = 0,     // globaltimer at the first instruction
   kTlIssued = 1,    // clock64: first loads issued (after griddepcontrol.wait)
-  kTlExit = 2,      // globaltimer after the last wait on the bulk stores
+  kTlExit = 2,      // globaltimer at exit (after the wait on the CTA's bulk stores)
   kTlTiles = 3,     // number of tiles of this CTA (a count)
   kTlSm = 4,        // %smid
   kTlEntryClk = 5,  // clock64 at the first instruction
   kTlExitClk = 6,   // clock64 at exit
   kTlLanded = 8,    // + i, clock64: tile i seen in shared memory
-  kTlStored = 8 + kTimelineMaxTiles,  // + i, clock64: tile i's bulk store issued
+  kTlStored = 8 + kTimelineMaxTiles,  // + i, clock64: tile i's store issued
 };
 constexpr int kTimelineSlots = 8 + 2 * kTimelineMaxTiles;
 
