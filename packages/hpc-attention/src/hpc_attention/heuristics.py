@@ -91,8 +91,11 @@ MAX_TAIL_PERCENT = 50
 # The decode kernel's start chain is bin (bin_start / bin_first) -> page id -> first KV bytes,
 # three dependent DRAM round trips after the L2 flush. When plan_decode is given the page table,
 # the planner also writes each bin's first page id, which the kernel loads with bin_start: the
-# first copies then go out one round trip earlier. Timeline (H200, commit 1d63a79, NOTES.md): bin
-# known -> first copies issued 1.1-2.0 us, most of it that page-id read. Same bits (same pages).
+# first copies then go out one round trip earlier. Timeline (H200, commit 1d63a79, HISTORY.md): bin
+# known -> first copies issued 1.1-2.0 us; with the id from the plan 1.1-1.4 (run 2, 827f151: the
+# read was only ~0.3-0.5 us of that step). Measured (H200, 38c0e3d, 8/1 FP8, 30 reps): decode
+# -0.04 to -0.59 us per call on the six cases, planner +1.0-1.4 us per step (one pass after a block
+# barrier). Same bits (same pages; GPU test). Only used when plan_decode got the page table.
 # Read when `decode` is called (a CUDA graph keeps the capture's value).
 FIRST_PAGE_FROM_PLAN = True
 
