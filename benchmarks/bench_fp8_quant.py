@@ -3,8 +3,8 @@
 Cases: every mode on bf16 inputs of 1 MB to 256 MB (rows of 4096: the hidden size of Qwen3 /
 Hy3; per-token-per-head as [T, 32, 128]), plus at 64 MB an odd row length (scalar path) and
 fp32 input. Providers (PROVIDERS below): `ours` (the default dispatch), `ours_old` (the
-dispatch of 8fdf820: segment-team amax pass, store before refill), `ours_store_first` /
-`ours_direct_store*` (bulk-kernel alternatives of the fifth pass), `ours_bulk` / `ours_register` (the bulk-copy
+dispatch of 8fdf820: segment-team amax pass, store before refill), `ours_store_first` (the
+bulk kernel's store-then-refill order of 8fdf820), `ours_bulk` / `ours_register` (the bulk-copy
 kernel forced on / off; off: the register kernels), `ours_generic_kernel` (group / per-head
 modes: the generic register kernel) and `torch_ref` (hpc_common.fp8.reference run on the GPU,
 the same float32 operations in eager torch ops). Timing: hpc_common.bench.bench_us
@@ -86,9 +86,8 @@ def _cases(quick: bool, sizes=None, modes=MODES):
 # short-segment kernel for groups); `ours_generic_kernel` uses neither the bulk nor the
 # short-segment kernel (group / per-head rows only).
 # `ours_store_first`: the bulk kernel's 8fdf820 order (a tile's store, then its stage's refill;
-# the default refills first since the fifth pass); `ours_direct_store*`: plain stores from
-# registers with the stage refilled once read (4 CTAs per SM; capped at 3; 4 stages). Rows of
-# modes that do not take the bulk kernel (per-tensor dynamic, odd N) equal `ours`.
+# the default refills first since the fifth pass). Rows of modes that do not take the bulk kernel
+# (per-tensor dynamic, odd N) equal `ours`.
 OLD_BULK_KERNEL_MODES = frozenset({"per_tensor_static", "per_token", "group", "per_head"})
 PROVIDERS = {
     "ours": {},
@@ -96,11 +95,7 @@ PROVIDERS = {
     "ours_bulk": dict(USE_BULK_KERNEL=True),
     "ours_register": dict(USE_BULK_KERNEL=False),
     "ours_generic_kernel": dict(USE_BULK_KERNEL=False, USE_SHORT_SEGMENT_KERNEL=False),
-    # Fifth pass (FP8_NOTES.md): bulk-kernel alternatives, quant.BULK_VARIANT bits / CTA cap.
-    "ours_store_first": dict(BULK_VARIANT=1),
-    "ours_direct_store": dict(BULK_VARIANT=2),
-    "ours_direct_store_3cta": dict(BULK_VARIANT=2, BULK_CTAS_PER_SM=3),
-    "ours_direct_store_4stages": dict(BULK_VARIANT=6),
+    "ours_store_first": dict(BULK_VARIANT=1),  # fifth pass: the bulk kernel's 8fdf820 order
     "torch_ref": None,
 }
 

@@ -89,11 +89,11 @@ USE_PEELED_VECTOR_PATH = True
 # Group-128 / per-head quantisation takes the short-segment kernel (fp8_quant_small_seg.cuh);
 # benchmarks/bench_fp8_quant.py turns this off to time the generic kernel beside it.
 USE_SHORT_SEGMENT_KERNEL = True
-# Bulk-copy kernel (fp8_quant_bulk.cuh): serves shapes whose segments are
-# whole, 16-element multiples and at most 16 KB (the launcher checks; other shapes keep the
-# register kernels above). BULK_KERNEL_MODES lists the modes where they are the default (see
-# FP8_NOTES.md for the measurements); USE_BULK_KERNEL = True / False forces them on / off for
-# every mode (tests and benchmarks time and check both), None follows BULK_KERNEL_MODES.
+# Bulk-copy kernel (fp8_quant_bulk.cuh): serves shapes whose segments are whole, 16-element
+# multiples and at most 16 KB (the launcher checks; other shapes keep the register kernels
+# above). BULK_KERNEL_MODES lists the modes where it is the default (see FP8_NOTES.md for the
+# measurements); USE_BULK_KERNEL = True / False forces it on / off for every mode (tests and
+# benchmarks time and check both), None follows BULK_KERNEL_MODES.
 # H200 run of aeb24f7 (bf16 N=4096, % of the 4.27 TB/s copy bandwidth, bulk / register kernels):
 # per-tensor static 75.6 / 72.3 (64 MB), 91.0 / 89.3 (256 MB); group-128 71.4 / 67.5, 87.0 / 87.6;
 # per-head 71.9 / 67.7, 87.4 / 87.5; per-token 71.6 / 70.6, 87.8 / 89.0 (fp32 128 MB: 77.8 / 71.5);
@@ -110,19 +110,15 @@ USE_BULK_KERNEL: Optional[bool] = None
 # were removed after commit 59a5220, where their code and switches remain.
 FLAT_AMAX_KERNEL = True
 
-# Bulk-kernel alternatives of the fifth pass (FP8_NOTES.md), bits of BULK_VARIANT (same bits out
-# for every value): 0 = the default (after a tile's barrier thread 0 refills the stage, then stores
-# the tile: H200 run 1 of the fifth pass, -0.3 to -0.8 us per 64 MB call against the other order),
-# 1 = the 8fdf820 order (store, then refill), 2 = plain stores from registers with the stage
-# refilled as soon as it is read (no output buffers, 4 CTAs per SM), 6 = the same with 4 stages
-# (3 CTAs per SM). BULK_CTAS_PER_SM caps the resident CTAs per SM (0: as many as fit).
+# Bulk kernel order after a tile's block barrier (FP8_NOTES.md, fifth pass): 0 = the default,
+# thread 0 refills the tile's stage, then stores the tile (H200: 64 MB calls 0.3-0.8 us faster);
+# 1 = the 8fdf820 order (store, then refill). Same bits out either way.
 BULK_VARIANT = 0
-BULK_CTAS_PER_SM = 0
 # Diagnosis only (scripts/fp8_timeline.py): a CUDA int64 tensor of at least
 # grid * TIMELINE_SLOTS elements; the bulk kernel then writes per-CTA %globaltimer stamps into it
 # (slot layout: TimelineSlot in fp8_quant.cuh). None in normal calls.
 BULK_TIMELINE: Optional[torch.Tensor] = None
-TIMELINE_SLOTS = 8 + 2 * 32
+TIMELINE_SLOTS = 8 + 2 * 32  # kTimelineSlots
 
 
 def _bulk_for(mode: int, scale_source: int) -> bool:
@@ -159,7 +155,7 @@ def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor
         scale_source=scale_source, per_tensor_dynamic=per_tensor_dynamic, ue8m0=bool(ue8m0),
         vectorized=vectorized, short_segments=USE_SHORT_SEGMENT_KERNEL, num_sms=num_sms, pdl=get_pdl(),
         stream=stream_ptr(x.device), bulk=_bulk_for(mode, scale_source), peel=peel,
-        flat_amax=FLAT_AMAX_KERNEL, bulk_variant=BULK_VARIANT, bulk_ctas_per_sm=BULK_CTAS_PER_SM,
+        flat_amax=FLAT_AMAX_KERNEL, bulk_variant=BULK_VARIANT,
         timeline=BULK_TIMELINE.data_ptr() if BULK_TIMELINE is not None else 0, **geo)
 
 

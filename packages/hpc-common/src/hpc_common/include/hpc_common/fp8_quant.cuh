@@ -44,9 +44,7 @@ namespace fp8 {
 // the alternatives of the fifth pass (FP8_NOTES.md) and a per-CTA timeline for diagnosis.
 // A default-constructed BulkOptions is the default kernel without the timeline.
 enum BulkVariant : int {
-  kBulkStoreFirst = 1,   // the 8fdf820 order: a tile's store, then the refill of its stage
-  kBulkDirectStore = 2,  // stage refilled once read; FP8 stored from registers (no bulk stores)
-  kBulkFourStages = 4,   // with kBulkDirectStore: 4 input stages (64 KB, 3 CTAs per SM)
+  kBulkStoreFirst = 1,  // the 8fdf820 order: a tile's store, then the refill of its stage
 };
 // Timeline (diagnosis only): kTimelineSlots stamps per CTA, written by thread 0 when the pointer
 // is not null. Entry and exit carry both %globaltimer (ns, common to all SMs; its tick was 32 ns
@@ -69,7 +67,6 @@ constexpr int kTimelineSlots = 8 + 2 * kTimelineMaxTiles;
 struct BulkOptions {
   unsigned long long* timeline = nullptr;  // kTimelineSlots per CTA of the bulk kernel, or null
   int variant = 0;                         // BulkVariant bits
-  int ctas_per_sm = 0;                     // cap on resident CTAs per SM (0: as many as fit)
 };
 
 }  // namespace fp8

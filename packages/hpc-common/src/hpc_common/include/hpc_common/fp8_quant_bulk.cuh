@@ -16,8 +16,8 @@
 //   reduction (shuffles; > 32 lanes: one extra barrier) -> scale, reciprocal -> FP8 bytes into
 //   out[i % 3] -> fence.proxy.async + __syncthreads -> thread 0 refills the stage with the tile
 //   kBulkStages ahead and stores out[i % 3] with one bulk copy.
-// Alternatives (BulkOptions::variant, FP8_NOTES.md fifth pass): the 8fdf820 order (store, then
-// refill), and plain stores from registers with the stage refilled as soon as it is read.
+// BulkOptions::variant kBulkStoreFirst gives the 8fdf820 order (store, then refill; FP8_NOTES.md,
+// fifth pass).
 // A team of seg_vectors / 4 lanes owns a segment (lane l holds vectors l + team * j); for
 // teams of 1..4 lanes the j order is rotated per segment so that a quarter-warp's 16-byte
 // shared-memory reads fall in distinct banks.
@@ -104,15 +104,6 @@ __device__ __forceinline__ void stamp_tile(unsigned long long* tl, int slot, int
   if (tl != nullptr && i < kTimelineMaxTiles) tl[slot + int(i)] = clock64();
 }
 
-// Input stages of the ring: kBulkStages, 4 with kBulkFourStages (direct stores only).
-constexpr int bulk_stages(int variant) { return (variant & kBulkFourStages) ? 4 : kBulkStages; }
-
-template <int VEC>
-constexpr size_t bulk_smem_bytes(int variant) {
-  return (variant & kBulkDirectStore) ? size_t(bulk_stages(variant)) * kBulkTileVectors * 16
-                                      : bulk_smem_bytes<VEC>();
-}
-
 // The FP8 bytes of one pack (same operations as Pack::store_quantised), stored to shared memory.
 template <int DT, int VEC>
 __device__ __forceinline__ void quantise_to_smem(const Pack<DT, VEC>& pk, uint8_t* dst, float inv) {
@@ -136,18 +127,6 @@ __device__ __forceinline__ void write_segment_scale(const QuantParams& p, int64_
   }
 }
 
-// The same bytes stored straight to global memory (plain write-back stores).
-template <int DT, int VEC>
-__device__ __forceinline__ void quantise_to_global(const Pack<DT, VEC>& pk, uint8_t* dst, float inv) {
-  uint32_t w[VEC / 4];
-  pk.quantised_words(inv, w);
-  if constexpr (VEC == 8) {
-    *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
-  } else {
-    *reinterpret_cast<uint32_t*>(dst) = w[0];
-  }
-}
-
 // Tile geometry. A "run" is a stretch of segments that follow each other with no gap in x and
 // in q: the whole tensor when it is dense, else one token (all heads, when heads follow each
 // other: a Q slice of a fused QKV buffer) or one row. Tiles are tile_segs consecutive segments
@@ -167,10 +146,8 @@ __device__ __forceinline__ BulkTile bulk_tile(const QuantParams& p, int64_t j) {
   return t;
 }
 
-// VARIANT: BulkVariant bits (fifth pass). 0 (the default): after a tile's barrier, thread 0
-// refills the stage, then stores the tile; kBulkStoreFirst: the other way round (8fdf820);
-// kBulkDirectStore (+ kBulkFourStages): the stage is refilled as soon as the tile is in
-// registers and the FP8 bytes leave through plain stores (no output buffers, no bulk stores).
+// VARIANT: 0 (the default): after a tile's barrier, thread 0 refills the stage, then stores the
+// tile; kBulkStoreFirst: the other way round (8fdf820).
 template <int DT, int VEC, int VARIANT>
 __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const QuantParams p,
                                                                        unsigned long long* timeline) {
@@ -179,12 +156,10 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
   constexpr uint32_t kInBytes = kBulkTileVectors * 16;
   constexpr uint32_t kOutBytes = kBulkTileVectors * VEC;
   constexpr bool kRefillFirst = (VARIANT & kBulkStoreFirst) == 0;
-  constexpr bool kDirectStore = (VARIANT & kBulkDirectStore) != 0;
-  constexpr int kStages = bulk_stages(VARIANT);
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* in_buf = smem;
-  uint8_t* out_buf = smem + size_t(kStages) * kInBytes;  // not used with kDirectStore
-  __shared__ __align__(8) uint64_t full[kStages];
+  uint8_t* out_buf = smem + size_t(kBulkStages) * kInBytes;
+  __shared__ __align__(8) uint64_t full[kBulkStages];
   __shared__ uint32_t red[kBulkThreads / 32];
 
   unsigned long long* tl =
@@ -209,19 +184,19 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
     if (j >= ntiles) return;
     const BulkTile t = bulk_tile(p, tile_index(i));
     const uint32_t bytes = uint32_t(t.count) * uint32_t(p.seg_len) * esize;
-    const int s = int(i % kStages);
+    const int s = int(i % kBulkStages);
     sm90::mbar_arrive_expect_tx(&full[s], bytes);
     bulk_load(in_buf + size_t(s) * kInBytes, x + locate(p, t.s0).x_off, bytes, &full[s]);
   };
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) sm90::mbar_init(&full[s], 1);
+    for (int s = 0; s < kBulkStages; ++s) sm90::mbar_init(&full[s], 1);
     sm90::mbar_init_fence();
   }
   __syncthreads();
   hpc::pdl_wait();  // x, the static scale and the partials may come from the previous kernel
   if (threadIdx.x == 0) {
-    for (int i = 0; i < kStages; ++i) issue_load(i);
+    for (int i = 0; i < kBulkStages; ++i) issue_load(i);
     if (tl != nullptr) {
       tl[kTlIssued] = clock64();
       tl[kTlTiles] = (ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x;
@@ -235,13 +210,13 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
   hpc::pdl_launch_dependents();
 
   for (int64_t i = 0; int64_t(blockIdx.x) + i * gridDim.x < ntiles; ++i) {
-    const int s = int(i % kStages);
+    const int s = int(i % kBulkStages);
     const BulkTile t = bulk_tile(p, tile_index(i));
     const bool active = seg_local < t.count;
     const uint8_t* tin = in_buf + size_t(s) * kInBytes;
     uint8_t* tout = out_buf + size_t(i % kBulkOutBufs) * kOutBytes;
 
-    sm90::mbar_wait<true>(&full[s], uint32_t(i / kStages) & 1u);
+    sm90::mbar_wait<true>(&full[s], uint32_t(i / kBulkStages) & 1u);
     stamp_tile(tl, kTlLanded, i);
     P pk[kBulkVecPerThread];
     int vidx[kBulkVecPerThread];
@@ -249,12 +224,6 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
     for (int j = 0; j < kBulkVecPerThread; ++j) {
       vidx[j] = seg_local * seg_vecs + lane + team * ((j + rot) & (kBulkVecPerThread - 1));
       if (active) *reinterpret_cast<uint4*>(pk[j].v) = *reinterpret_cast<const uint4*>(tin + vidx[j] * 16);
-    }
-    if constexpr (kDirectStore) {
-      // The tile is in registers: refill its stage at once (red[] below was last read before
-      // every thread reached this barrier).
-      __syncthreads();
-      if (threadIdx.x == 0) issue_load(i + kStages);
     }
 
     float scale = fixed_scale, inv = fixed_inv;
@@ -281,36 +250,28 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
       inv = div_rn(1.0f, scale);
       if (active && lane == 0) write_segment_scale(p, t.s0 + seg_local, scale);
     }
-    if constexpr (kDirectStore) {
-      if (active) {
-        uint8_t* q = p.q + locate(p, t.s0).q_off;
+    if (active) {
 #pragma unroll
-        for (int j = 0; j < kBulkVecPerThread; ++j) quantise_to_global(pk[j], q + vidx[j] * VEC, inv);
-      }
+      for (int j = 0; j < kBulkVecPerThread; ++j) quantise_to_smem(pk[j], tout + vidx[j] * VEC, inv);
+    }
+    fence_proxy_async_smem();
+    // Buffer reuse: the store issued kBulkOutBufs tiles ago read out[i % 3]; after this wait
+    // only the newest store (tile i - 1) may still be reading, and the barrier below orders
+    // the wait before anyone writes out[(i + 1) % 3] (last used by tile i - 2).
+    if (threadIdx.x == 0) bulk_store_wait_read<1>();
+    __syncthreads();  // stage s fully read, out[i % 3] complete
+    if (threadIdx.x == 0) {
+      // Refill first: the SM's bulk-copy unit serves its queue in order, so the next tile's
+      // reads do not wait behind this tile's store (H200, fifth pass: 64 MB calls 0.3-0.8 us
+      // faster than with the store first).
+      if constexpr (kRefillFirst) issue_load(i + kBulkStages);
+      bulk_store(p.q + locate(p, t.s0).q_off, tout, uint32_t(t.count) * uint32_t(p.seg_len));
       stamp_tile(tl, kTlStored, i);
-    } else {
-      if (active) {
-#pragma unroll
-        for (int j = 0; j < kBulkVecPerThread; ++j) quantise_to_smem(pk[j], tout + vidx[j] * VEC, inv);
-      }
-      fence_proxy_async_smem();
-      // Buffer reuse: the store issued kBulkOutBufs tiles ago read out[i % 3]; after this wait
-      // only the newest store (tile i - 1) may still be reading, and the barrier below orders
-      // the wait before anyone writes out[(i + 1) % 3] (last used by tile i - 2).
-      if (threadIdx.x == 0) bulk_store_wait_read<1>();
-      __syncthreads();  // stage s fully read, out[i % 3] complete
-      if (threadIdx.x == 0) {
-        // Refill first: the TMA unit serves its queue in order, so the next tile's reads do not
-        // wait behind this tile's store (H200, fifth pass: -0.3 to -0.8 us per 64 MB call).
-        if constexpr (kRefillFirst) issue_load(i + kStages);
-        bulk_store(p.q + locate(p, t.s0).q_off, tout, uint32_t(t.count) * uint32_t(p.seg_len));
-        stamp_tile(tl, kTlStored, i);
-        if constexpr (!kRefillFirst) issue_load(i + kStages);
-      }
+      if constexpr (!kRefillFirst) issue_load(i + kBulkStages);
     }
   }
   if (threadIdx.x == 0) {
-    if constexpr (!kDirectStore) bulk_store_wait_all();
+    bulk_store_wait_all();
     stamp_exit(tl);
   }
 }
@@ -349,21 +310,16 @@ inline cudaError_t launch_fp8_quant_bulk(QuantParams p, cudaStream_t stream, boo
   switch (opt.variant) {
     case 0: kernel = fp8_quant_bulk_kernel<DT, VEC, 0>; break;
     case kBulkStoreFirst: kernel = fp8_quant_bulk_kernel<DT, VEC, kBulkStoreFirst>; break;
-    case kBulkDirectStore: kernel = fp8_quant_bulk_kernel<DT, VEC, kBulkDirectStore>; break;
-    case kBulkDirectStore | kBulkFourStages:
-      kernel = fp8_quant_bulk_kernel<DT, VEC, kBulkDirectStore | kBulkFourStages>;
-      break;
     default: return cudaErrorInvalidValue;
   }
   if (p.per_tensor_dynamic) {
     cudaError_t e = launch_amax_pass<DT, VEC>(p, stream, pdl);  // sets the partials, reverse order
     if (e != cudaSuccess) return e;
   }
-  const int threads = kBulkThreads;
-  const size_t smem = bulk_smem_bytes<VEC>(opt.variant);
-  const int64_t wave = hpc::persistent_ctas(kernel, threads, smem, p.num_sms, opt.ctas_per_sm);
+  constexpr size_t smem = bulk_smem_bytes<VEC>();
+  const int64_t wave = hpc::persistent_ctas(kernel, kBulkThreads, smem, p.num_sms);
   const int grid = int(p.num_tiles < wave ? p.num_tiles : wave);
-  return hpc::launch_kernel(kernel, dim3(grid), dim3(threads), smem, stream, pdl, p, opt.timeline);
+  return hpc::launch_kernel(kernel, dim3(grid), dim3(kBulkThreads), smem, stream, pdl, p, opt.timeline);
 }
 
 #endif  // __CUDACC__
