@@ -24,3 +24,22 @@ def pdl_chain(x: torch.Tensor, *, pdl: bool | None = None, spin_cycles: int = 20
 def pdl_chain_reference(x: torch.Tensor) -> torch.Tensor:
     y = x * 2 + 1
     return y * y + torch.roll(y, shifts=-4096)
+
+
+def smem_opt_in(x: torch.Tensor) -> torch.Tensor:
+    """y[i] = x[n - 1 - i] + (i % 256), computed by one CTA through 48 KB of dynamic plus 1 KB of
+    static shared memory: shows that hpc::launch_kernel opts such kernels in to the larger
+    dynamic size (a launch without the opt-in fails). x: contiguous float32 CUDA tensor of
+    SMEM_OPT_IN_FLOATS elements."""
+    require_hopper(x, "x", "smem_opt_in")
+    n = _ext.load().SMEM_OPT_IN_FLOATS
+    if x.dtype != torch.float32 or not x.is_contiguous() or x.shape != (n,):
+        raise ValueError(f"smem_opt_in: x must be a contiguous float32 tensor of shape ({n},)")
+    y = torch.empty_like(x)
+    _ext.load().smem_opt_in(x.data_ptr(), y.data_ptr(), stream_ptr(x.device))
+    return y
+
+
+def smem_opt_in_reference(x: torch.Tensor) -> torch.Tensor:
+    i = torch.arange(x.numel(), device=x.device)
+    return torch.flip(x, dims=[0]) + (i % 256).to(x.dtype)

@@ -12,13 +12,20 @@ using std::uintptr_t;
 
 cudaError_t launch_pdl_chain(const float* x, float* y, float* z, int n, int spin, bool pdl,
                              cudaStream_t stream);
+int smem_opt_in_floats();
+cudaError_t launch_smem_opt_in(const float* x, float* y, cudaStream_t stream);
 
 PYBIND11_MODULE(HPC_EXT_NAME, m) {
-  m.doc() = "hpc_common CUDA kernels (FP8 quantisation, PDL self-test)";
+  m.doc() = "hpc_common CUDA kernels (FP8 quantisation, launch self-tests)";
   m.def("pdl_chain", [](uintptr_t x, uintptr_t y, uintptr_t z, int n, int spin, bool pdl, uintptr_t stream) {
     HPC_CUDA_CHECK(launch_pdl_chain(hpc::as_ptr<const float>(x), hpc::as_ptr<float>(y), hpc::as_ptr<float>(z),
                                     n, spin, pdl, hpc::as_stream(stream)),
                    "pdl_chain");
+  });
+  m.attr("SMEM_OPT_IN_FLOATS") = smem_opt_in_floats();
+  m.def("smem_opt_in", [](uintptr_t x, uintptr_t y, uintptr_t stream) {
+    HPC_CUDA_CHECK(launch_smem_opt_in(hpc::as_ptr<const float>(x), hpc::as_ptr<float>(y), hpc::as_stream(stream)),
+                   "smem_opt_in_kernel");
   });
 
   m.attr("FP8_AMAX_BLOCKS_PER_SM") = hpc::fp8::kAmaxBlocksPerSm;

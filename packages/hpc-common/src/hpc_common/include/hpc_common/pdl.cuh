@@ -11,6 +11,8 @@
 
 #include <utility>
 
+#include "hpc_common/smem_opt_in.h"
+
 namespace hpc {
 
 __device__ __forceinline__ void pdl_wait() {
@@ -32,11 +34,7 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 template <typename... KernelArgs, typename... Args>
 inline cudaError_t launch_kernel_cluster(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
                                          unsigned cluster_x, cudaStream_t stream, bool pdl, Args&&... args) {
-  if (smem > 48 * 1024) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
-  }
+  if (cudaError_t e = allow_dynamic_smem(kernel, smem); e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;

@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include "hpc_common/smem_opt_in.h"
+
 namespace hpc {
 
 // CTAs per SM the kernel can keep resident with this block size and dynamic shared memory,
@@ -11,9 +13,7 @@ namespace hpc {
 template <typename Kernel>
 inline int persistent_ctas(Kernel kernel, int threads, size_t smem, int num_sms,
                            int max_ctas_per_sm = 0) {
-  if (smem > 48 * 1024) {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  }
+  if (allow_dynamic_smem(kernel, smem) != cudaSuccess) cudaGetLastError();  // the query below reports it
   int per_sm = 1;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess ||
       per_sm < 1) {
@@ -28,9 +28,7 @@ inline int persistent_ctas(Kernel kernel, int threads, size_t smem, int num_sms,
 // query fails): the persistent-grid size of a cluster kernel.
 template <typename Kernel>
 inline int max_active_clusters(Kernel kernel, int threads, size_t smem, unsigned cluster_x) {
-  if (smem > 48 * 1024 &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
-          cudaSuccess) {
+  if (allow_dynamic_smem(kernel, smem) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
