@@ -195,7 +195,8 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
                k_scale_t: torch.Tensor | None, v_scale_t: torch.Tensor | None, k_scale: float, v_scale: float,
                sm_scale: float, num_ctas: int, combine_ctas: int, merge_in_decode: bool,
                tma_producer: bool, merge_helpers: bool, bin_first_page: torch.Tensor | None) -> None:
-    ext = _ext.load()
+    # The timeline is recorded only by the diagnostics build of the extension (decode_timeline.cuh).
+    ext = _ext.load() if DIAG.get("timeline") is None else _ext.load_timeline()
     skip_combine = bool(DIAG["skip_combine"])
     merge = merge_in_decode and not skip_combine
     pdl = get_pdl()

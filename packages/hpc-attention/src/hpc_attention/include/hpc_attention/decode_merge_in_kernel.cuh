@@ -149,15 +149,15 @@ __device__ __forceinline__ void merge_helpers(const PagedDecodeParams& p, const 
     if (tid == 0) mbar_arrive(&r.empty[s]);
     if (d.x < 0) break;
     const int b = d.x / p.num_kv_heads, h = d.x - b * p.num_kv_heads;
-    const uint64_t t0 = p.timeline ? tl_clock() : 0;
+    const uint64_t t0 = tl_on(p) ? tl_clock() : 0;
     merges += merge_split_task<kMergeHelperThreads, kMergeHelperBar>(p, b, h, p.group, d.y, make_int2(d.z, d.w),
                                                                     flag, tid);
-    if (p.timeline) {
+    if (tl_on(p)) {
       last_ns = tl_clock() - t0;
       busy_ns += last_ns;
     }
   }
-  if (p.timeline && tid == 0) {
+  if (tl_on(p) && tid == 0) {
     tl_put(p, kTlHelperEnd, tl_clock());
     tl_put(p, kTlHelperCounts, merges);
     tl_put(p, kTlMergeNs, busy_ns);  // merge == 2: the consumers merge nothing

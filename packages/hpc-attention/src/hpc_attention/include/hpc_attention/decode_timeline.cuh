@@ -5,8 +5,11 @@
 // life the time goes (start chain, streaming rate, merges, end skew). With
 // PagedDecodeParams::timeline set, each CTA writes kTimelineSlots 64-bit words at
 // timeline[blockIdx.x * kTimelineSlots + slot]: %globaltimer stamps (ns, one clock for all SMs)
-// of the events below, plus counts. Off (nullptr, the library's only setting) it costs one
-// uniform null test per event site, none inside the tile loop but the first-tile test. On, the
+// of the events below, plus counts. The recording code exists only in the diagnostics build of
+// the extension (HPC_ATTN_TIMELINE=1, `_ext.load_timeline()`, used whenever
+// paged_decode.DIAG["timeline"] is set): the library's kernels are compiled without it, so
+// they carry no stamp, branch or register for it (the first version tested a null pointer at
+// every site; its kernels were ~150-200 SASS instructions longer). On, the
 // kernel only stores (stamps) and keeps counts in registers: a global read-modify-write per task
 // (the first version) stalled the consumers ~1-2 us per task after the L2 flush and skewed the
 // timeline it measured. The buffer must be zero before the call (the script zeroes it in the graph).
@@ -20,7 +23,16 @@
 
 namespace hpc::attn {
 
+#ifndef HPC_ATTN_TIMELINE
+#define HPC_ATTN_TIMELINE 0
+#endif
+// Whether this translation unit records the timeline at all (see above).
+constexpr bool kTimelineBuild = HPC_ATTN_TIMELINE != 0;
+
 constexpr int kTimelineSlots = 16;
+
+// The timeline is recorded in this call: the diagnostics build and a buffer given.
+__device__ __forceinline__ bool tl_on(const PagedDecodeParams& p) { return kTimelineBuild && p.timeline != nullptr; }
 
 enum TimelineSlot : int {
   kTlEntry = 0,        // thread 0, first instruction

@@ -157,7 +157,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     for (int tile = task.y; tile < tile_end; ++tile) {
       const int valid = min(Cfg::kTile, task.z - tile * Cfg::kTile);
       mbar_wait(&full[stage], phase);
-      if (p.timeline && threadIdx.x == 0 && claimed == 0 && t == t_begin && tile == task.y) {
+      if (tl_on(p) && threadIdx.x == 0 && claimed == 0 && t == t_begin && tile == task.y) {
         tl_put(p, kTlFirstData, tl_clock());
       }
       const uint8_t* sb = smem + stage * Cfg::kStageBytes;
@@ -289,7 +289,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       }
     }
 
-    if (p.timeline && threadIdx.x == 0) tl_put(p, kTlLastTile, tl_clock());  // a store: no stall
+    if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlLastTile, tl_clock());  // a store: no stall
     // ---- merge the 4 warps (fixed order) and write the task's output ----
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -342,10 +342,10 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       if (helpers_merge) {
         merge_request(mring, requests++, make_int4(task.x, task.w, meta.x, meta.y));
       } else {
-        const uint32_t t0 = p.timeline ? static_cast<uint32_t>(tl_clock()) : 0u;
+        const uint32_t t0 = tl_on(p) ? static_cast<uint32_t>(tl_clock()) : 0u;
         const int levels = merge_split_task(p, b, h, G, task.w, meta,
                                             reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff), threadIdx.x);
-        if (p.timeline) {  // registers only (a global read-modify-write here stalled the consumers)
+        if (tl_on(p)) {  // registers only (a global read-modify-write here stalled the consumers)
           tl_last_merge_ns = static_cast<uint32_t>(tl_clock()) - t0;
           tl_merge_ns += tl_last_merge_ns;
           tl_merges += levels;
@@ -361,7 +361,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   }
   }
   if (helpers_merge) merge_request(mring, requests, make_int4(-1, 0, 0, 0));  // ends the helpers' service
-  if (p.timeline && threadIdx.x == 0) {
+  if (tl_on(p) && threadIdx.x == 0) {
     tl_put(p, kTlConsumerEnd, tl_clock());
     tl_put(p, kTlClockEnd, clock64());
     if (!helpers_merge) {
@@ -376,7 +376,7 @@ template <bool kFp8Kv, bool kFp8Q, bool kTma>
 __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1)
     paged_decode_kernel(const __grid_constant__ PagedDecodeParams p) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
-  if (p.timeline && threadIdx.x == 0) {
+  if (tl_on(p) && threadIdx.x == 0) {
     tl_put(p, kTlEntry, tl_clock());
     tl_put(p, kTlClockEntry, clock64());
     tl_put(p, kTlSmid, tl_smid());
@@ -427,7 +427,7 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
   // completion in griddepcontrol.wait before reading the output, so the early trigger only
   // lets their prologues start; it is safe in both modes.
   hpc::pdl_launch_dependents();
-  if (p.timeline && threadIdx.x == 0) tl_put(p, kTlPdl, tl_clock());
+  if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlPdl, tl_clock());
   const int t_begin = p.bin_start[blockIdx.x], t_end = p.bin_start[blockIdx.x + 1];
   // The bin's first task: its copy in bin_first is loaded together with bin_start instead of
   // after it (one dependent global round trip fewer before the first page id and KV bytes).
@@ -439,7 +439,7 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
   int first_page = p.bin_first_page != nullptr && p.page_size_log2 >= 6 && !(p.diag & 4)
                        ? p.bin_first_page[blockIdx.x] : -1;
   if (t_begin >= t_end) first_page = -1;  // empty own bin: the entry is stale
-  if (p.timeline && threadIdx.x == 0) tl_put(p, kTlBin, tl_clock_after(t_end ^ first.x));
+  if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlBin, tl_clock_after(t_end ^ first.x));
   if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
     if constexpr (kTma) {
       // One warp issues the copies, lane 0 of the next one claims tail bins (decode_bin_ring.cuh),

@@ -51,7 +51,7 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
   const char* vbase = static_cast<const char*>(p.v_cache) + col * 16;
   int stage = 0;
   uint32_t phase = 0;
-  bool tl_first = p.timeline != nullptr && pid == 0;  // timeline diagnostics
+  bool tl_first = tl_on(p) && pid == 0;  // timeline diagnostics
   // Own bin, then the tail bins in a fixed order (decode_bin_ring.cuh: StaticBins).
   StaticBins bins{static_cast<int>(blockIdx.x), p.counters[kNumTailBins], 0, 0, make_int4(0, 0, 0, 0)};
   for (;;) {
@@ -115,7 +115,7 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
   if (!bins.next(t_begin, t_end, first)) break;
   }
   if (p.merge) write_empty_items<Cfg::kProducerThreads>(p, pid);
-  if (p.timeline && pid == 0) tl_put(p, kTlProducerEnd, tl_clock());
+  if (tl_on(p) && pid == 0) tl_put(p, kTlProducerEnd, tl_clock());
 }
 
 }  // namespace hpc::attn

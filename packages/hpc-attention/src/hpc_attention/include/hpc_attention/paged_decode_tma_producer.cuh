@@ -52,7 +52,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   if (lane < 2) tma_prefetch_map(my_map);
   int stage = 0;
   uint32_t phase = 0;
-  bool tl_first = p.timeline != nullptr && lane == 0;  // timeline diagnostics
+  bool tl_first = tl_on(p) && lane == 0;  // timeline diagnostics
   // Own bin, then the claimed tail bins (decode_bin_ring.cuh).
   for (int claimed = 0;; ++claimed) {
   bool asked = false;  // asked the scheduler for the next bin
@@ -115,7 +115,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   if (!asked && lane == 0) mbar_arrive(ring.want);  // empty bin
   if (!ring_next(ring, claimed, t_begin, t_end, first_task)) break;
   }
-  if (p.timeline && lane == 0) tl_put(p, kTlProducerEnd, tl_clock());
+  if (tl_on(p) && lane == 0) tl_put(p, kTlProducerEnd, tl_clock());
 }
 
 }  // namespace hpc::attn
