@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "hpc_attention/decode_params.h"
+#include "hpc_common/sm90.cuh"
 
 namespace hpc::attn {
 
@@ -54,11 +55,8 @@ enum TimelineSlot : int {
   kTlLastMergeNs = 15, // ns of the CTA's last arrival + merge (consumers or helpers)
 };
 
-__device__ __forceinline__ uint64_t tl_clock() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+// %globaltimer (ns): hpc::sm90::global_timer_ns.
+__device__ __forceinline__ uint64_t tl_clock() { return hpc::sm90::global_timer_ns(); }
 
 // The timer read after `dep` is available: predicated on a comparison with it, so the read
 // cannot be scheduled before the load that produced `dep` has landed.
@@ -75,10 +73,6 @@ __device__ __forceinline__ void tl_put(const PagedDecodeParams& p, int slot, uin
   p.timeline[blockIdx.x * kTimelineSlots + slot] = v;
 }
 
-__device__ __forceinline__ uint32_t tl_smid() {
-  uint32_t s;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
-  return s;
-}
+__device__ __forceinline__ uint32_t tl_smid() { return hpc::sm90::sm_id(); }
 
 }  // namespace hpc::attn

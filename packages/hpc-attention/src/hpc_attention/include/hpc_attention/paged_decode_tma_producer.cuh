@@ -100,7 +100,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
       }
       if (with_q && lane < p.group) {
         const char* q = static_cast<const char*>(p.q) + (b * p.q_stride_b + (h * p.group + lane) * p.q_stride_h) * kQElem;
-        bulk_g2s(sb + Cfg::kQOff + lane * Cfg::kQPitch, q, Cfg::kQRowBytes, &full[stage], policy);
+        bulk_load(sb + Cfg::kQOff + lane * Cfg::kQPitch, q, Cfg::kQRowBytes, &full[stage], policy);
       }
       if (tl_first) {
         tl_first = false;

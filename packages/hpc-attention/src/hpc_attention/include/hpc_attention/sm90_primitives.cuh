@@ -14,6 +14,12 @@ namespace hpc::attn {
 
 // Shared with the other operators (hpc_common/sm90.cuh). The waits below keep their own
 // watchdog (10 s of %globaltimer, with a message) instead of hpc::sm90::mbar_wait's poll count.
+using hpc::sm90::bulk_load;
+using hpc::sm90::fence_proxy_async_smem;
+using hpc::sm90::global_timer_ns;
+using hpc::sm90::l2_evict_first_policy;
+using hpc::sm90::mbar_arrive;
+using hpc::sm90::mbar_arrive_expect_tx;
 using hpc::sm90::mbar_init;
 using hpc::sm90::named_barrier;
 using hpc::sm90::smem_u32;
@@ -23,26 +29,6 @@ using hpc::sm90::smem_u32;
 // Makes the initialised barriers visible to the async (copy-engine) proxy.
 __device__ __forceinline__ void mbar_fence_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile(
-      "{\n\t.reg .b64 st;\n\tmbarrier.arrive.shared::cta.b64 st, [%0];\n\t}" ::"r"(smem_u32(bar))
-      : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile(
-      "{\n\t.reg .b64 st;\n\tmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n\t}" ::"r"(
-          smem_u32(bar)),
-      "r"(bytes)
-      : "memory");
-}
-
-__device__ __forceinline__ uint64_t global_timer_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
 }
 
 __device__ __forceinline__ bool mbar_try_wait(uint32_t addr, uint32_t parity) {
@@ -70,41 +56,10 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   }
 }
 
-// ---- bulk copies (copy engine, completes on an mbarrier) -----------------------------------
-// KV pages are read exactly once per decode step: ask L2 to evict them first.
-__device__ __forceinline__ uint64_t l2_evict_first_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
-// `bytes` a multiple of 16, both addresses 16-byte aligned.
-__device__ __forceinline__ void bulk_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
-                                         uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
-      "[%0], [%1], %2, [%3], %4;" ::"r"(smem_u32(dst)),
-      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
-      : "memory");
-}
-
-__device__ __forceinline__ void bulk_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-          smem_u32(dst)),
-      "l"(src), "r"(bytes), "r"(smem_u32(bar))
-      : "memory");
-}
-
-// ---- tensor-map (TMA) copies -------------------------------------------------------------
-// Makes barrier initialisation visible to the async proxy before the first TMA completes on it.
+// ---- tensor-map (TMA) copies (1-D bulk copies: hpc::sm90::bulk_load) ----------------------
 // GPU-scope acquire-release fence (lighter than __threadfence's SC fence): with an atomic it
 // forms the release / acquire halves of a cross-CTA hand-off.
 __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-
-__device__ __forceinline__ void fence_proxy_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
 
 // `map` is the generic address of a tensor map in the kernel's parameter space
 // (__grid_constant__) or in global memory.

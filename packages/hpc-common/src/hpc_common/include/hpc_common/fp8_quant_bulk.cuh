@@ -47,14 +47,7 @@ constexpr size_t bulk_smem_bytes() {
   return size_t(kBulkStages) * kBulkTileVectors * 16 + size_t(kBulkOutBufs) * kBulkTileVectors * VEC;
 }
 
-// ---- bulk copies (fp8-local wrappers; addresses 16-byte aligned, sizes multiples of 16) ----
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   sm90::smem_u32(dst)),
-               "l"(src), "r"(bytes), "r"(sm90::smem_u32(bar))
-               : "memory");
-}
-
+// ---- bulk copies (loads: hpc::sm90::bulk_load; addresses 16-byte aligned, sizes multiples of 16) ----
 __device__ __forceinline__ void bulk_store(void* dst, const void* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(sm90::smem_u32(src)),
                "r"(bytes)
@@ -70,33 +63,16 @@ __device__ __forceinline__ void bulk_store_wait_read() {
 
 __device__ __forceinline__ void bulk_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
-// Generic-proxy writes to shared memory become visible to the bulk-copy (async) proxy.
-__device__ __forceinline__ void fence_proxy_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-__device__ __forceinline__ unsigned long long globaltimer_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__device__ __forceinline__ unsigned long long smid() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(r));
-  return r;
-}
-
 // Per-CTA timeline stamps (BulkOptions::timeline); `tl` is null unless diagnosing.
 __device__ __forceinline__ void stamp_entry(unsigned long long* tl) {
   if (tl != nullptr) {
     tl[kTlEntryClk] = clock64();
-    tl[kTlEntry] = globaltimer_ns();
+    tl[kTlEntry] = sm90::global_timer_ns();
   }
 }
 __device__ __forceinline__ void stamp_exit(unsigned long long* tl) {
   if (tl != nullptr) {
-    tl[kTlExit] = globaltimer_ns();
+    tl[kTlExit] = sm90::global_timer_ns();
     tl[kTlExitClk] = clock64();
   }
 }
@@ -186,7 +162,7 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
     const uint32_t bytes = uint32_t(t.count) * uint32_t(p.seg_len) * esize;
     const int s = int(i % kBulkStages);
     sm90::mbar_arrive_expect_tx(&full[s], bytes);
-    bulk_load(in_buf + size_t(s) * kInBytes, x + locate(p, t.s0).x_off, bytes, &full[s]);
+    sm90::bulk_load(in_buf + size_t(s) * kInBytes, x + locate(p, t.s0).x_off, bytes, &full[s]);
   };
 
   if (threadIdx.x == 0) {
@@ -200,7 +176,7 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
     if (tl != nullptr) {
       tl[kTlIssued] = clock64();
       tl[kTlTiles] = (ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x;
-      tl[kTlSm] = smid();
+      tl[kTlSm] = sm90::sm_id();
     }
   }
 
@@ -254,7 +230,7 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
 #pragma unroll
       for (int j = 0; j < kBulkVecPerThread; ++j) quantise_to_smem(pk[j], tout + vidx[j] * VEC, inv);
     }
-    fence_proxy_async_smem();
+    sm90::fence_proxy_async_smem();
     // Buffer reuse: the store issued kBulkOutBufs tiles ago read out[i % 3]; after this wait
     // only the newest store (tile i - 1) may still be reading, and the barrier below orders
     // the wait before anyone writes out[(i + 1) % 3] (last used by tile i - 2).

@@ -1,6 +1,7 @@
 // SM90 building blocks shared by the hpc-ops kernels, as inline PTX (no CUTLASS/CuTe):
-// shared-memory addresses, mbarriers, named barriers, and the thread-block-cluster barrier
-// with distributed-shared-memory loads. Each wrapper compiles to one or two instructions.
+// shared-memory addresses, mbarriers, named barriers, 1-D bulk copies with an optional L2 cache
+// policy, proxy fences, the global timer, and the thread-block-cluster barrier with
+// distributed-shared-memory loads. Each wrapper compiles to one or two instructions.
 // Operator-specific primitives (TMA boxes, wgmma descriptors, mma.sync fragments) stay with
 // their operator.
 #pragma once
@@ -58,6 +59,56 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 // Named barrier among `count` threads (id 0 is __syncthreads).
 __device__ __forceinline__ void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+// ---- 1-D bulk copies (the copy engine without a tensor map) ---------------------------------
+// Copy `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory to this
+// CTA's shared memory; completion is counted in bytes on `bar` (arm it with
+// mbar_arrive_expect_tx).
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_u32(bar))
+      : "memory");
+}
+
+// The same with an L2 cache policy (e.g. l2_evict_first_policy()).
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                          uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
+      : "memory");
+}
+
+// An L2 cache policy that marks every line it allocates evict_first: for streams read once
+// (a small-M router weight, KV pages), so that they replace each other rather than lines
+// other kernels will use or must write back.
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// Generic-proxy writes to shared memory become visible to the async proxy (bulk / TMA copies
+// that read them, or barriers they complete on).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// %globaltimer: nanoseconds on one clock for every SM (diagnostics and watchdogs).
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// The SM this thread runs on (diagnostics).
+__device__ __forceinline__ uint32_t sm_id() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(r));
+  return r;
 }
 
 // ---- clusters ---------------------------------------------------------------------------

@@ -82,9 +82,9 @@ __device__ __forceinline__ void gemv_issue_row(const GemvFp32Params& p, const ge
   for (uint32_t off = 0; off < bytes; off += gemv::kCopyBytes) {
     const uint32_t n = bytes - off < gemv::kCopyBytes ? bytes - off : gemv::kCopyBytes;
     if (p.w_evict_first) {
-      sm90::bulk_load_1d_hint(dst + off, src + off, n, &bars[1 + s], sm90::l2_evict_first_policy());
+      sm90::bulk_load(dst + off, src + off, n, &bars[1 + s], sm90::l2_evict_first_policy());
     } else {
-      sm90::bulk_load_1d(dst + off, src + off, n, &bars[1 + s]);
+      sm90::bulk_load(dst + off, src + off, n, &bars[1 + s]);
     }
   }
 }
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(gemv::kThreads, 1) router_gemv_fp32_kernel(con
     sm90::mbar_arrive_expect_tx(&bars[0], xbytes * p.M);
     const __nv_bfloat16* xb = static_cast<const __nv_bfloat16*>(p.x);
     for (int m = 0; m < p.M; ++m) {
-      sm90::bulk_load_1d(smem + l.xs + m * xbytes, xb + m * p.x_stride + k0, xbytes, &bars[0]);
+      sm90::bulk_load(smem + l.xs + m * xbytes, xb + m * p.x_stride + k0, xbytes, &bars[0]);
     }
     const int first = rows < l.n_stages ? rows : l.n_stages;
     for (int i = 0; i < first; ++i) gemv_issue_row(p, l, smem, bars, row0, k0, i);

@@ -1,6 +1,6 @@
 // SM90 building blocks of the router GEMM kernels, written as inline PTX (no CUTLASS/CuTe):
 // TMA tile loads, wgmma descriptors and fences, register reallocation. The mbarrier, named
-// barrier and cluster wrappers come from hpc_common/sm90.cuh.
+// barrier, cluster, 1-D bulk copy and L2 policy wrappers come from hpc_common/sm90.cuh.
 #pragma once
 
 #include <cuda.h>
@@ -98,15 +98,9 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 namespace hpc::router_gemm::sm90 {
 
 // ---- L2 eviction priority of the weight stream ---------------------------------------------
-// A policy that marks every line it allocates in L2 evict_first. The weight of a small-M call is
-// read once: with this policy, once a set holds one of its lines, the next weight line in that
-// set replaces it instead of a line someone else will use or has to write back (NOTES.md,
-// "Small M, fifth session").
-__device__ __forceinline__ uint64_t l2_evict_first_policy() {
-  uint64_t policy;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
+// The weight of a small-M call is read once: with hpc::sm90::l2_evict_first_policy(), once a set
+// holds one of its lines, the next weight line in that set replaces it instead of a line someone
+// else will use or has to write back (HISTORY.md, "Small M, fifth session").
 
 // __ldg of a float4 with an L2 cache policy (same data, same non-coherent path). Not volatile:
 // like __ldg it reads memory that does not change during the kernel, so the compiler may
@@ -148,26 +142,7 @@ __device__ __forceinline__ void tma_load_2d_multicast_hint(void* dst, const CUte
       : "memory");
 }
 
-// ---- 1-D bulk copy (TMA without a tensor map) ---------------------------------------------
-// Copy `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to this CTA's
-// shared memory; completion is counted in bytes on `bar`.
-__device__ __forceinline__ void bulk_load_1d(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_u32(bar))
-      : "memory");
-}
-
-// bulk_load_1d with an L2 cache policy.
-__device__ __forceinline__ void bulk_load_1d_hint(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
-                                                  uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
-          smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
-      : "memory");
-}
-
+// ---- 1-D bulk copies: hpc::sm90::bulk_load (with or without an L2 cache policy) -------------
 // Ask L2 to fetch `bytes` (a multiple of 16, 16-byte aligned) from global memory; no
 // completion, no shared memory. Safe before any data dependency: L2 is the coherence point.
 __device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
