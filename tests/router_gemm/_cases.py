@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from hpc_common.testing import poisoned_empty
 
 from hpc_router_gemm.reference import router_gemm_reference, topk_experts, topk_gap
 
@@ -36,3 +37,29 @@ def check_against_fp64(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, *, s
             bad = (~same & ~allowed).nonzero().flatten().tolist()
             assert not bad, f"{tag}: top-8 set differs from FP64 at tokens {bad[:8]} beyond the error budget"
     return err
+
+
+_WEIGHTS: dict = {}
+
+
+def router_weight(K: int, N: int, seed: int):
+    """A RouterWeight of W ~ 0.02 N(0, 1) drawn from `seed` on the GPU, made once per process
+    for each (K, N, seed) (the split into W_hi / W_lo is the expensive part)."""
+    from hpc_router_gemm import RouterWeight
+
+    key = (K, N, seed)
+    if key not in _WEIGHTS:
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        _WEIGHTS[key] = RouterWeight(torch.randn(N, K, device="cuda", generator=gen) * 0.02)
+    return _WEIGHTS[key]
+
+
+def launch_poisoned(x: torch.Tensor, rw, plan, pdl=None, out=None) -> torch.Tensor:
+    """One pinned plan (router_gemm.launch) into `out`, or into a fresh NaN-poisoned [M, N]
+    output so that an element the kernel does not write shows."""
+    from hpc_router_gemm.router_gemm import launch
+
+    if out is None:
+        out = poisoned_empty(x.shape[0], rw.weight.shape[0], dtype=torch.float32, device=x.device)
+    launch(x, rw, out, plan, pdl=pdl)
+    return out

@@ -15,7 +15,7 @@ from hpc_common.testing import assert_bitwise_equal, poisoned_empty
 from hpc_router_gemm import heuristics
 from hpc_router_gemm.heuristics import Plan
 
-from ._cases import check_against_fp64, make_inputs
+from ._cases import check_against_fp64, launch_poisoned, make_inputs, router_weight
 
 
 def _clusters(tile, s):
@@ -56,24 +56,10 @@ def test_table_rows_carry_the_option(monkeypatch):
 
 
 gpu = pytest.mark.gpu
-_weights: dict = {}
 
 
 def _router_weight(K: int, N: int):
-    from hpc_router_gemm import RouterWeight
-
-    if (K, N) not in _weights:
-        gen = torch.Generator(device="cuda").manual_seed(K + 3 * N)
-        _weights[(K, N)] = RouterWeight(torch.randn(N, K, device="cuda", generator=gen) * 0.02)
-    return _weights[(K, N)]
-
-
-def _launch(x, rw, plan, out=None):
-    from hpc_router_gemm.router_gemm import launch
-
-    out = poisoned_empty(x.shape[0], rw.weight.shape[0], dtype=torch.float32, device=x.device) if out is None else out
-    launch(x, rw, out, plan)
-    return out
+    return router_weight(K, N, seed=K + 3 * N)
 
 
 # (path, splits, M): the small-M kernels at each split they serve, and one case of every wgmma
@@ -94,8 +80,8 @@ def test_evict_first_same_bits(path, splits, M, K, N):
     plain = Plan(path, splits)
     if plain.path in heuristics.GEMV_PATHS and not heuristics.gemv_fits(M, K, splits, path):
         pytest.skip(f"{path} S={splits} does not serve M={M} K={K}")
-    base = _launch(x, rw, plain)
-    ef = _launch(x, rw, dataclasses.replace(plain, evict_first=True))
+    base = launch_poisoned(x, rw, plain)
+    ef = launch_poisoned(x, rw, dataclasses.replace(plain, evict_first=True))
     tag = f"{path} S={splits} M={M} K={K} N={N}"
     assert_bitwise_equal(ef, base, name=f"{tag} evict_first vs plain")
     check_against_fp64(ef, x, rw.weight, strict_top8=False, tag=tag)
@@ -111,15 +97,15 @@ def test_evict_first_graph_replay_and_table_plan(path, splits, M):
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=5 + M)
     plan = Plan(path, splits, evict_first=True)
-    first = _launch(x, rw, Plan(path, splits))
+    first = launch_poisoned(x, rw, Plan(path, splits))
     out = poisoned_empty(M, N, dtype=torch.float32, device="cuda")
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        _launch(x, rw, plan, out=out)
+        launch_poisoned(x, rw, plan, out=out)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, stream=s):
-            _launch(x, rw, plan, out=out)
+            launch_poisoned(x, rw, plan, out=out)
     torch.cuda.current_stream().wait_stream(s)
     out.fill_(float("nan"))
     g.replay()
@@ -128,7 +114,7 @@ def test_evict_first_graph_replay_and_table_plan(path, splits, M):
     try:
         for pdl in (False, True):
             hpc_common.set_pdl(pdl)
-            assert_bitwise_equal(_launch(x, rw, plan), first, name=f"{path} S={splits} M={M} pdl={pdl}")
+            assert_bitwise_equal(launch_poisoned(x, rw, plan), first, name=f"{path} S={splits} M={M} pdl={pdl}")
     finally:
         hpc_common.launch._pdl_enabled = None
     # The public op, whatever the table chooses at this M (with or without the policy), gives
@@ -136,5 +122,5 @@ def test_evict_first_graph_replay_and_table_plan(path, splits, M):
     from hpc_router_gemm import plan_for
 
     chosen = plan_for(M, N, K, x.device)
-    assert_bitwise_equal(router_gemm(x, rw), _launch(x, rw, dataclasses.replace(chosen, evict_first=False)),
+    assert_bitwise_equal(router_gemm(x, rw), launch_poisoned(x, rw, dataclasses.replace(chosen, evict_first=False)),
                          name=f"router_gemm M={M} (plan {chosen.name})")

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hpc_common.testing import assert_bitwise_equal, poisoned_empty
+from hpc_common.testing import assert_bitwise_equal
 
 from hpc_router_gemm import heuristics
 from hpc_router_gemm.heuristics import Plan
 
-from ._cases import check_against_fp64, make_inputs
+from ._cases import check_against_fp64, launch_poisoned, make_inputs, router_weight
 
 
 def test_pf_paths_carry_the_prefetch_distance():
@@ -25,24 +25,10 @@ def test_pf_paths_carry_the_prefetch_distance():
 
 
 gpu = pytest.mark.gpu
-_weights: dict = {}
 
 
 def _router_weight(K: int, N: int):
-    from hpc_router_gemm import RouterWeight
-
-    if (K, N) not in _weights:
-        gen = torch.Generator(device="cuda").manual_seed(K + 7 * N)
-        _weights[(K, N)] = RouterWeight(torch.randn(N, K, device="cuda", generator=gen) * 0.02)
-    return _weights[(K, N)]
-
-
-def _launch(x, rw, plan):
-    from hpc_router_gemm.router_gemm import launch
-
-    out = poisoned_empty(x.shape[0], rw.weight.shape[0], dtype=torch.float32, device=x.device)
-    launch(x, rw, out, plan)
-    return out
+    return router_weight(K, N, seed=K + 7 * N)
 
 
 def _no_pf(plan: Plan) -> Plan:
@@ -60,9 +46,9 @@ def test_pf_same_bits_as_without(path, splits, K, N, M):
     x, _ = make_inputs(M, K, N, seed=M + K + splits)
     plan = Plan(path, min(splits, K // 64))
     tag = f"{path} S={plan.splits} M={M} K={K} N={N}"
-    out = _launch(x, rw, plan)
+    out = launch_poisoned(x, rw, plan)
     check_against_fp64(out, x, rw.weight, strict_top8=False, tag=tag)
-    assert_bitwise_equal(_launch(x, rw, _no_pf(plan)), out, name=f"without prefetch {tag}")
+    assert_bitwise_equal(launch_poisoned(x, rw, _no_pf(plan)), out, name=f"without prefetch {tag}")
 
 
 @gpu
@@ -73,10 +59,10 @@ def test_pf_workspace_and_multicast_same_bits(plan, K, N, M):
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=M + 11)
     tag = f"{plan.path} S={plan.splits} M={M} K={K} N={N}"
-    out = _launch(x, rw, plan)
+    out = launch_poisoned(x, rw, plan)
     check_against_fp64(out, x, rw.weight, strict_top8=False, tag=tag)
-    assert_bitwise_equal(_launch(x, rw, _no_pf(plan)), out, name=f"without prefetch {tag}")
-    assert_bitwise_equal(_launch(x, rw, plan), out, name=f"rerun {tag}")
+    assert_bitwise_equal(launch_poisoned(x, rw, _no_pf(plan)), out, name=f"without prefetch {tag}")
+    assert_bitwise_equal(launch_poisoned(x, rw, plan), out, name=f"rerun {tag}")
 
 
 @gpu
@@ -87,7 +73,7 @@ def test_pf_graph_replay_equals_eager():
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=41)
     plan = Plan("wide96pf", 2)
-    eager = _launch(x, rw, plan)
+    eager = launch_poisoned(x, rw, plan)
     out = torch.empty(M, N, device="cuda")
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())

@@ -11,19 +11,10 @@ from hpc_common.testing.strategies import dim, seeds
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ._cases import SHAPES, check_against_fp64, make_inputs
-
-_weights: dict = {}
-
+from ._cases import SHAPES, check_against_fp64, make_inputs, router_weight
 
 def _router_weight(K: int, N: int):
-    from hpc_router_gemm import RouterWeight
-
-    if (K, N) not in _weights:
-        gen = torch.Generator(device="cuda").manual_seed(K * 131 + N)
-        w = torch.randn(N, K, device="cuda", generator=gen) * 0.02
-        _weights[(K, N)] = RouterWeight(w)
-    return _weights[(K, N)]
+    return router_weight(K, N, seed=K * 131 + N)
 
 
 @pytest.mark.gpu

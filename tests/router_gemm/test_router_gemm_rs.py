@@ -12,7 +12,7 @@ from hpc_common.testing import assert_bitwise_equal, poisoned_empty
 from hpc_router_gemm import heuristics
 from hpc_router_gemm.heuristics import Plan
 
-from ._cases import SHAPES, check_against_fp64, make_inputs
+from ._cases import SHAPES, check_against_fp64, launch_poisoned, make_inputs, router_weight
 
 # ----------------------------------------------------------------------------- CPU tests
 
@@ -34,24 +34,10 @@ def test_rs_paths_are_tiles_with_workspace_variants():
 # ----------------------------------------------------------------------------- GPU tests
 
 gpu = pytest.mark.gpu
-_weights: dict = {}
 
 
 def _router_weight(K: int, N: int):
-    from hpc_router_gemm import RouterWeight
-
-    if (K, N) not in _weights:
-        gen = torch.Generator(device="cuda").manual_seed(K + 5 * N)
-        _weights[(K, N)] = RouterWeight(torch.randn(N, K, device="cuda", generator=gen) * 0.02)
-    return _weights[(K, N)]
-
-
-def _launch(x, rw, plan, pdl=None):
-    from hpc_router_gemm.router_gemm import launch
-
-    out = poisoned_empty(x.shape[0], rw.weight.shape[0], dtype=torch.float32, device=x.device)
-    launch(x, rw, out, plan, pdl=pdl)
-    return out
+    return router_weight(K, N, seed=K + 5 * N)
 
 
 def _twin(plan: Plan) -> Plan:
@@ -72,9 +58,9 @@ def test_rs_matches_fp64_and_smem_twin_bits(path, splits, shape, M):
     x, _ = make_inputs(M, K, N, seed=M + splits)
     plan = Plan(path, splits)
     tag = f"{path} S={splits} M={M} K={K} N={N}"
-    out = _launch(x, rw, plan)
+    out = launch_poisoned(x, rw, plan)
     check_against_fp64(out, x, rw.weight, strict_top8=False, tag=tag)
-    assert_bitwise_equal(_launch(x, rw, _twin(plan)), out, name=f"smem twin {tag}")
+    assert_bitwise_equal(launch_poisoned(x, rw, _twin(plan)), out, name=f"smem twin {tag}")
 
 
 @gpu
@@ -87,11 +73,11 @@ def test_rs_workspace_split_matches_twin_and_cluster(path, splits, shape, M):
     x, _ = make_inputs(M, K, N, seed=M + 3 * splits)
     plan = Plan(path, splits)
     tag = f"{path} S={splits} M={M} K={K} N={N}"
-    out = _launch(x, rw, plan)
+    out = launch_poisoned(x, rw, plan)
     check_against_fp64(out, x, rw.weight, strict_top8=False, tag=tag)
-    assert_bitwise_equal(_launch(x, rw, plan), out, name=f"rerun {tag}")
-    assert_bitwise_equal(_launch(x, rw, _twin(plan)), out, name=f"smem twin {tag}")
-    assert_bitwise_equal(_launch(x, rw, Plan(path.rsplit("_", 1)[0], splits)), out, name=f"cluster twin {tag}")
+    assert_bitwise_equal(launch_poisoned(x, rw, plan), out, name=f"rerun {tag}")
+    assert_bitwise_equal(launch_poisoned(x, rw, _twin(plan)), out, name=f"smem twin {tag}")
+    assert_bitwise_equal(launch_poisoned(x, rw, Plan(path.rsplit("_", 1)[0], splits)), out, name=f"cluster twin {tag}")
 
 
 @gpu
@@ -104,9 +90,9 @@ def test_rs_general_shapes(K, N, path, M):
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=K + N + M)
     plan = plan_for(M, N, K, x.device, path=path)
-    out = _launch(x, rw, plan)
+    out = launch_poisoned(x, rw, plan)
     check_against_fp64(out, x, rw.weight, strict_top8=False, tag=f"{path} M={M} K={K} N={N}")
-    assert_bitwise_equal(_launch(x, rw, _twin(plan)), out, name=f"smem twin {path} M={M} K={K} N={N}")
+    assert_bitwise_equal(launch_poisoned(x, rw, _twin(plan)), out, name=f"smem twin {path} M={M} K={K} N={N}")
 
 
 @gpu
@@ -117,9 +103,9 @@ def test_rs_graph_replay_and_pdl_equal_eager(plan):
     K, N, M = 4096, 192, 2048
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=31)
-    eager = _launch(x, rw, plan)
+    eager = launch_poisoned(x, rw, plan)
     for pdl in (False, True):
-        assert_bitwise_equal(_launch(x, rw, plan, pdl=pdl), eager, name=f"pdl={pdl}")
+        assert_bitwise_equal(launch_poisoned(x, rw, plan, pdl=pdl), eager, name=f"pdl={pdl}")
     out = torch.empty(M, N, device="cuda")
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())

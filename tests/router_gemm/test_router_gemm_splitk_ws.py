@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hpc_common.testing import assert_bitwise_equal, poisoned_empty
+from hpc_common.testing import assert_bitwise_equal
 from hpc_common.testing.strategies import dim, seeds
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hpc_router_gemm import heuristics
 from hpc_router_gemm.heuristics import Plan
 
-from ._cases import SHAPES, check_against_fp64, make_inputs
+from ._cases import SHAPES, check_against_fp64, launch_poisoned, make_inputs, router_weight
 
 # ----------------------------------------------------------------------------- CPU tests
 
@@ -83,14 +83,6 @@ gpu = pytest.mark.gpu
 _WS = sorted(heuristics.WS_PATHS)
 
 
-def _launch(x, rw, plan):
-    from hpc_router_gemm.router_gemm import launch
-
-    out = poisoned_empty(x.shape[0], rw.weight.shape[0], dtype=torch.float32, device=x.device)
-    launch(x, rw, out, plan)
-    return out
-
-
 def _cluster_twin(plan: Plan) -> Plan:
     return Plan(plan.path.rsplit("_", 1)[0], plan.splits)
 
@@ -103,16 +95,8 @@ def _counters_are_zero():
         assert int(ws.counters.abs().sum()) == 0, "an arrival counter was left non-zero"
 
 
-_weights: dict = {}
-
-
 def _router_weight(K: int, N: int):
-    from hpc_router_gemm import RouterWeight
-
-    if (K, N) not in _weights:
-        gen = torch.Generator(device="cuda").manual_seed(K + 3 * N)
-        _weights[(K, N)] = RouterWeight(torch.randn(N, K, device="cuda", generator=gen) * 0.02)
-    return _weights[(K, N)]
+    return router_weight(K, N, seed=K + 3 * N)
 
 
 @gpu
@@ -139,10 +123,10 @@ def test_ws_matches_fp64_and_cluster_bits(shape, M, path, splits, seed):
     x = torch.randn(M, K, device="cuda", generator=gen).to(torch.bfloat16)
     plan = Plan(path, splits)
     repro = f"repro: shape={shape} M={M} {path} S={splits} seed={seed}"
-    out = _launch(x, rw, plan)
+    out = launch_poisoned(x, rw, plan)
     check_against_fp64(out, x, rw.weight, strict_top8=False, tag=repro)
-    assert_bitwise_equal(_launch(x, rw, plan), out, name=f"rerun {repro}")
-    assert_bitwise_equal(_launch(x, rw, _cluster_twin(plan)), out, name=f"cluster twin {repro}")
+    assert_bitwise_equal(launch_poisoned(x, rw, plan), out, name=f"rerun {repro}")
+    assert_bitwise_equal(launch_poisoned(x, rw, _cluster_twin(plan)), out, name=f"cluster twin {repro}")
     _counters_are_zero()
 
 
@@ -155,7 +139,7 @@ def test_ws_graph_replay_equals_eager(path):
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=21)
     plan = Plan(path, 4)
-    eager = _launch(x, rw, plan)
+    eager = launch_poisoned(x, rw, plan)
     out = torch.empty(M, N, device="cuda")
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -181,7 +165,7 @@ def test_ws_capture_without_workspace_falls_back_to_the_cluster_bits():
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=22)
     plan = Plan("wide96_ws", 4)
-    eager = _launch(x, rw, plan)
+    eager = launch_poisoned(x, rw, plan)
     out = torch.empty(M, N, device="cuda")
     from hpc_router_gemm import split_workspace
 
@@ -208,10 +192,10 @@ def test_wsp_with_too_few_sms_uses_last_arrival():
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=23)
     plan = Plan("wide96_wsp", 2)
-    full = _launch(x, rw, plan)
+    full = launch_poisoned(x, rw, plan)
     try:
         hpc_common.set_num_sms(16)  # 128 CTAs can no longer be assumed resident: mode 1
-        assert_bitwise_equal(_launch(x, rw, plan), full, name="guarded wsp")
+        assert_bitwise_equal(launch_poisoned(x, rw, plan), full, name="guarded wsp")
     finally:
         hpc_common.set_num_sms(None)
     _counters_are_zero()
@@ -227,7 +211,7 @@ def test_ws_pdl_back_to_back(pdl):
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=24)
     plan = Plan("wide96_wsp", 4)
-    ref = _launch(x, rw, plan)
+    ref = launch_poisoned(x, rw, plan)
     outs = [torch.empty(M, N, device="cuda") for _ in range(4)]
     for o in outs:
         launch(x, rw, o, plan, pdl=pdl)
@@ -243,6 +227,6 @@ def test_ws_pdl_back_to_back(pdl):
 def test_multicast_without_split_matches_plain_tile(K, N, M, path):
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=M + 25)
-    out = _launch(x, rw, Plan(path, 1))
+    out = launch_poisoned(x, rw, Plan(path, 1))
     check_against_fp64(out, x, rw.weight, strict_top8=False, tag=f"{path} S=1 M={M}")
-    assert_bitwise_equal(_launch(x, rw, Plan(path.rsplit("_", 1)[0], 1)), out, name=f"{path} S=1 vs plain")
+    assert_bitwise_equal(launch_poisoned(x, rw, Plan(path.rsplit("_", 1)[0], 1)), out, name=f"{path} S=1 vs plain")
