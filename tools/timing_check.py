@@ -25,7 +25,7 @@ cases = (("empty kernel", lambda: tiny.zero_(), 0),
 for name, fn, nbytes in cases:
     with torch.cuda.stream(stream):
         fn()
-        timing._flush_l2(dev)
+        timing.empty_l2(dev)
         stream.synchronize()
         inside = timing._bench_in_graph(fn, 50, True, dev, stream)
         around = timing._bench_around_replay(fn, 50, True, dev, stream, True)

@@ -75,22 +75,14 @@ def run(case, kv, variant, inputs, reps):
         fn = (lambda: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out))
         fn()
         producer = pd.LAST_PRODUCER["name"] + ("+first_page" if pd.LAST_PRODUCER["first_page"] else "")
-        timing._flush_l2(dev, flush)  # allocates the flush buffer outside the capture
+        timing.empty_l2(dev, flush)  # allocates the flush buffer outside the capture
         stream.synchronize()
-        start = torch.cuda.Event(enable_timing=True, external=True)
-        end = torch.cuda.Event(enable_timing=True, external=True)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=stream):
+
+        def pre():
             tl.zero_()
-            timing._flush_l2(dev, flush)
-            start.record(stream)
-            fn()
-            end.record(stream)
-        runs = []
-        for _ in range(reps):
-            g.replay()
-            end.synchronize()
-            runs.append((start.elapsed_time(end) * 1e3, tl.view(C, SLOTS).cpu().tolist()))
+            timing.empty_l2(dev, flush)
+
+        runs = timing.replay_in_graph(fn, reps, stream, pre=pre, each=lambda: tl.view(C, SLOTS).cpu().tolist())
     torch.cuda.current_stream(dev).wait_stream(stream)
     return producer, plan.tables(), runs
 

@@ -59,21 +59,23 @@ def _scale_out(mode: str, x: torch.Tensor) -> torch.Tensor:
     return torch.empty(x.shape[0], g, dtype=torch.float32, device=x.device)
 
 
-def _graph(fn, pre, tl: torch.Tensor, stream):
-    """[pre, event, fn (with the timeline), event] captured once."""
-    start = torch.cuda.Event(enable_timing=True, external=True)
-    end = torch.cuda.Event(enable_timing=True, external=True)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=stream):
-        pre()
-        start.record(stream)
+def _replays(fn, pre, tl: torch.Tensor, stream, reps: int, each):
+    """[pre, event, fn (with the timeline), event] captured once and replayed `reps` times; per
+    replay (event us, each()) with the timeline read by `each` and zeroed for the next one."""
+    def timed():
         quant.BULK_TIMELINE = tl
         try:
             fn()
         finally:
             quant.BULK_TIMELINE = None
-        end.record(stream)
-    return g, start, end
+
+    def read_and_zero():
+        r = each()
+        tl.zero_()
+        return r
+
+    tl.zero_()
+    return timing.replay_in_graph(timed, reps, stream, pre=pre, each=read_and_zero)
 
 
 def _to_ns(t: torch.Tensor) -> tuple[torch.Tensor, float, float]:
@@ -165,7 +167,7 @@ def main(argv=None) -> int:
     static = torch.tensor([0.02], device=dev)
     tl = torch.zeros(8 * torch.cuda.get_device_properties(dev).multi_processor_count, S, dtype=torch.int64,
                      device=dev)
-    timing._flush_l2(dev)  # allocate the flush buffer outside capture
+    timing.empty_l2(dev)  # allocate the flush buffer outside capture
 
     # Launch-cost references: an empty kernel and a one-tile call, timed the same way (written flush).
     tiny = torch.empty(1, device=dev)
@@ -188,35 +190,24 @@ def main(argv=None) -> int:
                 with torch.cuda.stream(stream):
                     one()  # warm-up outside the capture (extension load, kernel attributes)
                 stream.synchronize()
-                tl.zero_()
-                g1, s1, e1 = _graph(one, lambda: timing._flush_l2(dev), tl, stream)
-                ev1, sp1 = [], []
-                for _ in range(args.reps):
-                    tl.zero_()
-                    g1.replay()
-                    e1.synchronize()
-                    ev1.append(s1.elapsed_time(e1) * 1e3)
-                    sp1.append(_analyse(tl.cpu(), 3 * small.numel())["span"])
+                runs = _replays(one, lambda: timing.empty_l2(dev), tl, stream, args.reps,
+                                lambda: _analyse(tl.cpu(), 3 * small.numel())["span"])
+                ev1, sp1 = [t for t, _ in runs], [span for _, span in runs]
                 e_med, s_med = statistics.median(ev1), statistics.median(sp1)
                 print(f"{mode:18s} {variant:3d} small: one-tile call event {e_med:.2f} span {s_med:.2f} "
                       f"-> launch + completion {e_med - s_med:.2f}")
                 fn = _call(mode, x, out, scale_out, static)
                 prev = _call(mode, x_prev, out_prev, _scale_out(mode, x_prev), static)
                 for cond in args.conditions.split(","):
-                    pre = {"write": lambda: timing._flush_l2(dev, "write"),
-                           "read": lambda: timing._flush_l2(dev, "read"), "warm": prev}[cond]
+                    pre = {"write": lambda: timing.empty_l2(dev, "write"),
+                           "read": lambda: timing.empty_l2(dev, "read"), "warm": prev}[cond]
                     with torch.cuda.stream(stream):
                         fn()
                         prev()
                     stream.synchronize()
-                    g, s, e = _graph(fn, pre, tl, stream)
                     ms = []
-                    for _ in range(args.reps):
-                        tl.zero_()
-                        g.replay()
-                        e.synchronize()
-                        m = _analyse(tl.cpu(), nbytes)
-                        m["event"] = s.elapsed_time(e) * 1e3
+                    for event_us, m in _replays(fn, pre, tl, stream, args.reps, lambda: _analyse(tl.cpu(), nbytes)):
+                        m["event"] = event_us
                         ms.append(m)
                     med = {c: statistics.median(m[c] for m in ms) for c in COLS}
                     ticks = statistics.median(m["tick"] for m in ms)
@@ -227,7 +218,6 @@ def main(argv=None) -> int:
                         rep = sorted(ms, key=lambda m: m["event"])[len(ms) // 2]
                         hist.append(f"{mode} {cond} (event {rep['event']:.2f} us, span {rep['span']:.2f} us): "
                                     + _histogram(rep))
-                    del g
             finally:
                 quant.BULK_VARIANT = 0
     print("\nStored traffic per 1 us bin (TB/s, input + FP8 bytes of tiles stored in the bin), default kernel, "

@@ -28,7 +28,9 @@ _flush_buf: dict[torch.device, torch.Tensor] = {}
 FLUSH_MODE = "write"
 
 
-def _flush_l2(device: torch.device, mode: str | None = None) -> None:
+def empty_l2(device: torch.device, mode: str | None = None) -> None:
+    """Empty the L2 of `device` with a 128 MB buffer (FLUSH_MODE, or `mode`: "write" / "read").
+    The first call allocates the buffer: make it outside any graph capture."""
     buf = _flush_buf.get(device)
     if buf is None:
         # Twice the H200's 60 MB L2, so nothing of the timed call's inputs survives.
@@ -44,24 +46,35 @@ TIMING_METHOD = ("CUDA graph of [128 MB L2 flush (written unless FLUSH_MODE='rea
                  "of the in-graph event pair (graph launch overhead excluded)")
 
 
-def _bench_in_graph(fn, reps, flush_l2, device, stream) -> float:
-    """Events recorded inside the graph bracket the call alone: the ~4 us a graph launch costs
-    on the device (measured: an empty kernel timed around replay() reads 4.0 us) stays out."""
+def replay_in_graph(fn: Callable[[], object], reps: int, stream: torch.cuda.Stream,
+                    pre: Callable[[], object] | None = None,
+                    each: Callable[[], object] | None = None) -> list[tuple[float, object]]:
+    """Capture [pre(), event, fn(), event] into one CUDA graph on `stream` and replay it `reps`
+    times. Per replay: (microseconds between the two in-graph events, each()), where `each` runs
+    on the host once the replay has finished (e.g. to read a diagnostics buffer). Events inside
+    the graph bracket the call alone: the ~4 us a graph launch costs on the device (measured: an
+    empty kernel timed around replay() reads 4.0 us) stays out. Raises where in-graph events are
+    unsupported."""
     start = torch.cuda.Event(enable_timing=True, external=True)
     end = torch.cuda.Event(enable_timing=True, external=True)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
-        if flush_l2:
-            _flush_l2(device)
+        if pre is not None:
+            pre()
         start.record(stream)
         fn()
         end.record(stream)
-    times = []
+    runs = []
     for _ in range(reps):
         graph.replay()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+        runs.append((start.elapsed_time(end) * 1e3, each() if each is not None else None))
+    return runs
+
+
+def _bench_in_graph(fn, reps, flush, device, stream) -> float:
+    pre = (lambda: empty_l2(device)) if flush else None
+    return statistics.median(t for t, _ in replay_in_graph(fn, reps, stream, pre=pre))
 
 
 def _bench_around_replay(fn, reps, flush_l2, device, stream, use_graph) -> float:
@@ -76,7 +89,7 @@ def _bench_around_replay(fn, reps, flush_l2, device, stream, use_graph) -> float
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
         if flush_l2:
-            _flush_l2(device)
+            empty_l2(device)
         starts[i].record(stream)
         run()
         ends[i].record(stream)
@@ -100,7 +113,7 @@ def bench_us(fn: Callable[[], object], *, reps: int = 100, warmup: int = 5, flus
         for _ in range(warmup):
             fn()
         if flush_l2:
-            _flush_l2(device)  # allocate the flush buffer outside any capture
+            empty_l2(device)  # allocate the flush buffer outside any capture
         stream.synchronize()
         if not use_graph:
             result = _bench_around_replay(fn, reps, flush_l2, device, stream, False)
