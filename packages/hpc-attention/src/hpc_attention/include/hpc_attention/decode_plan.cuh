@@ -47,38 +47,32 @@ struct Scan3 {
   int a, b, c;
 };
 
+// Inclusive scan over the warp of (a, b, c) (Hillis-Steele with shuffles).
+__device__ __forceinline__ Scan3 warp_inclusive_scan(Scan3 v, int lane) {
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int a = __shfl_up_sync(0xffffffffu, v.a, o);
+    const int b = __shfl_up_sync(0xffffffffu, v.b, o);
+    const int c = __shfl_up_sync(0xffffffffu, v.c, o);
+    if (lane >= o) {
+      v.a += a;
+      v.b += b;
+      v.c += c;
+    }
+  }
+  return v;
+}
+
 // Exclusive scan over the block of (a, b, c); `total` gets the block sums. Any block size that
 // is a multiple of 32, up to 1024.
 __device__ __forceinline__ Scan3 block_exclusive_scan(Scan3 v, Scan3& total) {
   __shared__ Scan3 warp_sums[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  Scan3 inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int a = __shfl_up_sync(0xffffffffu, inc.a, o);
-    const int b = __shfl_up_sync(0xffffffffu, inc.b, o);
-    const int c = __shfl_up_sync(0xffffffffu, inc.c, o);
-    if (lane >= o) {
-      inc.a += a;
-      inc.b += b;
-      inc.c += c;
-    }
-  }
+  const Scan3 inc = warp_inclusive_scan(v, lane);
   if (lane == 31) warp_sums[warp] = inc;
   __syncthreads();
   if (warp == 0) {
-    Scan3 w = lane < nwarps ? warp_sums[lane] : Scan3{0, 0, 0};
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int a = __shfl_up_sync(0xffffffffu, w.a, o);
-      const int b = __shfl_up_sync(0xffffffffu, w.b, o);
-      const int c = __shfl_up_sync(0xffffffffu, w.c, o);
-      if (lane >= o) {
-        w.a += a;
-        w.b += b;
-        w.c += c;
-      }
-    }
+    const Scan3 w = warp_inclusive_scan(lane < nwarps ? warp_sums[lane] : Scan3{0, 0, 0}, lane);
     warp_sums[lane] = w;
   }
   __syncthreads();
