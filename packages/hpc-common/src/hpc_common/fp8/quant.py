@@ -82,7 +82,7 @@ def _vectorizable(x: torch.Tensor, out: torch.Tensor, geo: dict) -> tuple[bool, 
 
 
 # Rows whose starts are not 16-byte aligned (odd N, column offsets) take the vector path with a
-# scalar head per segment when x and out are misaligned alike (FP8_NOTES.md); off: scalar path.
+# scalar head per segment when x and out are misaligned alike (FP8_HISTORY.md); off: scalar path.
 USE_PEELED_VECTOR_PATH = True
 
 
@@ -91,7 +91,7 @@ USE_PEELED_VECTOR_PATH = True
 USE_SHORT_SEGMENT_KERNEL = True
 # Bulk-copy kernel (fp8_quant_bulk.cuh): serves shapes whose segments are whole, 16-element
 # multiples and at most 16 KB (the launcher checks; other shapes keep the register kernels
-# above). BULK_KERNEL_MODES lists the modes where it is the default (see FP8_NOTES.md for the
+# above). BULK_KERNEL_MODES lists the modes where it is the default (see FP8_HISTORY.md for the
 # measurements); USE_BULK_KERNEL = True / False forces it on / off for every mode (tests and
 # benchmarks time and check both), None follows BULK_KERNEL_MODES.
 # H200 run of aeb24f7 (bf16 N=4096, % of the 4.27 TB/s copy bandwidth, bulk / register kernels):
@@ -104,13 +104,13 @@ USE_BULK_KERNEL: Optional[bool] = None
 # Per-tensor dynamic on a contiguous tensor: the amax pass is a flat, evenly split streaming
 # kernel (fp8_amax_flat_kernel) instead of segment teams (whose last of ~4 block waves ran partly
 # idle): H200, 64 MB bf16 50.0 -> 48.2 us (81.6% of the copy), 256 MB 169.8 -> 166.6 us
-# (FP8_NOTES.md, fourth pass). False gives the segment-team pass (tests and the benchmark's
+# (FP8_HISTORY.md, fourth pass). False gives the segment-team pass (tests and the benchmark's
 # `ours_old` row compare both). The other alternatives of that pass (a warp-specialised bulk
 # kernel, a balanced last tile round, L2 evict_first loads) measured slower or within ~1 us and
 # were removed after commit 59a5220, where their code and switches remain.
 FLAT_AMAX_KERNEL = True
 
-# Bulk kernel order after a tile's block barrier (FP8_NOTES.md, fifth pass): 0 = the default,
+# Bulk kernel order after a tile's block barrier (FP8_HISTORY.md, fifth pass): 0 = the default,
 # thread 0 refills the tile's stage, then stores the tile (H200: 64 MB calls 0.3-0.8 us faster);
 # 1 = the 8fdf820 order (store, then refill). Same bits out either way.
 BULK_VARIANT = 0

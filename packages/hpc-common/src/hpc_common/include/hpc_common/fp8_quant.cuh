@@ -41,7 +41,7 @@ namespace hpc {
 namespace fp8 {
 
 // Bulk-kernel options outside the operator's semantics (every choice writes the same bits):
-// the alternatives of the fifth pass (FP8_NOTES.md) and a per-CTA timeline for diagnosis.
+// the alternatives of the fifth pass (FP8_HISTORY.md) and a per-CTA timeline for diagnosis.
 // A default-constructed BulkOptions is the default kernel without the timeline.
 enum BulkVariant : int {
   kBulkStoreFirst = 1,  // the 8fdf820 order: a tile's store, then the refill of its stage

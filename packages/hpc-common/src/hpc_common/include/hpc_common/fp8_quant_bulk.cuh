@@ -2,7 +2,7 @@
 // mode whose segments are whole, 16-element multiples and at most one 16 KB tile long
 // (per-tensor static / dynamic-partials, per-token up to 8192 bf16, group-32..., per-head).
 //
-// Why (H200, FP8_NOTES.md): the register kernels (fp8_quant_kernel, the short-segment
+// Why (H200, FP8_HISTORY.md): the register kernels (fp8_quant_kernel, the short-segment
 // kernel) need 96-128 registers for their 16 vectors in flight, so 16 warps per SM; each
 // warp loads, then reduces, then stores, and has no load in flight while it computes and
 // stores. Per-token measured 78% of the copy bandwidth at 256 MB, group-128 70%, against 88%
@@ -16,7 +16,7 @@
 //   reduction (shuffles; > 32 lanes: one extra barrier) -> scale, reciprocal -> FP8 bytes into
 //   out[i % 3] -> fence.proxy.async + __syncthreads -> thread 0 refills the stage with the tile
 //   kBulkStages ahead and stores out[i % 3] with one bulk copy.
-// BulkOptions::variant kBulkStoreFirst gives the 8fdf820 order (store, then refill; FP8_NOTES.md,
+// BulkOptions::variant kBulkStoreFirst gives the 8fdf820 order (store, then refill; FP8_HISTORY.md,
 // fifth pass).
 // A team of seg_vectors / 4 lanes owns a segment (lane l holds vectors l + team * j); for
 // teams of 1..4 lanes the j order is rotated per segment so that a quarter-warp's 16-byte
