@@ -63,3 +63,17 @@ def launch_poisoned(x: torch.Tensor, rw, plan, pdl=None, out=None) -> torch.Tens
         out = poisoned_empty(x.shape[0], rw.weight.shape[0], dtype=torch.float32, device=x.device)
     launch(x, rw, out, plan, pdl=pdl)
     return out
+
+
+def capture_on_side_stream(fn) -> torch.cuda.CUDAGraph:
+    """fn() once on a side stream (warm-up: module load, a split-K workspace), then captured
+    into a CUDA graph on that stream; the current stream waits for both."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    return g

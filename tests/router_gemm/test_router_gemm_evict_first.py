@@ -15,7 +15,7 @@ from hpc_common.testing import assert_bitwise_equal, poisoned_empty
 from hpc_router_gemm import heuristics
 from hpc_router_gemm.heuristics import Plan
 
-from ._cases import check_against_fp64, launch_poisoned, make_inputs, router_weight
+from ._cases import capture_on_side_stream, check_against_fp64, launch_poisoned, make_inputs, router_weight
 
 
 def _clusters(tile, s):
@@ -99,14 +99,7 @@ def test_evict_first_graph_replay_and_table_plan(path, splits, M):
     plan = Plan(path, splits, evict_first=True)
     first = launch_poisoned(x, rw, Plan(path, splits))
     out = poisoned_empty(M, N, dtype=torch.float32, device="cuda")
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        launch_poisoned(x, rw, plan, out=out)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=s):
-            launch_poisoned(x, rw, plan, out=out)
-    torch.cuda.current_stream().wait_stream(s)
+    g = capture_on_side_stream(lambda: launch_poisoned(x, rw, plan, out=out))
     out.fill_(float("nan"))
     g.replay()
     torch.cuda.synchronize()

@@ -12,7 +12,7 @@ from hpc_common.testing import assert_bitwise_equal
 from hpc_router_gemm import heuristics
 from hpc_router_gemm.heuristics import Plan
 
-from ._cases import check_against_fp64, launch_poisoned, make_inputs, router_weight
+from ._cases import capture_on_side_stream, check_against_fp64, launch_poisoned, make_inputs, router_weight
 
 
 def test_pf_paths_carry_the_prefetch_distance():
@@ -75,14 +75,7 @@ def test_pf_graph_replay_equals_eager():
     plan = Plan("wide96pf", 2)
     eager = launch_poisoned(x, rw, plan)
     out = torch.empty(M, N, device="cuda")
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        launch(x, rw, out, plan)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=s):
-            launch(x, rw, out, plan)
-    torch.cuda.current_stream().wait_stream(s)
+    g = capture_on_side_stream(lambda: launch(x, rw, out, plan))
     out.fill_(float("nan"))
     g.replay()
     torch.cuda.synchronize()

@@ -12,7 +12,7 @@ from hpc_common.testing import assert_bitwise_equal, poisoned_empty
 from hpc_router_gemm import heuristics
 from hpc_router_gemm.heuristics import Plan
 
-from ._cases import SHAPES, check_against_fp64, launch_poisoned, make_inputs, router_weight
+from ._cases import SHAPES, capture_on_side_stream, check_against_fp64, launch_poisoned, make_inputs, router_weight
 
 # ----------------------------------------------------------------------------- CPU tests
 
@@ -107,14 +107,7 @@ def test_rs_graph_replay_and_pdl_equal_eager(plan):
     for pdl in (False, True):
         assert_bitwise_equal(launch_poisoned(x, rw, plan, pdl=pdl), eager, name=f"pdl={pdl}")
     out = torch.empty(M, N, device="cuda")
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        launch(x, rw, out, plan)  # warm-up on the capture stream (workspace)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=s):
-            launch(x, rw, out, plan)
-    torch.cuda.current_stream().wait_stream(s)
+    g = capture_on_side_stream(lambda: launch(x, rw, out, plan))
     for _ in range(2):
         out.fill_(float("nan"))
         g.replay()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hpc_router_gemm import heuristics
 from hpc_router_gemm.heuristics import Plan
 
-from ._cases import SHAPES, check_against_fp64, launch_poisoned, make_inputs, router_weight
+from ._cases import SHAPES, capture_on_side_stream, check_against_fp64, launch_poisoned, make_inputs, router_weight
 
 # ----------------------------------------------------------------------------- CPU tests
 
@@ -141,14 +141,7 @@ def test_ws_graph_replay_equals_eager(path):
     plan = Plan(path, 4)
     eager = launch_poisoned(x, rw, plan)
     out = torch.empty(M, N, device="cuda")
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        launch(x, rw, out, plan)  # warm-up on the capture stream: allocates its workspace
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=s):
-            launch(x, rw, out, plan)
-    torch.cuda.current_stream().wait_stream(s)
+    g = capture_on_side_stream(lambda: launch(x, rw, out, plan))
     for _ in range(3):
         out.fill_(float("nan"))
         g.replay()
