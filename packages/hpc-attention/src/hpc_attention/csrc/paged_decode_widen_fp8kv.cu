@@ -1,0 +1,10 @@
+// Decode kernel instantiations with FP8 E4M3 KV and the widening cp.async producer (BF16 or FP8 Q):
+// the producer threads convert the tiles to FP16 (paged_decode_widen_producer.cuh). A file of its
+// own so that it compiles in parallel with the other instantiations.
+#include "hpc_attention/paged_decode.cuh"
+
+cudaError_t hpc_attn_launch_paged_decode_widen_fp8kv(const hpc::attn::PagedDecodeParams& p, bool fp8_q, int num_ctas,
+                                                      cudaStream_t stream, bool pdl) {
+  return fp8_q ? hpc::attn::launch_paged_decode<true, true, false, true>(p, num_ctas, stream, pdl)
+               : hpc::attn::launch_paged_decode<true, false, false, true>(p, num_ctas, stream, pdl);
+}
