@@ -4,17 +4,24 @@ with L2 flushed before each replay (hpc_common.bench.bench_us), with max |error|
 FP64 reference and top-8 agreement for each provider.
 
 Writes DIR/<gpu>/router_gemm.{json,md} and, unless --no-sweep, DIR/<gpu>/router_gemm_paths
-.{json,md}: every path (fp32 / fp32pf / gemv / gemvr / narrow / wide / wide96 / wide96rs / widers, their `pf`
-L2-prefetch variants (only when named in --paths), and from
+.{json,md}: every path (fp32 / fp32pf / gemv / gemvr, gemvr's variants gemvrw1 / gemvrw2 / gemvrna,
+narrow / wide / wide96 / wide96rs / widers, their `pf` L2-prefetch variants (only when named
+in --paths), and from
 M=128 the cluster-free split-K paths <tile>_ws / <tile>_wsp) at every split count, the
 measurement behind heuristics.py. At M <= 64 every swept plan is also timed with the L2
 evict_first policy on its weight loads (rows `<path>_s<S>_ef`; Plan.evict_first), and the main
 table gets `ours_ef_twin`: the chosen plan with that policy flipped. --read-flush adds `ours`,
 its twin and FP32 cuBLAS timed after a *read* L2 flush (clean lines: no write-back inside the
-call), rows `*_read_flush`.
+call), rows `*_read_flush`; in the sweep it adds the same for every gemvr-family plan at M=1.
 
     python benchmarks/bench_router_gemm.py [--out-dir benchmarks/results] [--quick] [--no-sweep] [--m 1,2,4]
         [--shapes longcat_chat:512,longcat_lite:1024] [--paths wide96,wide96rs,wide96rs_wsp] [--read-flush]
+
+The gemvr variants alone at M=1, with cuBLAS in the same process (main table) and their dirty-L2
+cost (read-flush rows):
+
+    python benchmarks/bench_router_gemm.py --out-dir /tmp/rg --shapes longcat_chat:1,generic:1,longcat_lite:1 \
+        --paths gemvr,gemvrw1,gemvrw2,gemvrna --read-flush
 """
 
 from __future__ import annotations
@@ -28,8 +35,8 @@ import torch
 from hpc_common.bench import BenchResults, bench_us, floor_us, gpu_slug
 from hpc_common.bench import timing
 from hpc_router_gemm import RouterWeight, plan_for, router_gemm
-from hpc_router_gemm.heuristics import (CLUSTER_PATHS, FP32_MAX_M, GEMV_MAX_M, GEMV_PATHS, GEMV_SPLITS, TILE_GEMV,
-                                        TILES, WS_PATHS, Plan, gemv_fits)
+from hpc_router_gemm.heuristics import (CLUSTER_PATHS, FP32_MAX_M, GEMV_MAX_M, GEMV_PATHS, GEMV_SPLITS, GEMVR_PATHS,
+                                        TILE_GEMV, TILES, WS_PATHS, Plan, gemv_fits)
 from hpc_router_gemm.reference import router_gemm_reference, topk_experts
 from hpc_router_gemm.router_gemm import launch
 
@@ -153,6 +160,12 @@ def sweep_paths(paths: BenchResults, case: dict, x, rw: RouterWeight, ref, ref_t
         if M == 1 and plan.path in ("fp32", "fp32pf", *GEMV_PATHS) and not plan.evict_first:
             paths.add(f"{plan.name}_warm_l2",
                       bench_us(lambda: launch(x, rw, out, plan), reps=reps, flush_l2=False), **case)
+        # The gemvr variants differ in how they meet a dirty L2: written minus read flush is
+        # each one's dirty-line cost (NOTES.md, "Chat M=1").
+        if READ_FLUSH[0] and M == 1 and plan.path in GEMVR_PATHS:
+            with flush_mode("read"):
+                t = bench_us(lambda plan=plan: launch(x, rw, out, plan), reps=reps)
+                paths.add(f"{plan.name}_read_flush", t, **case)
 
 
 def main() -> None:

@@ -5,7 +5,8 @@ its FP32 bytes, split-K over a cluster of up to 8 CTAs), `fp32pf` (the same kern
 first asking L2 for its whole weight slice with bulk prefetches), `gemv` (exact FP32 too, M <= 8: one
 CTA per SM streams a contiguous range of whole rows through shared memory with bulk copies,
 split along K over a cluster of S <= 4 CTAs), `gemvr` (the same grid for M = 1 with the
-weight read into registers by plain loads), and the two-product BF16 wgmma
+weight read into registers by plain loads; sweep-only variants `gemvrw1` / `gemvrw2` bound the
+loads in flight, `gemvrna` changes their cache hints, GEMVR_PATHS), and the two-product BF16 wgmma
 kernel with three tiles: `narrow` (64 x 32, for skinny M), `wide` (128 x 192) and `wide96`
 (128 x 96); `wide96rs` / `widers` are the two wide tiles with the x fragments loaded into
 registers once per K block for both products (wgmma with A from registers; same bits). A
@@ -58,13 +59,21 @@ TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 
                TILE_WIDE96_RS: (128, 96), TILE_WIDE_RS: (128, 192)}
 SPLIT_CHOICES = (1, 2, 4, 8)
 FP32_PATHS = ("fp32", "fp32pf")  # one kernel; "fp32pf" adds the L2 bulk prefetch
-GEMV_PATHS = ("gemv", "gemvr")  # "gemvr": registers instead of bulk copies, M = 1 only
+# gemvr and its sweep-only variants (router_gemv_fp32_window.cuh; same bits as gemvr): path ->
+# (window_rows, no_l1) of the kernel. "gemvrw1" / "gemvrw2": each thread streams its rows through
+# 1 / 2 row buffers, row r + depth requested only once row r is summed (Chat: 24 / 48 KB in flight
+# per SM instead of gemvr's 144 KB), so that with evict_first later weight lines can replace
+# consumed ones rather than dirty lines (NOTES.md, "Chat M=1"); "gemvrna": gemvr's one batch with
+# ld.global.nc.L1::no_allocate.L2::256B weight loads.
+GEMVR_PATHS = {"gemvr": (0, False), "gemvrw1": (1, False), "gemvrw2": (2, False), "gemvrna": (0, True)}
+# "gemvr*": registers instead of bulk copies, M = 1 only
+GEMV_PATHS = ("gemv", *GEMVR_PATHS)
 PATHS = (*FP32_PATHS, *GEMV_PATHS, *CLUSTER_PATHS, *WS_PATHS)
 
 
 @dataclass(frozen=True)
 class Plan:
-    path: str  # "fp32", "fp32pf", "gemv", "gemvr", one of CLUSTER_PATHS or one of WS_PATHS
+    path: str  # "fp32", "fp32pf", "gemv", one of GEMVR_PATHS, CLUSTER_PATHS or WS_PATHS
     splits: int  # CTAs along K (per cluster, or per tile with a workspace)
     # The weight loads carry an L2 evict_first policy (every path has the option; same bits).
     # The weight of a small-M call is read once, so its lines should be the L2's first victims
@@ -176,7 +185,7 @@ def gemv_fits(M: int, K: int, splits: int, path: str = "gemv") -> bool:
     ks = K // splits
     if K % (16 * splits):
         return False
-    if path == "gemvr":
+    if path in GEMVR_PATHS:
         return M == 1 and ks <= GEMVR_MAX_SLICE_K
     return M <= GEMV_MAX_M and M * ks * 2 + ks * 4 + 8 * 1024 <= GEMV_SMEM_BUDGET
 

@@ -9,8 +9,8 @@ from hpc_common.checks import check_aligned, check_tensor
 from hpc_common.launch import get_num_sms, get_pdl, require_hopper, stream_ptr
 
 from . import _ext
-from .heuristics import (FP32_PATHS, GEMV_PATHS, TILE_GEMV, TILE_SHAPES, Plan, bf16x2_tiles, choose_plan,
-                         gemv_clusters, ws_launch_mode)
+from .heuristics import (FP32_PATHS, GEMV_PATHS, GEMVR_PATHS, TILE_GEMV, TILE_SHAPES, Plan, bf16x2_tiles,
+                         choose_plan, gemv_clusters, ws_launch_mode)
 from .split_workspace import get_workspace, workspace_floats
 from .weight import RouterWeight, check_weight, prepare
 
@@ -88,8 +88,9 @@ def launch(x: torch.Tensor, rw: RouterWeight, out: torch.Tensor, plan: Plan, pdl
     if plan.path in GEMV_PATHS:
         max_clusters = _scaled_max_clusters(x.device)
         clusters = min(N, gemv_clusters(plan.splits, get_num_sms(x.device), lambda s: max_clusters(TILE_GEMV, s)))
-        ext.gemv_fp32(plan.path == "gemvr", x.data_ptr(), x.stride(0), rw.weight.data_ptr(), out.data_ptr(),
-                      out.stride(0), M, N, K, plan.splits, clusters, pdl, stream, plan.evict_first)
+        window_rows, no_l1 = GEMVR_PATHS.get(plan.path, (0, False))
+        ext.gemv_fp32(plan.path in GEMVR_PATHS, x.data_ptr(), x.stride(0), rw.weight.data_ptr(), out.data_ptr(),
+                      out.stride(0), M, N, K, plan.splits, clusters, pdl, stream, plan.evict_first, window_rows, no_l1)
     elif plan.path in FP32_PATHS:
         ext.fp32_splitk(x.data_ptr(), x.stride(0), rw.weight.data_ptr(), out.data_ptr(), out.stride(0),
                         M, N, K, plan.splits, plan.path == "fp32pf", pdl, stream, plan.evict_first)

@@ -28,10 +28,14 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         py::arg("w_evict_first") = false);
   m.def("gemv_fp32",
         [](bool registers, uintptr_t x, int64_t x_stride, uintptr_t w, uintptr_t out, int64_t out_stride, int M,
-           int N, int K, int splits, int clusters, bool pdl, uintptr_t stream, bool w_evict_first) {
+           int N, int K, int splits, int clusters, bool pdl, uintptr_t stream, bool w_evict_first, int window_rows,
+           bool w_no_l1) {
           rg::GemvFp32Params p{hpc::as_ptr<const void>(x), x_stride, hpc::as_ptr<const float>(w),
-                               hpc::as_ptr<float>(out), out_stride, M, N, K, splits, clusters, w_evict_first ? 1 : 0};
-          if (registers) {
+                               hpc::as_ptr<float>(out), out_stride, M, N, K, splits, clusters, w_evict_first ? 1 : 0,
+                               window_rows, w_no_l1 ? 1 : 0};
+          if (registers && (window_rows != 0 || w_no_l1)) {
+            HPC_CUDA_CHECK(rg::run_gemv_fp32_window(p, hpc::as_stream(stream), pdl), "router_gemv_fp32_window");
+          } else if (registers) {
             HPC_CUDA_CHECK(rg::run_gemv_fp32_ldg(p, hpc::as_stream(stream), pdl), "router_gemv_fp32_ldg");
           } else {
             HPC_CUDA_CHECK(rg::run_gemv_fp32(p, hpc::as_stream(stream), pdl), "router_gemv_fp32");
@@ -39,7 +43,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         },
         py::arg("registers"), py::arg("x"), py::arg("x_stride"), py::arg("w"), py::arg("out"), py::arg("out_stride"),
         py::arg("M"), py::arg("N"), py::arg("K"), py::arg("splits"), py::arg("clusters"), py::arg("pdl"),
-        py::arg("stream"), py::arg("w_evict_first") = false);
+        py::arg("stream"), py::arg("w_evict_first") = false, py::arg("window_rows") = 0, py::arg("w_no_l1") = false);
   m.def("gemv_max_clusters", &rg::gemv_max_clusters, py::arg("splits"));
   m.def("bf16x2",
         [](int tile, uintptr_t x, int64_t x_stride, uintptr_t w_hi, uintptr_t w_lo, uintptr_t out,

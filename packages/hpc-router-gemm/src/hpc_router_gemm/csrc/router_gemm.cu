@@ -9,6 +9,7 @@
 #include "hpc_router_gemm/router_gemm_fp32_splitk.cuh"
 #include "hpc_router_gemm/router_gemv_fp32.cuh"
 #include "hpc_router_gemm/router_gemv_fp32_ldg.cuh"
+#include "hpc_router_gemm/router_gemv_fp32_window.cuh"
 
 namespace hpc::router_gemm {
 
@@ -28,6 +29,10 @@ cudaError_t run_gemv_fp32(const GemvFp32Params& p, cudaStream_t stream, bool pdl
 
 cudaError_t run_gemv_fp32_ldg(const GemvFp32Params& p, cudaStream_t stream, bool pdl) {
   return launch_router_gemv_fp32_ldg(p, stream, pdl);
+}
+
+cudaError_t run_gemv_fp32_window(const GemvFp32Params& p, cudaStream_t stream, bool pdl) {
+  return launch_router_gemv_fp32_window(p, stream, pdl);
 }
 
 int gemv_max_clusters(int splits) { return router_gemv_max_clusters(splits); }

@@ -37,6 +37,11 @@ struct GemvFp32Params {
   int splits;    // CTAs per cluster along K: 1, 2 or 4
   int clusters;  // clusters in the grid (each owns a contiguous range of rows); <= N
   int w_evict_first = 0;
+  // Sweep-only gemvr variants (router_gemv_fp32_window.cuh; both 0: gemvr itself). window_rows
+  // 1 or 2: each thread holds at most that many rows of loads in flight; w_no_l1: gemvr's one
+  // batch with ld.global.nc.L1::no_allocate.L2::256B weight loads.
+  int window_rows = 0;
+  int w_no_l1 = 0;
 };
 
 // Two-product BF16 tensor-core path (router_gemm_bf16x2_wgmma.cuh).
@@ -75,6 +80,7 @@ cudaError_t run_bf16x2(int tile, const Bf16x2Params& p, cudaStream_t stream, boo
 int bf16x2_max_clusters(int tile, int splits);
 cudaError_t run_gemv_fp32(const GemvFp32Params& p, cudaStream_t stream, bool pdl);
 cudaError_t run_gemv_fp32_ldg(const GemvFp32Params& p, cudaStream_t stream, bool pdl);
+cudaError_t run_gemv_fp32_window(const GemvFp32Params& p, cudaStream_t stream, bool pdl);
 int gemv_max_clusters(int splits);
 void bf16x2_tile_shape(int tile, int* bm, int* bn);
 

@@ -1,0 +1,212 @@
+// scores[1, N] = x[1, K] (BF16) @ W[N, K]^T (FP32), exact FP32, one token: sweep-only variants
+// of gemvr (router_gemv_fp32_ldg.cuh) that change *when* and *how* the weight is requested, not
+// what is summed.
+//
+// Why (NOTES.md, "Chat M=1"; HISTORY.md, fifth session): after the benchmark's written flush the
+// L2 holds only dirty lines, which costs gemvr 1.9-2.2 us on Chat M=1 (18.9 MB) and cuBLAS 0.7-1.1.
+// gemvr asks for its whole slice in one batch (18 float4 per thread, 144 KB per SM), so nearly
+// every weight line is allocated while its L2 set still holds only dirty lines, and the
+// evict_first policy (which makes a consumed weight line the next victim) has little to act on.
+//
+//  * kDepth = 1 or 2 ("gemvrw1" / "gemvrw2"): the CTA's rows stream through a ring of kDepth
+//    row buffers per thread; row r + kDepth is requested only after row r has been summed (the
+//    load writes the registers row r just freed, and sits behind a branch, so neither nvcc nor
+//    ptxas lifts it above those FMAs). At most ~kDepth rows per thread are in flight: Chat 24 /
+//    48 KB per SM (3.2 / 6.3 MB on the GPU) instead of 144 KB, so later weight lines can find
+//    the consumed lines of earlier ones to replace (with Plan.evict_first) instead of dirty
+//    lines. The cost: fewer bytes in flight, i.e. less DRAM bandwidth by Little's law.
+//  * kDepth = kMaxLoads / kPerRow with kNoL1 ("gemvrna"): gemvr's one batch, with the loads as
+//    ld.global.nc.L1::no_allocate.L2::256B (the weight is read once: no L1 lines, 256-byte L2
+//    fetch granules), the L2 policy operand kept when evict_first.
+//
+// Determinism: exactly gemvr's arithmetic. Element k4 of a row slice is read by thread k4 % 512
+// at its step k4 / 512; each thread sums a row's steps in order from 0 with the same four fmaf
+// per float4, then the same warp butterfly, the same per-warp slot in shared memory, the same
+// in-order sums over warps and cluster ranks. Only the load schedule differs, so every variant
+// gives gemvr's bits for the same (K, S) (the GPU tests assert it).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "hpc_common/pdl.cuh"
+#include "hpc_router_gemm/router_gemm_params.h"
+#include "hpc_router_gemm/router_gemv_fp32_ldg.cuh"
+#include "hpc_router_gemm/sm90.cuh"
+
+namespace hpc::router_gemm {
+
+namespace gemvr {
+// The weight float4 of gemvrna: no L1 allocation (read once), 256-byte L2 fetch granule, and
+// the L2 policy operand when kPolicy. Not volatile, like __ldg (the weight does not change
+// during the kernel).
+template <bool kPolicy>
+__device__ __forceinline__ float4 ldg_weight_no_l1(const float4* src, uint64_t policy) {
+  float4 v;
+  if constexpr (kPolicy) {
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+        : "l"(src), "l"(policy));
+  } else {
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];"
+        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+        : "l"(src));
+  }
+  return v;
+}
+
+template <bool kEvictFirst, bool kNoL1>
+__device__ __forceinline__ float4 ldg_w(const float4* src, uint64_t policy) {
+  if constexpr (kNoL1) {
+    return ldg_weight_no_l1<kEvictFirst>(src, policy);
+  } else {
+    return sm90::ldg_weight<kEvictFirst>(src, policy);
+  }
+}
+}  // namespace gemvr
+
+// kPerRow: float4 per thread per row slice, as in gemvr. kDepth: row buffers per thread.
+template <int kPerRow, int kDepth, bool kEvictFirst, bool kNoL1>
+__global__ void __launch_bounds__(gemvr::kThreads, 1) router_gemv_fp32_window_kernel(const GemvFp32Params p) {
+  using namespace gemvr;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int S = p.splits, rank = static_cast<int>(sm90::cluster_rank());
+  const int G = gridDim.y, g = blockIdx.y;
+  const int row0 = static_cast<int>(static_cast<int64_t>(g) * p.N / G);
+  const int rows = static_cast<int>(static_cast<int64_t>(g + 1) * p.N / G) - row0;
+  const int max_rows = (p.N + G - 1) / G;
+  const Layout l = layout(max_rows);
+  const int ks = p.K / S, k0 = rank * ks, ks4 = ks / 4, K4 = p.K / 4;
+  float* red = reinterpret_cast<float*>(smem + l.red);
+  float* part = reinterpret_cast<float*>(smem + l.part);
+  const float4* w4 = reinterpret_cast<const float4*>(p.w) + static_cast<int64_t>(row0) * K4 + k0 / 4 + tid;
+  const uint64_t policy = kEvictFirst ? sm90::l2_evict_first_policy() : 0;
+
+  hpc::pdl_wait();
+  uint2 xr[kPerRow];
+  const uint2* xg = reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(p.x) + k0) + tid;
+#pragma unroll
+  for (int j = 0; j < kPerRow; ++j) xr[j] = tid + j * kThreads < ks4 ? __ldg(xg + j * kThreads) : make_uint2(0u, 0u);
+
+  float4 w[kDepth][kPerRow];
+  // Row r's slice of this thread into buffer b (guards as in gemvr: a partial last step of the
+  // slice leaves the high threads without a load).
+  auto load_row = [&](int b, int r) {
+    const float4* rp = w4 + static_cast<int64_t>(r) * K4;
+#pragma unroll
+    for (int j = 0; j < kPerRow; ++j) {
+      w[b][j] = tid + j * kThreads < ks4 ? gemvr::ldg_w<kEvictFirst, kNoL1>(rp + j * kThreads, policy)
+                                         : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+#pragma unroll
+  for (int b = 0; b < kDepth; ++b) {
+    if (b < rows) load_row(b, b);
+  }
+  // Rolled outer loop: ptxas does not pipeline loads across iterations, so the window holds.
+#pragma unroll 1
+  for (int rb = 0; rb < rows; rb += kDepth) {
+#pragma unroll
+    for (int b = 0; b < kDepth; ++b) {
+      const int r = rb + b;
+      if (r < rows) {  // uniform over the CTA
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < kPerRow; ++j) {
+          if (tid + j * kThreads < ks4) {
+            const uint2 raw = xr[j];
+            // BF16 -> FP32 is exact: the BF16 bits are the top half of the FP32 bits.
+            acc = fmaf(w[b][j].x, __uint_as_float(raw.x << 16), acc);
+            acc = fmaf(w[b][j].y, __uint_as_float(raw.x & 0xffff0000u), acc);
+            acc = fmaf(w[b][j].z, __uint_as_float(raw.y << 16), acc);
+            acc = fmaf(w[b][j].w, __uint_as_float(raw.y & 0xffff0000u), acc);
+          }
+        }
+        // The next row of this buffer, requested only now that the buffer has been read.
+        if (r + kDepth < rows) load_row(b, r + kDepth);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+        if (lane == 0) red[r * kWarps + warp] = acc;
+      }
+    }
+  }
+  __syncthreads();
+  for (int r = tid; r < rows; r += kThreads) {
+    float v = red[r * kWarps];
+#pragma unroll
+    for (int q = 1; q < kWarps; ++q) v += red[r * kWarps + q];
+    part[r] = v;
+  }
+  __syncthreads();
+  hpc::pdl_launch_dependents();
+
+  if (S == 1) {
+    for (int r = tid; r < rows; r += kThreads) p.out[row0 + r] = part[r];
+    return;
+  }
+  sm90::cluster_sync();  // rank q finishes rows q, q + S, ..., summing the ranks in order
+  const uint32_t base = sm90::smem_u32(part);
+  for (int r = rank * kThreads + tid; r < rows; r += S * kThreads) {
+    const uint32_t addr = base + static_cast<uint32_t>(r) * 4u;
+    float v = sm90::ld_dsmem_f32(sm90::map_to_rank(addr, 0));
+    for (int q = 1; q < S; ++q) v += sm90::ld_dsmem_f32(sm90::map_to_rank(addr, q));
+    p.out[row0 + r] = v;
+  }
+  sm90::cluster_sync();  // keep this CTA's shared memory alive until its peers have read it
+}
+
+namespace gemvr {
+template <int kPerRow, bool kEvictFirst>
+inline cudaError_t launch_window(const GemvFp32Params& p, dim3 grid, size_t smem, cudaStream_t stream, bool pdl) {
+  const dim3 block(kThreads);
+  if (p.w_no_l1) {  // gemvr's whole batch: as many rows as its 18 float4 per thread hold
+    constexpr int kBatch = kMaxLoads / kPerRow;
+    return hpc::launch_kernel_cluster(router_gemv_fp32_window_kernel<kPerRow, kBatch, kEvictFirst, true>, grid,
+                                      block, smem, p.splits, stream, pdl, p);
+  }
+  if (p.window_rows == 1) {
+    return hpc::launch_kernel_cluster(router_gemv_fp32_window_kernel<kPerRow, 1, kEvictFirst, false>, grid, block,
+                                      smem, p.splits, stream, pdl, p);
+  }
+  return hpc::launch_kernel_cluster(router_gemv_fp32_window_kernel<kPerRow, 2, kEvictFirst, false>, grid, block, smem,
+                                    p.splits, stream, pdl, p);
+}
+
+template <bool kEvictFirst>
+inline cudaError_t launch_window_per_row(const GemvFp32Params& p, int per_row, dim3 grid, size_t smem,
+                                         cudaStream_t stream, bool pdl) {
+  switch (per_row) {
+    case 1:
+      return launch_window<1, kEvictFirst>(p, grid, smem, stream, pdl);
+    case 2:
+      return launch_window<2, kEvictFirst>(p, grid, smem, stream, pdl);
+    case 3:
+      return launch_window<3, kEvictFirst>(p, grid, smem, stream, pdl);
+    default:
+      return launch_window<4, kEvictFirst>(p, grid, smem, stream, pdl);
+  }
+}
+}  // namespace gemvr
+
+// Raw-pointer launcher: gemvr's requirements (launch_router_gemv_fp32_ldg), plus exactly one
+// of window_rows in {1, 2} or w_no_l1 (the two are not combined).
+inline cudaError_t launch_router_gemv_fp32_window(const GemvFp32Params& p, cudaStream_t stream, bool pdl) {
+  using namespace gemvr;
+  if (p.M != 1 || !(p.splits == 1 || p.splits == 2 || p.splits == 4) || p.K <= 0 || p.K % (16 * p.splits) ||
+      p.K / p.splits > kMaxSliceK || p.clusters < 1 || p.clusters > p.N || p.clusters > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.w_no_l1 ? p.window_rows != 0 : !(p.window_rows == 1 || p.window_rows == 2)) return cudaErrorInvalidValue;
+  const Layout l = layout((p.N + p.clusters - 1) / p.clusters);
+  if (l.total > kMaxSmem) return cudaErrorInvalidValue;
+  const dim3 grid(p.splits, p.clusters, 1);
+  const size_t smem = static_cast<size_t>(l.total);
+  const int per_row = (p.K / p.splits / 4 + kThreads - 1) / kThreads;
+  return p.w_evict_first ? launch_window_per_row<true>(p, per_row, grid, smem, stream, pdl)
+                         : launch_window_per_row<false>(p, per_row, grid, smem, stream, pdl);
+}
+
+}  // namespace hpc::router_gemm

@@ -1,0 +1,141 @@
+"""The sweep-only gemvr variants (router_gemv_fp32_window.cuh): `gemvrw1` / `gemvrw2` stream
+each thread's rows through 1 / 2 row buffers, `gemvrna` is gemvr's one batch with
+L1::no_allocate.L2::256B loads. They change only when and how the weight is requested, so each
+must give gemvr's bits for the same split, with and without the L2 evict_first policy, at any
+grid size (more rows per CTA than row buffers: the streaming loop runs several rounds), under
+graph replay and with PDL. CPU tests of the plan plumbing down to the extension call."""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+import pytest
+import torch
+from hpc_common.testing import assert_bitwise_equal
+from hpc_router_gemm import heuristics
+from hpc_router_gemm.heuristics import Plan
+
+from ._cases import SHAPES, capture_on_side_stream, check_against_fp64, launch_poisoned, make_inputs, router_weight
+
+VARIANTS = ("gemvrw1", "gemvrw2", "gemvrna")
+
+
+def _clusters(tile, s):  # the H200's measured residency
+    return {1: 132, 2: 66, 4: 30, 8: 15}[s]
+
+
+# ----------------------------------------------------------------------------- CPU tests
+
+
+def test_variants_are_sweep_only_paths():
+    assert set(VARIANTS) < set(heuristics.GEMVR_PATHS) and set(heuristics.GEMVR_PATHS) <= set(heuristics.GEMV_PATHS)
+    assert set(heuristics.GEMV_PATHS) <= set(heuristics.PATHS)
+    assert heuristics.GEMVR_PATHS["gemvr"] == (0, False)  # the default kernel, untouched
+    for rows in heuristics.TABLE.values():  # the dispatch table does not use them (not measured)
+        assert not any(r[1] in VARIANTS for r in rows)
+    assert Plan("gemvrw2", 1, True).name == "gemvrw2_s1_ef"
+
+
+@pytest.mark.parametrize("K,N", SHAPES + [(1024, 320), (8192, 128)])
+@pytest.mark.parametrize("path", VARIANTS)
+def test_variant_split_is_gemvr_split(K, N, path):
+    ref = heuristics.choose_plan(1, N, K, _clusters, path="gemvr")
+    assert heuristics.choose_plan(1, N, K, _clusters, path=path) == Plan(path, ref.splits)
+
+
+@pytest.mark.parametrize("path", ("gemvr", *VARIANTS))
+@pytest.mark.parametrize("ef", (False, True))
+def test_launch_passes_the_variant(monkeypatch, path, ef):
+    # The module, not the function of the same name that the package exports.
+    rg = importlib.import_module("hpc_router_gemm.router_gemm")
+
+    calls = []
+
+    class FakeExt:
+        def gemv_fp32(self, registers, *args):
+            calls.append((registers, *args))
+
+    monkeypatch.setattr(rg._ext, "load", lambda: FakeExt())
+    monkeypatch.setattr(rg, "_scaled_max_clusters", lambda device: _clusters)
+    monkeypatch.setattr(rg, "get_num_sms", lambda device: 132)
+    monkeypatch.setattr(rg, "stream_ptr", lambda device: 0)
+    x = torch.zeros(1, 6144, dtype=torch.bfloat16)
+    rw = types.SimpleNamespace(weight=torch.zeros(768, 6144))
+    rg.launch(x, rw, torch.empty(1, 768), Plan(path, 1, ef), pdl=False)
+    (call,) = calls
+    registers, *_, clusters, pdl, _stream, w_evict_first, window_rows, no_l1 = call
+    assert registers and clusters == 132 and not pdl and w_evict_first == ef
+    assert (window_rows, no_l1) == heuristics.GEMVR_PATHS[path]
+
+
+# ----------------------------------------------------------------------------- GPU tests
+
+GENERAL = [(64, 64), (1024, 320), (640, 1024), (8192, 128)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("K,N", SHAPES + GENERAL)
+@pytest.mark.parametrize("splits", heuristics.GEMV_SPLITS)
+@pytest.mark.parametrize("ef", (False, True))
+@pytest.mark.parametrize("path", VARIANTS)
+def test_gemvr_variant_same_bits_as_gemvr(path, ef, splits, K, N):
+    if not heuristics.gemv_fits(1, K, splits, path):
+        pytest.skip(f"{path} S={splits} does not serve K={K}")
+    rw = router_weight(K, N, seed=K + 3 * N)
+    x, _ = make_inputs(1, K, N, seed=K + N + splits)
+    base = launch_poisoned(x, rw, Plan("gemvr", splits))
+    got = launch_poisoned(x, rw, Plan(path, splits, ef))
+    tag = f"{path} S={splits} ef={ef} K={K} N={N}"
+    assert_bitwise_equal(got, base, name=f"{tag} vs gemvr")
+    check_against_fp64(got, x, rw.weight, strict_top8=(K, N) in SHAPES, tag=tag)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("K,N", SHAPES)
+@pytest.mark.parametrize("path", VARIANTS)
+def test_gemvr_variant_grid_size_graph_pdl(path, K, N):
+    import hpc_common
+
+    rw = router_weight(K, N, seed=K + 3 * N)
+    x, _ = make_inputs(1, K, N, seed=77)
+    for splits in heuristics.GEMV_SPLITS:
+        if not heuristics.gemv_fits(1, K, splits, path):
+            continue
+        plan = Plan(path, splits, evict_first=True)
+        first = launch_poisoned(x, rw, Plan("gemvr", splits))
+        tag = f"{path} S={splits} K={K} N={N}"
+        try:  # 7 SMs: 27-110 rows per CTA, many rounds of the row ring
+            for sms in (7, 50, 131):
+                hpc_common.set_num_sms(sms)
+                assert_bitwise_equal(launch_poisoned(x, rw, plan), first, name=f"{tag} num_sms={sms}")
+        finally:
+            hpc_common.set_num_sms(None)
+        try:
+            for pdl in (False, True):
+                assert_bitwise_equal(launch_poisoned(x, rw, plan, pdl=pdl), first, name=f"{tag} pdl={pdl}")
+        finally:
+            hpc_common.launch._pdl_enabled = None
+        out = launch_poisoned(x, rw, plan)
+        g = capture_on_side_stream(lambda plan=plan, out=out: launch_poisoned(x, rw, plan, out=out))
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert_bitwise_equal(out, first, name=f"{tag} graph replay")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", VARIANTS)
+def test_gemvr_variant_strided_x_and_out(path):
+    from hpc_common.testing import poisoned_empty
+    from hpc_router_gemm import RouterWeight
+
+    xw, w = make_inputs(3, 6144 + 64, 768, seed=31)
+    x = xw[1:2, 64:]  # row offset and a 128-byte column offset
+    rw = RouterWeight(w[:, :6144].contiguous())
+    big = poisoned_empty(3, 1024, dtype=torch.float32, device="cuda")
+    out = big[1:2, :768]
+    for splits in heuristics.GEMV_SPLITS:
+        launch_poisoned(x, rw, Plan(path, splits), out=out)
+        check_against_fp64(out, x, rw.weight, strict_top8=True, tag=f"strided {path} S={splits}")
+        assert torch.isnan(big[:, 768:]).all() and torch.isnan(big[0]).all(), f"{path} wrote outside out"
