@@ -104,7 +104,8 @@ __device__ __forceinline__ void producer_warps_widen(const PagedDecodeParams& p,
   static_assert(kL == 3, "the in-flight bookkeeping below packs 3 slots");
   const int pid = threadIdx.x - 32 * Cfg::kConsumerWarps;  // 0..127
   const int row0 = pid >> 3, col = pid & 7;
-  const uint64_t policy = l2_evict_first_policy();
+  // No L2 policy on these copies: see cp_async_16_nohint (the other producers stream KV with
+  // evict_first).
   const int page_mask = (1 << p.page_size_log2) - 1;
   const char* kbase = static_cast<const char*>(p.k_cache) + col * 16;
   const char* vbase = static_cast<const char*>(p.v_cache) + col * 16;
@@ -161,8 +162,8 @@ __device__ __forceinline__ void producer_warps_widen(const PagedDecodeParams& p,
           const long long in_page = (tile * Cfg::kTile + r) & page_mask;
           const long long koff = pg[i] * p.k_stride_page + in_page * p.k_stride_tok + h * p.k_stride_head;
           const long long voff = pg[i] * p.v_stride_page + in_page * p.v_stride_tok + h * p.v_stride_head;
-          cp_async_16(lb + r * 128 + col * 16, kbase + koff, policy);
-          cp_async_16(lb + Cfg::kLandVOff + r * 128 + col * 16, vbase + voff, policy);
+          cp_async_16_nohint(lb + r * 128 + col * 16, kbase + koff);
+          cp_async_16_nohint(lb + Cfg::kLandVOff + r * 128 + col * 16, vbase + voff);
         }
       }
       const bool with_q = tile == task.y;
@@ -170,8 +171,8 @@ __device__ __forceinline__ void producer_warps_widen(const PagedDecodeParams& p,
         const char* q = static_cast<const char*>(p.q) + (b * p.q_stride_b + h * p.group * p.q_stride_h) * kQElem;
         for (int c = pid; c < p.group * kQInChunks; c += Cfg::kProducerThreads) {
           const int qr = c / kQInChunks, qc = c - qr * kQInChunks;
-          cp_async_16(lb + Cfg::kLandQOff + qr * Cfg::kQInRowBytes + qc * 16,
-                      q + qr * p.q_stride_h * kQElem + qc * 16, policy);
+          cp_async_16_nohint(lb + Cfg::kLandQOff + qr * Cfg::kQInRowBytes + qc * 16,
+                             q + qr * p.q_stride_h * kQElem + qc * 16);
         }
       }
       cp_async_commit();
