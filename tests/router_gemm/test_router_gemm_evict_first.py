@@ -34,7 +34,7 @@ def test_table_evict_first_rows():
     # Runs F and G (HISTORY.md, fifth session): the policy where it won in the same process as
     # cuBLAS (Chat M <= 8 and M=17..64); the 3.1 and 4.7 MB weights and Chat M=9..16 keep plain
     # loads.
-    assert heuristics.choose_plan(1, 768, 6144, _clusters) == Plan("gemvr", 1, True)
+    assert heuristics.choose_plan(1, 768, 6144, _clusters) == Plan("gemvrw2", 1, True)  # sixth session: the 2-row window
     assert heuristics.choose_plan(2, 768, 6144, _clusters) == Plan("fp32", 2, True)
     assert heuristics.choose_plan(8, 768, 6144, _clusters) == Plan("fp32", 2, True)
     assert heuristics.choose_plan(64, 768, 6144, _clusters) == Plan("narrow", 8, True)

@@ -150,7 +150,11 @@ TABLE: dict[tuple[int, int], list[tuple]] = {
     # M=2, 4, 8 (run G) fp32 S=2 ef 12.40 / 12.80 / 13.06 [12.86 / 13.28 / 13.57]; M=64 narrow
     # S=8 ef 13.86 / 13.79 [14.11 / 14.24]; M=16 narrow S=8 ef 14.66 / 15.68 [14.62 / 15.58: no
     # gain, so 9 <= M <= 16 keeps plain loads].
-    (6144, 768): [(1, "gemvr", 1, "ef"), (8, "fp32", 2, "ef"), (16, "narrow", 8), (64, "narrow", 8, "ef"),
+    # Sixth session (run of 8f144d8 + 2e9dd9f, same process as cuBLAS, written flush): M=1 gemvrw2
+    # S=1 ef 10.85 [gemvr S=1 ef 11.23, gemvrw1 S=1 ef 11.14, gemvrna S=1 ef 11.33; FP32 cuBLAS
+    # 11.28]; read flush 9.38 [gemvr ef 9.73; cuBLAS 10.56]: the 2-row window per thread wins both
+    # ways. K=4096 N=192 and Lite M=1: gemvrw2 within 0.1 us of gemvr (kept on gemvr).
+    (6144, 768): [(1, "gemvrw2", 1, "ef"), (8, "fp32", 2, "ef"), (16, "narrow", 8), (64, "narrow", 8, "ef"),
                   (128, "wide96", 8), (256, "wide96_wsp", 8), (512, "wide96_wsp", 4), (1024, "wide96", 2),
                   (1 << 30, "widers", 1)],
     # K=3072 N=384. M=1: fp32 S=2 9.2-9.8 [narrow S=8 9.6]; 16, 64, 128: narrow S=8 9.5,
