@@ -48,15 +48,11 @@ FP8 = torch.float8_e4m3fn
 
 
 @contextlib.contextmanager
-def overrides(merge=None, tma=None, helpers=None, widen=None, **diag):
+def overrides(merge=None, tma=None, helpers=None, **diag):
     """Temporarily: the split-merge path (heuristics.MERGE_IN_DECODE), the producer
-    (heuristics.USE_TMA_PRODUCER), the merge on helper warps (heuristics.MERGE_ON_HELPER_WARPS),
-    FP8 widening in the cp.async producer (heuristics.WIDEN_FP8_KV) and the decode diagnostics
-    (paged_decode.DIAG keys)."""
-    saved = (heuristics.MERGE_IN_DECODE, heuristics.USE_TMA_PRODUCER, heuristics.MERGE_ON_HELPER_WARPS,
-             dict(pd.DIAG), heuristics.WIDEN_FP8_KV)
-    if widen is not None:
-        heuristics.WIDEN_FP8_KV = widen
+    (heuristics.USE_TMA_PRODUCER), the merge on helper warps (heuristics.MERGE_ON_HELPER_WARPS)
+    and the decode diagnostics (paged_decode.DIAG keys)."""
+    saved = heuristics.MERGE_IN_DECODE, heuristics.USE_TMA_PRODUCER, heuristics.MERGE_ON_HELPER_WARPS, dict(pd.DIAG)
     if merge is not None:
         heuristics.MERGE_IN_DECODE = merge
     if tma is not None:
@@ -68,7 +64,6 @@ def overrides(merge=None, tma=None, helpers=None, widen=None, **diag):
         yield
     finally:
         heuristics.MERGE_IN_DECODE, heuristics.USE_TMA_PRODUCER, heuristics.MERGE_ON_HELPER_WARPS = saved[:3]
-        heuristics.WIDEN_FP8_KV = saved[4]
         pd.DIAG.clear()
         pd.DIAG.update(saved[3])
 
@@ -173,7 +168,7 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                      ("diag_tma_helpers_first_page_off", None, None, {"tail_percent": 0}, True, True)]
     if diag and diag_rows == "all":  # the plan cut on tiles alone (version 4's plan): what the task cost buys
         variants.append(("diag_task_cost0", None, 0, {}, None, None))
-    if diag and diag_rows in ("all", "tail"):  # TMA kernel: claimable tail (percent of the line, smallest bin) x
+    if diag and diag_rows != "first_page":  # TMA kernel: claimable tail (percent of the line, smallest bin) x
         # merge on helpers / consumers
         for helpers, who in ((True, "helpers"), (False, "consumers")):
             for pct in ((0, 10, 20, 35) if helpers else (0, 20)):
@@ -192,15 +187,7 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                                                       validate=False, **pt_kw), reps=reps)
             res.add("ours_plan", t, **dict(fields, floor_us=None))
             print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {'ours_plan':>12}: {t:8.2f} us", flush=True)
-            if diag and diag_rows in ("all", "widen") and kv_dtype == "fp8":
-                # FP8 widened to FP16 by the cp.async producer (heuristics.WIDEN_FP8_KV): the whole
-                # call (outputs checked), decode only and stream only, against the default's rows.
-                for name, flags in (("diag_widen", None), ("diag_widen_decode_only", 0),
-                                    ("diag_widen_stream_only", 1)):
-                    extra = {} if flags is None else dict(skip_combine=True, flags=flags)
-                    with overrides(tma=False, widen=True, **extra):
-                        time_call(name, plan, correct=flags is None)
-            if diag and diag_rows in ("tail", "first_page", "widen"):
+            if diag and diag_rows in ("tail", "first_page"):
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
                     with overrides(skip_combine=True, flags=flags):
                         time_call(name, plan, correct=False)
@@ -290,10 +277,9 @@ def main() -> None:
     ap.add_argument("--heads", default=None, help="comma list of Hq/Hkv (default: 8/1,64/8; --quick: 8/1)")
     ap.add_argument("--kv", default="bf16,fp8", help="comma list of KV dtypes")
     ap.add_argument("--cases", default=None, help="comma list of cases (default: all six)")
-    ap.add_argument("--diag-rows", default="all", choices=["all", "tail", "first_page", "widen"],
-                    help="diag rows: all, only the tail rows with decode only / stream only, only the "
-                         "first-page rows (with and without, cp.async and TMA + helpers) with those two, or "
-                         "only the FP8 widening rows with those two")
+    ap.add_argument("--diag-rows", default="all", choices=["all", "tail", "first_page"],
+                    help="diag rows: all, only the tail rows with decode only / stream only, or only the "
+                         "first-page rows (with and without, cp.async and TMA + helpers) with those two")
     args = ap.parse_args()
     reps = 30 if args.quick else 100
     heads = HEADS[:1] if args.quick else HEADS

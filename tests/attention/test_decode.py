@@ -30,13 +30,10 @@ def merge_mode(request, monkeypatch):
     return request.param
 
 
-@pytest.fixture(params=["cp_async", "tma", "cp_async_widen"])
+@pytest.fixture(params=[False, True], ids=["cp_async", "tma"])
 def producer(request, monkeypatch):
-    """Runs a test with each producer of the decode kernel: cp.async, TMA
-    (heuristics.USE_TMA_PRODUCER) and cp.async widening FP8 tiles to FP16 itself
-    (heuristics.WIDEN_FP8_KV; BF16 KV then runs plain cp.async)."""
-    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", request.param == "tma")
-    monkeypatch.setattr(heuristics, "WIDEN_FP8_KV", request.param == "cp_async_widen")
+    """Runs a test with each producer of the decode kernel (heuristics.USE_TMA_PRODUCER off / on)."""
+    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", request.param)
     return request.param
 
 
@@ -57,10 +54,7 @@ def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out
                     k_scale=case.k_scale, v_scale=case.v_scale, q_scale=case.q_scale, out=out)
     # The producer asked for really ran (the TMA path falls back to cp.async only for pages of
     # < 16 tokens or a layout the driver cannot encode, which these cases never have).
-    if dec._use_tma(case.k.shape[1], case.k.shape[2]):
-        want = "tma"
-    else:
-        want = "cp_async_widen" if heuristics.WIDEN_FP8_KV and case.k.dtype == FP8 else "cp_async"
+    want = "tma" if dec._use_tma(case.k.shape[1], case.k.shape[2]) else "cp_async"
     assert dec.LAST_PRODUCER["name"] == want, (dec.LAST_PRODUCER, want)
     return out, plan
 

@@ -111,18 +111,6 @@ def test_tma_producer_flag_and_page_floor(fake, monkeypatch, flag, page, want):
     assert fake.calls[1][0] == "paged_decode" and fake.calls[1][1]["tma_producer"] is want
 
 
-@pytest.mark.parametrize("flag", [False, True])
-def test_widen_flag_reaches_the_binding(fake, monkeypatch, flag):
-    """heuristics.WIDEN_FP8_KV is handed to the binding as widen_fp8 (which applies it to FP8 KV
-    with the cp.async producer only)."""
-    monkeypatch.setattr(heuristics, "WIDEN_FP8_KV", flag)
-    q, k, v, pt, lens = inputs()
-    ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu")
-    plan = ha.plan_decode(lens, 2, 8, workspace=ws)
-    ha.decode(q, k, v, pt, lens, plan)
-    assert fake.calls[1][0] == "paged_decode" and fake.calls[1][1]["widen_fp8"] is flag
-
-
 @pytest.mark.parametrize("hkv,want", [(1, False), (4, False), (8, True), (16, True)])
 def test_tma_producer_auto_by_kv_heads(fake, monkeypatch, hkv, want):
     """USE_TMA_PRODUCER = "auto": TMA from heuristics.TMA_MIN_KV_HEADS KV heads up."""

@@ -45,13 +45,11 @@ def batches(draw):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch=batches(), group=st.sampled_from([1, 2, 4, 8, 16]), fp8=st.booleans(),
        seed=st.integers(0, 2**31 - 1), mode=st.sampled_from(["dynamic", "dynamic", "static"]),
-       num_ctas=st.sampled_from([None, None, 5, 64]), producer=st.sampled_from(["cp_async", "tma", "widen"]))
-@example(batch=([131072] + [4096] * 31, 1), group=8, fp8=True, seed=1, mode="dynamic", num_ctas=None, producer="tma")
-@example(batch=([131072] + [4096] * 31, 1), group=8, fp8=True, seed=4, mode="dynamic", num_ctas=None,
-         producer="widen")
-@example(batch=([512] * 64, 1), group=8, fp8=False, seed=2, mode="dynamic", num_ctas=None, producer="tma")
-@example(batch=([1], 8), group=16, fp8=False, seed=3, mode="static", num_ctas=None, producer="cp_async")
-def test_decode_matches_float64(batch, group, fp8, seed, mode, num_ctas, producer):
+       num_ctas=st.sampled_from([None, None, 5, 64]), tma=st.booleans())
+@example(batch=([131072] + [4096] * 31, 1), group=8, fp8=True, seed=1, mode="dynamic", num_ctas=None, tma=True)
+@example(batch=([512] * 64, 1), group=8, fp8=False, seed=2, mode="dynamic", num_ctas=None, tma=True)
+@example(batch=([1], 8), group=16, fp8=False, seed=3, mode="static", num_ctas=None, tma=False)
+def test_decode_matches_float64(batch, group, fp8, seed, mode, num_ctas, tma):
     lens, hkv = batch
     case = make_case(lens, hkv, group, FP8 if fp8 else torch.bfloat16, seed=seed)
     B, Hq = case.q.shape[:2]
@@ -59,12 +57,11 @@ def test_decode_matches_float64(batch, group, fp8, seed, mode, num_ctas, produce
     ws = ha.DecodeWorkspace(B, hkv, Hq, case.max_kv_len, num_ctas=num_ctas, static_splits=static)
     plan = ha.plan_decode(case.kv_lens, hkv, Hq, workspace=ws, static_splits=static)
     out = poisoned_empty(B, Hq, 128, dtype=torch.bfloat16, device="cuda")
-    before = heuristics.USE_TMA_PRODUCER, heuristics.WIDEN_FP8_KV
-    # not monkeypatch: a function-scoped fixture under @given
-    heuristics.USE_TMA_PRODUCER, heuristics.WIDEN_FP8_KV = producer == "tma", producer == "widen"
+    before = heuristics.USE_TMA_PRODUCER
+    heuristics.USE_TMA_PRODUCER = tma  # not monkeypatch: a function-scoped fixture under @given
     try:
         ha.decode(case.q, case.k, case.v, case.page_table, case.kv_lens, plan, sm_scale=case.sm_scale,
                   k_scale=case.k_scale, v_scale=case.v_scale, out=out)
     finally:
-        heuristics.USE_TMA_PRODUCER, heuristics.WIDEN_FP8_KV = before
-    check_accuracy(out, case, f"{mode} decode (seed={seed}, num_ctas={num_ctas}, producer={producer})")
+        heuristics.USE_TMA_PRODUCER = before
+    check_accuracy(out, case, f"{mode} decode (seed={seed}, num_ctas={num_ctas}, tma={tma})")

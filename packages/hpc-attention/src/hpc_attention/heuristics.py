@@ -70,15 +70,6 @@ MAX_TASK_COST = 64
 USE_TMA_PRODUCER = "auto"
 TMA_MIN_KV_HEADS = 8
 
-# FP8 KV with the cp.async producer: the producer threads widen each tile to FP16 in shared
-# memory (paged_decode_widen_producer.cuh) and the consumers run the BF16 code path on FP16
-# operands (True), or the consumers convert the FP8 bytes in registers (False). Same math up to
-# the order of the head-dim terms inside each 16-wide step. Why: the 8/1 FP8 kernel was bound by
-# its consumers, 0.83 us per tile against 0.63 with the math skipped (NOTES.md timeline); the
-# conversion (64 F2FP per consumer warp per tile) can run on the sub-partition's idle producer
-# warp instead. Not measured yet: off until a GPU run compares the two (`diag_widen*` rows).
-WIDEN_FP8_KV = False
-
 # Claimable tail (decode_bin_ring.cuh): the planner cuts the last TAIL_PERCENT % of the work line
 # into small bins (>= TAIL_BIN_TILES units, at most MAX_TAIL_BINS_PER_CTA per CTA, so the bins
 # grow on big lines) that CTAs claim in order once their own bin is done, so CTAs that run faster

@@ -26,9 +26,8 @@ _LOG2E = 1.0 / math.log(2.0)
 # kernel writes per-CTA event stamps (decode_timeline.cuh, scripts/timeline_decode.py).
 DIAG = {"skip_combine": False, "flags": 0, "timeline": None}
 
-# Which producer the last eager `decode` call ran ("tma", "cp_async" or "cp_async_widen"; tests
-# read it). The TMA producer falls back to cp.async when the driver cannot encode the cache's
-# tensor map.
+# Which producer the last eager `decode` call ran ("tma" or "cp_async"; tests read it). The TMA
+# producer falls back to cp.async when the driver cannot encode the cache's tensor map.
 LAST_PRODUCER = {"name": None, "first_page": None}
 
 # Smallest page for the TMA producer: a 64-token tile takes 64 / page_size boxes per K and V.
@@ -195,8 +194,7 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
                merge_counts: torch.Tensor, merge_ml: torch.Tensor, claim_counter: torch.Tensor, out: torch.Tensor,
                k_scale_t: torch.Tensor | None, v_scale_t: torch.Tensor | None, k_scale: float, v_scale: float,
                sm_scale: float, num_ctas: int, combine_ctas: int, merge_in_decode: bool,
-               tma_producer: bool, widen_fp8: bool, merge_helpers: bool,
-               bin_first_page: torch.Tensor | None) -> None:
+               tma_producer: bool, merge_helpers: bool, bin_first_page: torch.Tensor | None) -> None:
     # The timeline is recorded only by the diagnostics build of the extension (decode_timeline.cuh).
     ext = _ext.load() if DIAG.get("timeline") is None else _ext.load_timeline()
     skip_combine = bool(DIAG["skip_combine"])
@@ -224,11 +222,9 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
         diag=int(DIAG["flags"]), merge=(2 if merge_helpers else 1) if merge else 0, slot_meta=slot_meta.data_ptr(),
         merge_counts=merge_counts.data_ptr(), merge_ml=merge_ml.data_ptr(), combine=combine.data_ptr(),
         counters=counters.data_ptr(), claim_counter=claim_counter.data_ptr(), tma_producer=tma_producer,
-        widen_fp8=widen_fp8,
         num_ctas=num_ctas, pdl=pdl, stream=stream, timeline=_timeline_ptr(num_ctas),
         bin_first_page=bin_first_page.data_ptr() if bin_first_page is not None else 0)
-    fp8_kv = k_cache.dtype == _FP8
-    LAST_PRODUCER["name"] = "tma" if used_tma else ("cp_async_widen" if widen_fp8 and fp8_kv else "cp_async")
+    LAST_PRODUCER["name"] = "tma" if used_tma else "cp_async"
     if merge or skip_combine:
         return
     ext.decode_combine(
@@ -249,7 +245,7 @@ def _timeline_ptr(num_ctas: int) -> int:
 @_decode_op.register_fake
 def _(q, q_scale, k_cache, v_cache, page_table, tasks, bin_start, bin_first, combine, counters, partial_o, partial_lse,
       slot_meta, merge_counts, merge_ml, claim_counter, out, k_scale_t, v_scale_t, k_scale, v_scale, sm_scale, num_ctas, combine_ctas,
-      merge_in_decode, tma_producer, widen_fp8, merge_helpers, bin_first_page):
+      merge_in_decode, tma_producer, merge_helpers, bin_first_page):
     return None
 
 
@@ -466,7 +462,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
         ws.partial_o, ws.partial_lse, ws.slot_meta, ws.merge_counts, ws.merge_ml, ws.claim_counter, out, k_t, v_t, k_f,
         v_f, float(sm_scale),
         plan.num_ctas, heuristics.combine_ctas(get_num_sms(dev)), bool(heuristics.MERGE_IN_DECODE),
-        _use_tma(page_size, Hkv), bool(heuristics.WIDEN_FP8_KV), bool(heuristics.MERGE_ON_HELPER_WARPS),
+        _use_tma(page_size, Hkv), bool(heuristics.MERGE_ON_HELPER_WARPS),
         ws.bin_first_page if _use_first_page(plan, page_table, page_size) else None)
     LAST_PRODUCER["first_page"] = _use_first_page(plan, page_table, page_size)
     return out

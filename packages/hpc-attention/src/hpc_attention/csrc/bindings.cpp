@@ -16,8 +16,6 @@ cudaError_t hpc_attn_launch_paged_decode_bf16kv(const PagedDecodeParams& p, bool
                                                  cudaStream_t stream, bool pdl);
 cudaError_t hpc_attn_launch_paged_decode_fp8kv(const PagedDecodeParams& p, bool fp8_q, int num_ctas,
                                                 cudaStream_t stream, bool pdl);
-cudaError_t hpc_attn_launch_paged_decode_widen_fp8kv(const PagedDecodeParams& p, bool fp8_q, int num_ctas,
-                                                      cudaStream_t stream, bool pdl);
 cudaError_t hpc_attn_launch_paged_decode_tma_bf16kv(const PagedDecodeParams& p, bool fp8_q, int num_ctas,
                                                      cudaStream_t stream, bool pdl);
 cudaError_t hpc_attn_launch_paged_decode_tma_fp8kv(const PagedDecodeParams& p, bool fp8_q, int num_ctas,
@@ -79,8 +77,8 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
          long long out_stride_h, uintptr_t partial_o, uintptr_t partial_lse, uintptr_t k_scale_ptr,
          uintptr_t v_scale_ptr, float k_scale, float v_scale, float sm_scale_log2, int num_kv_heads, int group,
          int diag, int merge, uintptr_t slot_meta, uintptr_t merge_counts, uintptr_t merge_ml, uintptr_t combine,
-         uintptr_t counters, uintptr_t claim_counter, bool tma_producer, bool widen_fp8, int num_ctas, bool pdl,
-         uintptr_t stream, uintptr_t timeline, uintptr_t bin_first_page) {
+         uintptr_t counters, uintptr_t claim_counter, bool tma_producer, int num_ctas, bool pdl, uintptr_t stream,
+         uintptr_t timeline, uintptr_t bin_first_page) {
         PagedDecodeParams p{};
         p.q = hpc::as_ptr<const void>(q);
         p.q_stride_b = q_stride_b;
@@ -127,16 +125,12 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.timeline = hpc::as_ptr<uint64_t>(timeline);  // diagnostics; 0 = off
         cudaStream_t s = hpc::as_stream(stream);
         // TMA producer when asked for and the driver encodes the caches' layout; otherwise the
-        // cp.async producer, for FP8 KV widening the tiles to FP16 itself when widen_fp8 is set.
-        // Returns which one ran (True: TMA).
+        // cp.async producer (same results). Returns which one ran (True: TMA).
         const bool tma = tma_producer && hpc_attn_paged_kv_tensor_maps(p, fp8_kv) == cudaSuccess;
         if (tma) {
           HPC_CUDA_CHECK(fp8_kv ? hpc_attn_launch_paged_decode_tma_fp8kv(p, fp8_q, num_ctas, s, pdl)
                                 : hpc_attn_launch_paged_decode_tma_bf16kv(p, fp8_q, num_ctas, s, pdl),
                          "paged_decode (TMA producer)");
-        } else if (fp8_kv && widen_fp8) {
-          HPC_CUDA_CHECK(hpc_attn_launch_paged_decode_widen_fp8kv(p, fp8_q, num_ctas, s, pdl),
-                         "paged_decode (widening producer)");
         } else {
           HPC_CUDA_CHECK(fp8_kv ? hpc_attn_launch_paged_decode_fp8kv(p, fp8_q, num_ctas, s, pdl)
                                 : hpc_attn_launch_paged_decode_bf16kv(p, fp8_q, num_ctas, s, pdl),
@@ -153,7 +147,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       py::arg("partial_lse"), py::arg("k_scale_ptr"), py::arg("v_scale_ptr"), py::arg("k_scale"),
       py::arg("v_scale"), py::arg("sm_scale_log2"), py::arg("num_kv_heads"), py::arg("group"), py::arg("diag"),
       py::arg("merge"), py::arg("slot_meta"), py::arg("merge_counts"), py::arg("merge_ml"), py::arg("combine"),
-      py::arg("counters"), py::arg("claim_counter"), py::arg("tma_producer"), py::arg("widen_fp8"), py::arg("num_ctas"), py::arg("pdl"),
+      py::arg("counters"), py::arg("claim_counter"), py::arg("tma_producer"), py::arg("num_ctas"), py::arg("pdl"),
       py::arg("stream"), py::arg("timeline") = 0, py::arg("bin_first_page") = 0);
 
   m.def(

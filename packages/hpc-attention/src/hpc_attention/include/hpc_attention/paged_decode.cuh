@@ -45,7 +45,6 @@
 #include "hpc_attention/split_merge.cuh"
 #include "hpc_attention/paged_decode_config.cuh"
 #include "hpc_attention/paged_decode_producer.cuh"
-#include "hpc_attention/paged_decode_widen_producer.cuh"
 #include "hpc_attention/paged_decode_tma_producer.cuh"
 #include "hpc_attention/decode_merge_in_kernel.cuh"
 #include "hpc_attention/decode_bin_ring.cuh"
@@ -109,13 +108,12 @@ __device__ __forceinline__ uint32_t kv_chunk(int step, uint32_t b, uint32_t x) {
   }
 }
 
-template <bool kFp8Kv, bool kFp8Q, bool kTma, bool kWiden>
+template <bool kFp8Kv, bool kFp8Q, bool kTma>
 __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
                                               uint64_t* empty, const BinRing& ring, const MergeRing& mring,
                                               int t_begin, int t_end, int4 first) {
-  using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma, kWiden>;
-  constexpr bool kF16 = kFp8Kv;                // FP16 operands for FP8 KV (widened or not)
-  constexpr bool kFp8Tile = Cfg::kFp8Stage;    // the stage holds FP8 bytes: convert here
+  using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
+  constexpr bool kF16 = kFp8Kv;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, j = lane & 3;
   const int G = p.group;
   const float k_scale = p.k_scale_ptr ? *p.k_scale_ptr : p.k_scale;
@@ -172,7 +170,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
         }
         continue;
       }
-      if (tile == task.y) load_q_frags<kFp8Tile, kFp8Q && !kWiden>(sb + Cfg::kQOff, qa);
+      if (tile == task.y) load_q_frags<kFp8Kv, kFp8Q>(sb + Cfg::kQOff, qa);
 
       // ---- S = Q K^T for this warp's 16 tokens (2 n-tiles of 8) ----
       float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
@@ -180,7 +178,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       // 2 * step + ((lane >> 3) & 1) of the row (swizzled layout: see kv_chunk below).
       const uint32_t kaddr = smem_u32(sb + Cfg::kKOff) + (16 * warp + (lane & 7) + 8 * (lane >> 4)) * Cfg::kRowPitch;
       const uint32_t kb = (lane >> 3) & 1;
-      if constexpr (!kFp8Tile) {
+      if constexpr (!kFp8Kv) {
 #pragma unroll
         for (int ks = 0; ks < 8; ++ks) {
           uint32_t r0, r1, r2, r3;
@@ -254,7 +252,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       // ---- O += P V; V rows past the length are masked to zero (stale smem may hold NaN) ----
       const uint32_t mlo = (tok_base < valid ? 0x0000FFFFu : 0u) | (tok_base + 1 < valid ? 0xFFFF0000u : 0u);
       const uint32_t mhi = (tok_base + 8 < valid ? 0x0000FFFFu : 0u) | (tok_base + 9 < valid ? 0xFFFF0000u : 0u);
-      if constexpr (!kFp8Tile) {
+      if constexpr (!kFp8Kv) {
         const uint32_t vaddr =
             smem_u32(sb + Cfg::kVOff) + (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * Cfg::kRowPitch;
 #pragma unroll
@@ -302,7 +300,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     for (int nt = 0; nt < 16; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int d = out_col<kFp8Tile>(nt, j, e);
+        const int d = out_col<kFp8Kv>(nt, j, e);
         if (g < G) mo[g * Cfg::kMergePitch + d] = o[nt][e];
         if (g + 8 < G) mo[(g + 8) * Cfg::kMergePitch + d] = o[nt][2 + e];
       }
@@ -374,10 +372,10 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   }
 }
 
-template <bool kFp8Kv, bool kFp8Q, bool kTma, bool kWiden>
-__global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma, kWiden>::kThreads, 1)
+template <bool kFp8Kv, bool kFp8Q, bool kTma>
+__global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1)
     paged_decode_kernel(const __grid_constant__ PagedDecodeParams p) {
-  using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma, kWiden>;
+  using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
   if (tl_on(p) && threadIdx.x == 0) {
     tl_put(p, kTlEntry, tl_clock());
     tl_put(p, kTlClockEntry, clock64());
@@ -456,22 +454,20 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma, kWiden>::kTh
         write_empty_items<kMergeHelperThreads>(p, pw - 64);
         if (p.merge == 2) merge_helpers(p, mring, reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff + 4), pw - 64);
       }
-    } else if constexpr (kWiden) {
-      producer_warps_widen<kFp8Q>(p, smem, full, empty, t_begin, t_end, first, first_page);
     } else {
       producer_warps<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end, first, first_page);
     }
   } else {
-    consumer_warp<kFp8Kv, kFp8Q, kTma, kWiden>(p, smem, full, empty, ring, mring, t_begin, t_end, first);
+    consumer_warp<kFp8Kv, kFp8Q, kTma>(p, smem, full, empty, ring, mring, t_begin, t_end, first);
   }
 }
 
 // kTma: the TMA producer; p.k_map / p.v_map must hold the caches' tensor maps
-// (hpc_attn_paged_kv_tensor_maps). kWiden: FP8 KV widened to FP16 by the cp.async producer.
-template <bool kFp8Kv, bool kFp8Q, bool kTma, bool kWiden = false>
+// (hpc_attn_paged_kv_tensor_maps).
+template <bool kFp8Kv, bool kFp8Q, bool kTma>
 inline cudaError_t launch_paged_decode(const PagedDecodeParams& p, int num_ctas, cudaStream_t stream, bool pdl) {
-  using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma, kWiden>;
-  return hpc::launch_kernel(paged_decode_kernel<kFp8Kv, kFp8Q, kTma, kWiden>, dim3(num_ctas), dim3(Cfg::kThreads),
+  using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
+  return hpc::launch_kernel(paged_decode_kernel<kFp8Kv, kFp8Q, kTma>, dim3(num_ctas), dim3(Cfg::kThreads),
                             Cfg::kSmemBytes, stream, pdl, p);
 }
 

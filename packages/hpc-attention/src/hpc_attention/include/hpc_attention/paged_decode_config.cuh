@@ -18,29 +18,18 @@ constexpr int kRingSlots = 4;  // claimed tail bins in flight per CTA (decode_bi
 //    the tile, 8 KB apart), 16-byte chunk c of row r stored at chunk c ^ (r & 7). The 8 rows of
 //    an ldmatrix phase then hit 8 different chunks (conflict free without padding); the swizzle
 //    pattern follows address bits 7-9, so every stage buffer is 1024-byte aligned.
-//
-// kWiden (FP8 KV with the cp.async producer only, paged_decode_widen_producer.cuh): the producer
-// threads copy the FP8 tile into a private landing ring (kLandStages stages, plain 128-byte rows;
-// each thread later reads back only the 16-byte chunks it copied itself, so no barrier guards
-// it), convert it to FP16 and store it into the stage in the BF16 kernel's padded layout, Q rows
-// as FP16 too. The consumers then run the BF16 code path on FP16 operands: the FP8 -> FP16
-// conversions (64 F2FP per warp per tile) move off the consumer warps' critical path onto the
-// producer warp of the same sub-partition, which otherwise idles.
-template <bool kFp8Kv, bool kFp8Q, bool kTma = false, bool kWiden = false>
+template <bool kFp8Kv, bool kFp8Q, bool kTma = false>
 struct DecodeConfig {
-  static_assert(!kWiden || (kFp8Kv && !kTma), "widening is an FP8-KV cp.async producer mode");
   static constexpr int kTile = 64;
   static constexpr int kDim = 128;
-  static constexpr bool kFp8Stage = kFp8Kv && !kWiden;  // stages hold FP8 K / V bytes
-  static constexpr int kRowBytes = kFp8Stage ? 128 : 256;
+  static constexpr int kRowBytes = kFp8Kv ? 128 : 256;
   static constexpr bool kSwizzled = kTma;
   static constexpr int kRowPitch = kTma ? 128 : kRowBytes + 16;  // TMA: pitch within one 128-byte half
   static constexpr int kHalfBytes = kTile * 128;                  // TMA: one 64-row box of 128-byte rows
-  static constexpr int kQRowBytes = kFp8Q && !kWiden ? 128 : 256;  // a Q row in a stage
+  static constexpr int kQRowBytes = kFp8Q ? 128 : 256;
   static constexpr int kQPitch = 272;
-  // cp.async: ~112 / 128 KB of KV in flight per SM. TMA (no padding): as many as fit. Widening:
-  // 3 FP16 stages + 3 landing stages (48 KB of FP8 in flight) is what fits beside the merge area.
-  static constexpr int kStages = kTma ? (kFp8Kv ? 9 : 5) : (kWiden ? 3 : (kFp8Kv ? 7 : 4));
+  // cp.async: ~112 / 128 KB of KV in flight per SM. TMA (no padding): as many as fit.
+  static constexpr int kStages = kTma ? (kFp8Kv ? 9 : 5) : (kFp8Kv ? 7 : 4);
   static constexpr int kKOff = 0;
   static constexpr int kVOff = kTile * (kTma ? kRowBytes : kRowPitch);
   static constexpr int kQOff = 2 * kVOff;
@@ -60,14 +49,7 @@ struct DecodeConfig {
   static constexpr int kMergeRingOff = (kRingBarOff + (2 * kRingSlots + 1) * 8 + 15) / 16 * 16;
   // TMA: the dynamic shared memory base is only 16-byte aligned for sure; the kernel rounds it
   // up to 1024, so ask for the slack.
-  // Widening producer's landing ring: FP8 K rows, FP8 V rows (128 B each), then the raw Q rows.
-  static constexpr int kLandStages = kWiden ? 3 : 0;
-  static constexpr int kQInRowBytes = kFp8Q ? 128 : 256;  // a Q row as the caller stores it
-  static constexpr int kLandVOff = kTile * 128;
-  static constexpr int kLandQOff = 2 * kLandVOff;
-  static constexpr int kLandBytes = kLandQOff + 16 * kQInRowBytes;
-  static constexpr int kLandOff = (kMergeRingOff + 4 * 16 + 8 * 8 + 15) / 16 * 16;
-  static constexpr int kSmemBytes = kLandOff + kLandStages * kLandBytes + (kTma ? 1024 : 0);
+  static constexpr int kSmemBytes = kMergeRingOff + 4 * 16 + 8 * 8 + (kTma ? 1024 : 0);
   static constexpr int kConsumerWarps = 4;
   static constexpr int kProducerThreads = 128;
   static constexpr int kThreads = 32 * kConsumerWarps + kProducerThreads;

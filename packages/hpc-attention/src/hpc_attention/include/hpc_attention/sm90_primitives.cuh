@@ -85,29 +85,12 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, uint64_t
                : "memory");
 }
 
-// The same copy without an L2 policy. Why it exists: with the policy operand, ptxas 13.0 may fold a
-// uniform shared-memory base into the copy's address ([R + UR0]) and then encode the policy as
-// an odd uniform register (desc[UR1]), which faults at run time as an illegal instruction
-// (compute-sanitizer, widening producer). Without the operand there is nothing to misencode.
-__device__ __forceinline__ void cp_async_16_nohint(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-}
-
 // The mbarrier receives one arrival from this thread once all of the thread's earlier
 // cp.async copies have landed (no pending-count increment: the barrier's count includes it).
 __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
 
-// Closes this thread's cp.async copies issued since the last commit into one group.
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
-// Waits until at most kPending of this thread's committed groups are still in flight; the
-// landed copies are then visible to this thread.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
 
 // ---- ldmatrix / mma --------------------------------------------------------------------
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
