@@ -168,7 +168,7 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                      ("diag_tma_helpers_first_page_off", None, None, {"tail_percent": 0}, True, True)]
     if diag and diag_rows == "all":  # the plan cut on tiles alone (version 4's plan): what the task cost buys
         variants.append(("diag_task_cost0", None, 0, {}, None, None))
-    if diag and diag_rows != "first_page":  # TMA kernel: claimable tail (percent of the line, smallest bin) x
+    if diag and diag_rows in ("all", "tail"):  # TMA kernel: claimable tail (percent of the line, smallest bin) x
         # merge on helpers / consumers
         for helpers, who in ((True, "helpers"), (False, "consumers")):
             for pct in ((0, 10, 20, 35) if helpers else (0, 20)):
@@ -187,7 +187,14 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                                                       validate=False, **pt_kw), reps=reps)
             res.add("ours_plan", t, **dict(fields, floor_us=None))
             print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {'ours_plan':>12}: {t:8.2f} us", flush=True)
-            if diag and diag_rows in ("tail", "first_page"):
+            if diag and diag_rows in ("all", "lookahead"):
+                # The decode kernel built without the consumers' score look-ahead (the schedule
+                # before it): the whole call (outputs checked) and decode only.
+                with overrides(no_lookahead=True):
+                    time_call("diag_no_lookahead", plan)
+                with overrides(no_lookahead=True, skip_combine=True, flags=0):
+                    time_call("diag_no_lookahead_decode_only", plan, correct=False)
+            if diag and diag_rows in ("tail", "first_page", "lookahead"):
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
                     with overrides(skip_combine=True, flags=flags):
                         time_call(name, plan, correct=False)
@@ -277,9 +284,10 @@ def main() -> None:
     ap.add_argument("--heads", default=None, help="comma list of Hq/Hkv (default: 8/1,64/8; --quick: 8/1)")
     ap.add_argument("--kv", default="bf16,fp8", help="comma list of KV dtypes")
     ap.add_argument("--cases", default=None, help="comma list of cases (default: all six)")
-    ap.add_argument("--diag-rows", default="all", choices=["all", "tail", "first_page"],
-                    help="diag rows: all, only the tail rows with decode only / stream only, or only the "
-                         "first-page rows (with and without, cp.async and TMA + helpers) with those two")
+    ap.add_argument("--diag-rows", default="all", choices=["all", "tail", "first_page", "lookahead"],
+                    help="diag rows: all, only the tail rows with decode only / stream only, only the "
+                         "first-page rows (with and without, cp.async and TMA + helpers) with those two, or "
+                         "only the rows without the score look-ahead with those two")
     args = ap.parse_args()
     reps = 30 if args.quick else 100
     heads = HEADS[:1] if args.quick else HEADS

@@ -6,7 +6,6 @@ from hpc_common.jit import ExtensionSpec
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 SPEC = ExtensionSpec.for_package("_hpc_attention_C", _PACKAGE_DIR)
-_TIMELINE_SPEC = None
 
 
 def load():
@@ -17,8 +16,19 @@ def load_timeline():
     """The same sources built with HPC_ATTN_TIMELINE=1: the decode kernel records per-CTA event
     stamps (decode_timeline.cuh; scripts/timeline_decode.py). Diagnostics only, so it is made on
     first use and not listed for `hpc_common.jit.prebuild`."""
-    global _TIMELINE_SPEC
-    if _TIMELINE_SPEC is None:
-        _TIMELINE_SPEC = ExtensionSpec(name="_hpc_attention_timeline_C", sources=SPEC.sources,
-                                       include_dirs=SPEC.include_dirs, cuda_flags=["-DHPC_ATTN_TIMELINE=1"])
-    return _TIMELINE_SPEC.load()
+    return load_variant("timeline", "-DHPC_ATTN_TIMELINE=1")
+
+
+_VARIANTS: dict[str, ExtensionSpec] = {}
+
+
+def load_variant(tag: str, *defines: str):
+    """The same sources built with extra -D switches (diagnostics and A/B rows of the benchmark:
+    e.g. the decode consumer's previous schedule). Made on first use, cached per tag; not
+    listed for `hpc_common.jit.prebuild`."""
+    spec = _VARIANTS.get(tag)
+    if spec is None:
+        spec = ExtensionSpec(name=f"_hpc_attention_{tag}_C", sources=SPEC.sources, include_dirs=SPEC.include_dirs,
+                             cuda_flags=list(defines))
+        _VARIANTS[tag] = spec
+    return spec.load()

@@ -24,7 +24,9 @@ _LOG2E = 1.0 / math.log(2.0)
 # was set at capture. Outputs are wrong while set (not while only "timeline" is set).
 # "timeline": None, or a CUDA uint64-sized tensor of >= num_ctas * 16 words into which the decode
 # kernel writes per-CTA event stamps (decode_timeline.cuh, scripts/timeline_decode.py).
-DIAG = {"skip_combine": False, "flags": 0, "timeline": None}
+# "no_lookahead": True runs a build of the decode kernel without the consumers' score look-ahead
+# (HPC_ATTN_SCORE_LOOKAHEAD=0, the schedule before it; benchmark A/B rows only).
+DIAG = {"skip_combine": False, "flags": 0, "timeline": None, "no_lookahead": False}
 
 # Which producer the last eager `decode` call ran ("tma" or "cp_async"; tests read it). The TMA
 # producer falls back to cp.async when the driver cannot encode the cache's tensor map.
@@ -196,7 +198,12 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
                sm_scale: float, num_ctas: int, combine_ctas: int, merge_in_decode: bool,
                tma_producer: bool, merge_helpers: bool, bin_first_page: torch.Tensor | None) -> None:
     # The timeline is recorded only by the diagnostics build of the extension (decode_timeline.cuh).
-    ext = _ext.load() if DIAG.get("timeline") is None else _ext.load_timeline()
+    if DIAG.get("timeline") is not None:
+        ext = _ext.load_timeline()
+    elif DIAG.get("no_lookahead"):
+        ext = _ext.load_variant("no_lookahead", "-DHPC_ATTN_SCORE_LOOKAHEAD=0")
+    else:
+        ext = _ext.load()
     skip_combine = bool(DIAG["skip_combine"])
     merge = merge_in_decode and not skip_combine
     pdl = get_pdl()
