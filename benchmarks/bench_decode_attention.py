@@ -209,7 +209,7 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 # math (memory side only); the same three rows with the other producer (TMA vs
                 # cp.async), and for FP8 the TMA maps with 256-byte L2 promotion (FP8 rows are
                 # 128 B: the promotion also fetches the next head's row) against the default 128 B.
-                tma_default = pd._use_tma(PAGE, hkv)
+                tma_default = pd._use_tma(PAGE, hkv, kv_dtype == "fp8")
                 other = "diag_cp_async" if tma_default else "diag_tma"
                 runs = [("diag_decode_only", None, 0), ("diag_stream_only", None, 1),
                         (other, not tma_default, None), (other + "_decode_only", not tma_default, 0),

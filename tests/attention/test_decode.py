@@ -54,7 +54,7 @@ def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out
                     k_scale=case.k_scale, v_scale=case.v_scale, q_scale=case.q_scale, out=out)
     # The producer asked for really ran (the TMA path falls back to cp.async only for pages of
     # < 16 tokens or a layout the driver cannot encode, which these cases never have).
-    want = "tma" if dec._use_tma(case.k.shape[1], case.k.shape[2]) else "cp_async"
+    want = "tma" if dec._use_tma(case.k.shape[1], case.k.shape[2], case.k.dtype == FP8) else "cp_async"
     assert dec.LAST_PRODUCER["name"] == want, (dec.LAST_PRODUCER, want)
     return out, plan
 

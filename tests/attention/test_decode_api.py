@@ -84,7 +84,7 @@ def test_dry_run_passes_every_binding_argument(fake, monkeypatch, merge_in_decod
     assert dec_kw["k_stride_tok"] == 2 * 128 and dec_kw["k_stride_page"] == 128 * 2 * 128
     # merge 2: split tasks merged by the helper warps of the TMA kernel (the cp.async kernel, also the
     # binding's fallback, merges on its consumers whatever the value)
-    assert dec_kw["tma_producer"] == dec._use_tma(128, 2)
+    assert dec_kw["tma_producer"] == dec._use_tma(128, 2, True)
     want_merge = (2 if heuristics.MERGE_ON_HELPER_WARPS else 1) if merge_in_decode else 0
     assert dec_kw["merge"] == want_merge
     assert dec_kw["slot_meta"] == ws.slot_meta.data_ptr() and dec_kw["merge_counts"] == ws.merge_counts.data_ptr()
@@ -121,6 +121,19 @@ def test_tma_producer_auto_by_kv_heads(fake, monkeypatch, hkv, want):
     plan = ha.plan_decode(lens, hkv, hkv, workspace=ws)
     ha.decode(q, k, v, pt, lens, plan)
     assert fake.calls[1][1]["tma_producer"] is want
+
+
+@pytest.mark.parametrize("hkv", [1, 2, 8])
+def test_tma_producer_auto_fp8_from_one_head(fake, monkeypatch, hkv):
+    """USE_TMA_PRODUCER = "auto" with FP8 KV: TMA from heuristics.TMA_MIN_KV_HEADS_FP8 (1) KV head."""
+    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", "auto")
+    monkeypatch.setattr(heuristics, "TMA_MIN_KV_HEADS", 8)
+    monkeypatch.setattr(heuristics, "TMA_MIN_KV_HEADS_FP8", 1)
+    q, k, v, pt, lens = inputs(hkv=hkv, g=1, kv=FP8)
+    ws = ha.DecodeWorkspace(3, hkv, hkv, 256, "cpu")
+    plan = ha.plan_decode(lens, hkv, hkv, workspace=ws)
+    ha.decode(q, k, v, pt, lens, plan)
+    assert fake.calls[1][1]["tma_producer"] is True
 
 
 def test_diag_skip_combine_turns_the_merge_off(fake, monkeypatch):

@@ -67,8 +67,14 @@ MAX_TASK_COST = 64
 # cp.async on the two cases measured (64x4K 36.2 vs 38.3 us, 1x128K+31x4K 37.3 vs 38.3; BF16 49.5 /
 # 50.4 vs 50.0 / 50.0): not switched until the other four cases are measured (bench rows
 # `diag_tma_helpers_tail0` against `ours`).
+# Seventh session (H200, tree 2833f6d3caf7, with the consumers' score look-ahead): at 8/1 FP8 the
+# TMA kernel (merge on its helper warps) beat cp.async on 5 of 6 cases (1x128K+31x4K 35.0 vs 37.7,
+# 64x4K 34.7 vs 37.7, 32x128+32x4K 25.6 vs 27.3, 2x32K+30x4K 29.8 vs 31.2, 1x64K+15x4K 25.6 vs
+# 26.0) and lost 0.4 us on 64x0.5K (14.6 vs 14.2): FP8 KV takes TMA from one KV head. BF16 at 8/1
+# stays mixed (-2.0 to +1.1 us): cp.async below 8 heads.
 USE_TMA_PRODUCER = "auto"
 TMA_MIN_KV_HEADS = 8
+TMA_MIN_KV_HEADS_FP8 = 1
 
 # Claimable tail (decode_bin_ring.cuh): the planner cuts the last TAIL_PERCENT % of the work line
 # into small bins (>= TAIL_BIN_TILES units, at most MAX_TAIL_BINS_PER_CTA per CTA, so the bins

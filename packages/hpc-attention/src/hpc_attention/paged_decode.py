@@ -36,14 +36,15 @@ LAST_PRODUCER = {"name": None, "first_page": None}
 _TMA_MIN_PAGE = 16
 
 
-def _use_tma(page_size: int, num_kv_heads: int) -> bool:
+def _use_tma(page_size: int, num_kv_heads: int, fp8_kv: bool = False) -> bool:
     """Whether `decode` asks for the TMA producer (heuristics.USE_TMA_PRODUCER: True, False or
-    "auto" = num_kv_heads >= heuristics.TMA_MIN_KV_HEADS); pages under 16 tokens never."""
+    "auto" = num_kv_heads >= heuristics.TMA_MIN_KV_HEADS, or TMA_MIN_KV_HEADS_FP8 for FP8 KV);
+    pages under 16 tokens never."""
     flag = heuristics.USE_TMA_PRODUCER
     if page_size < _TMA_MIN_PAGE:
         return False
     if flag == "auto":
-        return num_kv_heads >= heuristics.TMA_MIN_KV_HEADS
+        return num_kv_heads >= (heuristics.TMA_MIN_KV_HEADS_FP8 if fp8_kv else heuristics.TMA_MIN_KV_HEADS)
     return bool(flag)
 
 
@@ -469,7 +470,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
         ws.partial_o, ws.partial_lse, ws.slot_meta, ws.merge_counts, ws.merge_ml, ws.claim_counter, out, k_t, v_t, k_f,
         v_f, float(sm_scale),
         plan.num_ctas, heuristics.combine_ctas(get_num_sms(dev)), bool(heuristics.MERGE_IN_DECODE),
-        _use_tma(page_size, Hkv), bool(heuristics.MERGE_ON_HELPER_WARPS),
+        _use_tma(page_size, Hkv, k_cache.dtype == _FP8), bool(heuristics.MERGE_ON_HELPER_WARPS),
         ws.bin_first_page if _use_first_page(plan, page_table, page_size) else None)
     LAST_PRODUCER["first_page"] = _use_first_page(plan, page_table, page_size)
     return out
