@@ -250,10 +250,11 @@ __device__ __noinline__ void write_nested_bins(const DecodePlanParams& p, const 
 
 // The common dynamic plan (see above). This thread owns heads [h0, h1) of requests [r0, r1);
 // `chunk` is the block-uniform number of requests per thread; line0 = where my first request
-// starts on the line; thr: an item of n tiles is charged `ovh` units iff 1 <= n <= thr.
+// starts on the line; an item of n tiles is charged `ovh` units iff 1 <= n and n * nb0 <= total_tiles
+// (n <= total_tiles / nb0 without that division).
 __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int r1, int h0, int h1, int chunk,
                                           int len0, unsigned line0, unsigned line, unsigned nb, unsigned ovh,
-                                          unsigned thr, int total_tiles, int clamped) {
+                                          unsigned nb0, int total_tiles, int clamped) {
   const int hkv = p.num_kv_heads;
   const int nh = h1 - h0;
   const int lane = threadIdx.x & 31;
@@ -263,7 +264,9 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
     return raw < 0 ? 0 : (raw > p.max_len ? p.max_len : raw);
   };
   auto tiles = [&](int len) { return (len + kTileTokens - 1) / kTileTokens; };
-  auto cost_of = [&](int n) { return static_cast<unsigned>(n - 1) < thr ? ovh : 0u; };  // 1 <= n <= thr
+  auto cost_of = [&](int n) {
+    return n > 0 && static_cast<unsigned long long>(n) * nb0 <= static_cast<unsigned>(total_tiles) ? ovh : 0u;
+  };
   FastLine L;
   L.line = line;
   L.nb = nb;
@@ -679,10 +682,11 @@ __device__ __noinline__ void plan_dynamic_general(const DecodePlanParams& p, int
 
 __device__ __noinline__ void plan_static(const DecodePlanParams& p, int r0, int r1, long long total, int clamped);
 
-// Charged items (1 <= n <= thr) when some request is longer than thr: {my prefix, block total},
+// Charged items (1 <= n, n * nb0 <= total) when some request is longer than total / nb0: {my prefix, block total},
 // one more block scan; out of line (rare: only batches with a request longer than the
 // tiles-only budget, i.e. long-context mixes).
-__device__ __noinline__ int2 count_charged(const DecodePlanParams& p, int r0, int r1, int nh, int len0, unsigned thr) {
+__device__ __noinline__ int2 count_charged(const DecodePlanParams& p, int r0, int r1, int nh, int len0, unsigned nb0,
+                                         unsigned total) {
   int w[4] = {0, 0, 0, 0};
 #pragma unroll 1
   for (int b = r0; b < r1; ++b) {
@@ -692,7 +696,7 @@ __device__ __noinline__ int2 count_charged(const DecodePlanParams& p, int r0, in
       len = raw < 0 ? 0 : (raw > p.max_len ? p.max_len : raw);
     }
     const int n = (len + kTileTokens - 1) / kTileTokens;
-    w[0] += static_cast<unsigned>(n - 1) < thr ? nh : 0;
+    w[0] += n > 0 && static_cast<unsigned long long>(n) * nb0 <= total ? nh : 0;
   }
   int t[4];
   block_scan<1, false>(w, t, plan_shared().scan[1]);
@@ -765,19 +769,19 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_
     // charged = non-empty and n * nb0 <= total, i.e. n <= thr = total / nb0. When no request is
     // longer than thr (the usual case) every non-empty item is charged and pass 1's count of them
     // serves; otherwise one more scan counts the charged ones.
+    // Both bin counts divide by floor_tiles: one reciprocal (FastDiv) serves the two. The charge
+    // threshold n <= total / nb0 is tested as n * nb0 <= total (no third division).
     const unsigned ovh = p.task_cost > 0 ? p.task_cost : 0;
-    const int floor_tiles = p.min_tiles > 0 ? p.min_tiles : 1;
-    int nb0 = static_cast<int>(static_cast<unsigned>(total) / static_cast<unsigned>(floor_tiles));
+    FastDiv by_floor;
+    by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
+    int nb0 = static_cast<int>(by_floor(static_cast<unsigned>(total)));
     nb0 = nb0 < 1 ? 1 : (nb0 > p.num_bins ? p.num_bins : nb0);
     int pre_charged = v[1], charged = tot[1];
-    unsigned thr = 0;
-    if (ovh > 0) {  // block-uniform
-      thr = static_cast<unsigned>(total) / static_cast<unsigned>(nb0);
-      if (static_cast<unsigned>(tot[3]) > thr) {  // block-uniform
-        const int2 c = count_charged(p, r0, r1, nh, len0, thr);
-        pre_charged = c.x;
-        charged = c.y;
-      }
+    if (ovh > 0 && static_cast<unsigned long long>(tot[3]) * static_cast<unsigned>(nb0) > static_cast<unsigned>(total)) {
+      // block-uniform: some request is longer than the tiles-only budget
+      const int2 c = count_charged(p, r0, r1, nh, len0, nb0, total);
+      pre_charged = c.x;
+      charged = c.y;
     }
     const long long line = total + static_cast<long long>(ovh) * charged;
     const long long line0 = v[0] + static_cast<long long>(ovh) * pre_charged;
@@ -785,13 +789,13 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_
     bool fast = !tail && line <= 0x7fffffffll;
     int nb = 1;
     if (fast) {
-      nb = static_cast<int>(static_cast<unsigned>(line) / static_cast<unsigned>(floor_tiles));
+      nb = static_cast<int>(by_floor(static_cast<unsigned>(line)));
       nb = nb < 1 ? 1 : (nb > p.num_bins ? p.num_bins : nb);
       fast = (line + 1) * nb + line < 0xFFFFFFFFll;
     }
     if (fast) {
       plan_fast(p, r0, r1, h0, h1, chunk, len0, static_cast<unsigned>(line0), static_cast<unsigned>(line),
-                static_cast<unsigned>(nb), ovh, thr, total, tot[2]);
+                static_cast<unsigned>(nb), ovh, nb0, total, tot[2]);
     } else {
       plan_dynamic_general(p, r0, r1, h0, h1, chunk, len0, line0, line, total, nb0, tot[2]);
     }
