@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import math
 from dataclasses import dataclass
 
@@ -24,9 +26,9 @@ _LOG2E = 1.0 / math.log(2.0)
 # was set at capture. Outputs are wrong while set (not while only "timeline" is set).
 # "timeline": None, or a CUDA uint64-sized tensor of >= num_ctas * 16 words into which the decode
 # kernel writes per-CTA event stamps (decode_timeline.cuh, scripts/timeline_decode.py).
-# "no_lookahead": True runs a build of the decode kernel without the consumers' score look-ahead
-# (HPC_ATTN_SCORE_LOOKAHEAD=0, the schedule before it; benchmark A/B rows only).
-DIAG = {"skip_combine": False, "flags": 0, "timeline": None, "no_lookahead": False}
+# "defines": extra -D switches for a separate build of the kernels (benchmark A/B rows only), e.g.
+# ("-DHPC_ATTN_SCORE_LOOKAHEAD=0", "-DHPC_ATTN_V_PREFETCH=0") for the consumers' previous schedule.
+DIAG = {"skip_combine": False, "flags": 0, "timeline": None, "defines": ()}
 
 # Which producer the last eager `decode` call ran ("tma" or "cp_async"; tests read it). The TMA
 # producer falls back to cp.async when the driver cannot encode the cache's tensor map.
@@ -201,8 +203,10 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
     # The timeline is recorded only by the diagnostics build of the extension (decode_timeline.cuh).
     if DIAG.get("timeline") is not None:
         ext = _ext.load_timeline()
-    elif DIAG.get("no_lookahead"):
-        ext = _ext.load_variant("no_lookahead", "-DHPC_ATTN_SCORE_LOOKAHEAD=0")
+    elif DIAG.get("defines"):
+        defines = tuple(DIAG["defines"])
+        tag = "v" + hashlib.sha1(" ".join(defines).encode()).hexdigest()[:10]
+        ext = _ext.load_variant(tag, *defines)
     else:
         ext = _ext.load()
     skip_combine = bool(DIAG["skip_combine"])

@@ -60,6 +60,11 @@ namespace hpc::attn {
 #define HPC_ATTN_SCORE_LOOKAHEAD 1
 #endif
 constexpr bool kScoreLookahead = HPC_ATTN_SCORE_LOOKAHEAD != 0;
+// V fragments of a tile loaded before its softmax (see consumer_warp); 0: after it.
+#ifndef HPC_ATTN_V_PREFETCH
+#define HPC_ATTN_V_PREFETCH 1
+#endif
+constexpr bool kVPrefetch = HPC_ATTN_V_PREFETCH != 0;
 
 
 // Query fragments (A operand, 16 rows x 128) for the 8 k-steps, from the stage's Q rows.
@@ -144,6 +149,52 @@ __device__ __forceinline__ void tile_scores(const uint8_t* sb, const uint32_t (&
       mma_16816<kF16>(s[0], qa[2 * s32 + 1], e4m3x2_to_f16x2(r1), e4m3x2_to_f16x2(r1 >> 16));
       mma_16816<kF16>(s[1], qa[2 * s32], e4m3x2_to_f16x2(r2), e4m3x2_to_f16x2(r2 >> 16));
       mma_16816<kF16>(s[1], qa[2 * s32 + 1], e4m3x2_to_f16x2(r3), e4m3x2_to_f16x2(r3 >> 16));
+    }
+  }
+}
+
+// B fragments of O += P V for this warp's 16 tokens of the tile in stage `sb`: n-tile nt's two
+// registers in vf[nt] (FP16 / BF16 pairs), rows at or past `valid` masked to zero (stale shared
+// memory may hold NaN). FP8 V is converted here (exact), in the layout of out_col<true>.
+template <typename Cfg, bool kFp8Kv>
+__device__ __forceinline__ void tile_v_frags(const uint8_t* sb, int valid, uint32_t (&vf)[16][2]) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, j = lane & 3;
+  const int tok_base = 16 * warp + 2 * j;
+  const uint32_t mlo = (tok_base < valid ? 0x0000FFFFu : 0u) | (tok_base + 1 < valid ? 0xFFFF0000u : 0u);
+  const uint32_t mhi = (tok_base + 8 < valid ? 0x0000FFFFu : 0u) | (tok_base + 9 < valid ? 0xFFFF0000u : 0u);
+  if constexpr (!kFp8Kv) {
+    const uint32_t vaddr =
+        smem_u32(sb + Cfg::kVOff) + (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * Cfg::kRowPitch;
+#pragma unroll
+    for (int pp = 0; pp < 8; ++pp) {
+      uint32_t r0, r1, r2, r3;
+      ldsm_x4_trans(vaddr + kv_chunk<Cfg>(pp, lane >> 4, lane & 7), r0, r1, r2, r3);
+      vf[2 * pp][0] = r0 & mlo;
+      vf[2 * pp][1] = r1 & mhi;
+      vf[2 * pp + 1][0] = r2 & mlo;
+      vf[2 * pp + 1][1] = r3 & mhi;
+    }
+  } else {
+    // Rows 16 * warp + 2j (+1, +8, +9), bytes 32u + 4g: chunk 2u + (g >> 2), offset 4 (g & 3).
+    // Rows 2j and 2j + 8 share r & 7 (= 2j), rows 2j + 1 and 2j + 9 too (= 2j + 1).
+    const uint8_t* vrow = sb + Cfg::kVOff + (16 * warp + 2 * j) * Cfg::kRowPitch + 4 * (g & 3);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const uint32_t c0 = kv_chunk<Cfg>(u, g >> 2, 2 * j), c1 = kv_chunk<Cfg>(u, g >> 2, 2 * j + 1);
+      const uint32_t w0 = *reinterpret_cast<const uint32_t*>(vrow + c0);
+      const uint32_t w1 = *reinterpret_cast<const uint32_t*>(vrow + Cfg::kRowPitch + c1);
+      const uint32_t w2 = *reinterpret_cast<const uint32_t*>(vrow + 8 * Cfg::kRowPitch + c0);
+      const uint32_t w3 = *reinterpret_cast<const uint32_t*>(vrow + 9 * Cfg::kRowPitch + c1);
+      const uint32_t a01 = __byte_perm(w0, w1, 0x5140), a23 = __byte_perm(w0, w1, 0x7362);
+      const uint32_t c01 = __byte_perm(w2, w3, 0x5140), c23 = __byte_perm(w2, w3, 0x7362);
+      vf[4 * u + 0][0] = e4m3x2_to_f16x2(a01) & mlo;
+      vf[4 * u + 0][1] = e4m3x2_to_f16x2(c01) & mhi;
+      vf[4 * u + 1][0] = e4m3x2_to_f16x2(a01 >> 16) & mlo;
+      vf[4 * u + 1][1] = e4m3x2_to_f16x2(c01 >> 16) & mhi;
+      vf[4 * u + 2][0] = e4m3x2_to_f16x2(a23) & mlo;
+      vf[4 * u + 2][1] = e4m3x2_to_f16x2(c23) & mhi;
+      vf[4 * u + 3][0] = e4m3x2_to_f16x2(a23 >> 16) & mlo;
+      vf[4 * u + 3][1] = e4m3x2_to_f16x2(c23 >> 16) & mhi;
     }
   }
 }
@@ -235,6 +286,11 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
         const uint8_t* nsb = has_next ? smem + nstage * Cfg::kStageBytes : sb;
         tile_scores<Cfg, kFp8Kv>(nsb, qa, sn);
       }
+      // V prefetch (kVPrefetch): this tile's V fragments (and, FP8, their conversions) are loaded
+      // here, before the softmax, so that their latency also hides behind its shuffles and
+      // exp2; the rescale branch below would otherwise keep them after it.
+      uint32_t vf[16][2];
+      if constexpr (kVPrefetch) tile_v_frags<Cfg, kFp8Kv>(sb, valid, vf);
 
       // ---- online softmax (log2 domain), tokens past the length masked ----
       const int tok_base = 16 * warp + 2 * j;
@@ -287,38 +343,10 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       pa[2] = pack2<kF16>(s[1][0], s[1][1]);
       pa[3] = pack2<kF16>(s[1][2], s[1][3]);
 
-      // ---- O += P V; V rows past the length are masked to zero (stale smem may hold NaN) ----
-      const uint32_t mlo = (tok_base < valid ? 0x0000FFFFu : 0u) | (tok_base + 1 < valid ? 0xFFFF0000u : 0u);
-      const uint32_t mhi = (tok_base + 8 < valid ? 0x0000FFFFu : 0u) | (tok_base + 9 < valid ? 0xFFFF0000u : 0u);
-      if constexpr (!kFp8Kv) {
-        const uint32_t vaddr =
-            smem_u32(sb + Cfg::kVOff) + (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * Cfg::kRowPitch;
+      // ---- O += P V (V fragments loaded before the softmax with kVPrefetch) ----
+      if constexpr (!kVPrefetch) tile_v_frags<Cfg, kFp8Kv>(sb, valid, vf);
 #pragma unroll
-        for (int pp = 0; pp < 8; ++pp) {
-          uint32_t r0, r1, r2, r3;
-          ldsm_x4_trans(vaddr + kv_chunk<Cfg>(pp, lane >> 4, lane & 7), r0, r1, r2, r3);
-          mma_16816<kF16>(o[2 * pp], pa, r0 & mlo, r1 & mhi);
-          mma_16816<kF16>(o[2 * pp + 1], pa, r2 & mlo, r3 & mhi);
-        }
-      } else {
-        // Rows 16 * warp + 2j (+1, +8, +9), bytes 32u + 4g: chunk 2u + (g >> 2), offset 4 (g & 3).
-        // Rows 2j and 2j + 8 share r & 7 (= 2j), rows 2j + 1 and 2j + 9 too (= 2j + 1).
-        const uint8_t* vrow = sb + Cfg::kVOff + (16 * warp + 2 * j) * Cfg::kRowPitch + 4 * (g & 3);
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const uint32_t c0 = kv_chunk<Cfg>(u, g >> 2, 2 * j), c1 = kv_chunk<Cfg>(u, g >> 2, 2 * j + 1);
-          const uint32_t w0 = *reinterpret_cast<const uint32_t*>(vrow + c0);
-          const uint32_t w1 = *reinterpret_cast<const uint32_t*>(vrow + Cfg::kRowPitch + c1);
-          const uint32_t w2 = *reinterpret_cast<const uint32_t*>(vrow + 8 * Cfg::kRowPitch + c0);
-          const uint32_t w3 = *reinterpret_cast<const uint32_t*>(vrow + 9 * Cfg::kRowPitch + c1);
-          const uint32_t a01 = __byte_perm(w0, w1, 0x5140), a23 = __byte_perm(w0, w1, 0x7362);
-          const uint32_t c01 = __byte_perm(w2, w3, 0x5140), c23 = __byte_perm(w2, w3, 0x7362);
-          mma_16816<kF16>(o[4 * u + 0], pa, e4m3x2_to_f16x2(a01) & mlo, e4m3x2_to_f16x2(c01) & mhi);
-          mma_16816<kF16>(o[4 * u + 1], pa, e4m3x2_to_f16x2(a01 >> 16) & mlo, e4m3x2_to_f16x2(c01 >> 16) & mhi);
-          mma_16816<kF16>(o[4 * u + 2], pa, e4m3x2_to_f16x2(a23) & mlo, e4m3x2_to_f16x2(c23) & mhi);
-          mma_16816<kF16>(o[4 * u + 3], pa, e4m3x2_to_f16x2(a23 >> 16) & mlo, e4m3x2_to_f16x2(c23 >> 16) & mhi);
-        }
-      }
+      for (int nt = 0; nt < 16; ++nt) mma_16816<kF16>(o[nt], pa, vf[nt][0], vf[nt][1]);
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[stage]);
       stage = nstage;
