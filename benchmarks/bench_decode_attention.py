@@ -44,8 +44,8 @@ from hpc_attention.reference import decode_reference
 CASES = ["64x0.5K", "64x4K", "32x128+32x4K", "2x32K+30x4K", "1x64K+15x4K", "1x128K+31x4K"]
 HEADS = [(8, 1), (64, 8)]
 PAGE = 64
-# Build switches of the decode consumers' schedule before the score look-ahead and V prefetch.
-PREVIOUS_SCHEDULE = ("-DHPC_ATTN_SCORE_LOOKAHEAD=0", "-DHPC_ATTN_V_PREFETCH=0")
+# Build switches of the decode consumers' schedule before the score look-ahead.
+PREVIOUS_SCHEDULE = ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",)
 FP8 = torch.float8_e4m3fn
 
 
@@ -190,11 +190,9 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
             res.add("ours_plan", t, **dict(fields, floor_us=None))
             print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {'ours_plan':>12}: {t:8.2f} us", flush=True)
             if diag and diag_rows in ("all", "lookahead"):
-                # The decode kernel built with the consumers' previous schedules (the whole call,
-                # outputs checked, and decode only): without the V prefetch, and without both the
-                # V prefetch and the score look-ahead.
-                for name, defines in (("diag_no_vprefetch", ("-DHPC_ATTN_V_PREFETCH=0",)),
-                                      ("diag_no_lookahead", PREVIOUS_SCHEDULE)):
+                # The decode kernel built with the consumers' previous schedule (no score
+                # look-ahead): the whole call (outputs checked) and decode only.
+                for name, defines in (("diag_no_lookahead", PREVIOUS_SCHEDULE),):
                     with overrides(defines=defines):
                         time_call(name, plan)
                     with overrides(defines=defines, skip_combine=True, flags=0):

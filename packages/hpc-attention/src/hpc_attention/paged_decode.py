@@ -27,7 +27,7 @@ _LOG2E = 1.0 / math.log(2.0)
 # "timeline": None, or a CUDA uint64-sized tensor of >= num_ctas * 16 words into which the decode
 # kernel writes per-CTA event stamps (decode_timeline.cuh, scripts/timeline_decode.py).
 # "defines": extra -D switches for a separate build of the kernels (benchmark A/B rows only), e.g.
-# ("-DHPC_ATTN_SCORE_LOOKAHEAD=0", "-DHPC_ATTN_V_PREFETCH=0") for the consumers' previous schedule.
+# ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",) for the consumers' schedule before the score look-ahead.
 DIAG = {"skip_combine": False, "flags": 0, "timeline": None, "defines": ()}
 
 # Which producer the last eager `decode` call ran ("tma" or "cp_async"; tests read it). The TMA

@@ -60,11 +60,6 @@ namespace hpc::attn {
 #define HPC_ATTN_SCORE_LOOKAHEAD 1
 #endif
 constexpr bool kScoreLookahead = HPC_ATTN_SCORE_LOOKAHEAD != 0;
-// V fragments of a tile loaded before its softmax (see consumer_warp); 0: after it.
-#ifndef HPC_ATTN_V_PREFETCH
-#define HPC_ATTN_V_PREFETCH 1
-#endif
-constexpr bool kVPrefetch = HPC_ATTN_V_PREFETCH != 0;
 
 
 // Query fragments (A operand, 16 rows x 128) for the 8 k-steps, from the stage's Q rows.
@@ -286,11 +281,6 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
         const uint8_t* nsb = has_next ? smem + nstage * Cfg::kStageBytes : sb;
         tile_scores<Cfg, kFp8Kv>(nsb, qa, sn);
       }
-      // V prefetch (kVPrefetch): this tile's V fragments (and, FP8, their conversions) are loaded
-      // here, before the softmax, so that their latency also hides behind its shuffles and
-      // exp2; the rescale branch below would otherwise keep them after it.
-      uint32_t vf[16][2];
-      if constexpr (kVPrefetch) tile_v_frags<Cfg, kFp8Kv>(sb, valid, vf);
 
       // ---- online softmax (log2 domain), tokens past the length masked ----
       const int tok_base = 16 * warp + 2 * j;
@@ -343,8 +333,11 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       pa[2] = pack2<kF16>(s[1][0], s[1][1]);
       pa[3] = pack2<kF16>(s[1][2], s[1][3]);
 
-      // ---- O += P V (V fragments loaded before the softmax with kVPrefetch) ----
-      if constexpr (!kVPrefetch) tile_v_frags<Cfg, kFp8Kv>(sb, valid, vf);
+      // ---- O += P V ----
+      // (Loading these fragments before the softmax, next to the look-ahead scores, measured
+      // equal on every case and took up to 240 registers: HISTORY.md, seventh session.)
+      uint32_t vf[16][2];
+      tile_v_frags<Cfg, kFp8Kv>(sb, valid, vf);
 #pragma unroll
       for (int nt = 0; nt < 16; ++nt) mma_16816<kF16>(o[nt], pa, vf[nt][0], vf[nt][1]);
       __syncwarp();
