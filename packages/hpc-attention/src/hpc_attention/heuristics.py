@@ -71,9 +71,11 @@ MAX_TASK_COST = 64
 # TMA kernel (merge on its helper warps) beat cp.async on 5 of 6 cases (1x128K+31x4K 35.0 vs 37.7,
 # 64x4K 34.7 vs 37.7, 32x128+32x4K 25.6 vs 27.3, 2x32K+30x4K 29.8 vs 31.2, 1x64K+15x4K 25.6 vs
 # 26.0) and lost 0.4 us on 64x0.5K (14.6 vs 14.2): FP8 KV takes TMA from one KV head. BF16 at 8/1
-# stays mixed (-2.0 to +1.1 us): cp.async below 8 heads.
+# (run of 37f4982, same process, full calls): TMA -2.3 / -1.9 / -0.7 us on 64x4K / 1x128K+31x4K /
+# 32x128+32x4K, +0.2 / +0.1 / +0.9 on 64x0.5K / 2x32K+30x4K / 1x64K+15x4K (net -3.8 us over the
+# six; its decode alone is faster on all six): BF16 takes TMA from one KV head too.
 USE_TMA_PRODUCER = "auto"
-TMA_MIN_KV_HEADS = 8
+TMA_MIN_KV_HEADS = 1
 TMA_MIN_KV_HEADS_FP8 = 1
 
 # Claimable tail (decode_bin_ring.cuh): the planner cuts the last TAIL_PERCENT % of the work line
