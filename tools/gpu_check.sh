@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on an H200: build every kernel, run the GPU test suite, run the benchmarks.
 # Usage (on the device machine, from the repo root): bash tools/gpu_check.sh OUT_DIR [pytest -k expr] [bench glob]
-# Writes (packed into OUT_DIR/gpu_check.tgz) OUT_DIR/prebuild.log, OUT_DIR/gpu_tests.log (+ junit xml), OUT_DIR/bench.log and
+# Writes (packed into OUT_DIR/gpu_check.tgz) OUT_DIR/prebuild.log, OUT_DIR/gpu_tests.log (+ junit xml), OUT_DIR/bench.log,
+# OUT_DIR/smi.log (clocks, power, throttle reasons every 200 ms during the benchmarks) and
 # benchmark JSON/Markdown under OUT_DIR/results/<gpu>/.
 # Targeted runs (save device time): HPC_GPU_TESTS="tests/router_gemm" limits the test paths
 # ("none" skips the tests), HPC_SKIP_PREBUILD=1 lets each test JIT-build only what it imports,
@@ -57,6 +58,12 @@ if [ "${HPC_SKIP_TIMING_CHECK:-0}" != 1 ]; then
 fi
 
 echo "== benchmarks ($BENCH_GLOB)"
+# SM / memory clocks, power and temperature every 200 ms while the benchmarks run (OUT/smi.log):
+# the 64/8 FP8 decode timeline read a 1.76 GHz SM clock with the math on against 1.98 without,
+# so a number that moves between runs can be checked against throttling.
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+  --format=csv -lms 200 > "$OUT/smi.log" 2>&1 &
+SMI_PID=$!
 for b in benchmarks/$BENCH_GLOB; do
   [ -f "$b" ] || continue
   name=$(basename "$b" .py)
@@ -65,6 +72,7 @@ for b in benchmarks/$BENCH_GLOB; do
   # shellcheck disable=SC2086  # extra benchmark flags, e.g. HPC_BENCH_ARGS=--quick
   step python3 "$b" --out-dir "$OUT/results" ${HPC_BENCH_ARGS:-} ${!own_var:-} 2>&1 | tee -a "$OUT/bench.log" | tail -30
 done
+kill "$SMI_PID" 2>/dev/null || true
 for script in ${HPC_NCU_SCRIPTS:-}; do
   echo "-- ncu $script"
   tag=$(basename "$script" .py)
