@@ -2,7 +2,7 @@
 # One call on an H200: build every kernel, run the GPU test suite, run the benchmarks.
 # Usage (on the device machine, from the repo root): bash tools/gpu_check.sh OUT_DIR [pytest -k expr] [bench glob]
 # Writes (packed into OUT_DIR/gpu_check.tgz) OUT_DIR/prebuild.log, OUT_DIR/gpu_tests.log (+ junit xml), OUT_DIR/bench.log,
-# OUT_DIR/smi.log (clocks, power, throttle reasons every 200 ms during the benchmarks) and
+# OUT_DIR/smi.log (clocks, power and temperature every 200 ms during the benchmarks) and
 # benchmark JSON/Markdown under OUT_DIR/results/<gpu>/.
 # Targeted runs (save device time): HPC_GPU_TESTS="tests/router_gemm" limits the test paths
 # ("none" skips the tests), HPC_SKIP_PREBUILD=1 lets each test JIT-build only what it imports,
@@ -61,7 +61,7 @@ echo "== benchmarks ($BENCH_GLOB)"
 # SM / memory clocks, power and temperature every 200 ms while the benchmarks run (OUT/smi.log):
 # the 64/8 FP8 decode timeline read a 1.76 GHz SM clock with the math on against 1.98 without,
 # so a number that moves between runs can be checked against throttling.
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
   --format=csv -lms 200 > "$OUT/smi.log" 2>&1 &
 SMI_PID=$!
 for b in benchmarks/$BENCH_GLOB; do
