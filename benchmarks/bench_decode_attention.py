@@ -46,6 +46,8 @@ HEADS = [(8, 1), (64, 8)]
 PAGE = 64
 # Build switches of the decode consumers' schedule before the score look-ahead.
 PREVIOUS_SCHEDULE = ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",)
+# Build switch of the TMA kernel with two consumer groups (experimental, paged_decode_config.cuh).
+TWO_CONSUMER_GROUPS = ("-DHPC_ATTN_CONSUMER_GROUPS=2",)
 FP8 = torch.float8_e4m3fn
 
 
@@ -197,7 +199,14 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                         time_call(name, plan)
                     with overrides(defines=defines, skip_combine=True, flags=0):
                         time_call(name + "_decode_only", plan, correct=False)
-            if diag and diag_rows in ("tail", "first_page", "lookahead"):
+            if diag and diag_rows in ("all", "groups"):
+                # The TMA kernel built with two consumer groups (HPC_ATTN_CONSUMER_GROUPS=2,
+                # experimental): the whole call (outputs checked), decode only and stream only.
+                for name, extra in (("diag_groups2", {}), ("diag_groups2_decode_only", dict(skip_combine=True, flags=0)),
+                                    ("diag_groups2_stream_only", dict(skip_combine=True, flags=1))):
+                    with overrides(tma=True, defines=TWO_CONSUMER_GROUPS, **extra):
+                        time_call(name, plan, correct=not extra)
+            if diag and diag_rows in ("tail", "first_page", "lookahead", "groups"):
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
                     with overrides(skip_combine=True, flags=flags):
                         time_call(name, plan, correct=False)
@@ -287,10 +296,11 @@ def main() -> None:
     ap.add_argument("--heads", default=None, help="comma list of Hq/Hkv (default: 8/1,64/8; --quick: 8/1)")
     ap.add_argument("--kv", default="bf16,fp8", help="comma list of KV dtypes")
     ap.add_argument("--cases", default=None, help="comma list of cases (default: all six)")
-    ap.add_argument("--diag-rows", default="all", choices=["all", "tail", "first_page", "lookahead"],
+    ap.add_argument("--diag-rows", default="all", choices=["all", "tail", "first_page", "lookahead", "groups"],
                     help="diag rows: all, only the tail rows with decode only / stream only, only the "
-                         "first-page rows (with and without, cp.async and TMA + helpers) with those two, or "
-                         "only the rows without the score look-ahead with those two")
+                         "first-page rows (with and without, cp.async and TMA + helpers) with those two, "
+                         "only the rows without the score look-ahead with those two, or only the two "
+                         "consumer groups' rows with those two")
     args = ap.parse_args()
     reps = 30 if args.quick else 100
     heads = HEADS[:1] if args.quick else HEADS

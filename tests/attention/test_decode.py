@@ -468,3 +468,27 @@ def test_consumer_schedules_same_bits(group, kv_dtype, producer, monkeypatch):
         outs.append(out)
     assert_bitwise_equal(outs[1], outs[0], name="previous schedule")
     check_accuracy(outs[0], case)
+
+
+TWO_GROUPS = ("-DHPC_ATTN_CONSUMER_GROUPS=2",)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("group", [1, 2, 8, 16])
+def test_two_consumer_groups(group, kv_dtype, merge_mode, monkeypatch):
+    """The TMA kernel built with two consumer groups (HPC_ATTN_CONSUMER_GROUPS=2, experimental):
+    tiles alternate between the groups and group 1 folds into group 0 at each task's end, so the
+    sums run in another order than the default build: accurate against float64, bitwise
+    reproducible run to run, on tasks of one and two tiles, odd and even tile counts, split items
+    and empty requests."""
+    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", True)
+    monkeypatch.setitem(dec.DIAG, "defines", TWO_GROUPS)
+    case = make_case([1, 64, 65, 129, 700, 0, 4097, 130, 20000], 2, group, kv_dtype, seed=50 + group)
+    outs = []
+    for num_ctas in (5, 5, 132):
+        out, plan = run(case, num_ctas=num_ctas, min_tiles=1)
+        check_counters_zero(plan.workspace)
+        outs.append(out)
+    check_accuracy(outs[0], case)
+    check_accuracy(outs[2], case)
+    assert_bitwise_equal(outs[1], outs[0], name="two consumer groups, run to run")
