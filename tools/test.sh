@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command 2 (and CI, through .ci/run): set up, then
 #   1. the CPU test suite (references, hypothesis properties, JIT cache, input validation);
-#   2. compile and link every CUDA source of every package for sm_90a (no run);
+#   2. compile and link every CUDA source of every package for sm_90a (no run), and compile the
+#      kernels' build-switch variants (tools/compile_variants.py);
 #   3. build each wheel with hatch, check it carries its CUDA sources, and install hpc-moe
 #      alone into a clean virtual environment to show only hpc-common comes with it.
 set -euo pipefail
@@ -16,6 +17,9 @@ echo "== 1/3 CPU tests"
 
 echo "== 2/3 compile every CUDA source for sm_90a"
 HPC_JIT_CACHE_DIR="$WORK/jit" "$HPC_VENV_PY" -m hpc_common.jit.prebuild
+
+echo "== 2b/3 compile the kernels' build-switch variants (experimental and A/B builds)"
+"$HPC_VENV_PY" tools/compile_variants.py --work "$WORK/variants"
 
 echo "== 3/3 wheels"
 "$HPC_VENV_PY" tools/check_wheels.py --work "$WORK"
