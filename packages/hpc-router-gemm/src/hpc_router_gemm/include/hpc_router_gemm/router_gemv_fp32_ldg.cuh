@@ -52,6 +52,62 @@ __host__ __device__ inline Layout layout(int max_rows) {
   l.total = l.part + max_rows * 4;
   return l;
 }
+
+// acc += w . x for one float4 of weight and the 4 BF16 of x in `raw`, in a fixed order.
+// BF16 -> FP32 is exact: the BF16 bits are the top half of the FP32 bits.
+__device__ __forceinline__ float fma_bf16x4(const float4& w, uint2 raw, float acc) {
+  acc = fmaf(w.x, __uint_as_float(raw.x << 16), acc);
+  acc = fmaf(w.y, __uint_as_float(raw.x & 0xffff0000u), acc);
+  acc = fmaf(w.z, __uint_as_float(raw.y << 16), acc);
+  acc = fmaf(w.w, __uint_as_float(raw.y & 0xffff0000u), acc);
+  return acc;
+}
+
+// A warp's partial sum of row r (after the butterfly) into its slot red[r][warp].
+__device__ __forceinline__ void store_warp_sum(float* red, int r, int warp, int lane, float acc) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) red[r * kWarps + warp] = acc;
+}
+
+// The end of every gemvr-family kernel once red[row][warp] holds all warp sums of the CTA's
+// rows: the in-order sum over warps, then (S > 1) over the cluster's ranks through distributed
+// shared memory; rank q writes rows q, q + S, ... of out[row0 ...].
+__device__ __forceinline__ void finish_rows(const GemvFp32Params& p, float* red, float* part, int row0, int rows,
+                                            int S, int rank, int tid) {
+  __syncthreads();
+  for (int r = tid; r < rows; r += kThreads) {
+    float v = red[r * kWarps];
+#pragma unroll
+    for (int q = 1; q < kWarps; ++q) v += red[r * kWarps + q];
+    part[r] = v;
+  }
+  __syncthreads();
+  hpc::pdl_launch_dependents();
+
+  if (S == 1) {
+    for (int r = tid; r < rows; r += kThreads) p.out[row0 + r] = part[r];
+    return;
+  }
+  sm90::cluster_sync();  // rank q finishes rows q, q + S, ..., summing the ranks in order
+  const uint32_t base = sm90::smem_u32(part);
+  for (int r = rank * kThreads + tid; r < rows; r += S * kThreads) {
+    const uint32_t addr = base + static_cast<uint32_t>(r) * 4u;
+    float v = sm90::ld_dsmem_f32(sm90::map_to_rank(addr, 0));
+    for (int q = 1; q < S; ++q) v += sm90::ld_dsmem_f32(sm90::map_to_rank(addr, q));
+    p.out[row0 + r] = v;
+  }
+  sm90::cluster_sync();  // keep this CTA's shared memory alive until its peers have read it
+}
+
+// The requirements every gemvr-family launcher checks (also checked in Python): M == 1, splits
+// in {1, 2, 4}, K % (16 * splits) == 0, K / splits <= kMaxSliceK, 1 <= clusters <= N, the
+// reduction buffers within shared memory.
+inline bool launchable(const GemvFp32Params& p) {
+  return p.M == 1 && (p.splits == 1 || p.splits == 2 || p.splits == 4) && p.K > 0 && p.K % (16 * p.splits) == 0 &&
+         p.K / p.splits <= kMaxSliceK && p.clusters >= 1 && p.clusters <= p.N && p.clusters <= 65535 &&
+         layout((p.N + p.clusters - 1) / p.clusters).total <= kMaxSmem;
+}
 }  // namespace gemvr
 
 // kPerRow = ceil(K / S / 4 / 512): float4 per thread per row slice (compile-time, so the batch's
@@ -103,49 +159,15 @@ __global__ void __launch_bounds__(gemvr::kThreads, 1) router_gemv_fp32_ldg_kerne
       const int r = it / kPerRow, j = it % kPerRow;  // the same in every thread
       if (r >= nr) break;
       if (r != cur) {
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-        if (lane == 0) red[(rb + cur) * kWarps + warp] = acc;
+        store_warp_sum(red, rb + cur, warp, lane, acc);
         acc = 0.f;
         cur = r;
       }
-      const int k4 = tid + j * kThreads;
-      if (k4 < ks4) {
-        const uint2 raw = xr[j];
-        // BF16 -> FP32 is exact: the BF16 bits are the top half of the FP32 bits.
-        acc = fmaf(w[it].x, __uint_as_float(raw.x << 16), acc);
-        acc = fmaf(w[it].y, __uint_as_float(raw.x & 0xffff0000u), acc);
-        acc = fmaf(w[it].z, __uint_as_float(raw.y << 16), acc);
-        acc = fmaf(w[it].w, __uint_as_float(raw.y & 0xffff0000u), acc);
-      }
+      if (tid + j * kThreads < ks4) acc = fma_bf16x4(w[it], xr[j], acc);
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0) red[(rb + cur) * kWarps + warp] = acc;
+    store_warp_sum(red, rb + cur, warp, lane, acc);
   }
-  __syncthreads();
-  for (int r = tid; r < rows; r += kThreads) {
-    float v = red[r * kWarps];
-#pragma unroll
-    for (int q = 1; q < kWarps; ++q) v += red[r * kWarps + q];
-    part[r] = v;
-  }
-  __syncthreads();
-  hpc::pdl_launch_dependents();
-
-  if (S == 1) {
-    for (int r = tid; r < rows; r += kThreads) p.out[row0 + r] = part[r];
-    return;
-  }
-  sm90::cluster_sync();  // rank q finishes rows q, q + S, ..., summing the ranks in order
-  const uint32_t base = sm90::smem_u32(part);
-  for (int r = rank * kThreads + tid; r < rows; r += S * kThreads) {
-    const uint32_t addr = base + static_cast<uint32_t>(r) * 4u;
-    float v = sm90::ld_dsmem_f32(sm90::map_to_rank(addr, 0));
-    for (int q = 1; q < S; ++q) v += sm90::ld_dsmem_f32(sm90::map_to_rank(addr, q));
-    p.out[row0 + r] = v;
-  }
-  sm90::cluster_sync();  // keep this CTA's shared memory alive until its peers have read it
+  finish_rows(p, red, part, row0, rows, S, rank, tid);
 }
 
 template <bool kEvictFirst>
@@ -168,16 +190,11 @@ inline cudaError_t launch_gemv_fp32_ldg(const GemvFp32Params& p, int per_row, di
   }
 }
 
-// Raw-pointer launcher. Requirements (checked in Python, re-checked here): M == 1, splits in
-// {1, 2, 4}, K % (16 * splits) == 0, K / splits <= kMaxSliceK, 1 <= clusters <= N.
+// Raw-pointer launcher (requirements: gemvr::launchable, checked in Python too).
 inline cudaError_t launch_router_gemv_fp32_ldg(const GemvFp32Params& p, cudaStream_t stream, bool pdl) {
   using namespace gemvr;
-  if (p.M != 1 || !(p.splits == 1 || p.splits == 2 || p.splits == 4) || p.K <= 0 || p.K % (16 * p.splits) ||
-      p.K / p.splits > kMaxSliceK || p.clusters < 1 || p.clusters > p.N || p.clusters > 65535) {
-    return cudaErrorInvalidValue;
-  }
+  if (!launchable(p)) return cudaErrorInvalidValue;
   const Layout l = layout((p.N + p.clusters - 1) / p.clusters);
-  if (l.total > kMaxSmem) return cudaErrorInvalidValue;
   const dim3 grid(p.splits, p.clusters, 1);
   const size_t smem = static_cast<size_t>(l.total);
   const int per_row = (p.K / p.splits / 4 + kThreads - 1) / kThreads;

@@ -116,46 +116,15 @@ __global__ void __launch_bounds__(gemvr::kThreads, 1) router_gemv_fp32_window_ke
         float acc = 0.f;
 #pragma unroll
         for (int j = 0; j < kPerRow; ++j) {
-          if (tid + j * kThreads < ks4) {
-            const uint2 raw = xr[j];
-            // BF16 -> FP32 is exact: the BF16 bits are the top half of the FP32 bits.
-            acc = fmaf(w[b][j].x, __uint_as_float(raw.x << 16), acc);
-            acc = fmaf(w[b][j].y, __uint_as_float(raw.x & 0xffff0000u), acc);
-            acc = fmaf(w[b][j].z, __uint_as_float(raw.y << 16), acc);
-            acc = fmaf(w[b][j].w, __uint_as_float(raw.y & 0xffff0000u), acc);
-          }
+          if (tid + j * kThreads < ks4) acc = fma_bf16x4(w[b][j], xr[j], acc);
         }
         // The next row of this buffer, requested only now that the buffer has been read.
         if (r + kDepth < rows) load_row(b, r + kDepth);
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-        if (lane == 0) red[r * kWarps + warp] = acc;
+        store_warp_sum(red, r, warp, lane, acc);
       }
     }
   }
-  __syncthreads();
-  for (int r = tid; r < rows; r += kThreads) {
-    float v = red[r * kWarps];
-#pragma unroll
-    for (int q = 1; q < kWarps; ++q) v += red[r * kWarps + q];
-    part[r] = v;
-  }
-  __syncthreads();
-  hpc::pdl_launch_dependents();
-
-  if (S == 1) {
-    for (int r = tid; r < rows; r += kThreads) p.out[row0 + r] = part[r];
-    return;
-  }
-  sm90::cluster_sync();  // rank q finishes rows q, q + S, ..., summing the ranks in order
-  const uint32_t base = sm90::smem_u32(part);
-  for (int r = rank * kThreads + tid; r < rows; r += S * kThreads) {
-    const uint32_t addr = base + static_cast<uint32_t>(r) * 4u;
-    float v = sm90::ld_dsmem_f32(sm90::map_to_rank(addr, 0));
-    for (int q = 1; q < S; ++q) v += sm90::ld_dsmem_f32(sm90::map_to_rank(addr, q));
-    p.out[row0 + r] = v;
-  }
-  sm90::cluster_sync();  // keep this CTA's shared memory alive until its peers have read it
+  finish_rows(p, red, part, row0, rows, S, rank, tid);
 }
 
 namespace gemvr {
@@ -191,17 +160,13 @@ inline cudaError_t launch_window_per_row(const GemvFp32Params& p, int per_row, d
 }
 }  // namespace gemvr
 
-// Raw-pointer launcher: gemvr's requirements (launch_router_gemv_fp32_ldg), plus exactly one
-// of window_rows in {1, 2} or w_no_l1 (the two are not combined).
+// Raw-pointer launcher: gemvr's requirements (gemvr::launchable), plus exactly one of
+// window_rows in {1, 2} or w_no_l1 (the two are not combined).
 inline cudaError_t launch_router_gemv_fp32_window(const GemvFp32Params& p, cudaStream_t stream, bool pdl) {
   using namespace gemvr;
-  if (p.M != 1 || !(p.splits == 1 || p.splits == 2 || p.splits == 4) || p.K <= 0 || p.K % (16 * p.splits) ||
-      p.K / p.splits > kMaxSliceK || p.clusters < 1 || p.clusters > p.N || p.clusters > 65535) {
-    return cudaErrorInvalidValue;
-  }
+  if (!launchable(p)) return cudaErrorInvalidValue;
   if (p.w_no_l1 ? p.window_rows != 0 : !(p.window_rows == 1 || p.window_rows == 2)) return cudaErrorInvalidValue;
   const Layout l = layout((p.N + p.clusters - 1) / p.clusters);
-  if (l.total > kMaxSmem) return cudaErrorInvalidValue;
   const dim3 grid(p.splits, p.clusters, 1);
   const size_t smem = static_cast<size_t>(l.total);
   const int per_row = (p.K / p.splits / 4 + kThreads - 1) / kThreads;
