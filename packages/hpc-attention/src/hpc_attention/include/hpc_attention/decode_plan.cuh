@@ -184,6 +184,44 @@ struct FastLine {
 
 constexpr int kPlanWalkMax = 24;  // a request spanning more bins than about this is written by its warp
 
+// One item of a long request, written by its whole warp (part q by lane q, q + 32, ...): the
+// item's fixed cost is [s0, s), its tiles [s, e) of the line L (FastLine or Line<T>); its tasks,
+// slots and combine entry go at t_ / s_ / c_ (advanced past them, the same in every lane), and
+// the bins that start inside it point at their first task.
+template <typename T, typename LineT>
+__device__ __forceinline__ void write_item_by_warp(const DecodePlanParams& p, const LineT& L, int item, int bb, int ll,
+                                                   T s0, T s, T e, int& t_, int& s_, int& c_) {
+  const int lane = threadIdx.x & 31;
+  const T first = L.bin_of(s);
+  const int parts = static_cast<int>(L.bin_of(e - 1) - first) + 1;
+  if (lane == 0) {  // bins wholly inside the fixed cost: empty, they start at the first task
+    for (T c = L.bin_of(s0); c < first; ++c) {
+      if (L.starts_at_or_after(c, s0)) p.bin_start[c] = t_;
+    }
+  }
+  for (int q = lane; q < parts; q += 32) {
+    const T c = first + q;
+    const T cs = L.start(c), ce = L.start(c + 1);
+    const T gb = s > cs ? s : cs;
+    const T ge = e < ce ? e : ce;
+    const int token_end = min(ll, static_cast<int>(ge - s) * kTileTokens);
+    const int4 t4 = make_int4(item, static_cast<int>(gb - s), token_end, parts > 1 ? s_ + q : -1);
+    p.tasks[t_ + q] = t4;
+    if (parts > 1) p.slot_meta[s_ + q] = make_int2(s_, parts);
+    if (cs >= s0) {
+      p.bin_start[c] = t_ + q;
+      p.bin_first[c] = t4;
+      note_first(static_cast<int>(c), bb, t4.y);
+    }
+  }
+  if (parts > 1) {
+    if (lane == 0) p.combine[c_] = make_int4(item, s_, parts, 0);
+    ++c_;
+    s_ += parts;
+  }
+  t_ += parts;
+}
+
 // A request whose items span many bins (a long context), written by the whole warp (one part
 // per lane), out of line: rare, and the common path stays one compact stretch of code. Every
 // lane passes its own values; lane `src`'s request is written; returns src's task / slot /
@@ -191,7 +229,6 @@ constexpr int kPlanWalkMax = 24;  // a request spanning more bins than about thi
 __device__ __noinline__ int4 write_long_request(const DecodePlanParams& p, const FastLine L, int src, int b, int len,
                                                int n, unsigned S, unsigned ovh, int h0, int h1, int task, int slot,
                                                int comb) {
-  const int lane = threadIdx.x & 31;
   const int hkv = p.num_kv_heads;
   const int bb = __shfl_sync(0xffffffffu, b, src);
   const int ll = __shfl_sync(0xffffffffu, len, src);
@@ -204,36 +241,7 @@ __device__ __noinline__ int4 write_long_request(const DecodePlanParams& p, const
   int c_ = __shfl_sync(0xffffffffu, comb, src);
   unsigned s0 = SS;
   for (int h = hh0; h < hh1; ++h, s0 += nn + oo) {
-    const int item = bb * hkv + h;
-    const unsigned s = s0 + oo, e = s + nn;
-    const unsigned first = L.bin_of(s);
-    const int parts = static_cast<int>(L.bin_of(e - 1) - first) + 1;
-    if (lane == 0) {  // bins wholly inside the fixed cost: empty, they start at the first task
-      for (unsigned c = L.bin_of(s0); c < first; ++c) {
-        if (L.starts_at_or_after(c, s0)) p.bin_start[c] = t_;
-      }
-    }
-    for (int q = lane; q < parts; q += 32) {
-      const unsigned c = first + q;
-      const unsigned cs = L.start(c), ce = L.start(c + 1);
-      const unsigned gb = s > cs ? s : cs;
-      const unsigned ge = e < ce ? e : ce;
-      const int token_end = min(ll, static_cast<int>(ge - s) * kTileTokens);
-      const int4 t4 = make_int4(item, static_cast<int>(gb - s), token_end, parts > 1 ? s_ + q : -1);
-      p.tasks[t_ + q] = t4;
-      if (parts > 1) p.slot_meta[s_ + q] = make_int2(s_, parts);
-      if (cs >= s0) {
-        p.bin_start[c] = t_ + q;
-        p.bin_first[c] = t4;
-        note_first(static_cast<int>(c), bb, t4.y);
-      }
-    }
-    if (parts > 1) {
-      if (lane == 0) p.combine[c_] = make_int4(item, s_, parts, 0);
-      ++c_;
-      s_ += parts;
-    }
-    t_ += parts;
+    write_item_by_warp<unsigned>(p, L, bb * hkv + h, bb, ll, s0, s0 + oo, s0 + oo + nn, t_, s_, c_);
   }
   return make_int4(t_, s_, c_, 0);
 }
@@ -414,6 +422,7 @@ struct Line {
   __device__ __forceinline__ T bin_of(T x) const {
     return x < total ? ((x + 1) * nb + total - 1) / total - 1 : nb + (x - total) / tb;
   }
+  __device__ __forceinline__ bool starts_at_or_after(T c, T x) const { return start(c) >= x; }
 };
 
 // Walk over the bins: bin c = [cs, ce); remn = ((c + 1) * total) mod nb.
@@ -623,36 +632,8 @@ __device__ __noinline__ void plan_dynamic_general(const DecodePlanParams& p, int
       int s_ = __shfl_sync(0xffffffffu, slot, src);
       int c_ = __shfl_sync(0xffffffffu, comb, src);
       for (int h = hh0; h < hh1; ++h) {
-        const int item = bb * hkv + h;
-        const T s0 = SS + static_cast<T>(h - hh0) * sp, s = s0 + ovh, e = s + nn;
-        const T first = L.bin_of(s);
-        const int parts = static_cast<int>(L.bin_of(e - 1) - first) + 1;
-        if (lane == 0) {  // bins wholly inside the fixed cost: empty, they start at the first task
-          for (T c = L.bin_of(s0); c < first; ++c) {
-            if (L.start(c) >= s0) p.bin_start[c] = t_;
-          }
-        }
-        for (int q = lane; q < parts; q += 32) {
-          const T c = first + q;
-          const T cs = L.start(c), ce = L.start(c + 1);
-          const T gb = s > cs ? s : cs;
-          const T ge = e < ce ? e : ce;
-          const int token_end = min(ll, static_cast<int>(ge - s) * kTileTokens);
-          const int4 t4 = make_int4(item, static_cast<int>(gb - s), token_end, parts > 1 ? s_ + q : -1);
-          p.tasks[t_ + q] = t4;
-          if (parts > 1) p.slot_meta[s_ + q] = make_int2(s_, parts);
-          if (cs >= s0) {
-            p.bin_start[c] = t_ + q;
-            p.bin_first[c] = t4;
-            note_first(static_cast<int>(c), bb, t4.y);
-          }
-        }
-        if (parts > 1) {
-          if (lane == 0) p.combine[c_] = make_int4(item, s_, parts, 0);
-          ++c_;
-          s_ += parts;
-        }
-        t_ += parts;
+        const T s0 = SS + static_cast<T>(h - hh0) * sp, s = s0 + ovh;
+        write_item_by_warp<T>(p, L, bb * hkv + h, bb, ll, s0, s, s + nn, t_, s_, c_);
       }
       if (lane == src) {
         task = t_;
