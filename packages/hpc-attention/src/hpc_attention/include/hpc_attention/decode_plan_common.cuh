@@ -1,0 +1,177 @@
+// Pieces shared by the decode planner's plans (decode_plan.cuh): the block's shared state, the
+// first-page table, the block scans, small integer helpers and the warp writer of one item of a
+// long request.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "hpc_attention/decode_params.h"
+
+namespace hpc::attn {
+
+constexpr int kPlanWarps = kPlanThreads / 32;
+constexpr int kPlanThreadsLog2 = 9;
+static_assert(kPlanThreads == 1 << kPlanThreadsLog2 && kPlanWarps <= 32, "the planner's scans assume 512 threads");
+
+// Bins whose first task's (request, first tile) the plan keeps in shared memory for the first
+// page ids (write_first_pages); bins beyond it (never with the default workspaces: 3 x the SM
+// count) are read back from the global tables.
+constexpr int kFirstPageSmemBins = 2048;
+
+struct PlanShared {
+  // One buffer per block scan of a plan (pass 1, charged items, task counts): a scan has a single
+  // barrier, so a warp may start writing the next scan's buffer while others still read this one.
+  int4 scan[3][kPlanWarps];
+  int2 first[kFirstPageSmemBins];  // {request, first tile} of each non-empty bin's first task; x = -1: empty
+};
+
+__device__ __forceinline__ PlanShared& plan_shared() {
+  __shared__ PlanShared s;
+  return s;
+}
+
+// Beside every bin_first write: what write_first_pages needs, without reading the tables back.
+__device__ __forceinline__ void note_first(int c, int b, int tile) {
+  if (c < kFirstPageSmemBins) plan_shared().first[c] = make_int2(b, tile);
+}
+
+// Bins from kFirstPageSmemBins on (only for workspaces with that many bins): from the global
+// tables, as the plan wrote them (read through L2, __ldcg: this kernel wrote them).
+__device__ __noinline__ void write_first_pages_global(const DecodePlanParams& p) {
+  const int nbins = p.num_bins + p.max_tail_bins;
+#pragma unroll 1
+  for (int c = kFirstPageSmemBins + threadIdx.x; c < nbins; c += kPlanThreads) {
+    if (__ldcg(p.bin_start + c) < __ldcg(p.bin_start + c + 1)) {
+      const int4 t4 = __ldcg(p.bin_first + c);
+      const int b = t4.x / p.num_kv_heads;
+      p.bin_first_page[c] = p.page_table[b * p.page_table_stride + ((t4.y * kTileTokens) >> p.page_size_log2)];
+    }
+  }
+}
+
+// With a page table: bin_first_page[c] = the page id of the first tile of each non-empty bin's
+// first task, in one pass after a block barrier that follows every bin_first write (a page-table
+// read beside each bin_first write made the threads that write several bins wait one DRAM round
+// trip per bin: `ours_plan` 13-22 us instead of 7-9 on the long-request cases, H200 run 2 of
+// 827f151). The (request, tile) of each bin comes from shared memory (note_first), so the pass is
+// one page-table read per bin, not two dependent reads of bin_start / bin_first from L2 first.
+// Entries of empty bins are not written.
+__device__ __forceinline__ void write_first_pages(const DecodePlanParams& p) {
+  __syncthreads();
+  const int nbins = p.num_bins + p.max_tail_bins;
+  const int ns = min(nbins, kFirstPageSmemBins);
+  const PlanShared& sh = plan_shared();
+#pragma unroll 1
+  for (int c = threadIdx.x; c < ns; c += kPlanThreads) {
+    const int2 f = sh.first[c];
+    if (f.x >= 0) {
+      p.bin_first_page[c] = p.page_table[f.x * p.page_table_stride + ((f.y * kTileTokens) >> p.page_size_log2)];
+    }
+  }
+  if (nbins > kFirstPageSmemBins) write_first_pages_global(p);
+}
+
+// Block-wide exclusive scan of v[0..S) (v gets the prefixes, tot the block totals) with a single
+// barrier: each warp scans its lanes, lane 31 posts the warp's sums, and after the barrier every
+// warp scans the kPlanWarps posted sums itself (instead of warp 0 alone between two more
+// barriers, and a third before the buffer may be reused: the old scan was 3 barriers, the plan
+// ran 3 of them). kReduce: v[S] is also summed and v[S + 1] maxed over the block (into tot[S],
+// tot[S + 1]; values >= 0). buf: this scan's own PlanShared::scan buffer.
+template <int S, bool kReduce>
+__device__ __forceinline__ void block_scan(int (&v)[4], int (&tot)[4], int4* buf) {
+  static_assert(S >= 1 && S + (kReduce ? 2 : 0) <= 4, "at most 4 values per scan");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int inc[4] = {v[0], v[1], v[2], v[3]};
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+#pragma unroll
+    for (int i = 0; i < S; ++i) {
+      const int t = __shfl_up_sync(0xffffffffu, inc[i], o);
+      if (lane >= o) inc[i] += t;
+    }
+  }
+  if constexpr (kReduce) {
+    inc[S] = __reduce_add_sync(0xffffffffu, v[S]);
+    inc[S + 1] = __reduce_max_sync(0xffffffffu, v[S + 1]);
+  }
+  if (lane == 31) buf[warp] = make_int4(inc[0], inc[1], inc[2], inc[3]);
+  __syncthreads();
+  const int4 x = lane < kPlanWarps ? buf[lane] : make_int4(0, 0, 0, 0);
+  int w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int o = 1; o < kPlanWarps; o <<= 1) {
+#pragma unroll
+    for (int i = 0; i < S; ++i) {
+      const int t = __shfl_up_sync(0xffffffffu, w[i], o);
+      if (lane >= o) w[i] += t;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < S; ++i) {
+    const int base = __shfl_sync(0xffffffffu, w[i], (warp + 31) & 31);
+    tot[i] = __shfl_sync(0xffffffffu, w[i], kPlanWarps - 1);
+    v[i] = (warp > 0 ? base : 0) + inc[i] - v[i];
+  }
+  if constexpr (kReduce) {
+    tot[S] = __reduce_add_sync(0xffffffffu, w[S]);
+    tot[S + 1] = __reduce_max_sync(0xffffffffu, w[S + 1]);
+  }
+}
+
+// a / b for a >= 0, b > 0: a 32-bit division whenever a fits (a 64-bit division is a long
+// inlined routine, and every instruction of this one-CTA kernel is fetched cold after an L2
+// flush: the planner measured ~50 % of its stall cycles on instruction fetch).
+__device__ __forceinline__ long long div_nonneg(long long a, int b) {
+  return a <= 0x7fffffffll ? static_cast<long long>(static_cast<unsigned>(a) / static_cast<unsigned>(b)) : a / b;
+}
+
+__device__ __forceinline__ int static_chunk(int n, int splits) { return (n + splits - 1) / splits; }
+__device__ __forceinline__ int item_parts_static(int n, int splits) {
+  if (n == 0) return 0;
+  const int chunk = static_chunk(n, splits);
+  return (n + chunk - 1) / chunk;
+}
+
+constexpr int kPlanWalkMax = 24;  // a request spanning more bins than about this is written by its warp
+
+// One item of a long request, written by its whole warp (part q by lane q, q + 32, ...): the
+// item's fixed cost is [s0, s), its tiles [s, e) of the line L (FastLine or Line<T>); its tasks,
+// slots and combine entry go at t_ / s_ / c_ (advanced past them, the same in every lane), and
+// the bins that start inside it point at their first task.
+template <typename T, typename LineT>
+__device__ __forceinline__ void write_item_by_warp(const DecodePlanParams& p, const LineT& L, int item, int bb, int ll,
+                                                   T s0, T s, T e, int& t_, int& s_, int& c_) {
+  const int lane = threadIdx.x & 31;
+  const T first = L.bin_of(s);
+  const int parts = static_cast<int>(L.bin_of(e - 1) - first) + 1;
+  if (lane == 0) {  // bins wholly inside the fixed cost: empty, they start at the first task
+    for (T c = L.bin_of(s0); c < first; ++c) {
+      if (L.starts_at_or_after(c, s0)) p.bin_start[c] = t_;
+    }
+  }
+  for (int q = lane; q < parts; q += 32) {
+    const T c = first + q;
+    const T cs = L.start(c), ce = L.start(c + 1);
+    const T gb = s > cs ? s : cs;
+    const T ge = e < ce ? e : ce;
+    const int token_end = min(ll, static_cast<int>(ge - s) * kTileTokens);
+    const int4 t4 = make_int4(item, static_cast<int>(gb - s), token_end, parts > 1 ? s_ + q : -1);
+    p.tasks[t_ + q] = t4;
+    if (parts > 1) p.slot_meta[s_ + q] = make_int2(s_, parts);
+    if (cs >= s0) {
+      p.bin_start[c] = t_ + q;
+      p.bin_first[c] = t4;
+      note_first(static_cast<int>(c), bb, t4.y);
+    }
+  }
+  if (parts > 1) {
+    if (lane == 0) p.combine[c_] = make_int4(item, s_, parts, 0);
+    ++c_;
+    s_ += parts;
+  }
+  t_ += parts;
+}
+
+}  // namespace hpc::attn

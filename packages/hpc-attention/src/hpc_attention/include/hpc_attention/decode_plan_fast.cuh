@@ -1,0 +1,231 @@
+// The decode planner's common dynamic plan (32-bit line, no claimable tail): see decode_plan.cuh.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "hpc_attention/decode_params.h"
+#include "hpc_attention/decode_plan_common.cuh"
+
+namespace hpc::attn {
+
+// ---- dynamic plan, version 4 ------------------------------------------------------------
+// Same tables as before (the Python twin is unchanged). The common plan (no claimable tail, a
+// line of < 2^31 units, (line + 1) * nb + line < 2^32) runs plan_fast: 32-bit arithmetic, the two
+// divisors of the line (its length and the bin count) turned into reciprocals once, so every
+// bin_of / start is a multiply-high and one correction instead of a ~15-instruction division, and
+// the task count of an item is bin_of(last tile) - bin_of(first tile) + 1 (no serial walk over
+// the bins). Tails and wider lines run plan_dynamic_general (out of line, 64-bit, the walk).
+
+// n / d for 0 < d < 2^31 and any 32-bit n, from m = floor((2^32 - 1) / d) computed once per
+// divisor: q = umulhi(n, m) is floor(n / d) or one less (m * d > 2^32 - 1 - d, so n * m / 2^32 >
+// n / d - 1), and one remainder check makes it exact. 4 instructions per division.
+struct FastDiv {
+  unsigned d, m;
+  __device__ __forceinline__ void init(unsigned divisor) {
+    d = divisor;
+    m = 0xffffffffu / divisor;
+  }
+  __device__ __forceinline__ unsigned operator()(unsigned n) const {
+    const unsigned q = __umulhi(n, m);
+    return n - q * d >= d ? q + 1 : q;
+  }
+};
+
+// The line [0, line) cut into nb bins, bin c = [start(c), start(c + 1)), start(c) = floor(c * line / nb).
+struct FastLine {
+  unsigned line, nb;
+  FastDiv by_line, by_nb;
+  // The bin holding unit x < line: ceil((x + 1) * nb / line) - 1 = floor((x * nb + nb - 1) / line).
+  __device__ __forceinline__ unsigned bin_of(unsigned x) const { return by_line(x * nb + nb - 1); }
+  __device__ __forceinline__ unsigned start(unsigned c) const { return by_nb(c * line); }
+  // start(c) >= x, without the division: floor(c * line / nb) >= x  <=>  c * line >= x * nb.
+  __device__ __forceinline__ bool starts_at_or_after(unsigned c, unsigned x) const { return c * line >= x * nb; }
+};
+
+// A request whose items span many bins (a long context), written by the whole warp (one part
+// per lane), out of line: rare, and the common path stays one compact stretch of code. Every
+// lane passes its own values; lane `src`'s request is written; returns src's task / slot /
+// combine counters after it.
+__device__ __noinline__ int4 write_long_request(const DecodePlanParams& p, const FastLine L, int src, int b, int len,
+                                               int n, unsigned S, unsigned ovh, int h0, int h1, int task, int slot,
+                                               int comb) {
+  const int hkv = p.num_kv_heads;
+  const int bb = __shfl_sync(0xffffffffu, b, src);
+  const int ll = __shfl_sync(0xffffffffu, len, src);
+  const unsigned nn = __shfl_sync(0xffffffffu, n, src);
+  const unsigned SS = __shfl_sync(0xffffffffu, S, src);
+  const unsigned oo = __shfl_sync(0xffffffffu, ovh, src);
+  const int hh0 = __shfl_sync(0xffffffffu, h0, src), hh1 = __shfl_sync(0xffffffffu, h1, src);
+  int t_ = __shfl_sync(0xffffffffu, task, src);
+  int s_ = __shfl_sync(0xffffffffu, slot, src);
+  int c_ = __shfl_sync(0xffffffffu, comb, src);
+  unsigned s0 = SS;
+  for (int h = hh0; h < hh1; ++h, s0 += nn + oo) {
+    write_item_by_warp<unsigned>(p, L, bb * hkv + h, bb, ll, s0, s0 + oo, s0 + oo + nn, t_, s_, c_);
+  }
+  return make_int4(t_, s_, c_, 0);
+}
+
+// Bins wholly inside an item's fixed cost [s0, s) are empty and start at the item's first task.
+// Only possible when a bin is no longer than the fixed cost (never with the default costs and
+// floors at batch sizes that fill the bins), so out of the common path.
+__device__ __noinline__ void write_nested_bins(const DecodePlanParams& p, const FastLine L, unsigned s0, unsigned first,
+                                               int task) {
+  for (unsigned c = L.bin_of(s0); c < first; ++c) {
+    if (L.starts_at_or_after(c, s0)) p.bin_start[c] = task;
+  }
+}
+
+// The common dynamic plan (see above). This thread owns heads [h0, h1) of requests [r0, r1);
+// `chunk` is the block-uniform number of requests per thread; line0 = where my first request
+// starts on the line; an item of n tiles is charged `ovh` units iff 1 <= n and n * nb0 <= total_tiles
+// (n <= total_tiles / nb0 without that division).
+__device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int r1, int h0, int h1, int chunk,
+                                          int len0, unsigned line0, unsigned line, unsigned nb, unsigned ovh,
+                                          unsigned nb0, int total_tiles, int clamped) {
+  const int hkv = p.num_kv_heads;
+  const int nh = h1 - h0;
+  const int lane = threadIdx.x & 31;
+  auto length = [&](int b) {
+    if (b == r0) return len0;
+    const int raw = p.kv_lens[b];
+    return raw < 0 ? 0 : (raw > p.max_len ? p.max_len : raw);
+  };
+  auto tiles = [&](int len) { return (len + kTileTokens - 1) / kTileTokens; };
+  auto cost_of = [&](int n) {
+    return n > 0 && static_cast<unsigned long long>(n) * nb0 <= static_cast<unsigned>(total_tiles) ? ovh : 0u;
+  };
+  FastLine L;
+  L.line = line;
+  L.nb = nb;
+  L.by_line.init(line > 0 ? line : 1);
+  L.by_nb.init(nb);
+  const unsigned q0 = L.by_nb(line);  // the shortest bin
+  const unsigned budget = q0 + (line - q0 * nb != 0 ? 1 : 0);
+  // A bin can lie wholly inside an item's fixed cost only if it is no longer than the cost.
+  const bool nest = ovh >= q0 && ovh > 0;
+  // A request of at most kPlanWalkMax shortest bins' worth of units spans at most kPlanWalkMax + 2
+  // bins: its thread writes it; longer ones go to write_long_request.
+  const unsigned long_units = static_cast<unsigned>(
+      min(static_cast<unsigned long long>(q0) * kPlanWalkMax, static_cast<unsigned long long>(line)));
+
+  // Pass 2: tasks, slots and combine entries of my requests.
+  int cnt[4] = {0, 0, 0, 0};
+  {
+    unsigned pos = line0;
+#pragma unroll 1
+    for (int b = r0; b < r1; ++b) {
+      const int n = tiles(length(b));
+      if (n == 0) {
+        cnt[2] += nh;
+        continue;
+      }
+      const unsigned ovh_b = cost_of(n), span = n + ovh_b;
+      unsigned s = pos + ovh_b;
+#pragma unroll 1
+      for (int h = 0; h < nh; ++h, s += span) {
+        const int parts = static_cast<int>(L.bin_of(s + n - 1) - L.bin_of(s)) + 1;
+        cnt[0] += parts;
+        if (parts > 1) {
+          cnt[1] += parts;
+          cnt[2] += 1;
+        }
+      }
+      pos += span * nh;
+    }
+  }
+  int tot[4];
+  block_scan<3, false>(cnt, tot, plan_shared().scan[2]);
+  const int num_tasks = tot[0];
+
+  // Counters and the bin_start entries of unused bins first (they need only the totals).
+  const int C = p.num_bins + p.max_tail_bins;
+  const int nb_used = line > 0 ? static_cast<int>(nb) : 0;
+#pragma unroll 1
+  for (int c = threadIdx.x; c <= C; c += kPlanThreads) {
+    if (c >= nb_used) p.bin_start[c] = num_tasks;
+  }
+  if (threadIdx.x == 0) {
+    p.counters[kNumTasks] = num_tasks;
+    p.counters[kNumCombine] = tot[2];
+    p.counters[kBudget] = line > 0 ? static_cast<int>(budget) : 0;
+    p.counters[kTotalTiles] = total_tiles;
+    p.counters[kNumSlots] = tot[1];
+    p.counters[kNumBinsUsed] = nb_used;
+    p.counters[kNumClamped] = clamped;
+    p.counters[kNumTailBins] = 0;
+  }
+
+  // Pass 3: write. Loop bounds are warp-uniform (chunk iterations) for the ballots.
+  int task = cnt[0], slot = cnt[1], comb = cnt[2];
+  unsigned pos = line0;
+#pragma unroll 1
+  for (int i = 0; i < chunk; ++i) {
+    const int b = r0 + i;
+    const bool valid = b < r1;
+    const int len = valid ? length(b) : 0;
+    const int n = tiles(len);
+    const unsigned ovh_b = cost_of(n), span = n + ovh_b;
+    const unsigned units = n > 0 ? span * nh : 0;
+    const bool is_long = units > long_units;
+    if (valid && n == 0) {
+#pragma unroll 1
+      for (int h = h0; h < h1; ++h) p.combine[comb++] = make_int4(b * hkv + h, 0, 0, 0);
+    } else if (valid && !is_long) {
+      unsigned s0 = pos;
+#pragma unroll 1
+      for (int h = h0; h < h1; ++h, s0 += span) {
+        const int item = b * hkv + h;
+        const unsigned s = s0 + ovh_b, e = s + n;
+        unsigned c = L.bin_of(s);
+        const unsigned last = L.bin_of(e - 1);
+        const int parts = static_cast<int>(last - c) + 1;
+        const bool split = parts > 1;
+        if (nest && ovh_b > 0) write_nested_bins(p, L, s0, c, task);
+        // The first part starts at the item's first tile; it opens its bin unless an earlier
+        // item has tiles there (the bin starts before my fixed cost).
+        bool opens = L.starts_at_or_after(c, s0);
+        int tile = 0;
+        for (int q = 0;; ++q) {
+          const bool last_part = c == last;
+          // A part that ends at a bin boundary < e: (ce - s) * 64 < len; the last part ends at len.
+          const unsigned ce = last_part ? e : L.start(c + 1);
+          const int4 t4 = make_int4(item, tile, last_part ? len : static_cast<int>(ce - s) * kTileTokens,
+                                    split ? slot + q : -1);
+          p.tasks[task] = t4;
+          if (split) p.slot_meta[slot + q] = make_int2(slot, parts);
+          if (opens) {
+            p.bin_start[c] = task;
+            p.bin_first[c] = t4;
+            note_first(static_cast<int>(c), b, tile);
+          }
+          ++task;
+          if (last_part) break;
+          tile = static_cast<int>(ce - s);
+          ++c;
+          opens = true;  // a later part starts its bin inside my tiles
+        }
+        if (split) {
+          p.combine[comb++] = make_int4(item, slot, parts, 0);
+          slot += parts;
+        }
+      }
+    }
+    unsigned mask = __ballot_sync(0xffffffffu, valid && n > 0 && is_long);
+    while (mask) {
+      const int src = __ffs(mask) - 1;
+      mask &= mask - 1;
+      const int4 r = write_long_request(p, L, src, b, len, n, pos, ovh_b, h0, h1, task, slot, comb);
+      if (lane == src) {
+        task = r.x;
+        slot = r.y;
+        comb = r.z;
+      }
+    }
+    pos += units;
+  }
+}
+
+}  // namespace hpc::attn
