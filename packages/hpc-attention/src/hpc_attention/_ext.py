@@ -1,5 +1,6 @@
 """The CUDA extension of hpc_attention, built on first use (see hpc_common.jit)."""
 
+import re
 from pathlib import Path
 
 from hpc_common.jit import ExtensionSpec
@@ -16,19 +17,20 @@ def load_timeline():
     """The same sources built with HPC_ATTN_TIMELINE=1: the decode kernel records per-CTA event
     stamps (decode_timeline.cuh; scripts/timeline_decode.py). Diagnostics only, so it is made on
     first use and not listed for `hpc_common.jit.prebuild`."""
-    return load_variant("timeline", "-DHPC_ATTN_TIMELINE=1")
+    return load_variant("-DHPC_ATTN_TIMELINE=1")
 
 
-_VARIANTS: dict[str, ExtensionSpec] = {}
+_VARIANTS: dict[tuple[str, ...], ExtensionSpec] = {}
 
 
-def load_variant(tag: str, *defines: str):
+def load_variant(*defines: str):
     """The same sources built with extra -D switches (diagnostics and A/B rows of the benchmark:
-    e.g. the decode consumer's previous schedule). Made on first use, cached per tag; not
-    listed for `hpc_common.jit.prebuild`."""
-    spec = _VARIANTS.get(tag)
+    e.g. the decode consumer's previous schedule). Made on first use, cached per switch set (the
+    module is named after it); not listed for `hpc_common.jit.prebuild`."""
+    spec = _VARIANTS.get(defines)
     if spec is None:
+        tag = re.sub(r"\W+", "_", "_".join(d.removeprefix("-D") for d in defines)).strip("_")
         spec = ExtensionSpec(name=f"_hpc_attention_{tag}_C", sources=SPEC.sources, include_dirs=SPEC.include_dirs,
                              cuda_flags=list(defines))
-        _VARIANTS[tag] = spec
+        _VARIANTS[defines] = spec
     return spec.load()

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 
 import math
 from dataclasses import dataclass
@@ -204,9 +203,7 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
     if DIAG.get("timeline") is not None:
         ext = _ext.load_timeline()
     elif DIAG.get("defines"):
-        defines = tuple(DIAG["defines"])
-        tag = "v" + hashlib.sha1(" ".join(defines).encode()).hexdigest()[:10]
-        ext = _ext.load_variant(tag, *defines)
+        ext = _ext.load_variant(*DIAG["defines"])
     else:
         ext = _ext.load()
     skip_combine = bool(DIAG["skip_combine"])
