@@ -160,6 +160,17 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
         torch.cuda.synchronize()
         add(provider, bench_us(fn, reps=reps), out.clone() if correct else None)
 
+    def time_mode(provider, plan, flags, **ov):
+        """One row under `overrides(**ov)`: the whole call (flags None, outputs checked) or the
+        decode kernel alone with paged_decode.DIAG flags (0 decode only, 1 stream only, 2 / 3 the
+        same two with the TMA maps' 256-byte L2 promotion)."""
+        if flags is None:
+            with overrides(**ov):
+                time_call(provider, plan)
+        else:
+            with overrides(skip_combine=True, flags=flags, **ov):
+                time_call(provider, plan, correct=False)
+
     kv_torch = torch.float8_e4m3fn if kv_dtype == "fp8" else torch.bfloat16
     # (provider, static splits, task cost, tail arguments of plan_decode, producer, merge on helpers).
     # Every plan is given the page table (each bin's first page id from the plan, see
@@ -194,22 +205,17 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
             if diag and diag_rows in ("all", "lookahead"):
                 # The decode kernel built with the consumers' previous schedule (no score
                 # look-ahead): the whole call (outputs checked) and decode only.
-                for name, defines in (("diag_no_lookahead", PREVIOUS_SCHEDULE),):
-                    with overrides(defines=defines):
-                        time_call(name, plan)
-                    with overrides(defines=defines, skip_combine=True, flags=0):
-                        time_call(name + "_decode_only", plan, correct=False)
+                for name, flags in (("diag_no_lookahead", None), ("diag_no_lookahead_decode_only", 0)):
+                    time_mode(name, plan, flags, defines=PREVIOUS_SCHEDULE)
             if diag and diag_rows in ("all", "groups"):
                 # The TMA kernel built with two consumer groups (HPC_ATTN_CONSUMER_GROUPS=2,
                 # experimental): the whole call (outputs checked), decode only and stream only.
-                for name, extra in (("diag_groups2", {}), ("diag_groups2_decode_only", dict(skip_combine=True, flags=0)),
-                                    ("diag_groups2_stream_only", dict(skip_combine=True, flags=1))):
-                    with overrides(tma=True, defines=TWO_CONSUMER_GROUPS, **extra):
-                        time_call(name, plan, correct=not extra)
+                for name, flags in (("diag_groups2", None), ("diag_groups2_decode_only", 0),
+                                    ("diag_groups2_stream_only", 1)):
+                    time_mode(name, plan, flags, tma=True, defines=TWO_CONSUMER_GROUPS)
             if diag and diag_rows in ("tail", "first_page", "lookahead", "groups"):
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
-                    with overrides(skip_combine=True, flags=flags):
-                        time_call(name, plan, correct=False)
+                    time_mode(name, plan, flags)
             elif diag:
                 # The other split-merge path (same plan and workspace): with the default
                 # MERGE_IN_DECODE = True this is the separate combine kernel of version 3.
@@ -229,12 +235,7 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 if kv_dtype == "fp8":
                     runs += [("diag_tma_promo256_decode_only", True, 2), ("diag_tma_promo256_stream_only", True, 3)]
                 for name, tma, flags in runs:
-                    if flags is None:  # the whole call
-                        with overrides(tma=tma):
-                            time_call(name, plan)
-                    else:
-                        with overrides(tma=tma, skip_combine=True, flags=flags):
-                            time_call(name, plan, correct=False)
+                    time_mode(name, plan, flags, tma=tma)
                 # Version 4's kernel prologue and split-item arrival, one at a time (outputs
                 # correct): the first task read after bin_start instead of from bin_first, and an
                 # SC fence in every consumer thread instead of one acq_rel fence.
