@@ -37,17 +37,13 @@ from hpc_common.bench import BenchResults, bench_us, floor_us, gpu_slug
 from hpc_common.testing import error_stats
 
 import hpc_attention as ha
-from hpc_attention import heuristics
+from hpc_attention import _ext, heuristics
 from hpc_attention import paged_decode as pd
 from hpc_attention.reference import decode_reference
 
 CASES = ["64x0.5K", "64x4K", "32x128+32x4K", "2x32K+30x4K", "1x64K+15x4K", "1x128K+31x4K"]
 HEADS = [(8, 1), (64, 8)]
 PAGE = 64
-# Build switches of the decode consumers' schedule before the score look-ahead.
-PREVIOUS_SCHEDULE = ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",)
-# Build switch of the TMA kernel with two consumer groups (experimental, paged_decode_config.cuh).
-TWO_CONSUMER_GROUPS = ("-DHPC_ATTN_CONSUMER_GROUPS=2",)
 FP8 = torch.float8_e4m3fn
 
 
@@ -206,13 +202,13 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 # The decode kernel built with the consumers' previous schedule (no score
                 # look-ahead): the whole call (outputs checked) and decode only.
                 for name, flags in (("diag_no_lookahead", None), ("diag_no_lookahead_decode_only", 0)):
-                    time_mode(name, plan, flags, defines=PREVIOUS_SCHEDULE)
+                    time_mode(name, plan, flags, defines=_ext.NO_LOOKAHEAD)
             if diag and diag_rows in ("all", "groups"):
                 # The TMA kernel built with two consumer groups (HPC_ATTN_CONSUMER_GROUPS=2,
                 # experimental): the whole call (outputs checked), decode only and stream only.
                 for name, flags in (("diag_groups2", None), ("diag_groups2_decode_only", 0),
                                     ("diag_groups2_stream_only", 1)):
-                    time_mode(name, plan, flags, tma=True, defines=TWO_CONSUMER_GROUPS)
+                    time_mode(name, plan, flags, tma=True, defines=_ext.TWO_CONSUMER_GROUPS)
             if diag and diag_rows in ("tail", "first_page", "lookahead", "groups"):
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
                     time_mode(name, plan, flags)

@@ -1,7 +1,7 @@
-"""Compile (no link, no run) the kernels' build-switch variants that the JIT prebuild does not
-build, so that an experimental path behind a switch cannot rot unnoticed: today the TMA decode
-kernel with two consumer groups (HPC_ATTN_CONSUMER_GROUPS=2) and the decode kernels without the
-score look-ahead (HPC_ATTN_SCORE_LOOKAHEAD=0, the benchmark's A/B build). CI step 2b (tools/test.sh).
+"""Compile (no link, no run) the decode kernels' build-switch variants that the JIT prebuild does
+not build (hpc_attention._ext.BUILD_VARIANTS: the schedule without the score look-ahead, the
+experimental TMA kernel with two consumer groups), every paged-decode source under each, so that a
+path behind a switch cannot rot unnoticed. CI step 2b (tools/test.sh).
 
     python tools/compile_variants.py --work DIR
 """
@@ -18,12 +18,6 @@ from hpc_attention import _ext
 from hpc_common.jit.build import nvcc_compile_flags
 from hpc_common.jit.toolchain import find_nvcc
 
-VARIANTS = {
-    "groups2": ("-DHPC_ATTN_CONSUMER_GROUPS=2", ["paged_decode_tma_bf16kv.cu", "paged_decode_tma_fp8kv.cu"]),
-    "no_lookahead": ("-DHPC_ATTN_SCORE_LOOKAHEAD=0", ["paged_decode_tma_fp8kv.cu", "paged_decode_fp8kv.cu"]),
-}
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=Path, required=True)
@@ -31,13 +25,13 @@ def main() -> int:
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     nvcc = find_nvcc()
-    sources = {Path(s).name: Path(s) for s in _ext.SPEC.sources}
+    sources = [Path(s) for s in _ext.SPEC.sources if Path(s).name.startswith("paged_decode")]
     jobs = []
-    for tag, (define, names) in VARIANTS.items():
-        for name in names:
-            out = args.work / f"{tag}_{Path(name).stem}.o"
-            cmd = [nvcc, *nvcc_compile_flags(_ext.SPEC.include_dirs, [define]), "-c", str(sources[name]), "-o", str(out)]
-            jobs.append((f"{tag}: {name}", cmd))
+    for defines in _ext.BUILD_VARIANTS:
+        for src in sources:
+            out = args.work / f"{_ext.variant_tag(defines)}_{src.stem}.o"
+            cmd = [nvcc, *nvcc_compile_flags(_ext.SPEC.include_dirs, list(defines)), "-c", str(src), "-o", str(out)]
+            jobs.append((f"{' '.join(defines)}: {src.name}", cmd))
 
     def run(job):
         label, cmd = job

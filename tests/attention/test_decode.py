@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import hpc_attention as ha
-from hpc_attention import heuristics
+from hpc_attention import _ext, heuristics
 from hpc_attention import paged_decode as dec
 from hpc_attention.planner import first_pages, plan_tables
 from hpc_common import get_pdl, set_pdl
@@ -462,7 +462,7 @@ def test_consumer_schedules_same_bits(group, kv_dtype, producer, monkeypatch):
     across task boundaries (split items, a length-1 request, an empty one)."""
     case = make_case([1, 64, 65, 700, 0, 4097, 130], 2, group, kv_dtype, seed=30 + group)
     outs = []
-    for defines in ((), ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",)):
+    for defines in ((), _ext.NO_LOOKAHEAD):
         monkeypatch.setitem(dec.DIAG, "defines", defines)
         out, _ = run(case, num_ctas=5, min_tiles=1)
         outs.append(out)
@@ -478,6 +478,7 @@ sys.path.insert(0, sys.argv[1])
 import torch
 import hpc_attention as ha
 from hpc_attention import heuristics
+from hpc_attention import _ext
 from hpc_attention import paged_decode as dec
 from hpc_common.testing import assert_bitwise_equal, poisoned_empty
 from attention._cases import FP8, check_accuracy, make_case
@@ -486,7 +487,7 @@ group, fp8, mode = int(sys.argv[2]), sys.argv[3] == "fp8", sys.argv[4]
 heuristics.USE_TMA_PRODUCER = True
 heuristics.MERGE_IN_DECODE = mode != "kernel"
 heuristics.MERGE_ON_HELPER_WARPS = mode == "helpers"
-dec.DIAG["defines"] = ("-DHPC_ATTN_CONSUMER_GROUPS=2",)
+dec.DIAG["defines"] = _ext.TWO_CONSUMER_GROUPS
 case = make_case([1, 64, 65, 129, 700, 0, 4097, 130, 20000], 2, group, FP8 if fp8 else torch.bfloat16,
                  seed=50 + group)
 B, Hq = case.q.shape[:2]

@@ -20,7 +20,19 @@ def load_timeline():
     return load_variant("-DHPC_ATTN_TIMELINE=1")
 
 
+# The decode kernels' build-switch variants that benchmarks and tests load (load_variant) and CI
+# compiles (tools/compile_variants.py): the consumers' schedule before the score look-ahead
+# (the benchmark's A/B rows) and the experimental TMA kernel with two consumer groups.
+NO_LOOKAHEAD = ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",)
+TWO_CONSUMER_GROUPS = ("-DHPC_ATTN_CONSUMER_GROUPS=2",)
+BUILD_VARIANTS = (NO_LOOKAHEAD, TWO_CONSUMER_GROUPS)
+
 _VARIANTS: dict[tuple[str, ...], ExtensionSpec] = {}
+
+
+def variant_tag(defines: tuple[str, ...]) -> str:
+    """A name for a switch set, e.g. ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",) -> HPC_ATTN_SCORE_LOOKAHEAD_0."""
+    return re.sub(r"\W+", "_", "_".join(d.removeprefix("-D") for d in defines)).strip("_")
 
 
 def load_variant(*defines: str):
@@ -29,8 +41,7 @@ def load_variant(*defines: str):
     module is named after it); not listed for `hpc_common.jit.prebuild`."""
     spec = _VARIANTS.get(defines)
     if spec is None:
-        tag = re.sub(r"\W+", "_", "_".join(d.removeprefix("-D") for d in defines)).strip("_")
-        spec = ExtensionSpec(name=f"_hpc_attention_{tag}_C", sources=SPEC.sources, include_dirs=SPEC.include_dirs,
+        spec = ExtensionSpec(name=f"_hpc_attention_{variant_tag(defines)}_C", sources=SPEC.sources, include_dirs=SPEC.include_dirs,
                              cuda_flags=list(defines))
         _VARIANTS[defines] = spec
     return spec.load()
