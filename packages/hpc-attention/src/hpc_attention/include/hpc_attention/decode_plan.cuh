@@ -41,12 +41,7 @@ __device__ __noinline__ int2 count_charged(const DecodePlanParams& p, int r0, in
   int w[4] = {0, 0, 0, 0};
 #pragma unroll 1
   for (int b = r0; b < r1; ++b) {
-    int len = len0;
-    if (b != r0) {
-      const int raw = p.kv_lens[b];
-      len = raw < 0 ? 0 : (raw > p.max_len ? p.max_len : raw);
-    }
-    const int n = (len + kTileTokens - 1) / kTileTokens;
+    const int n = tiles_of(b == r0 ? len0 : clamp_len(p, p.kv_lens[b]));
     w[0] += n > 0 && static_cast<unsigned long long>(n) * nb0 <= total ? nh : 0;
   }
   int t[4];
@@ -94,8 +89,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_
   }
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();  // the decode kernel waits for our completion anyway
-  auto clamp_len = [&](int raw) { return raw < 0 ? 0 : (raw > p.max_len ? p.max_len : raw); };
-  auto tiles = [&](int len) { return (len + kTileTokens - 1) / kTileTokens; };
+  auto tiles = tiles_of;
 
   // Pass 1: tiles of my items (a request's tiles, once per head), non-empty items, clamped
   // lengths (block sum) and the longest request in tiles (block max).
@@ -104,7 +98,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_
 #pragma unroll 1
   for (int b = r0; b < r1; ++b) {
     const int raw = p.kv_lens[b];
-    const int len = clamp_len(raw);
+    const int len = clamp_len(p, raw);
     if (b == r0) len0 = len;
     const int n = tiles(len);
     v[0] += n * nh;

@@ -127,6 +127,13 @@ __device__ __forceinline__ long long div_nonneg(long long a, int b) {
   return a <= 0x7fffffffll ? static_cast<long long>(static_cast<unsigned>(a) / static_cast<unsigned>(b)) : a / b;
 }
 
+// A request's KV length as every plan uses it: clamped into [0, max_len] (lengths come from the
+// device and are not validated under graph capture), and its number of 64-token tiles.
+__device__ __forceinline__ int clamp_len(const DecodePlanParams& p, int raw) {
+  return raw < 0 ? 0 : (raw > p.max_len ? p.max_len : raw);
+}
+__device__ __forceinline__ int tiles_of(int len) { return (len + kTileTokens - 1) / kTileTokens; }
+
 __device__ __forceinline__ int static_chunk(int n, int splits) { return (n + splits - 1) / splits; }
 __device__ __forceinline__ int item_parts_static(int n, int splits) {
   if (n == 0) return 0;

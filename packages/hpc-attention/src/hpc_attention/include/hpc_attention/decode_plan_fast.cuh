@@ -88,12 +88,8 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
   const int hkv = p.num_kv_heads;
   const int nh = h1 - h0;
   const int lane = threadIdx.x & 31;
-  auto length = [&](int b) {
-    if (b == r0) return len0;
-    const int raw = p.kv_lens[b];
-    return raw < 0 ? 0 : (raw > p.max_len ? p.max_len : raw);
-  };
-  auto tiles = [&](int len) { return (len + kTileTokens - 1) / kTileTokens; };
+  auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, p.kv_lens[b]); };
+  auto tiles = tiles_of;
   auto cost_of = [&](int n) {
     return n > 0 && static_cast<unsigned long long>(n) * nb0 <= static_cast<unsigned>(total_tiles) ? ovh : 0u;
   };

@@ -84,12 +84,8 @@ __device__ __noinline__ void plan_dynamic_general(const DecodePlanParams& p, int
     return n > 0 && static_cast<long long>(n) * nb0 <= total_tiles ? task_cost : T(0);
   };
   const int lane = threadIdx.x & 31;
-  auto length = [&](int b) {
-    if (b == r0) return len0;
-    const int raw = p.kv_lens[b];
-    return raw < 0 ? 0 : (raw > p.max_len ? p.max_len : raw);
-  };
-  auto tiles = [&](int len) { return (len + kTileTokens - 1) / kTileTokens; };
+  auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, p.kv_lens[b]); };
+  auto tiles = tiles_of;
   const int floor_tiles = p.min_tiles > 0 ? p.min_tiles : 1;
   long long nb = div_nonneg(total_ll, floor_tiles);
   nb = nb < 1 ? 1 : (nb > p.num_bins ? p.num_bins : nb);

@@ -14,11 +14,8 @@ namespace hpc::attn {
 __device__ __noinline__ void plan_static(const DecodePlanParams& p, int r0, int r1, long long total, int clamped) {
   const int tid = threadIdx.x;
   const int hkv = p.num_kv_heads;
-  auto length = [&](int b) {
-    const int raw = p.kv_lens[b];
-    return raw < 0 ? 0 : (raw > p.max_len ? p.max_len : raw);
-  };
-  auto tiles = [&](int len) { return (len + kTileTokens - 1) / kTileTokens; };
+  auto length = [&](int b) { return clamp_len(p, p.kv_lens[b]); };
+  auto tiles = tiles_of;
 
   // Static mode (the split-KV baseline): every item in `static_splits` equal parts, tasks
   // dealt to the bins round robin.
