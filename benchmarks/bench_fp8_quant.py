@@ -86,8 +86,7 @@ def _cases(quick: bool, sizes=None, modes=MODES):
 # short-segment kernel for groups); `ours_generic_kernel` uses neither the bulk nor the
 # short-segment kernel (group / per-head rows only).
 # `ours_store_first`: the bulk kernel's 8fdf820 order (a tile's store, then its stage's refill;
-# the default refills first since the fifth pass). `ours_ef_*`: the default order with an L2
-# evict_first policy on the loads, the stores or both (sixth pass). Rows of modes that do not take the bulk kernel
+# the default refills first since the fifth pass). Rows of modes that do not take the bulk kernel
 # (per-tensor dynamic, odd N) equal `ours`.
 OLD_BULK_KERNEL_MODES = frozenset({"per_tensor_static", "per_token", "group", "per_head"})
 PROVIDERS = {
@@ -97,10 +96,6 @@ PROVIDERS = {
     "ours_register": dict(USE_BULK_KERNEL=False),
     "ours_generic_kernel": dict(USE_BULK_KERNEL=False, USE_SHORT_SEGMENT_KERNEL=False),
     "ours_store_first": dict(BULK_VARIANT=1),  # fifth pass: the bulk kernel's 8fdf820 order
-    # sixth pass: L2 evict_first on the bulk kernel's loads / stores / both (kBulk*EvictFirst)
-    "ours_ef_load": dict(BULK_VARIANT=2),
-    "ours_ef_store": dict(BULK_VARIANT=4),
-    "ours_ef_both": dict(BULK_VARIANT=6),
     "torch_ref": None,
 }
 
@@ -132,11 +127,10 @@ def _add_row(res, provider, t, nbytes, x, params, timing=None, **extra) -> None:
           f"{tbps:5.2f} TB/s ({100 * tbps / COPY_BANDWIDTH_TBPS:4.1f}% of copy)", flush=True)
 
 
-def _back_to_back_rows(res, ours_on, x, params, nbytes, reps, variants=()) -> None:
+def _back_to_back_rows(res, ours_on, x, params, nbytes, reps) -> None:
     """Steady-state throughput: k calls back to back on k copies of the input (> 512 MB in all,
     so no call finds its input in the L2), against a device copy of the same input bytes timed the
-    same way (the ceiling as this method sees it). `ours_on(x)` is the default call on input x;
-    each provider named in `variants` gets a `<provider>_back_to_back` row under its settings."""
+    same way (the ceiling as this method sees it). `ours_on(x)` is the default call on input x."""
     k = max(2, math.ceil((512 * MB) / (x.numel() * x.element_size())))
     xs = [x.clone() for _ in range(k)]
     dsts = [torch.empty_like(x) for _ in range(k)]
@@ -149,10 +143,6 @@ def _back_to_back_rows(res, ours_on, x, params, nbytes, reps, variants=()) -> No
                               ("torch_copy_back_to_back", copies, copy_bytes)):
         _add_row(res, provider, bench_back_to_back_us(fns, reps=max(5, reps // 5)), nb, x, params,
                  timing="back_to_back")
-    for provider in variants:
-        with _settings(provider):
-            t = bench_back_to_back_us([ours_on(xi) for xi in xs], reps=max(5, reps // 5))
-        _add_row(res, provider + "_back_to_back", t, nbytes, x, params, timing="back_to_back")
     del xs, dsts
 
 
@@ -199,10 +189,7 @@ def main(argv=None) -> int:
                 _add_row(res, provider, bench_us(ours, reps=args.reps), nbytes, x, params, bitwise=bitwise)
         del want
         if mb >= 64:
-            # Steady state also for the L2-policy variants: a policy that helps the cold call
-            # must not cost the back-to-back rate (the fourth pass's evict_first loads did).
-            ef = [p for p in providers if p.startswith("ours_ef_")]
-            _back_to_back_rows(res, lambda xi: _calls(mode, xi, static)[0], x, params, nbytes, args.reps, ef)
+            _back_to_back_rows(res, lambda xi: _calls(mode, xi, static)[0], x, params, nbytes, args.reps)
         del x
         torch.cuda.empty_cache()
     path = res.write()

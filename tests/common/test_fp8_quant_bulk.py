@@ -25,10 +25,6 @@ VARIANTS = {
     "old": dict(USE_BULK_KERNEL=True, FLAT_AMAX_KERNEL=False, BULK_VARIANT=1),  # the 8fdf820 dispatch
     "register": dict(USE_BULK_KERNEL=False),
     "store_first": dict(USE_BULK_KERNEL=True, BULK_VARIANT=1),  # the bulk kernel's 8fdf820 order
-    # L2 evict_first on the bulk loads / stores / both (kBulk*EvictFirst, sixth pass)
-    "ef_load": dict(USE_BULK_KERNEL=True, BULK_VARIANT=2),
-    "ef_store": dict(USE_BULK_KERNEL=True, BULK_VARIANT=4),
-    "ef_both": dict(USE_BULK_KERNEL=True, BULK_VARIANT=6),
 }
 
 

@@ -45,11 +45,6 @@ namespace fp8 {
 // A default-constructed BulkOptions is the default kernel without the timeline.
 enum BulkVariant : int {
   kBulkStoreFirst = 1,  // the 8fdf820 order: a tile's store, then the refill of its stage
-  // Sixth pass (measurement): L2 evict_first on the input tiles' bulk loads and / or the FP8
-  // tiles' bulk stores, so that the call's own lines replace each other instead of the dirty
-  // lines a previous kernel left in the L2 (whose write-back otherwise lands inside the call).
-  kBulkLoadEvictFirst = 2,
-  kBulkStoreEvictFirst = 4,
 };
 // Timeline (diagnosis only): kTimelineSlots stamps per CTA, written by thread 0 when the pointer
 // is not null. Entry and exit carry both %globaltimer (ns, common to all SMs; its tick was 32 ns

@@ -55,14 +55,6 @@ __device__ __forceinline__ void bulk_store(void* dst, const void* src, uint32_t 
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
-// The same with an L2 cache policy (kBulkStoreEvictFirst).
-__device__ __forceinline__ void bulk_store(void* dst, const void* src, uint32_t bytes, uint64_t policy) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;" ::"l"(dst),
-               "r"(sm90::smem_u32(src)), "r"(bytes), "l"(policy)
-               : "memory");
-  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
 // Shared-memory reads of all but the newest `N` store groups are done (their buffers are free).
 template <int N>
 __device__ __forceinline__ void bulk_store_wait_read() {
@@ -131,8 +123,7 @@ __device__ __forceinline__ BulkTile bulk_tile(const QuantParams& p, int64_t j) {
 }
 
 // VARIANT: 0 (the default): after a tile's barrier, thread 0 refills the stage, then stores the
-// tile; kBulkStoreFirst: the other way round (8fdf820). kBulkLoadEvictFirst / kBulkStoreEvictFirst:
-// the loads / stores carry an L2 evict_first policy.
+// tile; kBulkStoreFirst: the other way round (8fdf820).
 template <int DT, int VEC, int VARIANT>
 __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const QuantParams p,
                                                                        unsigned long long* timeline) {
@@ -141,8 +132,6 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
   constexpr uint32_t kInBytes = kBulkTileVectors * 16;
   constexpr uint32_t kOutBytes = kBulkTileVectors * VEC;
   constexpr bool kRefillFirst = (VARIANT & kBulkStoreFirst) == 0;
-  constexpr bool kLoadEvictFirst = (VARIANT & kBulkLoadEvictFirst) != 0;
-  constexpr bool kStoreEvictFirst = (VARIANT & kBulkStoreEvictFirst) != 0;
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* in_buf = smem;
   uint8_t* out_buf = smem + size_t(kBulkStages) * kInBytes;
@@ -173,12 +162,7 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
     const uint32_t bytes = uint32_t(t.count) * uint32_t(p.seg_len) * esize;
     const int s = int(i % kBulkStages);
     sm90::mbar_arrive_expect_tx(&full[s], bytes);
-    if constexpr (kLoadEvictFirst) {
-      sm90::bulk_load(in_buf + size_t(s) * kInBytes, x + locate(p, t.s0).x_off, bytes, &full[s],
-                      sm90::l2_evict_first_policy());
-    } else {
-      sm90::bulk_load(in_buf + size_t(s) * kInBytes, x + locate(p, t.s0).x_off, bytes, &full[s]);
-    }
+    sm90::bulk_load(in_buf + size_t(s) * kInBytes, x + locate(p, t.s0).x_off, bytes, &full[s]);
   };
 
   if (threadIdx.x == 0) {
@@ -257,12 +241,7 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
       // reads do not wait behind this tile's store (H200, fifth pass: 64 MB calls 0.3-0.8 us
       // faster than with the store first).
       if constexpr (kRefillFirst) issue_load(i + kBulkStages);
-      if constexpr (kStoreEvictFirst) {
-        bulk_store(p.q + locate(p, t.s0).q_off, tout, uint32_t(t.count) * uint32_t(p.seg_len),
-                   sm90::l2_evict_first_policy());
-      } else {
-        bulk_store(p.q + locate(p, t.s0).q_off, tout, uint32_t(t.count) * uint32_t(p.seg_len));
-      }
+      bulk_store(p.q + locate(p, t.s0).q_off, tout, uint32_t(t.count) * uint32_t(p.seg_len));
       stamp_tile(tl, kTlStored, i);
       if constexpr (!kRefillFirst) issue_load(i + kBulkStages);
     }
@@ -307,11 +286,6 @@ inline cudaError_t launch_fp8_quant_bulk(QuantParams p, cudaStream_t stream, boo
   switch (opt.variant) {
     case 0: kernel = fp8_quant_bulk_kernel<DT, VEC, 0>; break;
     case kBulkStoreFirst: kernel = fp8_quant_bulk_kernel<DT, VEC, kBulkStoreFirst>; break;
-    case kBulkLoadEvictFirst: kernel = fp8_quant_bulk_kernel<DT, VEC, kBulkLoadEvictFirst>; break;
-    case kBulkStoreEvictFirst: kernel = fp8_quant_bulk_kernel<DT, VEC, kBulkStoreEvictFirst>; break;
-    case kBulkLoadEvictFirst | kBulkStoreEvictFirst:
-      kernel = fp8_quant_bulk_kernel<DT, VEC, kBulkLoadEvictFirst | kBulkStoreEvictFirst>;
-      break;
     default: return cudaErrorInvalidValue;
   }
   if (p.per_tensor_dynamic) {
