@@ -203,13 +203,7 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 # look-ahead): the whole call (outputs checked) and decode only.
                 for name, flags in (("diag_no_lookahead", None), ("diag_no_lookahead_decode_only", 0)):
                     time_mode(name, plan, flags, defines=_ext.NO_LOOKAHEAD)
-            if diag and diag_rows in ("all", "groups"):
-                # The TMA kernel built with two consumer groups (HPC_ATTN_CONSUMER_GROUPS=2,
-                # experimental): the whole call (outputs checked), decode only and stream only.
-                for name, flags in (("diag_groups2", None), ("diag_groups2_decode_only", 0),
-                                    ("diag_groups2_stream_only", 1)):
-                    time_mode(name, plan, flags, tma=True, defines=_ext.TWO_CONSUMER_GROUPS)
-            if diag and diag_rows in ("tail", "first_page", "lookahead", "groups"):
+            if diag and diag_rows in ("tail", "first_page", "lookahead"):
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
                     time_mode(name, plan, flags)
             elif diag:
@@ -293,11 +287,10 @@ def main() -> None:
     ap.add_argument("--heads", default=None, help="comma list of Hq/Hkv (default: 8/1,64/8; --quick: 8/1)")
     ap.add_argument("--kv", default="bf16,fp8", help="comma list of KV dtypes")
     ap.add_argument("--cases", default=None, help="comma list of cases (default: all six)")
-    ap.add_argument("--diag-rows", default="all", choices=["all", "tail", "first_page", "lookahead", "groups"],
+    ap.add_argument("--diag-rows", default="all", choices=["all", "tail", "first_page", "lookahead"],
                     help="diag rows: all, only the tail rows with decode only / stream only, only the "
-                         "first-page rows (with and without, cp.async and TMA + helpers) with those two, "
-                         "only the rows without the score look-ahead with those two, or only the two "
-                         "consumer groups' rows with those two")
+                         "first-page rows (with and without, cp.async and TMA + helpers) with those two, or "
+                         "only the rows without the score look-ahead with those two")
     args = ap.parse_args()
     reps = 30 if args.quick else 100
     heads = HEADS[:1] if args.quick else HEADS

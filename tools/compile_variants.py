@@ -1,7 +1,7 @@
 """Compile (no link, no run) the decode kernels' build-switch variants that the JIT prebuild does
-not build (hpc_attention._ext.BUILD_VARIANTS: the schedule without the score look-ahead, the
-experimental TMA kernel with two consumer groups), every paged-decode source under each, so that a
-path behind a switch cannot rot unnoticed. CI step 2b (tools/test.sh).
+not build (hpc_attention._ext.BUILD_VARIANTS: today the schedule without the score look-ahead),
+every paged-decode source under each, so that a path behind a switch cannot rot unnoticed. CI
+step 2b (tools/test.sh).
 
     python tools/compile_variants.py --work DIR
 """

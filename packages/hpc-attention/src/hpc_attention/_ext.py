@@ -22,10 +22,9 @@ def load_timeline():
 
 # The decode kernels' build-switch variants that benchmarks and tests load (load_variant) and CI
 # compiles (tools/compile_variants.py): the consumers' schedule before the score look-ahead
-# (the benchmark's A/B rows) and the experimental TMA kernel with two consumer groups.
+# (the benchmark's A/B rows).
 NO_LOOKAHEAD = ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",)
-TWO_CONSUMER_GROUPS = ("-DHPC_ATTN_CONSUMER_GROUPS=2",)
-BUILD_VARIANTS = (NO_LOOKAHEAD, TWO_CONSUMER_GROUPS)
+BUILD_VARIANTS = (NO_LOOKAHEAD,)
 
 _VARIANTS: dict[tuple[str, ...], ExtensionSpec] = {}
 

@@ -61,9 +61,6 @@ namespace hpc::attn {
 #define HPC_ATTN_SCORE_LOOKAHEAD 1
 #endif
 constexpr bool kScoreLookahead = HPC_ATTN_SCORE_LOOKAHEAD != 0;
-// Named barrier of the two consumer groups (1: the 128 threads of group 0's merge; 2: the merge
-// helpers, decode_merge_in_kernel.cuh).
-constexpr int kGroupsBar = 3;
 
 
 template <bool kFp8Kv, bool kFp8Q, bool kTma>
@@ -73,10 +70,6 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
   constexpr bool kF16 = kFp8Kv;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, j = lane & 3;
-  // Consumer group (HPC_ATTN_CONSUMER_GROUPS, paged_decode_config.cuh) and warp within it.
-  constexpr int kStep = Cfg::kGroups;  // a group consumes every kStep-th tile and stage
-  const int gi = Cfg::kGroups == 1 ? 0 : warp >> 2;
-  const int wg = Cfg::kGroups == 1 ? warp : warp & 3;
   const int G = p.group;
   const float k_scale = p.k_scale_ptr ? *p.k_scale_ptr : p.k_scale;
   const float v_scale = p.v_scale_ptr ? *p.v_scale_ptr : p.v_scale;
@@ -86,12 +79,11 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   float* merge_l = merge_m + 4 * 16;
   const float kNegInf = -__int_as_float(0x7f800000);
 
-  int stage = gi;  // the group's stages: gi, gi + kStep, ...
-  uint32_t phase = 0;
-  int n_par = 0;  // parity of the CTA's tile count before the current task (two groups)
   const bool helpers_merge = kTma && p.merge == 2;  // split tasks handed to the helper warps
-  int requests = 0;
+  int stage = 0;
+  uint32_t phase = 0;
   uint32_t tl_merge_ns = 0, tl_last_merge_ns = 0, tl_merges = 0;  // timeline diagnostics (consumer merges)
+  int requests = 0;
   // Own bin (blockIdx.x), then the tail bins: claimed ones handed over by the scheduler (TMA
   // kernel) or a fixed sequence (cp.async kernel), see decode_bin_ring.cuh.
   StaticBins bins{static_cast<int>(blockIdx.x), kTma ? 0 : p.counters[kNumTailBins], 0, 0, make_int4(0, 0, 0, 0)};
@@ -117,23 +109,16 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
     uint32_t qa[8][4];
 
-    // The group's tiles of this task: every kStep-th, from the first one of the group's parity.
-    const int first_own = task.y + (Cfg::kGroups == 1 ? 0 : ((gi - n_par) & 1));
     if (p.diag & 1) {  // diagnostics: stream only (measures the producer / memory side)
-      for (int tile = first_own; tile < tile_end; tile += kStep) {
+      for (int tile = task.y; tile < tile_end; ++tile) {
         mbar_wait(&full[stage], phase);
         if (tl_on(p) && threadIdx.x == 0 && claimed == 0 && t == t_begin && tile == task.y) {
           tl_put(p, kTlFirstData, tl_clock());
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[stage]);
-        if constexpr (kStep == 1) {
-          if (++stage == Cfg::kStages) {
-            stage = 0;
-            phase ^= 1;
-          }
-        } else if ((stage += kStep) >= Cfg::kStages) {
-          stage -= Cfg::kStages;
+        if (++stage == Cfg::kStages) {
+          stage = 0;
           phase ^= 1;
         }
       }
@@ -148,34 +133,26 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     // the next tile belongs to another task (other Q rows) or to no task at all.
     const uint8_t* sb = smem + stage * Cfg::kStageBytes;
     float s[2][4];
-    if (!(p.diag & 1) && first_own < tile_end) {
+    if (!(p.diag & 1) && task.y < tile_end) {
       mbar_wait(&full[stage], phase);
       if (tl_on(p) && threadIdx.x == 0 && claimed == 0 && t == t_begin) tl_put(p, kTlFirstData, tl_clock());
       load_q_frags<kFp8Kv, kFp8Q>(sb + Cfg::kQOff, qa);
       tile_scores<Cfg, kFp8Kv>(sb, qa, s);
     }
-    for (int tile = (p.diag & 1) ? tile_end : first_own; tile < tile_end; tile += kStep) {
+    for (int tile = (p.diag & 1) ? tile_end : task.y; tile < tile_end; ++tile) {
       const int valid = min(Cfg::kTile, task.z - tile * Cfg::kTile);
-      int nstage;
-      uint32_t nphase;
-      if constexpr (kStep == 1) {
-        nstage = stage + 1 == Cfg::kStages ? 0 : stage + 1;
-        nphase = nstage == 0 ? phase ^ 1 : phase;
-      } else {
-        const bool wrap = stage + kStep >= Cfg::kStages;
-        nstage = wrap ? stage + kStep - Cfg::kStages : stage + kStep;
-        nphase = wrap ? phase ^ 1 : phase;
-      }
+      const int nstage = stage + 1 == Cfg::kStages ? 0 : stage + 1;
+      const uint32_t nphase = nstage == 0 ? phase ^ 1 : phase;
       float sn[2][4];
       if constexpr (kScoreLookahead) {
-        const bool has_next = tile + kStep < tile_end;
+        const bool has_next = tile + 1 < tile_end;
         if (has_next) mbar_wait(&full[nstage], nphase);
         const uint8_t* nsb = has_next ? smem + nstage * Cfg::kStageBytes : sb;
         tile_scores<Cfg, kFp8Kv>(nsb, qa, sn);
       }
 
       // ---- online softmax (log2 domain), tokens past the length masked ----
-      const int tok_base = 16 * wg + 2 * j;
+      const int tok_base = 16 * warp + 2 * j;
       float mx0 = kNegInf, mx1 = kNegInf;
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
@@ -237,7 +214,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       stage = nstage;
       phase = nphase;
       sb = smem + stage * Cfg::kStageBytes;
-      if (tile + kStep < tile_end) {
+      if (tile + 1 < tile_end) {
         if constexpr (kScoreLookahead) {
 #pragma unroll
           for (int n = 0; n < 2; ++n) {
@@ -257,54 +234,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    if constexpr (Cfg::kGroups == 2) {
-      n_par ^= (tile_end - task.y) & 1;
-      // Group 1 hands its (m, l, O) of this task to group 0 through the merge area (warp wg + 4
-      // -> warp wg, lane to the same lane: each thread reads back exactly the positions its
-      // partner wrote), then group 0 folds them into its registers.
-      float* po = merge_o + wg * 16 * Cfg::kMergePitch;
-      if (gi == 1) {
-#pragma unroll
-        for (int nt = 0; nt < 16; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int d = out_col<kFp8Kv>(nt, j, e);
-            po[g * Cfg::kMergePitch + d] = o[nt][e];
-            po[(g + 8) * Cfg::kMergePitch + d] = o[nt][2 + e];
-          }
-        }
-        if (j == 0) {
-          merge_m[wg * 16 + g] = m0;
-          merge_l[wg * 16 + g] = l0;
-          merge_m[wg * 16 + g + 8] = m1;
-          merge_l[wg * 16 + g + 8] = l1;
-        }
-      }
-      named_barrier(kGroupsBar, 32 * Cfg::kConsumerWarps);
-      if (gi == 0) {
-        const float pm0 = merge_m[wg * 16 + g], pm1 = merge_m[wg * 16 + g + 8];
-        const float pl0 = merge_l[wg * 16 + g], pl1 = merge_l[wg * 16 + g + 8];
-        const float nm0 = fmaxf(m0, pm0), nm1 = fmaxf(m1, pm1);
-        const float b0 = nm0 == kNegInf ? 0.f : nm0, b1 = nm1 == kNegInf ? 0.f : nm1;
-        const float fs0 = exp2f(m0 - b0), fo0 = exp2f(pm0 - b0), fs1 = exp2f(m1 - b1), fo1 = exp2f(pm1 - b1);
-#pragma unroll
-        for (int nt = 0; nt < 16; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int d = out_col<kFp8Kv>(nt, j, e);
-            o[nt][e] = o[nt][e] * fs0 + po[g * Cfg::kMergePitch + d] * fo0;
-            o[nt][2 + e] = o[nt][2 + e] * fs1 + po[(g + 8) * Cfg::kMergePitch + d] * fo1;
-          }
-        }
-        l0 = l0 * fs0 + pl0 * fo0;
-        l1 = l1 * fs1 + pl1 * fo1;
-        m0 = nm0;
-        m1 = nm1;
-        __syncwarp();  // the quad's reads of the partner's m / l before lane j == 0 overwrites them
-      }
-    }
-    if (gi == 0) {  // one group writes the task (the only one without consumer groups)
-    float* mo = merge_o + wg * 16 * Cfg::kMergePitch;
+    float* mo = merge_o + warp * 16 * Cfg::kMergePitch;
 #pragma unroll
     for (int nt = 0; nt < 16; ++nt) {
 #pragma unroll
@@ -315,10 +245,10 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       }
     }
     if (j == 0) {
-      merge_m[wg * 16 + g] = m0;
-      merge_l[wg * 16 + g] = l0;
-      merge_m[wg * 16 + g + 8] = m1;
-      merge_l[wg * 16 + g + 8] = l1;
+      merge_m[warp * 16 + g] = m0;
+      merge_l[warp * 16 + g] = l0;
+      merge_m[warp * 16 + g + 8] = m1;
+      merge_l[warp * 16 + g + 8] = l1;
     }
     named_barrier(1, 128);
     const int d = threadIdx.x;  // 0..127
@@ -362,9 +292,6 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       }
     }
     named_barrier(1, 128);
-    }
-    // Two groups: group 1 writes this area again at the next task's end, only once group 0 is done.
-    if constexpr (Cfg::kGroups == 2) named_barrier(kGroupsBar, 32 * Cfg::kConsumerWarps);
   }
   if constexpr (kTma) {
     if (!ring_next(ring, claimed, t_begin, t_end, first)) break;
@@ -372,7 +299,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     if (!bins.next(t_begin, t_end, first)) break;
   }
   }
-  if (helpers_merge && gi == 0) merge_request(mring, requests, make_int4(-1, 0, 0, 0));  // ends the helpers' service
+  if (helpers_merge) merge_request(mring, requests, make_int4(-1, 0, 0, 0));  // ends the helpers' service
   if (tl_on(p) && threadIdx.x == 0) {
     tl_put(p, kTlConsumerEnd, tl_clock());
     tl_put(p, kTlClockEnd, clock64());
@@ -411,7 +338,7 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
     for (int s = 0; s < Cfg::kStages; ++s) {
       // cp.async: one arrival per producer thread; TMA: the producer's one expect_tx arrival.
       mbar_init(&full[s], kTma ? 1 : Cfg::kProducerThreads);
-      mbar_init(&empty[s], Cfg::kWarpsPerGroup);  // the warps of the group that owns the stage
+      mbar_init(&empty[s], Cfg::kConsumerWarps);
     }
     for (int s = 0; s < kRingSlots; ++s) {  // TMA kernel: read by the 4 consumer warps + the producer warp
       mbar_init(&ring.full[s], 1);
@@ -419,7 +346,7 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
     }
     mbar_init(ring.want, 1);
     for (int s = 0; s < kMergeRingSlots; ++s) {
-      mbar_init(&mring.full[s], 32 * Cfg::kWarpsPerGroup);  // group 0 hands the split tasks over
+      mbar_init(&mring.full[s], 32 * Cfg::kConsumerWarps);
       mbar_init(&mring.empty[s], 1);
     }
     mbar_fence_init();

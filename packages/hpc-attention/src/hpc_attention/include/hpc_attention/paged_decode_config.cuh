@@ -18,21 +18,8 @@ constexpr int kRingSlots = 4;  // claimed tail bins in flight per CTA (decode_bi
 //    the tile, 8 KB apart), 16-byte chunk c of row r stored at chunk c ^ (r & 7). The 8 rows of
 //    an ldmatrix phase then hit 8 different chunks (conflict free without padding); the swizzle
 //    pattern follows address bits 7-9, so every stage buffer is 1024-byte aligned.
-// Consumer groups of the TMA kernel (HPC_ATTN_CONSUMER_GROUPS, a build switch; 1 by default).
-// 2: eight consumer warps in two groups of four, one warp of each group per sub-partition; group
-// g consumes the tiles of one parity (stages of one parity: kStages is even), each group keeps its
-// own (m, l, O) per task and group 1 folds into group 0 at the task's end. Why: one consumer
-// warp per sub-partition is latency-bound (NOTES.md, "score look-ahead"); a second warp gives the
-// scheduler independent work. 12 warps cap the kernel at 168 registers. Experimental: built and
-// compiled here, not yet run on a GPU (benchmark rows diag_groups2*).
-#ifndef HPC_ATTN_CONSUMER_GROUPS
-#define HPC_ATTN_CONSUMER_GROUPS 1
-#endif
-
 template <bool kFp8Kv, bool kFp8Q, bool kTma = false>
 struct DecodeConfig {
-  static constexpr int kGroups = kTma ? HPC_ATTN_CONSUMER_GROUPS : 1;
-  static_assert(kGroups == 1 || kGroups == 2, "HPC_ATTN_CONSUMER_GROUPS must be 1 or 2");
   static constexpr int kTile = 64;
   static constexpr int kDim = 128;
   static constexpr int kRowBytes = kFp8Kv ? 128 : 256;
@@ -42,8 +29,7 @@ struct DecodeConfig {
   static constexpr int kQRowBytes = kFp8Q ? 128 : 256;
   static constexpr int kQPitch = 272;
   // cp.async: ~112 / 128 KB of KV in flight per SM. TMA (no padding): as many as fit.
-  // Two consumer groups: an even count, so that every stage belongs to one group.
-  static constexpr int kStages = kTma ? (kFp8Kv ? (kGroups == 2 ? 8 : 9) : (kGroups == 2 ? 4 : 5)) : (kFp8Kv ? 7 : 4);
+  static constexpr int kStages = kTma ? (kFp8Kv ? 9 : 5) : (kFp8Kv ? 7 : 4);
   static constexpr int kKOff = 0;
   static constexpr int kVOff = kTile * (kTma ? kRowBytes : kRowPitch);
   static constexpr int kQOff = 2 * kVOff;
@@ -64,8 +50,7 @@ struct DecodeConfig {
   // TMA: the dynamic shared memory base is only 16-byte aligned for sure; the kernel rounds it
   // up to 1024, so ask for the slack.
   static constexpr int kSmemBytes = kMergeRingOff + 4 * 16 + 8 * 8 + (kTma ? 1024 : 0);
-  static constexpr int kWarpsPerGroup = 4;  // a group's warps own 16 tokens each of a 64-token tile
-  static constexpr int kConsumerWarps = kWarpsPerGroup * kGroups;
+  static constexpr int kConsumerWarps = 4;
   static constexpr int kProducerThreads = 128;
   static constexpr int kThreads = 32 * kConsumerWarps + kProducerThreads;
   // Tail bins are claimed (decode_bin_ring.cuh) only with the TMA producer, whose second warp

@@ -70,7 +70,7 @@ __device__ __forceinline__ uint32_t kv_chunk(int step, uint32_t b, uint32_t x) {
 template <typename Cfg, bool kFp8Kv>
 __device__ __forceinline__ void tile_scores(const uint8_t* sb, const uint32_t (&qa)[8][4], float (&s)[2][4]) {
   constexpr bool kF16 = kFp8Kv;
-  const int warp = Cfg::kGroups == 1 ? threadIdx.x >> 5 : (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
   for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
   // ldmatrix rows: lane -> token 16 * warp + (lane & 7) + 8 * (lane >> 4), 16-byte chunk
@@ -103,8 +103,7 @@ __device__ __forceinline__ void tile_scores(const uint8_t* sb, const uint32_t (&
 // memory may hold NaN). FP8 V is converted here (exact), in the layout of out_col<true>.
 template <typename Cfg, bool kFp8Kv>
 __device__ __forceinline__ void tile_v_frags(const uint8_t* sb, int valid, uint32_t (&vf)[16][2]) {
-  const int warp = Cfg::kGroups == 1 ? threadIdx.x >> 5 : (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2,
-            j = lane & 3;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, j = lane & 3;
   const int tok_base = 16 * warp + 2 * j;
   const uint32_t mlo = (tok_base < valid ? 0x0000FFFFu : 0u) | (tok_base + 1 < valid ? 0xFFFF0000u : 0u);
   const uint32_t mhi = (tok_base + 8 < valid ? 0x0000FFFFu : 0u) | (tok_base + 9 < valid ? 0xFFFF0000u : 0u);

@@ -88,8 +88,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
       }
       page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
       const int ncopy = 2 * kHalves * nsub;
-      // Two consumer groups: the task's second tile belongs to the other group, which needs Q too.
-      const bool with_q = tile == task.y || (Cfg::kGroups == 2 && tile == task.y + 1);
+      const bool with_q = tile == task.y;
       const uint32_t bytes = ncopy * (128u << box_log2) + (with_q ? p.group * Cfg::kQRowBytes : 0);
       mbar_wait(&empty[stage], phase ^ 1);
       uint8_t* sb = smem + stage * Cfg::kStageBytes;
