@@ -17,13 +17,15 @@ tail of the plan with the TMA kernel and the in-kernel merge on its helper or it
 least 8 tiles), `diag_prev_default` (the defaults of commit 9780c01: no tail, merge on the
 consumers, TMA producer only from 8 KV heads), `diag_first_page_off` (`ours` with the plan built
 without the page table: the kernel reads each bin's first page id itself; every other plan gets the
-table), `diag_tma_helpers_first_page_off` (with `--diag-rows first_page`), and FlashInfer /
+table), `diag_tma_helpers_first_page_off` (with `--diag-rows first_page`), the previous line and
+run orders (`diag_request_major`: plan_decode(head_major=False); `diag_bin_in_order`: a bin's tasks
+run in line order; `diag_request_major_in_order`: both, the order before the eighth session), and FlashInfer /
 FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
 4.27 TB/s) and the achieved TB/s; `ours*` rows carry the error against float32 attention on
 the dequantised inputs.
 
     python benchmarks/bench_decode_attention.py [--out-dir benchmarks/results] [--quick]
-        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page]
+        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order]
 """
 
 from __future__ import annotations
@@ -203,7 +205,17 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 # look-ahead): the whole call (outputs checked) and decode only.
                 for name, flags in (("diag_no_lookahead", None), ("diag_no_lookahead_decode_only", 0)):
                     time_mode(name, plan, flags, defines=_ext.NO_LOOKAHEAD)
-            if diag and diag_rows in ("tail", "first_page", "lookahead"):
+            if diag and diag_rows in ("all", "line_order"):
+                # The previous line and run orders (eighth session): the request-major line
+                # (plan_decode(head_major=False)), a bin's tasks run in line order (decode diag
+                # bit 4 instead of task_at_position's first, last, rest), and both.
+                plan_rm = ha.plan_decode(kv_lens, hkv, hq, workspace=ha.DecodeWorkspace(B, hkv, hq, max_len),
+                                         kv_dtype=kv_torch, head_major=False, **pt_kw)
+                time_call("diag_request_major", plan_rm)
+                with overrides(flags=16):
+                    time_call("diag_bin_in_order", plan)
+                    time_call("diag_request_major_in_order", plan_rm)
+            if diag and diag_rows in ("tail", "first_page", "lookahead", "line_order"):
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
                     time_mode(name, plan, flags)
             elif diag:
@@ -287,10 +299,11 @@ def main() -> None:
     ap.add_argument("--heads", default=None, help="comma list of Hq/Hkv (default: 8/1,64/8; --quick: 8/1)")
     ap.add_argument("--kv", default="bf16,fp8", help="comma list of KV dtypes")
     ap.add_argument("--cases", default=None, help="comma list of cases (default: all six)")
-    ap.add_argument("--diag-rows", default="all", choices=["all", "tail", "first_page", "lookahead"],
+    ap.add_argument("--diag-rows", default="all", choices=["all", "tail", "first_page", "lookahead", "line_order"],
                     help="diag rows: all, only the tail rows with decode only / stream only, only the "
                          "first-page rows (with and without, cp.async and TMA + helpers) with those two, or "
-                         "only the rows without the score look-ahead with those two")
+                         "only the rows without the score look-ahead with those two, or only the line and "
+                         "run order rows (diag_request_major*, diag_bin_in_order) with those two")
     args = ap.parse_args()
     reps = 30 if args.quick else 100
     heads = HEADS[:1] if args.quick else HEADS

@@ -84,12 +84,15 @@ def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail):
         pt = torch.randint(-5, 1 << 20, (B, -(-140_000 // page)), dtype=torch.int32, device="cuda",
                            generator=torch.Generator(device="cuda").manual_seed(trial))
         pt_kw = dict(page_table=pt, page_size=page) if trial % 2 else {}
+        # Trials 0-3 take the default line order (head-major from 2 KV heads), 4-7 the request-major one.
         plan = ha.plan_decode(kv_lens, hkv, hkv * 4, workspace=ws, static_splits=static_splits,
-                              task_cost=task_cost, tail_percent=tail, tail_bin=1 + trial % 5, **pt_kw)
+                              task_cost=task_cost, tail_percent=tail, tail_bin=1 + trial % 5,
+                              head_major=None if trial < 4 else False, **pt_kw)
+        assert plan.head_major == (trial < 4 and hkv > 1 and not static_splits and tail == 0), trial
         got = plan.tables()
         want = plan_tables(lens.tolist(), hkv, num_ctas, plan.min_tiles, static_splits=static_splits or 0,
                            max_len=140_000, task_cost=plan.task_cost, tail_percent=plan.tail_percent,
-                           tail_bin=plan.tail_bin, max_tail_bins=ws.max_tail_bins)
+                           tail_bin=plan.tail_bin, max_tail_bins=ws.max_tail_bins, head_major=plan.head_major)
         assert got.counters == want.counters, (trial, got.counters, want.counters)
         assert got.bin_start == want.bin_start, trial
         assert got.tasks == want.tasks, trial

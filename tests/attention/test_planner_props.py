@@ -32,10 +32,16 @@ def lengths_strategy(max_batch: int = 64, max_len: int = 140_000):
     )
 
 
-def check_plan(lens, hkv, C, floor, splits=0, cost=0, tail=(0, 0, 0)):
+def cut_bins(C, hkv, head_major):
+    """Bins a plan may cut its line into: C, or C rounded down to a multiple of Hkv on the
+    head-major line."""
+    return C - C % hkv if head_major and hkv > 1 and C >= hkv else C
+
+
+def check_plan(lens, hkv, C, floor, splits=0, cost=0, tail=(0, 0, 0), head_major=False):
     pct, tbin, max_tail = tail
     t = plan_tables(lens, hkv, C, floor, static_splits=splits, task_cost=cost, tail_percent=pct, tail_bin=tbin,
-                    max_tail_bins=max_tail)
+                    max_tail_bins=max_tail, head_major=head_major)
     num_tasks, num_comb, budget, total, num_slots, nb_used, clamped, _ = t.counters
     ntiles = [tiles(x) for x in lens]
     assert total == sum(ntiles) * hkv
@@ -69,7 +75,7 @@ def check_plan(lens, hkv, C, floor, splits=0, cost=0, tail=(0, 0, 0)):
     # Work per bin on the planner's line: tiles plus the task cost of each charged item starting
     # there (charged: no longer than the tiles-only budget, total / nb0).
     if splits == 0:
-        nb0 = min(C, max(1, total // floor))
+        nb0 = min(cut_bins(C, hkv, head_major), max(1, total // floor))
 
         def charged(item):
             n = ntiles[item // hkv]
@@ -79,7 +85,7 @@ def check_plan(lens, hkv, C, floor, splits=0, cost=0, tail=(0, 0, 0)):
                    for c, x in enumerate(per_bin)]
 
     # Slots: each split item owns consecutive, disjoint slots; combine lists exactly the split
-    # and the empty items, in item order.
+    # and the empty items, in item order (line order: head by head on the head-major line).
     parts: dict[int, list[int]] = {}
     for item, _, _, slot in t.tasks:
         parts.setdefault(item, []).append(slot)
@@ -95,7 +101,8 @@ def check_plan(lens, hkv, C, floor, splits=0, cost=0, tail=(0, 0, 0)):
             assert sorted(sl) == list(range(min(sl), min(sl) + len(sl)))
             expect_comb.append((item, min(sl), len(sl), 0))
             used_slots += sl
-    assert t.combine == expect_comb
+    line_key = (lambda c: (c[0] % hkv, c[0] // hkv)) if head_major else (lambda c: c[0])
+    assert t.combine == sorted(expect_comb, key=line_key)
     assert sorted(used_slots) == list(range(num_slots))
     # slot_meta: (first slot, parts) of the owning split item, for every slot.
     assert len(t.slot_meta) == num_slots
@@ -184,6 +191,42 @@ def test_dynamic_plan_properties(lens, hkv, C, floor, cost):
     # Request order kept: tasks sorted by (item, first tile), and so is every bin.
     keys = [(item, tb) for item, tb, _, _ in t.tasks]
     assert keys == sorted(keys)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lens=lengths_strategy(), hkv=st.sampled_from([2, 4, 8, 16]), C=st.sampled_from([1, 2, 7, 16, 66, 132, 264]),
+       floor=st.sampled_from([1, 4, 16]), cost=st.sampled_from([0, 2, 4, 7]))
+@example(lens=[512] * 64, hkv=8, C=132, floor=4, cost=4)  # 128 bins of whole items: no split
+@example(lens=[131072] + [4096] * 31, hkv=8, C=132, floor=4, cost=4)
+@example(lens=[128] * 32 + [4096] * 32, hkv=8, C=132, floor=4, cost=4)
+@example(lens=[0, 5, 0, 70000, 0], hkv=2, C=7, floor=1, cost=4)
+def test_head_major_plan_properties(lens, hkv, C, floor, cost):
+    """The head-major line (the default from 2 KV heads): every check of the request-major plan
+    (tiles once, bins within one tile of the budget, slots, merge protocol), at most C rounded
+    down to a multiple of Hkv bins, request order kept within each head, and, when the bin
+    count is a multiple of Hkv, every head's bins hold the same requests and tile ranges."""
+    t, per_bin = check_plan(lens, hkv, C, floor, cost=cost, head_major=True)
+    num_tasks, _, budget, total, _, nb, _, _ = t.counters
+    if total == 0:
+        assert num_tasks == 0 and nb == 0
+        return
+    cc = cut_bins(C, hkv, True)
+    nb0 = min(cc, max(1, total // floor))
+    line = total + cost * hkv * sum(1 for x in lens if 0 < tiles(x) and tiles(x) * nb0 <= total)
+    assert nb == min(cc, max(1, line // floor))
+    assert budget == -(-line // nb)
+    assert all(budget - 1 - cost <= x <= budget + cost for x in per_bin[:nb]), (per_bin[:nb], budget)
+    assert all(x == 0 for x in per_bin[nb:])
+    keys = [(item % hkv, item // hkv, tb) for item, tb, _, _ in t.tasks]
+    assert keys == sorted(keys)
+    if nb % hkv == 0:
+        per = nb // hkv
+        bs = t.bin_start
+        for c in range(nb):
+            mine = t.tasks[bs[c]:bs[c + 1]]
+            head0 = t.tasks[bs[c % per]:bs[c % per + 1]]
+            assert all(item % hkv == c // per for item, _, _, _ in mine), c
+            assert [(i // hkv, tb, te) for i, tb, te, _ in mine] == [(i // hkv, tb, te) for i, tb, te, _ in head0], c
 
 
 @settings(max_examples=300, deadline=None)
@@ -285,8 +328,8 @@ def test_length_clamped_and_counted():
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), hkv=st.sampled_from([1, 2]), g=st.sampled_from([1, 4, 16]),
        C=st.sampled_from([1, 3, 8]), splits=st.sampled_from([0, 0, 3]), cost=st.sampled_from([0, 3]),
-       tail=st.sampled_from([0, 30]))
-def test_executing_the_plan_equals_one_pass_softmax(seed, hkv, g, C, splits, cost, tail):
+       tail=st.sampled_from([0, 30]), head_major=st.booleans())
+def test_executing_the_plan_equals_one_pass_softmax(seed, hkv, g, C, splits, cost, tail, head_major):
     """Tasks + partials + combine, in float64, give the one-pass softmax (the plan is exact)."""
     rng = random.Random(seed)
     B = rng.randint(1, 5)
@@ -300,7 +343,7 @@ def test_executing_the_plan_equals_one_pass_softmax(seed, hkv, g, C, splits, cos
     q = torch.randn(B, hkv * g, 128, generator=gen, dtype=torch.float64)
     pt = torch.randperm(num_pages, generator=gen)[:B * max_pages].view(B, max_pages).int()
     t = plan_tables(lens, hkv, C, 1, static_splits=splits, task_cost=cost, tail_percent=tail, tail_bin=1,
-                    max_tail_bins=2 * C)
+                    max_tail_bins=2 * C, head_major=head_major)
     got = execute_plan(t, q, k, v, pt, lens, sm_scale=0.0883)
     ref = decode_reference(q, k, v, pt, lens, sm_scale=0.0883)
     torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)

@@ -14,7 +14,7 @@
 #define __global__
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __grid_constant__
 #define __shared__ static
 #define __restrict__
@@ -78,8 +78,8 @@ int main() {
   using namespace hpc::attn;
   int B;
   while (std::cin >> B) {
-    int hkv, C, floor_, splits, max_len, cost, pct, tbin, maxtail, page;
-    std::cin >> hkv >> C >> floor_ >> splits >> max_len >> cost >> pct >> tbin >> maxtail >> page;
+    int hkv, C, floor_, splits, max_len, cost, pct, tbin, maxtail, page, head_major;
+    std::cin >> hkv >> C >> floor_ >> splits >> max_len >> cost >> pct >> tbin >> maxtail >> page >> head_major;
     std::vector<int> lens(B);
     for (auto& x : lens) std::cin >> x;
     const int nbins = C + maxtail;
@@ -102,6 +102,7 @@ int main() {
       p.page_table = pt.data(); p.page_table_stride = stride; p.page_size_log2 = __builtin_ctz(page);
       p.bin_first_page = first_page.data();
     }
+    set_line_order(p, head_major != 0);
     emu::launch(p, kPlanThreads);
     const int nt = counters[0], nc = counters[1], ns = counters[4];
     printf("counters"); for (int v : counters) printf(" %d", v); printf("\n");

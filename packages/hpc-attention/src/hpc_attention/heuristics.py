@@ -107,6 +107,17 @@ MAX_TAIL_PERCENT = 50
 # Read when `decode` is called (a CUDA graph keeps the capture's value).
 FIRST_PAGE_FROM_PLAN = True
 
+# Dynamic plans with Hkv > 1 lay the items on the line head by head (all requests of KV head 0,
+# then of head 1, ...) and cut it into at most C rounded down to a multiple of Hkv bins, so every
+# head's stretch is cut at the same token positions: CTAs that run in step read all KV heads of
+# the same pages together, and whole items fit the bins more often (64x0.5K at 64/8: 128 bins of
+# 4 items, no split at all). Measured with the planner's twin feeding the kernel (H200, eighth
+# session, NOTES.md; same process): 64/8 FP8 160.0 -> 156.6 us (1x128K+31x4K), 40.1 -> 36.4
+# (64x0.5K), 98.4 -> 94.1 (32x128+32x4K), BF16 49.3 -> 45.2 (64x0.5K), 276.3 -> 272.4 (64x4K);
+# no case slower. Used when plan_decode's `head_major` is None; tails (TAIL_PERCENT) keep the
+# request-major line.
+HEAD_MAJOR_LINE = True
+
 TILE_TOKENS = 64
 HEAD_DIM = 128
 MAX_GROUP = 16

@@ -139,6 +139,7 @@ class DecodePlan:
     kv_lens_ptr: int
     # The page table whose first-tile page ids the plan wrote (data_ptr, row stride, page size), or None.
     first_page_of: tuple[int, int, int] | None = None
+    head_major: bool = False  # the line holds the items head by head (heuristics.HEAD_MAJOR_LINE)
 
     def tables(self) -> PlanTables:
         """The device tables as Python lists (synchronises; for tests and debugging)."""
@@ -170,7 +171,7 @@ def _plan_op(kv_lens: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor
              min_tiles: int,
              static_splits: int, max_len: int, task_cost: int, tail_percent: int, tail_bin: int,
              max_tail_bins: int, page_table: torch.Tensor | None, page_size_log2: int,
-             bin_first_page: torch.Tensor) -> None:
+             bin_first_page: torch.Tensor, head_major: bool) -> None:
     _ext.load().decode_plan(
         page_table=page_table.data_ptr() if page_table is not None else 0,
         page_table_stride=page_table.stride(0) if page_table is not None else 0, page_size_log2=page_size_log2,
@@ -180,13 +181,14 @@ def _plan_op(kv_lens: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor
         tail_percent=tail_percent, tail_bin=tail_bin, max_tail_bins=max_tail_bins,
         tasks=tasks.data_ptr(),
         bin_start=bin_start.data_ptr(), bin_first=bin_first.data_ptr(), combine=combine.data_ptr(),
-        counters=counters.data_ptr(), slot_meta=slot_meta.data_ptr(), pdl=get_pdl(), stream=stream_ptr(kv_lens.device))
+        counters=counters.data_ptr(), slot_meta=slot_meta.data_ptr(), pdl=get_pdl(), stream=stream_ptr(kv_lens.device),
+        head_major=head_major)
 
 
 @_plan_op.register_fake
 def _(kv_lens, tasks, bin_start, bin_first, combine, counters, slot_meta, num_kv_heads, num_ctas, min_tiles,
       static_splits, max_len, task_cost, tail_percent, tail_bin, max_tail_bins, page_table, page_size_log2,
-      bin_first_page):
+      bin_first_page, head_major):
     return None
 
 
@@ -265,7 +267,7 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
                 min_tiles: int | None = None, kv_dtype: torch.dtype | None = None, task_cost: int | None = None,
                 tail_percent: int | None = None, tail_bin: int | None = None,
                 validate: bool | None = None, page_table: torch.Tensor | None = None,
-                page_size: int | None = None) -> DecodePlan:
+                page_size: int | None = None, head_major: bool | None = None) -> DecodePlan:
     """Build the decode plan on the device from the device-side lengths (no host sync).
 
     kv_lens: [B] int32 CUDA tensor, the KV length of each request (0 allowed). The plan reads
@@ -289,7 +291,9 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
     issues its first KV copies without a page-table read (heuristics.FIRST_PAGE_FROM_PLAN; used
     only when `decode` gets this same table with pages of >= 64 tokens, ignored otherwise). The
     ids are read when the plan kernel runs: the table's first pages must not change between
-    plan_decode and decode.
+    plan_decode and decode. head_major: lay the items on the work line head by head and cut it
+    into a multiple of Hkv bins (default heuristics.HEAD_MAJOR_LINE; only for dynamic plans with
+    Hkv > 1 and no claimable tail, ignored otherwise). Any plan gives correct results.
     """
     op = "plan_decode"
     check_tensor(kv_lens, "kv_lens", op, dtype=torch.int32, ndim=1, contiguous=True)
@@ -361,15 +365,19 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
             raise ValueError(f"{op}: page_table {list(page_table.shape)} of {page_size}-token pages does not cover "
                              f"{B} requests of up to {max_len} tokens")
         first_page_of = (page_table.data_ptr(), page_table.stride(0), int(page_size))
+    if head_major is None:
+        head_major = heuristics.HEAD_MAJOR_LINE
+    head_major = bool(head_major) and num_kv_heads > 1 and splits == 0 and tail == 0
     torch.ops.hpc_attention.plan_decode(kv_lens, ws.tasks, ws.bin_start, ws.bin_first, ws.combine, ws.counters,
                                         ws.slot_meta, num_kv_heads, ws.num_ctas, floor, splits, max_len, cost,
                                         tail if splits == 0 else 0, tbin, ws.max_tail_bins, page_table,
                                         int(page_size).bit_length() - 1 if page_table is not None else 0,
-                                        ws.bin_first_page)
+                                        ws.bin_first_page, head_major)
     return DecodePlan(workspace=ws, batch=B, num_kv_heads=num_kv_heads, num_qo_heads=num_qo_heads,
                       num_ctas=ws.num_ctas, static_splits=splits, min_tiles=floor,
                       task_cost=cost if splits == 0 else 0, tail_percent=tail if splits == 0 else 0, tail_bin=tbin,
-                      max_kv_len=max_len, kv_lens_ptr=kv_lens.data_ptr(), first_page_of=first_page_of)
+                      max_kv_len=max_len, kv_lens_ptr=kv_lens.data_ptr(), first_page_of=first_page_of,
+                      head_major=head_major)
 
 
 def _scale_arg(x, name: str, op: str, device: torch.device):

@@ -81,7 +81,8 @@ def _tiles(length: int) -> int:
 
 def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_tiles: int,
                 static_splits: int = 0, max_len: int | None = None, task_cost: int = 0,
-                tail_percent: int = 0, tail_bin: int = 0, max_tail_bins: int = 0) -> PlanTables:
+                tail_percent: int = 0, tail_bin: int = 0, max_tail_bins: int = 0,
+                head_major: bool = False) -> PlanTables:
     """The plan, computed the way the CUDA planner does (same integer arithmetic, same order).
 
     task_cost: tiles' worth of fixed cost charged on the work line (dynamic mode) to every
@@ -92,18 +93,26 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
     Claimable tail (dynamic mode, when all C owned bins are used): of
     T = min(line * tail_percent // 100, line - C * min_tiles) units, ne = T // tb bins of tb = max(tail_bin, ceil(T / max_tail_bins)) units each end the
     line (bins C .. C + ne - 1); the C owned bins share the rest. bin_start has
-    C + max_tail_bins + 1 entries; counters[7] = ne."""
+    C + max_tail_bins + 1 entries; counters[7] = ne.
+
+    head_major (dynamic mode, Hkv > 1; the CUDA planner's set_line_order): the line holds the
+    items head by head (all requests of KV head 0, then of head 1, ...) instead of request by
+    request, and is cut into at most C rounded down to a multiple of Hkv bins, so every head's
+    stretch of the line is cut at the same token positions and the CTAs that run in step read all
+    KV heads of the same pages together (bins from there to C stay empty)."""
     if max_len is None:
         max_len = max([0, *kv_lens])
     raw = [int(x) for x in kv_lens]
     lens = [min(max(x, 0), max_len) for x in raw]
     clamped = sum(1 for x in raw if x < 0 or x > max_len)
     hkv, C = num_kv_heads, num_ctas
+    head_major = bool(head_major) and hkv > 1 and static_splits <= 0 and len(raw) > 0
+    c_cut = C - C % hkv if head_major and C >= hkv else C  # bins the line may be cut into
     ntiles = [_tiles(x) for x in lens]
     total_tiles = sum(ntiles) * hkv
     cost = max(0, int(task_cost)) if static_splits <= 0 else 0
     # Charged items: non-empty and no longer than the tiles-only budget (total / nb0 tiles).
-    nb0 = min(C, max(1, total_tiles // max(1, min_tiles)))
+    nb0 = min(c_cut, max(1, total_tiles // max(1, min_tiles)))
 
     def cost_of(n: int) -> int:
         return cost if n > 0 and n * nb0 <= total_tiles else 0
@@ -112,10 +121,10 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
     dynamic = static_splits <= 0
     nb = 1
     if dynamic and total > 0:
-        nb = min(C, max(1, total // max(1, min_tiles)))
+        nb = min(c_cut, max(1, total // max(1, min_tiles)))
     # Claimable tail: ne bins of tb units at the end of the line, the nb owned bins over [0, x1).
     tb, ne = 1, 0
-    if dynamic and total > 0 and nb == C and tail_percent > 0 and tail_bin > 0 and max_tail_bins > 0:
+    if dynamic and total > 0 and nb == c_cut and tail_percent > 0 and tail_bin > 0 and max_tail_bins > 0:
         tail = min(total * int(tail_percent) // 100, total - nb * max(1, min_tiles))  # owned bins keep the floor
         if tail > 0:
             tb = max(int(tail_bin), -(-tail // max_tail_bins))
@@ -139,12 +148,14 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
     # Items in order, with the start of their fixed cost (s0) and of their tiles (s) on the line.
     items = []
     pos = 0
-    for b, n in enumerate(ntiles):
-        for h in range(hkv):
-            s0 = pos
-            s = s0 + cost_of(n)
-            items.append((b * hkv + h, lens[b], n, s, parts_of(s, n), s0))
-            pos = s + n
+    order = ([(b, h) for h in range(hkv) for b in range(len(ntiles))] if head_major
+             else [(b, h) for b in range(len(ntiles)) for h in range(hkv)])
+    for b, h in order:
+        n = ntiles[b]
+        s0 = pos
+        s = s0 + cost_of(n)
+        items.append((b * hkv + h, lens[b], n, s, parts_of(s, n), s0))
+        pos = s + n
     num_tasks = sum(it[4] for it in items)
 
     tasks: list = [None] * num_tasks

@@ -34,7 +34,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       [](uintptr_t kv_lens, int batch, int num_kv_heads, int num_bins, int min_tiles, int static_splits,
          int max_len, int task_cost, int tail_percent, int tail_bin, int max_tail_bins, uintptr_t tasks, uintptr_t bin_start, uintptr_t bin_first, uintptr_t combine,
          uintptr_t counters, uintptr_t slot_meta, bool pdl, uintptr_t stream, uintptr_t page_table,
-         long long page_table_stride, int page_size_log2, uintptr_t bin_first_page) {
+         long long page_table_stride, int page_size_log2, uintptr_t bin_first_page, bool head_major) {
         DecodePlanParams p{};
         p.kv_lens = hpc::as_ptr<const int32_t>(kv_lens);
         p.batch = batch;
@@ -57,6 +57,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.page_table_stride = page_table_stride;
         p.page_size_log2 = page_size_log2;
         p.bin_first_page = hpc::as_ptr<int32_t>(bin_first_page);
+        set_line_order(p, head_major);
         HPC_CUDA_CHECK(hpc_attn_launch_decode_plan(p, hpc::as_stream(stream), pdl), "decode_plan");
       },
       py::arg("kv_lens"), py::arg("batch"), py::arg("num_kv_heads"), py::arg("num_bins"), py::arg("min_tiles"),
@@ -64,7 +65,8 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       py::arg("tail_bin"), py::arg("max_tail_bins"), py::arg("tasks"), py::arg("bin_start"),
       py::arg("bin_first"), py::arg("combine"),
       py::arg("counters"), py::arg("slot_meta"), py::arg("pdl"), py::arg("stream"), py::arg("page_table") = 0,
-      py::arg("page_table_stride") = 0, py::arg("page_size_log2") = 0, py::arg("bin_first_page") = 0);
+      py::arg("page_table_stride") = 0, py::arg("page_size_log2") = 0, py::arg("bin_first_page") = 0,
+      py::arg("head_major") = false);
 
   m.def(
       "paged_decode",

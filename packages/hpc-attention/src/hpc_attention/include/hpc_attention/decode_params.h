@@ -55,7 +55,37 @@ struct DecodePlanParams {
   long long page_table_stride;
   int page_size_log2;
   int32_t* bin_first_page;  // [num_bins + max_tail_bins]
+  // Head-major line (dynamic plans; set by set_line_order): line_heads = the real Hkv (> 1). The
+  // planner then sees batch = B * Hkv virtual requests of one KV head each, v = h * B + b, and
+  // num_kv_heads = 1, so the line holds every request of head 0, then of head 1, ...;
+  // line_batch = B and line_batch_magic = floor((2^32 - 1) / B) turn v back into (b, h).
+  // 0: the request-major line (request by request, its heads in order).
+  int line_heads;
+  int line_batch;
+  unsigned line_batch_magic;
+  // Bins the line may be cut into: num_bins, or, head-major, num_bins rounded down to a multiple
+  // of Hkv, so that every head's stretch of the line is cut at the same token positions.
+  int cut_bins;
 };
+
+// Fill the line-order fields of a plan's parameters (batch, num_kv_heads, num_bins and
+// static_splits set). Why head-major (H200, NOTES.md, eighth session): with every head's line cut
+// alike, the CTAs that run in step read all KV heads of the same pages together; 64/8 plans ran
+// 1-4 us faster (twin plans fed to the kernel) than with the request-major line.
+inline void set_line_order(DecodePlanParams& p, bool head_major) {
+  p.cut_bins = p.num_bins;
+  p.line_heads = 0;
+  p.line_batch = 0;
+  p.line_batch_magic = 0;
+  if (head_major && p.num_kv_heads > 1 && p.static_splits <= 0 && p.batch > 0) {
+    p.line_heads = p.num_kv_heads;
+    p.line_batch = p.batch;
+    p.line_batch_magic = 0xffffffffu / static_cast<unsigned>(p.batch);
+    p.batch *= p.num_kv_heads;
+    p.num_kv_heads = 1;
+    if (p.num_bins >= p.line_heads) p.cut_bins = p.num_bins - p.num_bins % p.line_heads;
+  }
+}
 
 struct PagedDecodeParams {
   // TMA producer only (launch with tma = true): 4-D maps of the K and V caches over
@@ -109,7 +139,8 @@ struct PagedDecodeParams {
   int diag;   // benchmark diagnostics only: bit 0 = consumers skip the math (output undefined);
               // bit 1 (host side) = TMA maps of FP8 caches with 256-byte L2 promotion;
               // bit 2 = first task read from tasks[bin_start] (after it) instead of bin_first;
-              // bit 3 = split-item arrival with a per-thread SC fence (the version-4 protocol)
+              // bit 3 = split-item arrival with a per-thread SC fence (the version-4 protocol);
+              // bit 4 = a bin's tasks run in line order (see task_at_position)
 };
 
 constexpr int kCombineThreads = 256;

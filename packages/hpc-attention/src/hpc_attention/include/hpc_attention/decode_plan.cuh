@@ -41,7 +41,7 @@ __device__ __noinline__ int2 count_charged(const DecodePlanParams& p, int r0, in
   int w[4] = {0, 0, 0, 0};
 #pragma unroll 1
   for (int b = r0; b < r1; ++b) {
-    const int n = tiles_of(b == r0 ? len0 : clamp_len(p, p.kv_lens[b]));
+    const int n = tiles_of(b == r0 ? len0 : clamp_len(p, line_len(p, b)));
     w[0] += n > 0 && static_cast<unsigned long long>(n) * nb0 <= total ? nh : 0;
   }
   int t[4];
@@ -50,7 +50,10 @@ __device__ __noinline__ int2 count_charged(const DecodePlanParams& p, int r0, in
 }
 
 
-__global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_constant__ DecodePlanParams p) {
+// minBlocksPerSM = 1 spelled out: with only the thread count, ptxas 13.0 sometimes settles on 64
+// registers and spills (160-byte stack, 216 bytes in plan_dynamic_general) after unrelated edits
+// of the out-of-line plans; with it the kernel takes 108-112 registers and no spill.
+__global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __grid_constant__ DecodePlanParams p) {
   const int tid = threadIdx.x;
   const int hkv = p.num_kv_heads;
   const bool dynamic = p.static_splits <= 0;
@@ -95,17 +98,29 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_
   // lengths (block sum) and the longest request in tiles (block max).
   int v[4] = {0, 0, 0, 0};
   int len0 = 0;
-#pragma unroll 1
-  for (int b = r0; b < r1; ++b) {
-    const int raw = p.kv_lens[b];
+  auto count = [&](int b, int raw) {
     const int len = clamp_len(p, raw);
     if (b == r0) len0 = len;
     const int n = tiles(len);
     v[0] += n * nh;
     v[1] += n > 0 ? nh : 0;
-    v[2] += (h0 == 0 && (raw < 0 || raw > p.max_len)) ? 1 : 0;
+    // (each request once: head 0's copy on the head-major line)
+    v[2] += (h0 == 0 && (p.line_heads <= 1 || b < p.line_batch) && (raw < 0 || raw > p.max_len)) ? 1 : 0;
     v[3] = max(v[3], n);
+  };
+  // The first kPass1Loads lengths with independent loads (one DRAM round trip, not one per
+  // request: on the head-major line a thread has 4 requests at batch 256 with 8 KV heads; later
+  // passes find them in L1), then the rest one by one.
+  constexpr int kPass1Loads = 4;
+  int raw_first[kPass1Loads];
+#pragma unroll
+  for (int j = 0; j < kPass1Loads; ++j) raw_first[j] = r0 + j < r1 ? line_len(p, r0 + j) : 0;
+#pragma unroll
+  for (int j = 0; j < kPass1Loads; ++j) {
+    if (r0 + j < r1) count(r0 + j, raw_first[j]);
   }
+#pragma unroll 1
+  for (int b = r0 + kPass1Loads; b < r1; ++b) count(b, line_len(p, b));
   int tot[4];
   block_scan<2, true>(v, tot, sh.scan[0]);
   const int total = tot[0];
@@ -120,7 +135,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_
     FastDiv by_floor;
     by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
     int nb0 = static_cast<int>(by_floor(static_cast<unsigned>(total)));
-    nb0 = nb0 < 1 ? 1 : (nb0 > p.num_bins ? p.num_bins : nb0);
+    nb0 = nb0 < 1 ? 1 : (nb0 > p.cut_bins ? p.cut_bins : nb0);
     int pre_charged = v[1], charged = tot[1];
     if (ovh > 0 && static_cast<unsigned long long>(tot[3]) * static_cast<unsigned>(nb0) > static_cast<unsigned>(total)) {
       // block-uniform: some request is longer than the tiles-only budget
@@ -135,7 +150,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_plan_kernel(const __grid_
     int nb = 1;
     if (fast) {
       nb = static_cast<int>(by_floor(static_cast<unsigned>(line)));
-      nb = nb < 1 ? 1 : (nb > p.num_bins ? p.num_bins : nb);
+      nb = nb < 1 ? 1 : (nb > p.cut_bins ? p.cut_bins : nb);
       fast = (line + 1) * nb + line < 0xFFFFFFFFll;
     }
     if (fast) {

@@ -45,7 +45,7 @@ __device__ __noinline__ void write_first_pages_global(const DecodePlanParams& p)
   for (int c = kFirstPageSmemBins + threadIdx.x; c < nbins; c += kPlanThreads) {
     if (__ldcg(p.bin_start + c) < __ldcg(p.bin_start + c + 1)) {
       const int4 t4 = __ldcg(p.bin_first + c);
-      const int b = t4.x / p.num_kv_heads;
+      const int b = t4.x / (p.line_heads > 1 ? p.line_heads : p.num_kv_heads);
       p.bin_first_page[c] = p.page_table[b * p.page_table_stride + ((t4.y * kTileTokens) >> p.page_size_log2)];
     }
   }
@@ -134,6 +134,33 @@ __device__ __forceinline__ int clamp_len(const DecodePlanParams& p, int raw) {
 }
 __device__ __forceinline__ int tiles_of(int len) { return (len + kTileTokens - 1) / kTileTokens; }
 
+// The line's request v as (real request, head): v itself and head h on the request-major line;
+// on the head-major line (set_line_order) v = head * B + request, split with the precomputed
+// reciprocal of B (a multiply-high and one correction, as FastDiv).
+__device__ __forceinline__ int2 line_request_head(const DecodePlanParams& p, int v) {
+  unsigned q = __umulhi(static_cast<unsigned>(v), p.line_batch_magic);
+  int r = v - static_cast<int>(q) * p.line_batch;
+  if (r >= p.line_batch) {
+    r -= p.line_batch;
+    ++q;
+  }
+  return make_int2(r, static_cast<int>(q));
+}
+// The real request of line request v (page-table row, KV length).
+__device__ __forceinline__ int line_request(const DecodePlanParams& p, int v) {
+  return p.line_heads > 1 ? line_request_head(p, v).x : v;
+}
+// The item id (request * Hkv + head) of head h of line request v.
+__device__ __forceinline__ int line_item(const DecodePlanParams& p, int v, int h) {
+  if (p.line_heads > 1) {
+    const int2 rh = line_request_head(p, v);
+    return rh.x * p.line_heads + rh.y;
+  }
+  return v * p.num_kv_heads + h;
+}
+// The raw KV length of line request v.
+__device__ __forceinline__ int line_len(const DecodePlanParams& p, int v) { return p.kv_lens[line_request(p, v)]; }
+
 __device__ __forceinline__ int static_chunk(int n, int splits) { return (n + splits - 1) / splits; }
 __device__ __forceinline__ int item_parts_static(int n, int splits) {
   if (n == 0) return 0;
@@ -170,7 +197,7 @@ __device__ __forceinline__ void write_item_by_warp(const DecodePlanParams& p, co
     if (cs >= s0) {
       p.bin_start[c] = t_ + q;
       p.bin_first[c] = t4;
-      note_first(static_cast<int>(c), bb, t4.y);
+      note_first(static_cast<int>(c), line_request(p, bb), t4.y);
     }
   }
   if (parts > 1) {

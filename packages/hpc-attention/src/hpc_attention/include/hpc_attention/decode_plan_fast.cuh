@@ -51,7 +51,6 @@ struct FastLine {
 __device__ __noinline__ int4 write_long_request(const DecodePlanParams& p, const FastLine L, int src, int b, int len,
                                                int n, unsigned S, unsigned ovh, int h0, int h1, int task, int slot,
                                                int comb) {
-  const int hkv = p.num_kv_heads;
   const int bb = __shfl_sync(0xffffffffu, b, src);
   const int ll = __shfl_sync(0xffffffffu, len, src);
   const unsigned nn = __shfl_sync(0xffffffffu, n, src);
@@ -63,7 +62,7 @@ __device__ __noinline__ int4 write_long_request(const DecodePlanParams& p, const
   int c_ = __shfl_sync(0xffffffffu, comb, src);
   unsigned s0 = SS;
   for (int h = hh0; h < hh1; ++h, s0 += nn + oo) {
-    write_item_by_warp<unsigned>(p, L, bb * hkv + h, bb, ll, s0, s0 + oo, s0 + oo + nn, t_, s_, c_);
+    write_item_by_warp<unsigned>(p, L, line_item(p, bb, h), bb, ll, s0, s0 + oo, s0 + oo + nn, t_, s_, c_);
   }
   return make_int4(t_, s_, c_, 0);
 }
@@ -85,10 +84,9 @@ __device__ __noinline__ void write_nested_bins(const DecodePlanParams& p, const 
 __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int r1, int h0, int h1, int chunk,
                                           int len0, unsigned line0, unsigned line, unsigned nb, unsigned ovh,
                                           unsigned nb0, int total_tiles, int clamped) {
-  const int hkv = p.num_kv_heads;
   const int nh = h1 - h0;
   const int lane = threadIdx.x & 31;
-  auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, p.kv_lens[b]); };
+  auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, line_len(p, b)); };
   auto tiles = tiles_of;
   auto cost_of = [&](int n) {
     return n > 0 && static_cast<unsigned long long>(n) * nb0 <= static_cast<unsigned>(total_tiles) ? ovh : 0u;
@@ -168,12 +166,12 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
     const bool is_long = units > long_units;
     if (valid && n == 0) {
 #pragma unroll 1
-      for (int h = h0; h < h1; ++h) p.combine[comb++] = make_int4(b * hkv + h, 0, 0, 0);
+      for (int h = h0; h < h1; ++h) p.combine[comb++] = make_int4(line_item(p, b, h), 0, 0, 0);
     } else if (valid && !is_long) {
       unsigned s0 = pos;
 #pragma unroll 1
       for (int h = h0; h < h1; ++h, s0 += span) {
-        const int item = b * hkv + h;
+        const int item = line_item(p, b, h);
         const unsigned s = s0 + ovh_b, e = s + n;
         unsigned c = L.bin_of(s);
         const unsigned last = L.bin_of(e - 1);
@@ -195,7 +193,7 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
           if (opens) {
             p.bin_start[c] = task;
             p.bin_first[c] = t4;
-            note_first(static_cast<int>(c), b, tile);
+            note_first(static_cast<int>(c), line_request(p, b), tile);
           }
           ++task;
           if (last_part) break;

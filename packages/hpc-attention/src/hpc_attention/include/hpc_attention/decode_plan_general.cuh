@@ -77,23 +77,22 @@ __device__ __noinline__ void plan_dynamic_general(const DecodePlanParams& p, int
                                                   long long total_tiles, long long nb0, int clamped_total) {
   using T = unsigned long long;
   constexpr int kWalkMax = kPlanWalkMax;
-  const int hkv = p.num_kv_heads;
   const int nh = h1 - h0;
   const T task_cost = static_cast<T>(p.task_cost > 0 ? p.task_cost : 0);
   auto cost_of = [&](int n) {  // fixed cost units of an item of n tiles (see above)
     return n > 0 && static_cast<long long>(n) * nb0 <= total_tiles ? task_cost : T(0);
   };
   const int lane = threadIdx.x & 31;
-  auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, p.kv_lens[b]); };
+  auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, line_len(p, b)); };
   auto tiles = tiles_of;
   const int floor_tiles = p.min_tiles > 0 ? p.min_tiles : 1;
   long long nb = div_nonneg(total_ll, floor_tiles);
-  nb = nb < 1 ? 1 : (nb > p.num_bins ? p.num_bins : nb);
+  nb = nb < 1 ? 1 : (nb > p.cut_bins ? p.cut_bins : nb);
   // Claimable tail: only when every owned bin is used (otherwise CTAs are idle anyway).
   // T = tail_percent % of the line (at most what leaves every owned bin its floor) in ne bins of
   // tb >= tail_bin units, ne <= max_tail_bins.
   long long ne = 0, tail_bin = 1;
-  if (p.tail_percent > 0 && p.tail_bin > 0 && p.max_tail_bins > 0 && nb == p.num_bins) {
+  if (p.tail_percent > 0 && p.tail_bin > 0 && p.max_tail_bins > 0 && nb == p.cut_bins) {
     long long tail = div_nonneg(total_ll * p.tail_percent, 100);
     tail = min(tail, total_ll - nb * floor_tiles);  // negative when the line is short of nb floors
     if (tail > 0) {
@@ -179,12 +178,12 @@ __device__ __noinline__ void plan_dynamic_general(const DecodePlanParams& p, int
       is_long = L.bin_of(E - 1) - bS > static_cast<T>(kWalkMax);
     }
     if (valid && n == 0) {
-      for (int h = h0; h < h1; ++h) p.combine[comb++] = make_int4(b * hkv + h, 0, 0, 0);
+      for (int h = h0; h < h1; ++h) p.combine[comb++] = make_int4(line_item(p, b, h), 0, 0, 0);
     } else if (valid && !is_long) {
       BinWalk<T> w;
       w.init(L, bS);
       for (int h = h0; h < h1; ++h) {
-        const int item = b * hkv + h;
+        const int item = line_item(p, b, h);
         const T s0 = S + static_cast<T>(h - h0) * span, s = s0 + ovh, e = s + n;
         while (w.ce <= s) {  // bins wholly inside my fixed cost: empty, they start at my task
           if (w.cs >= s0) p.bin_start[w.c] = task;
@@ -201,7 +200,7 @@ __device__ __noinline__ void plan_dynamic_general(const DecodePlanParams& p, int
           if (w.cs >= s0) {  // no earlier item has tiles in this bin: the bin starts here
             p.bin_start[w.c] = task;
             p.bin_first[w.c] = t4;
-            note_first(static_cast<int>(w.c), b, t4.y);
+            note_first(static_cast<int>(w.c), line_request(p, b), t4.y);
           }
           ++task;
           ++q;
@@ -234,7 +233,7 @@ __device__ __noinline__ void plan_dynamic_general(const DecodePlanParams& p, int
       int c_ = __shfl_sync(0xffffffffu, comb, src);
       for (int h = hh0; h < hh1; ++h) {
         const T s0 = SS + static_cast<T>(h - hh0) * sp, s = s0 + ovh;
-        write_item_by_warp<T>(p, L, bb * hkv + h, bb, ll, s0, s, s + nn, t_, s_, c_);
+        write_item_by_warp<T>(p, L, line_item(p, bb, h), bb, ll, s0, s, s + nn, t_, s_, c_);
       }
       if (lane == src) {
         task = t_;
