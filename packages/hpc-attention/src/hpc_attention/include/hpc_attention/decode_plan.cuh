@@ -98,7 +98,9 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
   // lengths (block sum) and the longest request in tiles (block max).
   int v[4] = {0, 0, 0, 0};
   int len0 = 0;
-  auto count = [&](int b, int raw) {
+#pragma unroll 1
+  for (int b = r0; b < r1; ++b) {
+    const int raw = line_len(p, b);
     const int len = clamp_len(p, raw);
     if (b == r0) len0 = len;
     const int n = tiles(len);
@@ -107,20 +109,7 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
     // (each request once: head 0's copy on the head-major line)
     v[2] += (h0 == 0 && (p.line_heads <= 1 || b < p.line_batch) && (raw < 0 || raw > p.max_len)) ? 1 : 0;
     v[3] = max(v[3], n);
-  };
-  // The first kPass1Loads lengths with independent loads (one DRAM round trip, not one per
-  // request: on the head-major line a thread has 4 requests at batch 256 with 8 KV heads; later
-  // passes find them in L1), then the rest one by one.
-  constexpr int kPass1Loads = 4;
-  int raw_first[kPass1Loads];
-#pragma unroll
-  for (int j = 0; j < kPass1Loads; ++j) raw_first[j] = r0 + j < r1 ? line_len(p, r0 + j) : 0;
-#pragma unroll
-  for (int j = 0; j < kPass1Loads; ++j) {
-    if (r0 + j < r1) count(r0 + j, raw_first[j]);
   }
-#pragma unroll 1
-  for (int b = r0 + kPass1Loads; b < r1; ++b) count(b, line_len(p, b));
   int tot[4];
   block_scan<2, true>(v, tot, sh.scan[0]);
   const int total = tot[0];
