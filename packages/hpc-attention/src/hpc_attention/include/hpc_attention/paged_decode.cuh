@@ -39,6 +39,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "hpc_attention/sm90_primitives.cuh"
 #include "hpc_attention/decode_params.h"
@@ -130,8 +131,10 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     // and exp2 instead of after them. Why: one consumer warp per sub-partition walks each tile
     // as a dependent chain with nothing to hide its latencies (0.8 us per tile for BF16 and FP8
     // alike, HISTORY.md "widened"); the next tile's scores are the independent work at hand.
-    // At a task's last tile the look-ahead recomputes the current tile's scores (discarded):
-    // the next tile belongs to another task (other Q rows) or to no task at all.
+    // A task's last tile runs as a second copy of the body without the look-ahead (kNext false):
+    // the next tile belongs to another task (other Q rows) or to no task at all. (Until the
+    // eighth session the one body recomputed the current tile's scores there and discarded
+    // them: one tile of S products per task, half the score work of a 2-tile task.)
     const uint8_t* sb = smem + stage * Cfg::kStageBytes;
     float s[2][4];
     if (!(p.diag & 1) && task.y < tile_end) {
@@ -140,16 +143,15 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       load_q_frags<kFp8Kv, kFp8Q>(sb + Cfg::kQOff, qa);
       tile_scores<Cfg, kFp8Kv>(sb, qa, s);
     }
-    for (int tile = (p.diag & 1) ? tile_end : task.y; tile < tile_end; ++tile) {
+    auto tile_body = [&](const int tile, auto next_tag) {
+      constexpr bool kNext = decltype(next_tag)::value;  // tile + 1 < tile_end
       const int valid = min(Cfg::kTile, task.z - tile * Cfg::kTile);
       const int nstage = stage + 1 == Cfg::kStages ? 0 : stage + 1;
       const uint32_t nphase = nstage == 0 ? phase ^ 1 : phase;
       float sn[2][4];
-      if constexpr (kScoreLookahead) {
-        const bool has_next = tile + 1 < tile_end;
-        if (has_next) mbar_wait(&full[nstage], nphase);
-        const uint8_t* nsb = has_next ? smem + nstage * Cfg::kStageBytes : sb;
-        tile_scores<Cfg, kFp8Kv>(nsb, qa, sn);
+      if constexpr (kScoreLookahead && kNext) {
+        mbar_wait(&full[nstage], nphase);
+        tile_scores<Cfg, kFp8Kv>(smem + nstage * Cfg::kStageBytes, qa, sn);
       }
 
       // ---- online softmax (log2 domain), tokens past the length masked ----
@@ -215,7 +217,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       stage = nstage;
       phase = nphase;
       sb = smem + stage * Cfg::kStageBytes;
-      if (tile + 1 < tile_end) {
+      if constexpr (kNext) {
         if constexpr (kScoreLookahead) {
 #pragma unroll
           for (int n = 0; n < 2; ++n) {
@@ -227,6 +229,10 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
           tile_scores<Cfg, kFp8Kv>(sb, qa, s);
         }
       }
+    };
+    if (!(p.diag & 1) && task.y < tile_end) {
+      for (int tile = task.y; tile + 1 < tile_end; ++tile) tile_body(tile, std::true_type{});
+      tile_body(tile_end - 1, std::false_type{});
     }
 
     if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlLastTile, tl_clock());  // a store: no stall
