@@ -86,7 +86,8 @@ def _cases(quick: bool, sizes=None, modes=MODES):
 # short-segment kernel for groups); `ours_generic_kernel` uses neither the bulk nor the
 # short-segment kernel (group / per-head rows only).
 # `ours_store_first`: the bulk kernel's 8fdf820 order (a tile's store, then its stage's refill;
-# the default refills first since the fifth pass). Rows of modes that do not take the bulk kernel
+# the default refills first since the fifth pass). `ours_early_refill`: rows wider than 128
+# vectors (per-token) refill the stage at the row-max barrier. Rows of modes that do not take the bulk kernel
 # (per-tensor dynamic, odd N) equal `ours`.
 OLD_BULK_KERNEL_MODES = frozenset({"per_tensor_static", "per_token", "group", "per_head"})
 PROVIDERS = {
@@ -96,6 +97,7 @@ PROVIDERS = {
     "ours_register": dict(USE_BULK_KERNEL=False),
     "ours_generic_kernel": dict(USE_BULK_KERNEL=False, USE_SHORT_SEGMENT_KERNEL=False),
     "ours_store_first": dict(BULK_VARIANT=1),  # fifth pass: the bulk kernel's 8fdf820 order
+    "ours_early_refill": dict(BULK_VARIANT=2),  # eighth session: refill at the row-max barrier
     "torch_ref": None,
 }
 

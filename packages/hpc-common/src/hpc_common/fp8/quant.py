@@ -112,7 +112,8 @@ FLAT_AMAX_KERNEL = True
 
 # Bulk kernel order after a tile's block barrier (FP8_HISTORY.md, fifth pass): 0 = the default,
 # thread 0 refills the tile's stage, then stores the tile (H200: 64 MB calls 0.3-0.8 us faster);
-# 1 = the 8fdf820 order (store, then refill). Same bits out either way.
+# 1 = the 8fdf820 order (store, then refill); 2 = per-token rows wider than 128 vectors refill
+# the stage at the row-max barrier (not yet measured, FP8_NOTES.md). Same bits out either way.
 BULK_VARIANT = 0
 # Diagnosis only (scripts/fp8_timeline.py): a CUDA int64 tensor of at least
 # grid * TIMELINE_SLOTS elements; the bulk kernel then writes per-CTA %globaltimer stamps into it
