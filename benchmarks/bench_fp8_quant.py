@@ -87,7 +87,8 @@ def _cases(quick: bool, sizes=None, modes=MODES):
 # short-segment kernel (group / per-head rows only).
 # `ours_store_first`: the bulk kernel's 8fdf820 order (a tile's store, then its stage's refill;
 # the default refills first since the fifth pass). `ours_early_refill`: rows wider than 128
-# vectors (per-token) refill the stage at the row-max barrier. Rows of modes that do not take the bulk kernel
+# vectors (per-token) refill the stage at the row-max barrier; `ours_row_groups`: rows whose starts
+# are not 16-byte aligned (odd N) take the one-warp-per-row kernel (both experimental). Rows of modes that do not take the bulk kernel
 # (per-tensor dynamic, odd N) equal `ours`.
 OLD_BULK_KERNEL_MODES = frozenset({"per_tensor_static", "per_token", "group", "per_head"})
 PROVIDERS = {
@@ -98,6 +99,7 @@ PROVIDERS = {
     "ours_generic_kernel": dict(USE_BULK_KERNEL=False, USE_SHORT_SEGMENT_KERNEL=False),
     "ours_store_first": dict(BULK_VARIANT=1),  # fifth pass: the bulk kernel's 8fdf820 order
     "ours_early_refill": dict(BULK_VARIANT=2),  # eighth session: refill at the row-max barrier
+    "ours_row_groups": dict(USE_ROW_GROUP_KERNEL=True),  # eighth session: odd-N rows, a warp per row
     "torch_ref": None,
 }
 

@@ -84,6 +84,10 @@ def _vectorizable(x: torch.Tensor, out: torch.Tensor, geo: dict) -> tuple[bool, 
 # Rows whose starts are not 16-byte aligned (odd N, column offsets) take the vector path with a
 # scalar head per segment when x and out are misaligned alike (FP8_HISTORY.md); off: scalar path.
 USE_PEELED_VECTOR_PATH = True
+# Such rows with dynamic per-group (or per-token) scales: one warp per row, one scalar head per
+# row (fp8_quant_row_groups.cuh) instead of a 2-lane team and a head per group. Experimental:
+# built in the eighth session, not yet run on a GPU, so off by default (FP8_NOTES.md).
+USE_ROW_GROUP_KERNEL = False
 
 
 # Group-128 / per-head quantisation takes the short-segment kernel (fp8_quant_small_seg.cuh);
@@ -156,7 +160,7 @@ def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor
         scale_source=scale_source, per_tensor_dynamic=per_tensor_dynamic, ue8m0=bool(ue8m0),
         vectorized=vectorized, short_segments=USE_SHORT_SEGMENT_KERNEL, num_sms=num_sms, pdl=get_pdl(),
         stream=stream_ptr(x.device), bulk=_bulk_for(mode, scale_source), peel=peel,
-        flat_amax=FLAT_AMAX_KERNEL, bulk_variant=BULK_VARIANT,
+        flat_amax=FLAT_AMAX_KERNEL, bulk_variant=BULK_VARIANT, row_groups=USE_ROW_GROUP_KERNEL,
         timeline=BULK_TIMELINE.data_ptr() if BULK_TIMELINE is not None else 0, **geo)
 
 
