@@ -43,12 +43,12 @@ def check_counters_zero(ws):
 
 
 def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out=None, task_cost=None,
-        tail_percent=None, tail_bin=None):
+        tail_percent=None, tail_bin=None, head_major=None):
     B, Hq = case.q.shape[:2]
     Hkv = case.k.shape[2]
     ws = ws or ha.DecodeWorkspace(B, Hkv, Hq, case.max_kv_len, num_ctas=num_ctas, static_splits=static_splits)
     plan = ha.plan_decode(case.kv_lens, Hkv, Hq, workspace=ws, static_splits=static_splits, min_tiles=min_tiles,
-                          task_cost=task_cost, tail_percent=tail_percent, tail_bin=tail_bin)
+                          task_cost=task_cost, tail_percent=tail_percent, tail_bin=tail_bin, head_major=head_major)
     out = out if out is not None else poisoned_empty(B, Hq, 128, dtype=torch.bfloat16, device=case.q.device)
     out = ha.decode(case.q, case.k, case.v, case.page_table, case.kv_lens, plan, sm_scale=case.sm_scale,
                     k_scale=case.k_scale, v_scale=case.v_scale, q_scale=case.q_scale, out=out)
@@ -469,13 +469,8 @@ def test_run_order_same_bits(hkv, kv_dtype, producer, merge_mode, monkeypatch):
         outs = []
         for flags in (0, 16):
             monkeypatch.setitem(dec.DIAG, "flags", flags)
-            B, Hq = case.q.shape[:2]
-            ws = ha.DecodeWorkspace(B, hkv, Hq, case.max_kv_len, num_ctas=6)
-            plan = ha.plan_decode(case.kv_lens, hkv, Hq, workspace=ws, min_tiles=1, head_major=head_major)
-            out = poisoned_empty(B, Hq, 128, dtype=torch.bfloat16, device=case.q.device)
-            ha.decode(case.q, case.k, case.v, case.page_table, case.kv_lens, plan, sm_scale=case.sm_scale,
-                      k_scale=case.k_scale, v_scale=case.v_scale, q_scale=case.q_scale, out=out)
-            check_counters_zero(ws)
+            out, plan = run(case, num_ctas=6, min_tiles=1, head_major=head_major)
+            check_counters_zero(plan.workspace)
             outs.append(out)
         check_accuracy(outs[0], case)
         assert_bitwise_equal(outs[1], outs[0], name=f"bins in line order, head_major {head_major}")

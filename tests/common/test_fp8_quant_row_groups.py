@@ -6,23 +6,11 @@ all three input dtypes, special values, and a storage offset."""
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 from _fp8_cases import assert_same, make_input, run, run_ref
 
 from hpc_common.fp8 import quant
-
-
-@contextlib.contextmanager
-def row_group_kernel(on: bool):
-    saved = quant.USE_ROW_GROUP_KERNEL
-    quant.USE_ROW_GROUP_KERNEL = on
-    try:
-        yield
-    finally:
-        quant.USE_ROW_GROUP_KERNEL = saved
 
 
 # (mode, shape, group_size): every row start misaligned (odd N), groups straddling vectors. The
@@ -45,25 +33,25 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("mode,shape,group_size", CASES, ids=lambda c: str(c))
-def test_row_group_kernel_matches_reference(cuda, mode, shape, group_size, dtype):
+def test_row_group_kernel_matches_reference(cuda, mode, shape, group_size, dtype, monkeypatch):
     x = make_input(shape, dtype, seed=sum(shape) + group_size, device=cuda)
     kw = {} if mode == "per_token" else {"group_size": group_size}
     kw["ue8m0"] = dtype == torch.float16
     want = run_ref(mode, x.cpu(), **kw)
     for on in (True, False):
-        with row_group_kernel(on):
-            got = run(mode, x, **kw)
+        monkeypatch.setattr(quant, "USE_ROW_GROUP_KERNEL", on)
+        got = run(mode, x, **kw)
         assert_same(got, want, what=f"row groups {on} {mode} {shape} {dtype}")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("offset", [8, 24])
-def test_row_group_kernel_with_a_storage_offset(cuda, offset):
+def test_row_group_kernel_with_a_storage_offset(cuda, offset, monkeypatch):
     """x a view `offset` elements into its storage (x and the contiguous output stay misaligned
     alike, as the peeled path needs: the offset is a whole number of vectors), odd N."""
     flat = make_input((40 * 4095 + 64,), torch.bfloat16, 11 + offset, device=cuda)
     x = flat[offset:offset + 40 * 4095].view(40, 4095)
     want = run_ref("group", x.cpu(), group_size=128)
-    with row_group_kernel(True):
-        got = run("group", x, group_size=128)
+    monkeypatch.setattr(quant, "USE_ROW_GROUP_KERNEL", True)
+    got = run("group", x, group_size=128)
     assert_same(got, want, what=f"row groups, storage offset {offset}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from hpc_common.testing import poisoned_empty
+from hpc_common.testing import assert_bitwise_equal, poisoned_empty
 
 from hpc_router_gemm.reference import router_gemm_reference, topk_experts, topk_gap
 
@@ -63,6 +63,29 @@ def launch_poisoned(x: torch.Tensor, rw, plan, pdl=None, out=None) -> torch.Tens
         out = poisoned_empty(x.shape[0], rw.weight.shape[0], dtype=torch.float32, device=x.device)
     launch(x, rw, out, plan, pdl=pdl)
     return out
+
+
+def check_plan_and_twins(x: torch.Tensor, rw, plan, *, tag: str, twins=()) -> torch.Tensor:
+    """One pinned plan against FP64 (top-8 within the error budget), then every (name, plan) of
+    `twins` (the same plan again for a rerun, or a plan that must give the same arithmetic)
+    bitwise equal to it. Returns the output."""
+    out = launch_poisoned(x, rw, plan)
+    check_against_fp64(out, x, rw.weight, strict_top8=False, tag=tag)
+    for name, twin in twins:
+        assert_bitwise_equal(launch_poisoned(x, rw, twin), out, name=f"{name} {tag}")
+    return out
+
+
+def assert_graph_replays(x: torch.Tensor, rw, plan, expected: torch.Tensor, *, name: str, replays: int = 1) -> None:
+    """The plan captured in a CUDA graph (capture_on_side_stream) and replayed `replays` times,
+    the output poisoned before each: every replay gives `expected`'s bits."""
+    out = poisoned_empty(x.shape[0], rw.weight.shape[0], dtype=torch.float32, device=x.device)
+    g = capture_on_side_stream(lambda: launch_poisoned(x, rw, plan, out=out))
+    for _ in range(replays):
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert_bitwise_equal(out, expected, name=name)
 
 
 def capture_on_side_stream(fn) -> torch.cuda.CUDAGraph:

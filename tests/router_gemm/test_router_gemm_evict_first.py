@@ -9,13 +9,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import torch
-from hpc_common.testing import assert_bitwise_equal, poisoned_empty
+from hpc_common.testing import assert_bitwise_equal
 
 from hpc_router_gemm import heuristics
 from hpc_router_gemm.heuristics import Plan
 
-from ._cases import capture_on_side_stream, check_against_fp64, launch_poisoned, make_inputs, router_weight
+from ._cases import assert_graph_replays, check_against_fp64, launch_poisoned, make_inputs, router_weight
 
 
 def _clusters(tile, s):
@@ -99,12 +98,7 @@ def test_evict_first_graph_replay_and_table_plan(path, splits, M):
     x, _ = make_inputs(M, K, N, seed=5 + M)
     plan = Plan(path, splits, evict_first=True)
     first = launch_poisoned(x, rw, Plan(path, splits))
-    out = poisoned_empty(M, N, dtype=torch.float32, device="cuda")
-    g = capture_on_side_stream(lambda: launch_poisoned(x, rw, plan, out=out))
-    out.fill_(float("nan"))
-    g.replay()
-    torch.cuda.synchronize()
-    assert_bitwise_equal(out, first, name=f"{path} S={splits} M={M} evict_first graph replay")
+    assert_graph_replays(x, rw, plan, first, name=f"{path} S={splits} M={M} evict_first graph replay")
     try:
         for pdl in (False, True):
             hpc_common.set_pdl(pdl)

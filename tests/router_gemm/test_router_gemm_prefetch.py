@@ -6,13 +6,11 @@ the prefetch distance), graph replay. CPU tests of the planner entries."""
 from __future__ import annotations
 
 import pytest
-import torch
-from hpc_common.testing import assert_bitwise_equal
 
 from hpc_router_gemm import heuristics
 from hpc_router_gemm.heuristics import Plan
 
-from ._cases import capture_on_side_stream, check_against_fp64, launch_poisoned, make_inputs, router_weight
+from ._cases import assert_graph_replays, check_plan_and_twins, launch_poisoned, make_inputs, router_weight
 
 
 def test_pf_paths_carry_the_prefetch_distance():
@@ -45,10 +43,8 @@ def test_pf_same_bits_as_without(path, splits, K, N, M):
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=M + K + splits)
     plan = Plan(path, min(splits, K // 64))
-    tag = f"{path} S={plan.splits} M={M} K={K} N={N}"
-    out = launch_poisoned(x, rw, plan)
-    check_against_fp64(out, x, rw.weight, strict_top8=False, tag=tag)
-    assert_bitwise_equal(launch_poisoned(x, rw, _no_pf(plan)), out, name=f"without prefetch {tag}")
+    check_plan_and_twins(x, rw, plan, tag=f"{path} S={plan.splits} M={M} K={K} N={N}",
+                         twins=[("without prefetch", _no_pf(plan))])
 
 
 @gpu
@@ -58,25 +54,14 @@ def test_pf_same_bits_as_without(path, splits, K, N, M):
 def test_pf_workspace_and_multicast_same_bits(plan, K, N, M):
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=M + 11)
-    tag = f"{plan.path} S={plan.splits} M={M} K={K} N={N}"
-    out = launch_poisoned(x, rw, plan)
-    check_against_fp64(out, x, rw.weight, strict_top8=False, tag=tag)
-    assert_bitwise_equal(launch_poisoned(x, rw, _no_pf(plan)), out, name=f"without prefetch {tag}")
-    assert_bitwise_equal(launch_poisoned(x, rw, plan), out, name=f"rerun {tag}")
+    check_plan_and_twins(x, rw, plan, tag=f"{plan.path} S={plan.splits} M={M} K={K} N={N}",
+                         twins=[("without prefetch", _no_pf(plan)), ("rerun", plan)])
 
 
 @gpu
 def test_pf_graph_replay_equals_eager():
-    from hpc_router_gemm.router_gemm import launch
-
     K, N, M = 4096, 192, 4096
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=41)
     plan = Plan("wide96pf", 2)
-    eager = launch_poisoned(x, rw, plan)
-    out = torch.empty(M, N, device="cuda")
-    g = capture_on_side_stream(lambda: launch(x, rw, out, plan))
-    out.fill_(float("nan"))
-    g.replay()
-    torch.cuda.synchronize()
-    assert_bitwise_equal(out, eager, name="graph replay wide96pf")
+    assert_graph_replays(x, rw, plan, launch_poisoned(x, rw, plan), name="graph replay wide96pf")

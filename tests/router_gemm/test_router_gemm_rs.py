@@ -12,7 +12,10 @@ from hpc_common.testing import assert_bitwise_equal, poisoned_empty
 from hpc_router_gemm import heuristics
 from hpc_router_gemm.heuristics import Plan
 
-from ._cases import SHAPES, capture_on_side_stream, check_against_fp64, launch_poisoned, make_inputs, router_weight
+from ._cases import (
+    SHAPES, assert_graph_replays, check_against_fp64, check_plan_and_twins,
+    launch_poisoned, make_inputs, router_weight,
+)
 
 # ----------------------------------------------------------------------------- CPU tests
 
@@ -57,10 +60,7 @@ def test_rs_matches_fp64_and_smem_twin_bits(path, splits, shape, M):
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=M + splits)
     plan = Plan(path, splits)
-    tag = f"{path} S={splits} M={M} K={K} N={N}"
-    out = launch_poisoned(x, rw, plan)
-    check_against_fp64(out, x, rw.weight, strict_top8=False, tag=tag)
-    assert_bitwise_equal(launch_poisoned(x, rw, _twin(plan)), out, name=f"smem twin {tag}")
+    check_plan_and_twins(x, rw, plan, tag=f"{path} S={splits} M={M} K={K} N={N}", twins=[("smem twin", _twin(plan))])
 
 
 @gpu
@@ -72,12 +72,9 @@ def test_rs_workspace_split_matches_twin_and_cluster(path, splits, shape, M):
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=M + 3 * splits)
     plan = Plan(path, splits)
-    tag = f"{path} S={splits} M={M} K={K} N={N}"
-    out = launch_poisoned(x, rw, plan)
-    check_against_fp64(out, x, rw.weight, strict_top8=False, tag=tag)
-    assert_bitwise_equal(launch_poisoned(x, rw, plan), out, name=f"rerun {tag}")
-    assert_bitwise_equal(launch_poisoned(x, rw, _twin(plan)), out, name=f"smem twin {tag}")
-    assert_bitwise_equal(launch_poisoned(x, rw, Plan(path.rsplit("_", 1)[0], splits)), out, name=f"cluster twin {tag}")
+    check_plan_and_twins(x, rw, plan, tag=f"{path} S={splits} M={M} K={K} N={N}",
+                         twins=[("rerun", plan), ("smem twin", _twin(plan)),
+                                ("cluster twin", Plan(path.rsplit("_", 1)[0], splits))])
 
 
 @gpu
@@ -90,29 +87,19 @@ def test_rs_general_shapes(K, N, path, M):
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=K + N + M)
     plan = plan_for(M, N, K, x.device, path=path)
-    out = launch_poisoned(x, rw, plan)
-    check_against_fp64(out, x, rw.weight, strict_top8=False, tag=f"{path} M={M} K={K} N={N}")
-    assert_bitwise_equal(launch_poisoned(x, rw, _twin(plan)), out, name=f"smem twin {path} M={M} K={K} N={N}")
+    check_plan_and_twins(x, rw, plan, tag=f"{path} M={M} K={K} N={N}", twins=[("smem twin", _twin(plan))])
 
 
 @gpu
 @pytest.mark.parametrize("plan", [Plan("wide96rs", 2), Plan("wide96rs_wsp", 4), Plan("widers", 1)])
 def test_rs_graph_replay_and_pdl_equal_eager(plan):
-    from hpc_router_gemm.router_gemm import launch
-
     K, N, M = 4096, 192, 2048
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=31)
     eager = launch_poisoned(x, rw, plan)
     for pdl in (False, True):
         assert_bitwise_equal(launch_poisoned(x, rw, plan, pdl=pdl), eager, name=f"pdl={pdl}")
-    out = torch.empty(M, N, device="cuda")
-    g = capture_on_side_stream(lambda: launch(x, rw, out, plan))
-    for _ in range(2):
-        out.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        assert_bitwise_equal(out, eager, name=f"graph replay {plan}")
+    assert_graph_replays(x, rw, plan, eager, name=f"graph replay {plan}", replays=2)
 
 
 @gpu

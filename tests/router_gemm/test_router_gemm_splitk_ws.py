@@ -15,7 +15,10 @@ from hypothesis import strategies as st
 from hpc_router_gemm import heuristics
 from hpc_router_gemm.heuristics import Plan
 
-from ._cases import SHAPES, capture_on_side_stream, check_against_fp64, launch_poisoned, make_inputs, router_weight
+from ._cases import (
+    SHAPES, assert_graph_replays, check_against_fp64, check_plan_and_twins,
+    launch_poisoned, make_inputs, router_weight,
+)
 
 # ----------------------------------------------------------------------------- CPU tests
 
@@ -123,30 +126,18 @@ def test_ws_matches_fp64_and_cluster_bits(shape, M, path, splits, seed):
     x = torch.randn(M, K, device="cuda", generator=gen).to(torch.bfloat16)
     plan = Plan(path, splits)
     repro = f"repro: shape={shape} M={M} {path} S={splits} seed={seed}"
-    out = launch_poisoned(x, rw, plan)
-    check_against_fp64(out, x, rw.weight, strict_top8=False, tag=repro)
-    assert_bitwise_equal(launch_poisoned(x, rw, plan), out, name=f"rerun {repro}")
-    assert_bitwise_equal(launch_poisoned(x, rw, _cluster_twin(plan)), out, name=f"cluster twin {repro}")
+    check_plan_and_twins(x, rw, plan, tag=repro, twins=[("rerun", plan), ("cluster twin", _cluster_twin(plan))])
     _counters_are_zero()
 
 
 @gpu
 @pytest.mark.parametrize("path", ["wide96_ws", "wide96_wsp", "wide_wsp", "wide96_wspm"])
 def test_ws_graph_replay_equals_eager(path):
-    from hpc_router_gemm.router_gemm import launch
-
     K, N, M = 6144, 768, 512
     rw = _router_weight(K, N)
     x, _ = make_inputs(M, K, N, seed=21)
     plan = Plan(path, 4)
-    eager = launch_poisoned(x, rw, plan)
-    out = torch.empty(M, N, device="cuda")
-    g = capture_on_side_stream(lambda: launch(x, rw, out, plan))
-    for _ in range(3):
-        out.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        assert_bitwise_equal(out, eager, name="graph replay")
+    assert_graph_replays(x, rw, plan, launch_poisoned(x, rw, plan), name="graph replay", replays=3)
     _counters_are_zero()
 
 

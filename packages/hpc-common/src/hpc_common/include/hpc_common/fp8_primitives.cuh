@@ -118,24 +118,28 @@ struct Pack {
   }
   __device__ __forceinline__ uint32_t amax_bits() const;  // after AmaxAcc, below
   // The VEC / 4 words of FP8 codes (VEC > 1): IEEE product with the reciprocal scale, RNE
-  // satfinite conversion, one NaN code.
-  __device__ __forceinline__ void quantised_words(float inv, uint32_t (&w)[VEC / 4]) const {
+  // satfinite conversion, one NaN code. Elements [0, split) take inv_lo, the rest inv_hi (a
+  // vector across a group boundary, fp8_quant_row_groups.cuh); the one-scale form folds the choice.
+  __device__ __forceinline__ void quantised_words(float inv_lo, float inv_hi, int split,
+                                                  uint32_t (&w)[VEC / 4]) const {
 #pragma unroll
     for (int j = 0; j < VEC / 4; ++j) {
-      const float f0 = mul_rn(f32(4 * j + 0), inv);
-      const float f1 = mul_rn(f32(4 * j + 1), inv);
-      const float f2 = mul_rn(f32(4 * j + 2), inv);
-      const float f3 = mul_rn(f32(4 * j + 3), inv);
-      w[j] = canonical_nan4(e4m3x2(f0, f1) | (e4m3x2(f2, f3) << 16));
+      float f[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f[e] = mul_rn(f32(4 * j + e), 4 * j + e < split ? inv_lo : inv_hi);
+      w[j] = canonical_nan4(e4m3x2(f[0], f[1]) | (e4m3x2(f[2], f[3]) << 16));
     }
   }
-  // Quantise with the reciprocal scale and store VEC bytes at q (VEC-byte aligned when VEC > 1).
-  __device__ __forceinline__ void store_quantised(uint8_t* q, float inv) const {
+  __device__ __forceinline__ void quantised_words(float inv, uint32_t (&w)[VEC / 4]) const {
+    quantised_words(inv, inv, VEC, w);
+  }
+  // Quantise with the reciprocal scale(s) and store VEC bytes at q (VEC-byte aligned when VEC > 1).
+  __device__ __forceinline__ void store_quantised(uint8_t* q, float inv_lo, float inv_hi, int split) const {
     if constexpr (VEC == 1) {
-      q[0] = uint8_t(canonical_nan4(e4m3x2(mul_rn(Elem<DT>::to_f32(v[0]), inv), 0.0f)) & 0xffu);
+      q[0] = uint8_t(canonical_nan4(e4m3x2(mul_rn(Elem<DT>::to_f32(v[0]), inv_lo), 0.0f)) & 0xffu);
     } else {
       uint32_t w[VEC / 4];
-      quantised_words(inv, w);
+      quantised_words(inv_lo, inv_hi, split, w);
       if constexpr (VEC == 8) {
         __stcs(reinterpret_cast<uint2*>(q), make_uint2(w[0], w[1]));
       } else {
@@ -143,7 +147,17 @@ struct Pack {
       }
     }
   }
+  __device__ __forceinline__ void store_quantised(uint8_t* q, float inv) const { store_quantised(q, inv, inv, VEC); }
 };
+
+// Element e of a segment quantised on its own (the scalar head and tail of a peeled segment).
+template <int DT>
+__device__ __forceinline__ void store_quantised_element(const typename Elem<DT>::raw* xs, uint8_t* qs, int e,
+                                                        float inv) {
+  Pack<DT, 1> one;
+  one.v[0] = xs[e];
+  one.store_quantised(qs + e, inv);
+}
 
 // Running maximum of |x| over finite elements, in a form that costs few instructions per
 // element; bits() gives it as float32 bits (0 when there is no finite nonzero element), equal

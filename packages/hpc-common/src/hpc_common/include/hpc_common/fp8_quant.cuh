@@ -246,16 +246,8 @@ __global__ void __launch_bounds__(kMaxTeam) fp8_quant_kernel(const QuantParams p
         if (v < nvec) pk[k].store_quantised(qv + v * VEC, inv);
       }
     }
-    for (int e = lane; e < head; e += team) {
-      Pack<DT, 1> one;
-      one.v[0] = xs[e];
-      one.store_quantised(qs + e, inv);
-    }
-    for (int e = tail0 + lane; e < len; e += team) {
-      Pack<DT, 1> one;
-      one.v[0] = xs[e];
-      one.store_quantised(qs + e, inv);
-    }
+    for (int e = lane; e < head; e += team) store_quantised_element<DT>(xs, qs, e, inv);
+    for (int e = tail0 + lane; e < len; e += team) store_quantised_element<DT>(xs, qs, e, inv);
   }
 }
 

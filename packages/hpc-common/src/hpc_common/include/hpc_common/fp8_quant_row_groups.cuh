@@ -35,19 +35,6 @@ inline bool row_groups_applicable(const QuantParams& p, int vec) {
   return p.row_len <= int64_t(32) * kRowGroupVectors * vec;
 }
 
-// The FP8 words of one vector whose elements [0, split) take inv_lo and [split, VEC) inv_hi.
-template <int DT, int VEC>
-__device__ __forceinline__ void quantised_words_split(const Pack<DT, VEC>& pk, float inv_lo, float inv_hi, int split,
-                                                      uint32_t (&w)[VEC / 4]) {
-#pragma unroll
-  for (int j = 0; j < VEC / 4; ++j) {
-    float f[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) f[e] = mul_rn(pk.f32(4 * j + e), 4 * j + e < split ? inv_lo : inv_hi);
-    w[j] = canonical_nan4(e4m3x2(f[0], f[1]) | (e4m3x2(f[2], f[3]) << 16));
-  }
-}
-
 template <int DT, int VEC>
 __global__ void __launch_bounds__(kRowGroupBlock) fp8_quant_row_groups_kernel(const QuantParams p) {
   using P = Pack<DT, VEC>;
@@ -119,29 +106,15 @@ __global__ void __launch_bounds__(kRowGroupBlock) fp8_quant_row_groups_kernel(co
       const int k = lane + 32 * j;
       if (k >= nvec) continue;
       const int e0 = head + k * VEC, g0 = e0 / seg, split = (g0 + 1) * seg - e0;
-      uint8_t* qv = qs + e0;  // VEC-byte aligned: x and q misaligned alike (peel)
+      // qs + e0 is VEC-byte aligned: x and q are misaligned alike (peel).
       if (split >= VEC) {
-        pk[j].store_quantised(qv, inv[g0]);
+        pk[j].store_quantised(qs + e0, inv[g0]);
       } else {
-        uint32_t w[VEC / 4];
-        quantised_words_split<DT, VEC>(pk[j], inv[g0], inv[g0 + 1], split, w);
-        if constexpr (VEC == 8) {
-          __stcs(reinterpret_cast<uint2*>(qv), make_uint2(w[0], w[1]));
-        } else {
-          __stcs(reinterpret_cast<unsigned int*>(qv), w[0]);
-        }
+        pk[j].store_quantised(qs + e0, inv[g0], inv[g0 + 1], split);
       }
     }
-    for (int e = lane; e < head; e += 32) {
-      Pack<DT, 1> one;
-      one.v[0] = xs[e];
-      one.store_quantised(qs + e, inv[e / seg]);
-    }
-    for (int e = tail0 + lane; e < len; e += 32) {
-      Pack<DT, 1> one;
-      one.v[0] = xs[e];
-      one.store_quantised(qs + e, inv[e / seg]);
-    }
+    for (int e = lane; e < head; e += 32) store_quantised_element<DT>(xs, qs, e, inv[e / seg]);
+    for (int e = tail0 + lane; e < len; e += 32) store_quantised_element<DT>(xs, qs, e, inv[e / seg]);
     __syncwarp();  // inv[] and amax[] are rewritten for the next row
   }
 }

@@ -100,6 +100,60 @@ __device__ __forceinline__ void finish_rows(const GemvFp32Params& p, float* red,
   sm90::cluster_sync();  // keep this CTA's shared memory alive until its peers have read it
 }
 
+// What every gemvr-family CTA derives from its place in the grid: cluster g (blockIdx.y of G)
+// owns rows [g N / G, (g + 1) N / G), rank q of its S-CTA cluster the K slice [q ks, (q + 1) ks);
+// the reduction buffers in shared memory, the thread's first weight float4 (row row0, its
+// element tid of the slice) and the L2 policy of the weight loads.
+struct CtaSlice {
+  int S, rank, row0, rows, k0, ks4, K4;
+  float* red;
+  float* part;
+  const float4* w4;
+  uint64_t policy;
+};
+
+template <bool kEvictFirst>
+__device__ __forceinline__ CtaSlice cta_slice(const GemvFp32Params& p, uint8_t* smem, int tid) {
+  CtaSlice c;
+  c.S = p.splits;
+  c.rank = static_cast<int>(sm90::cluster_rank());
+  const int G = gridDim.y, g = blockIdx.y;
+  c.row0 = static_cast<int>(static_cast<int64_t>(g) * p.N / G);
+  c.rows = static_cast<int>(static_cast<int64_t>(g + 1) * p.N / G) - c.row0;
+  const Layout l = layout((p.N + G - 1) / G);
+  const int ks = p.K / c.S;
+  c.k0 = c.rank * ks;
+  c.ks4 = ks / 4;
+  c.K4 = p.K / 4;
+  c.red = reinterpret_cast<float*>(smem + l.red);
+  c.part = reinterpret_cast<float*>(smem + l.part);
+  c.w4 = reinterpret_cast<const float4*>(p.w) + static_cast<int64_t>(c.row0) * c.K4 + c.k0 / 4 + tid;
+  c.policy = kEvictFirst ? sm90::l2_evict_first_policy() : 0;
+  return c;
+}
+
+// The x values of a thread are the same for every row: kPerRow x 4 BF16 in registers (zeros
+// past the slice). Call after pdl_wait (x may come from the previous kernel).
+template <int kPerRow>
+__device__ __forceinline__ void load_x(const GemvFp32Params& p, const CtaSlice& c, int tid, uint2 (&xr)[kPerRow]) {
+  const uint2* xg = reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(p.x) + c.k0) + tid;
+#pragma unroll
+  for (int j = 0; j < kPerRow; ++j) xr[j] = tid + j * kThreads < c.ks4 ? __ldg(xg + j * kThreads) : make_uint2(0u, 0u);
+}
+
+// The grid (S x clusters), dynamic shared memory and float4 per thread per row slice of a
+// gemvr-family launch.
+struct LaunchShape {
+  dim3 grid;
+  size_t smem;
+  int per_row;
+};
+
+inline LaunchShape launch_shape(const GemvFp32Params& p) {
+  return {dim3(p.splits, p.clusters, 1), static_cast<size_t>(layout((p.N + p.clusters - 1) / p.clusters).total),
+          (p.K / p.splits / 4 + kThreads - 1) / kThreads};
+}
+
 // The requirements every gemvr-family launcher checks (also checked in Python): M == 1, splits
 // in {1, 2, 4}, K % (16 * splits) == 0, K / splits <= kMaxSliceK, 1 <= clusters <= N, the
 // reduction buffers within shared memory.
@@ -118,36 +172,24 @@ __global__ void __launch_bounds__(gemvr::kThreads, 1) router_gemv_fp32_ldg_kerne
   using namespace gemvr;
   extern __shared__ __align__(16) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int S = p.splits, rank = static_cast<int>(sm90::cluster_rank());
-  const int G = gridDim.y, g = blockIdx.y;
-  const int row0 = static_cast<int>(static_cast<int64_t>(g) * p.N / G);
-  const int rows = static_cast<int>(static_cast<int64_t>(g + 1) * p.N / G) - row0;
-  const int max_rows = (p.N + G - 1) / G;
-  const Layout l = layout(max_rows);
-  const int ks = p.K / S, k0 = rank * ks, ks4 = ks / 4, K4 = p.K / 4;
+  const CtaSlice c = cta_slice<kEvictFirst>(p, smem, tid);
+  const int rows = c.rows, ks4 = c.ks4, K4 = c.K4;
   constexpr int kRowsPerBatch = kMaxLoads / kPerRow;
   constexpr int kLoads = kRowsPerBatch * kPerRow;
-  float* red = reinterpret_cast<float*>(smem + l.red);
-  float* part = reinterpret_cast<float*>(smem + l.part);
-  const float4* w4 = reinterpret_cast<const float4*>(p.w) + static_cast<int64_t>(row0) * K4 + k0 / 4 + tid;
-  const uint64_t policy = kEvictFirst ? sm90::l2_evict_first_policy() : 0;
 
   hpc::pdl_wait();
-  // The x values of a thread are the same for every row: kPerRow x 4 BF16 in registers.
   uint2 xr[kPerRow];
-  const uint2* xg = reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(p.x) + k0) + tid;
-#pragma unroll
-  for (int j = 0; j < kPerRow; ++j) xr[j] = tid + j * kThreads < ks4 ? __ldg(xg + j * kThreads) : make_uint2(0u, 0u);
+  load_x<kPerRow>(p, c, tid, xr);
   for (int rb = 0; rb < rows; rb += kRowsPerBatch) {
     const int nr = rows - rb < kRowsPerBatch ? rows - rb : kRowsPerBatch;
     float4 w[kLoads];
-    const float4* rp = w4 + static_cast<int64_t>(rb) * K4;  // one pointer walks the rows
+    const float4* rp = c.w4 + static_cast<int64_t>(rb) * K4;  // one pointer walks the rows
 #pragma unroll
     for (int r = 0; r < kRowsPerBatch; ++r) {  // every load of the batch before any use
 #pragma unroll
       for (int j = 0; j < kPerRow; ++j) {
         const bool ok = r < nr && tid + j * kThreads < ks4;
-        w[r * kPerRow + j] = ok ? sm90::ldg_weight<kEvictFirst>(rp + j * kThreads, policy)
+        w[r * kPerRow + j] = ok ? sm90::ldg_weight<kEvictFirst>(rp + j * kThreads, c.policy)
                                 : make_float4(0.f, 0.f, 0.f, 0.f);
       }
       rp += K4;
@@ -159,21 +201,21 @@ __global__ void __launch_bounds__(gemvr::kThreads, 1) router_gemv_fp32_ldg_kerne
       const int r = it / kPerRow, j = it % kPerRow;  // the same in every thread
       if (r >= nr) break;
       if (r != cur) {
-        store_warp_sum(red, rb + cur, warp, lane, acc);
+        store_warp_sum(c.red, rb + cur, warp, lane, acc);
         acc = 0.f;
         cur = r;
       }
       if (tid + j * kThreads < ks4) acc = fma_bf16x4(w[it], xr[j], acc);
     }
-    store_warp_sum(red, rb + cur, warp, lane, acc);
+    store_warp_sum(c.red, rb + cur, warp, lane, acc);
   }
-  finish_rows(p, red, part, row0, rows, S, rank, tid);
+  finish_rows(p, c.red, c.part, c.row0, rows, c.S, c.rank, tid);
 }
 
 template <bool kEvictFirst>
-inline cudaError_t launch_gemv_fp32_ldg(const GemvFp32Params& p, int per_row, dim3 grid, size_t smem,
-                                        cudaStream_t stream, bool pdl) {
+inline cudaError_t launch_gemv_fp32_ldg(const GemvFp32Params& p, cudaStream_t stream, bool pdl) {
   const dim3 block(gemvr::kThreads);
+  const auto [grid, smem, per_row] = gemvr::launch_shape(p);
   switch (per_row) {
     case 1:
       return hpc::launch_kernel_cluster(router_gemv_fp32_ldg_kernel<1, kEvictFirst>, grid, block, smem, p.splits,
@@ -194,12 +236,7 @@ inline cudaError_t launch_gemv_fp32_ldg(const GemvFp32Params& p, int per_row, di
 inline cudaError_t launch_router_gemv_fp32_ldg(const GemvFp32Params& p, cudaStream_t stream, bool pdl) {
   using namespace gemvr;
   if (!launchable(p)) return cudaErrorInvalidValue;
-  const Layout l = layout((p.N + p.clusters - 1) / p.clusters);
-  const dim3 grid(p.splits, p.clusters, 1);
-  const size_t smem = static_cast<size_t>(l.total);
-  const int per_row = (p.K / p.splits / 4 + kThreads - 1) / kThreads;
-  return p.w_evict_first ? launch_gemv_fp32_ldg<true>(p, per_row, grid, smem, stream, pdl)
-                         : launch_gemv_fp32_ldg<false>(p, per_row, grid, smem, stream, pdl);
+  return p.w_evict_first ? launch_gemv_fp32_ldg<true>(p, stream, pdl) : launch_gemv_fp32_ldg<false>(p, stream, pdl);
 }
 
 }  // namespace hpc::router_gemm

@@ -73,32 +73,21 @@ __global__ void __launch_bounds__(gemvr::kThreads, 1) router_gemv_fp32_window_ke
   using namespace gemvr;
   extern __shared__ __align__(16) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int S = p.splits, rank = static_cast<int>(sm90::cluster_rank());
-  const int G = gridDim.y, g = blockIdx.y;
-  const int row0 = static_cast<int>(static_cast<int64_t>(g) * p.N / G);
-  const int rows = static_cast<int>(static_cast<int64_t>(g + 1) * p.N / G) - row0;
-  const int max_rows = (p.N + G - 1) / G;
-  const Layout l = layout(max_rows);
-  const int ks = p.K / S, k0 = rank * ks, ks4 = ks / 4, K4 = p.K / 4;
-  float* red = reinterpret_cast<float*>(smem + l.red);
-  float* part = reinterpret_cast<float*>(smem + l.part);
-  const float4* w4 = reinterpret_cast<const float4*>(p.w) + static_cast<int64_t>(row0) * K4 + k0 / 4 + tid;
-  const uint64_t policy = kEvictFirst ? sm90::l2_evict_first_policy() : 0;
+  const CtaSlice c = cta_slice<kEvictFirst>(p, smem, tid);
+  const int rows = c.rows, ks4 = c.ks4, K4 = c.K4;
 
   hpc::pdl_wait();
   uint2 xr[kPerRow];
-  const uint2* xg = reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(p.x) + k0) + tid;
-#pragma unroll
-  for (int j = 0; j < kPerRow; ++j) xr[j] = tid + j * kThreads < ks4 ? __ldg(xg + j * kThreads) : make_uint2(0u, 0u);
+  load_x<kPerRow>(p, c, tid, xr);
 
   float4 w[kDepth][kPerRow];
   // Row r's slice of this thread into buffer b (guards as in gemvr: a partial last step of the
   // slice leaves the high threads without a load).
   auto load_row = [&](int b, int r) {
-    const float4* rp = w4 + static_cast<int64_t>(r) * K4;
+    const float4* rp = c.w4 + static_cast<int64_t>(r) * K4;
 #pragma unroll
     for (int j = 0; j < kPerRow; ++j) {
-      w[b][j] = tid + j * kThreads < ks4 ? gemvr::ldg_w<kEvictFirst, kNoL1>(rp + j * kThreads, policy)
+      w[b][j] = tid + j * kThreads < ks4 ? gemvr::ldg_w<kEvictFirst, kNoL1>(rp + j * kThreads, c.policy)
                                          : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   };
@@ -120,11 +109,11 @@ __global__ void __launch_bounds__(gemvr::kThreads, 1) router_gemv_fp32_window_ke
         }
         // The next row of this buffer, requested only now that the buffer has been read.
         if (r + kDepth < rows) load_row(b, r + kDepth);
-        store_warp_sum(red, r, warp, lane, acc);
+        store_warp_sum(c.red, r, warp, lane, acc);
       }
     }
   }
-  finish_rows(p, red, part, row0, rows, S, rank, tid);
+  finish_rows(p, c.red, c.part, c.row0, rows, c.S, c.rank, tid);
 }
 
 namespace gemvr {
@@ -145,8 +134,8 @@ inline cudaError_t launch_window(const GemvFp32Params& p, dim3 grid, size_t smem
 }
 
 template <bool kEvictFirst>
-inline cudaError_t launch_window_per_row(const GemvFp32Params& p, int per_row, dim3 grid, size_t smem,
-                                         cudaStream_t stream, bool pdl) {
+inline cudaError_t launch_window_per_row(const GemvFp32Params& p, cudaStream_t stream, bool pdl) {
+  const auto [grid, smem, per_row] = launch_shape(p);
   switch (per_row) {
     case 1:
       return launch_window<1, kEvictFirst>(p, grid, smem, stream, pdl);
@@ -166,12 +155,7 @@ inline cudaError_t launch_router_gemv_fp32_window(const GemvFp32Params& p, cudaS
   using namespace gemvr;
   if (!launchable(p)) return cudaErrorInvalidValue;
   if (p.w_no_l1 ? p.window_rows != 0 : !(p.window_rows == 1 || p.window_rows == 2)) return cudaErrorInvalidValue;
-  const Layout l = layout((p.N + p.clusters - 1) / p.clusters);
-  const dim3 grid(p.splits, p.clusters, 1);
-  const size_t smem = static_cast<size_t>(l.total);
-  const int per_row = (p.K / p.splits / 4 + kThreads - 1) / kThreads;
-  return p.w_evict_first ? launch_window_per_row<true>(p, per_row, grid, smem, stream, pdl)
-                         : launch_window_per_row<false>(p, per_row, grid, smem, stream, pdl);
+  return p.w_evict_first ? launch_window_per_row<true>(p, stream, pdl) : launch_window_per_row<false>(p, stream, pdl);
 }
 
 }  // namespace hpc::router_gemm
