@@ -181,6 +181,9 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                      ("diag_tma_helpers_first_page_off", None, None, {"tail_percent": 0}, True, True)]
     if diag and diag_rows == "all":  # the plan cut on tiles alone (version 4's plan): what the task cost buys
         variants.append(("diag_task_cost0", None, 0, {}, None, None))
+    if diag and diag_rows == "min_tiles":  # higher work floors per CTA (ninth session): at 8/1, 64x0.5K's
+        # 8-tile requests then fit whole bins (64 CTAs, no split merges) instead of two 4-tile parts
+        variants += [(f"diag_min_tiles{m}", None, None, {"min_tiles": m}, None, None) for m in (6, 8)]
     if diag and diag_rows in ("all", "tail"):  # TMA kernel: claimable tail (percent of the line, smallest bin) x
         # merge on helpers / consumers
         for helpers, who in ((True, "helpers"), (False, "consumers")):
@@ -215,7 +218,7 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 with overrides(flags=16):
                     time_call("diag_bin_in_order", plan)
                     time_call("diag_request_major_in_order", plan_rm)
-            if diag and diag_rows in ("tail", "first_page", "lookahead", "line_order"):
+            if diag and diag_rows in ("tail", "first_page", "lookahead", "line_order", "min_tiles"):
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
                     time_mode(name, plan, flags)
             elif diag:
@@ -299,7 +302,7 @@ def main() -> None:
     ap.add_argument("--heads", default=None, help="comma list of Hq/Hkv (default: 8/1,64/8; --quick: 8/1)")
     ap.add_argument("--kv", default="bf16,fp8", help="comma list of KV dtypes")
     ap.add_argument("--cases", default=None, help="comma list of cases (default: all six)")
-    ap.add_argument("--diag-rows", default="all", choices=["all", "tail", "first_page", "lookahead", "line_order"],
+    ap.add_argument("--diag-rows", default="all", choices=["all", "tail", "first_page", "lookahead", "line_order", "min_tiles"],
                     help="diag rows: all, only the tail rows with decode only / stream only, only the "
                          "first-page rows (with and without, cp.async and TMA + helpers) with those two, or "
                          "only the rows without the score look-ahead with those two, or only the line and "

@@ -25,7 +25,6 @@ VARIANTS = {
     "old": dict(USE_BULK_KERNEL=True, FLAT_AMAX_KERNEL=False, BULK_VARIANT=1),  # the 8fdf820 dispatch
     "register": dict(USE_BULK_KERNEL=False),
     "store_first": dict(USE_BULK_KERNEL=True, BULK_VARIANT=1),  # the bulk kernel's 8fdf820 order
-    "early_refill": dict(USE_BULK_KERNEL=True, BULK_VARIANT=2),  # refill at the row-max barrier
 }
 
 
@@ -180,5 +179,5 @@ def test_bulk_timeline_changes_nothing(cuda, variant):
 @pytest.mark.gpu
 def test_bulk_variant_unknown_is_an_error(cuda):
     x = make_input((64, 4096), torch.bfloat16, 17, device=cuda)
-    with switches(USE_BULK_KERNEL=True, BULK_VARIANT=3), pytest.raises(RuntimeError):
+    with switches(USE_BULK_KERNEL=True, BULK_VARIANT=2), pytest.raises(RuntimeError):
         run("per_token", x)

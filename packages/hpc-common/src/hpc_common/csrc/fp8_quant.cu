@@ -4,7 +4,6 @@
 // The mode is runtime geometry.
 #include "hpc_common/fp8_quant.cuh"
 #include "hpc_common/fp8_quant_bulk.cuh"
-#include "hpc_common/fp8_quant_row_groups.cuh"
 #include "hpc_common/fp8_quant_small_seg.cuh"
 
 using hpc::fp8::BulkOptions;
@@ -15,7 +14,6 @@ template <int DT, int VEC>
 cudaError_t launch_vector_path(const QuantParams& p, cudaStream_t stream, bool pdl, const BulkOptions& bulk) {
   using namespace hpc::fp8;
   if (bulk_applicable(p, VEC)) return launch_fp8_quant_bulk<DT, VEC>(p, stream, pdl, bulk);
-  if (row_groups_applicable(p, VEC)) return launch_fp8_quant_row_groups<DT, VEC>(p, stream, pdl);
   switch (small_seg_vectors_per_lane(p, VEC)) {
     case 1:
       return launch_fp8_quant_small_seg<DT, VEC, 1>(p, stream, pdl);

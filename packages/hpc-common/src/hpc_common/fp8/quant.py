@@ -84,10 +84,8 @@ def _vectorizable(x: torch.Tensor, out: torch.Tensor, geo: dict) -> tuple[bool, 
 # Rows whose starts are not 16-byte aligned (odd N, column offsets) take the vector path with a
 # scalar head per segment when x and out are misaligned alike (FP8_HISTORY.md); off: scalar path.
 USE_PEELED_VECTOR_PATH = True
-# Such rows with dynamic per-group (or per-token) scales: one warp per row, one scalar head per
-# row (fp8_quant_row_groups.cuh) instead of a 2-lane team and a head per group. Experimental:
-# built in the eighth session, not yet run on a GPU, so off by default (FP8_NOTES.md).
-USE_ROW_GROUP_KERNEL = False
+# (A one-warp-per-row kernel for such rows with per-group scales was measured twice in the ninth
+# session, bitwise correct and 1.5-2x slower than this path both times: removed, FP8_HISTORY.md.)
 
 
 # Group-128 / per-head quantisation takes the short-segment kernel (fp8_quant_small_seg.cuh);
@@ -116,8 +114,8 @@ FLAT_AMAX_KERNEL = True
 
 # Bulk kernel order after a tile's block barrier (FP8_HISTORY.md, fifth pass): 0 = the default,
 # thread 0 refills the tile's stage, then stores the tile (H200: 64 MB calls 0.3-0.8 us faster);
-# 1 = the 8fdf820 order (store, then refill); 2 = per-token rows wider than 128 vectors refill
-# the stage at the row-max barrier (not yet measured, FP8_NOTES.md). Same bits out either way.
+# 1 = the 8fdf820 order (store, then refill). Same bits out either way. (2, a refill at the
+# row-max barrier for per-token rows, measured 1-1.5 % slower in the ninth session: removed.)
 BULK_VARIANT = 0
 # Diagnosis only (scripts/fp8_timeline.py): a CUDA int64 tensor of at least
 # grid * TIMELINE_SLOTS elements; the bulk kernel then writes per-CTA %globaltimer stamps into it
@@ -160,7 +158,7 @@ def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor
         scale_source=scale_source, per_tensor_dynamic=per_tensor_dynamic, ue8m0=bool(ue8m0),
         vectorized=vectorized, short_segments=USE_SHORT_SEGMENT_KERNEL, num_sms=num_sms, pdl=get_pdl(),
         stream=stream_ptr(x.device), bulk=_bulk_for(mode, scale_source), peel=peel,
-        flat_amax=FLAT_AMAX_KERNEL, bulk_variant=BULK_VARIANT, row_groups=USE_ROW_GROUP_KERNEL,
+        flat_amax=FLAT_AMAX_KERNEL, bulk_variant=BULK_VARIANT,
         timeline=BULK_TIMELINE.data_ptr() if BULK_TIMELINE is not None else 0, **geo)
 
 

@@ -118,8 +118,8 @@ struct Pack {
   }
   __device__ __forceinline__ uint32_t amax_bits() const;  // after AmaxAcc, below
   // The VEC / 4 words of FP8 codes (VEC > 1): IEEE product with the reciprocal scale, RNE
-  // satfinite conversion, one NaN code. Elements [0, split) take inv_lo, the rest inv_hi (a
-  // vector across a group boundary, fp8_quant_row_groups.cuh); the one-scale form folds the choice.
+  // satfinite conversion, one NaN code. Elements [0, split) take inv_lo, the rest inv_hi (for a
+  // vector across a group boundary); the one-scale form folds the choice.
   __device__ __forceinline__ void quantised_words(float inv_lo, float inv_hi, int split,
                                                   uint32_t (&w)[VEC / 4]) const {
 #pragma unroll

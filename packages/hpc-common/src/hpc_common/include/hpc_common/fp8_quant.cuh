@@ -45,11 +45,8 @@ namespace fp8 {
 // A default-constructed BulkOptions is the default kernel without the timeline.
 enum BulkVariant : int {
   kBulkStoreFirst = 1,  // the 8fdf820 order: a tile's store, then the refill of its stage
-  // Teams wider than a warp (per-token rows > 128 vectors): refill the stage right after the
-  // row-max exchange's block barrier (every thread then holds its tile in registers) instead of
-  // after the tile's closing barrier. Eighth session: built and tested on the CPU only, not yet
-  // measured (FP8_NOTES.md, "What is left").
-  kBulkEarlyRefill = 2,
+  // (Variant 2, the refill at the row-max barrier of per-token rows, measured 1-1.5 % slower on
+  // the H200 in the ninth session and was removed: FP8_HISTORY.md.)
 };
 // Timeline (diagnosis only): kTimelineSlots stamps per CTA, written by thread 0 when the pointer
 // is not null. Entry and exit carry both %globaltimer (ns, common to all SMs; its tick was 32 ns

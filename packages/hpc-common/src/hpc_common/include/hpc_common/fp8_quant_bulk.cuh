@@ -132,7 +132,6 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
   constexpr uint32_t kInBytes = kBulkTileVectors * 16;
   constexpr uint32_t kOutBytes = kBulkTileVectors * VEC;
   constexpr bool kRefillFirst = (VARIANT & kBulkStoreFirst) == 0;
-  constexpr bool kEarlyRefill = (VARIANT & kBulkEarlyRefill) != 0;
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* in_buf = smem;
   uint8_t* out_buf = smem + size_t(kBulkStages) * kInBytes;
@@ -219,9 +218,6 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
         for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
         if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
         __syncthreads();  // red[] was last read before the previous tile's closing barrier
-        // Every thread has read its vectors of stage s (above this barrier): kEarlyRefill
-        // refills it now rather than after the tile's closing barrier.
-        if (kEarlyRefill && threadIdx.x == 0) issue_load(i + kBulkStages);
         const int wpt = team >> 5, first = (threadIdx.x / team) * wpt;
         m = 0;
         for (int w = 0; w < wpt; ++w) m = max(m, red[first + w]);
@@ -244,12 +240,10 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
       // Refill first: the SM's bulk-copy unit serves its queue in order, so the next tile's
       // reads do not wait behind this tile's store (H200, fifth pass: 64 MB calls 0.3-0.8 us
       // faster than with the store first).
-      // (kEarlyRefill with a team wider than a warp: refilled at the row-max barrier already.)
-      const bool refill = !(kEarlyRefill && dynamic && team > 32);
-      if (kRefillFirst && refill) issue_load(i + kBulkStages);
+      if (kRefillFirst) issue_load(i + kBulkStages);
       bulk_store(p.q + locate(p, t.s0).q_off, tout, uint32_t(t.count) * uint32_t(p.seg_len));
       stamp_tile(tl, kTlStored, i);
-      if (!kRefillFirst && refill) issue_load(i + kBulkStages);
+      if (!kRefillFirst) issue_load(i + kBulkStages);
     }
   }
   if (threadIdx.x == 0) {
@@ -292,7 +286,6 @@ inline cudaError_t launch_fp8_quant_bulk(QuantParams p, cudaStream_t stream, boo
   switch (opt.variant) {
     case 0: kernel = fp8_quant_bulk_kernel<DT, VEC, 0>; break;
     case kBulkStoreFirst: kernel = fp8_quant_bulk_kernel<DT, VEC, kBulkStoreFirst>; break;
-    case kBulkEarlyRefill: kernel = fp8_quant_bulk_kernel<DT, VEC, kBulkEarlyRefill>; break;
     default: return cudaErrorInvalidValue;
   }
   if (p.per_tensor_dynamic) {

@@ -51,7 +51,6 @@ struct QuantParams {
   bool short_segments;         // allow fp8_quant_small_seg.cuh (off: generic kernel, for comparison)
   bool bulk;                   // allow fp8_quant_bulk.cuh (bulk-copy ring) where it applies
   bool flat_amax;              // per-tensor dynamic, contiguous x: fp8_amax_flat_kernel for the amax pass
-  bool row_groups;             // allow fp8_quant_row_groups.cuh (peeled rows, one warp per row; experimental)
   int num_sms;
   // Filled by the launcher:
   int team;
