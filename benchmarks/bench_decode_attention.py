@@ -35,6 +35,7 @@ import contextlib
 from pathlib import Path
 
 import torch
+from hpc_common import get_pdl, set_pdl
 from hpc_common.bench import BenchResults, bench_us, floor_us, gpu_slug
 from hpc_common.testing import error_stats
 
@@ -218,7 +219,10 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 with overrides(flags=16):
                     time_call("diag_bin_in_order", plan)
                     time_call("diag_request_major_in_order", plan_rm)
-            if diag and diag_rows in ("tail", "first_page", "lookahead", "line_order", "min_tiles"):
+            if diag and diag_rows == "code_warm":
+                code_warm_rows(q, k, v, pt, kv_lens, plan, ks, vs, lens, hq, hkv, kv_dtype, kv_torch, gen, reps,
+                               time_call, add)
+            if diag and diag_rows in ("tail", "first_page", "lookahead", "line_order", "min_tiles", "code_warm"):
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
                     time_mode(name, plan, flags)
             elif diag:
@@ -264,6 +268,53 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
             print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {name:>12}: skipped ({type(e).__name__}: {str(e)[:80]})")
 
 
+def code_warm_rows(q, k, v, pt, kv_lens, plan, ks, vs, lens, hq, hkv, kv_dtype, kv_torch, gen, reps, time_call, add):
+    """How much of a call is cold instruction fetch (the flush evicts the kernels' code too): the
+    call timed right after a small decode of the same kernel on inputs, plan and output of its
+    own (one 32-tile request, split over bins, and B - 1 one-tile requests), as the difference of
+    [warm-up + call] and [warm-up], with PDL off so the two launches do not overlap. Its data
+    stays cold; only code (and the launch's constant state) is warm. `diag_pdl_off`: the call
+    alone, PDL off; `diag_after_spin`: the control below."""
+    B = len(lens)
+    wq, wk, wv, wpt, wlens, _ = make_inputs([32 * 64] + [64] * (B - 1), hq, hkv, kv_dtype, gen)
+    wws = ha.DecodeWorkspace(B, hkv, hq, 32 * 64)
+    wplan = ha.plan_decode(wlens, hkv, hq, workspace=wws, kv_dtype=kv_torch, page_table=wpt, page_size=PAGE)
+    wout = torch.empty(B, hq, 128, dtype=torch.bfloat16, device="cuda")
+    out = torch.empty(B, hq, 128, dtype=torch.bfloat16, device="cuda")
+
+    def warm():
+        ha.decode(wq, wk, wv, wpt, wlens, wplan, k_scale=ks, v_scale=vs, out=wout)
+
+    def both():
+        warm()
+        ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out)
+
+    # Control: the same difference with a spin kernel of similar length that shares no code and
+    # touches no memory (torch.cuda._sleep) in place of the warm-up: what the subtraction itself
+    # removes (the call's launch queued behind a running kernel), with code and data cold.
+    def spin():
+        torch.cuda._sleep(20000)
+
+    def spin_then_call():
+        spin()
+        ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out)
+
+    saved = get_pdl()
+    set_pdl(False)
+    try:
+        time_call("diag_pdl_off", plan)
+        both()
+        torch.cuda.synchronize()
+        t_both, t_warm = bench_us(both, reps=reps), bench_us(warm, reps=reps)
+        t_spin_call, t_spin = bench_us(spin_then_call, reps=reps), bench_us(spin, reps=reps)
+    finally:
+        set_pdl(saved)
+    add("diag_code_warm", t_both - t_warm, out.clone())
+    add("diag_after_spin", t_spin_call - t_spin, out.clone())
+    print(f"    (warm-up + call {t_both:.2f} us, warm-up alone {t_warm:.2f} us; spin + call {t_spin_call:.2f}, "
+          f"spin alone {t_spin:.2f})", flush=True)
+
+
 def bench_plan_256(res, reps):
     """The planner alone at batch 256 (once per decode step for all layers)."""
     for hkv in (1, 8):
@@ -302,7 +353,7 @@ def main() -> None:
     ap.add_argument("--heads", default=None, help="comma list of Hq/Hkv (default: 8/1,64/8; --quick: 8/1)")
     ap.add_argument("--kv", default="bf16,fp8", help="comma list of KV dtypes")
     ap.add_argument("--cases", default=None, help="comma list of cases (default: all six)")
-    ap.add_argument("--diag-rows", default="all", choices=["all", "tail", "first_page", "lookahead", "line_order", "min_tiles"],
+    ap.add_argument("--diag-rows", default="all", choices=["all", "tail", "first_page", "lookahead", "line_order", "min_tiles", "code_warm"],
                     help="diag rows: all, only the tail rows with decode only / stream only, only the "
                          "first-page rows (with and without, cp.async and TMA + helpers) with those two, or "
                          "only the rows without the score look-ahead with those two, or only the line and "
