@@ -45,7 +45,7 @@ void warp_barrier() {
   if (++wcount[w] == 32) { wcount[w] = 0; ++wgen[w]; } else { while (wgen[w] == g) yield(); ++progress; }
 }
 static const hpc::attn::DecodePlanParams* gp;
-static void entry() { hpc::attn::decode_plan_kernel(*gp); cur->done = true; ++progress; }
+static void entry() { hpc::attn::plan_kernel_for(*gp)(*gp); cur->done = true; ++progress; }
 void launch(const hpc::attn::DecodePlanParams& p, int threads) {
   gp = &p; nthreads = threads; block = dim3(threads); bar_count = 0;
   for (int w = 0; w < 32; ++w) wcount[w] = 0;

@@ -36,12 +36,13 @@ namespace hpc::attn {
 // Charged items (1 <= n, n * nb0 <= total) when some request is longer than total / nb0: {my prefix, block total},
 // one more block scan; out of line (rare: only batches with a request longer than the
 // tiles-only budget, i.e. long-context mixes).
+template <bool kHM>
 __device__ __noinline__ int2 count_charged(const DecodePlanParams& p, int r0, int r1, int nh, int len0, unsigned nb0,
                                          unsigned total) {
   int w[4] = {0, 0, 0, 0};
 #pragma unroll 1
   for (int b = r0; b < r1; ++b) {
-    const int n = tiles_of(b == r0 ? len0 : clamp_len(p, line_len(p, b)));
+    const int n = tiles_of(b == r0 ? len0 : clamp_len(p, line_len<kHM>(p, b)));
     w[0] += n > 0 && static_cast<unsigned long long>(n) * nb0 <= total ? nh : 0;
   }
   int t[4];
@@ -53,6 +54,7 @@ __device__ __noinline__ int2 count_charged(const DecodePlanParams& p, int r0, in
 // minBlocksPerSM = 1 spelled out: with only the thread count, ptxas 13.0 sometimes settles on 64
 // registers and spills (160-byte stack, 216 bytes in plan_dynamic_general) after unrelated edits
 // of the out-of-line plans; with it the kernel takes 108-112 registers and no spill.
+template <bool kHM>
 __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __grid_constant__ DecodePlanParams p) {
   const int tid = threadIdx.x;
   const int hkv = p.num_kv_heads;
@@ -100,14 +102,14 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
   int len0 = 0;
 #pragma unroll 1
   for (int b = r0; b < r1; ++b) {
-    const int raw = line_len(p, b);
+    const int raw = line_len<kHM>(p, b);
     const int len = clamp_len(p, raw);
     if (b == r0) len0 = len;
     const int n = tiles(len);
     v[0] += n * nh;
     v[1] += n > 0 ? nh : 0;
     // (each request once: head 0's copy on the head-major line)
-    v[2] += (h0 == 0 && (p.line_heads <= 1 || b < p.line_batch) && (raw < 0 || raw > p.max_len)) ? 1 : 0;
+    v[2] += (h0 == 0 && (!kHM || b < p.line_batch) && (raw < 0 || raw > p.max_len)) ? 1 : 0;
     v[3] = max(v[3], n);
   }
   int tot[4];
@@ -128,7 +130,7 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
     int pre_charged = v[1], charged = tot[1];
     if (ovh > 0 && static_cast<unsigned long long>(tot[3]) * static_cast<unsigned>(nb0) > static_cast<unsigned>(total)) {
       // block-uniform: some request is longer than the tiles-only budget
-      const int2 c = count_charged(p, r0, r1, nh, len0, nb0, total);
+      const int2 c = count_charged<kHM>(p, r0, r1, nh, len0, nb0, total);
       pre_charged = c.x;
       charged = c.y;
     }
@@ -143,10 +145,10 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
       fast = (line + 1) * nb + line < 0xFFFFFFFFll;
     }
     if (fast) {
-      plan_fast(p, r0, r1, h0, h1, chunk, len0, static_cast<unsigned>(line0), static_cast<unsigned>(line),
+      plan_fast<kHM>(p, r0, r1, h0, h1, chunk, len0, static_cast<unsigned>(line0), static_cast<unsigned>(line),
                 static_cast<unsigned>(nb), ovh, nb0, total, tot[2]);
     } else {
-      plan_dynamic_general(p, r0, r1, h0, h1, chunk, len0, line0, line, total, nb0, tot[2]);
+      plan_dynamic_general<kHM>(p, r0, r1, h0, h1, chunk, len0, line0, line, total, nb0, tot[2]);
     }
   } else {
     plan_static(p, r0, r1, total, tot[2]);
@@ -154,8 +156,13 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
   if (p.page_table != nullptr) write_first_pages(p);  // block-uniform
 }
 
+// The kernel for p's line order (set_line_order): head-major iff p.line_heads > 1.
+inline auto plan_kernel_for(const DecodePlanParams& p) {
+  return p.line_heads > 1 ? decode_plan_kernel<true> : decode_plan_kernel<false>;
+}
+
 inline cudaError_t launch_decode_plan(const DecodePlanParams& p, cudaStream_t stream, bool pdl) {
-  return hpc::launch_kernel(decode_plan_kernel, dim3(1), dim3(kPlanThreads), 0, stream, pdl, p);
+  return hpc::launch_kernel(plan_kernel_for(p), dim3(1), dim3(kPlanThreads), 0, stream, pdl, p);
 }
 
 }  // namespace hpc::attn

@@ -146,20 +146,31 @@ __device__ __forceinline__ int2 line_request_head(const DecodePlanParams& p, int
   }
   return make_int2(r, static_cast<int>(q));
 }
+// kHM: the plan's line order as a template parameter of the planner kernel (true iff
+// p.line_heads > 1, see plan_kernel_for), so the request-major plans (every plan at one KV head)
+// carry no line-order branch in their per-request loops.
 // The real request of line request v (page-table row, KV length).
+template <bool kHM>
 __device__ __forceinline__ int line_request(const DecodePlanParams& p, int v) {
-  return p.line_heads > 1 ? line_request_head(p, v).x : v;
+  if constexpr (kHM) {
+    return line_request_head(p, v).x;
+  } else {
+    return v;
+  }
 }
 // The item id (request * Hkv + head) of head h of line request v.
+template <bool kHM>
 __device__ __forceinline__ int line_item(const DecodePlanParams& p, int v, int h) {
-  if (p.line_heads > 1) {
+  if constexpr (kHM) {
     const int2 rh = line_request_head(p, v);
     return rh.x * p.line_heads + rh.y;
+  } else {
+    return v * p.num_kv_heads + h;
   }
-  return v * p.num_kv_heads + h;
 }
 // The raw KV length of line request v.
-__device__ __forceinline__ int line_len(const DecodePlanParams& p, int v) { return p.kv_lens[line_request(p, v)]; }
+template <bool kHM>
+__device__ __forceinline__ int line_len(const DecodePlanParams& p, int v) { return p.kv_lens[line_request<kHM>(p, v)]; }
 
 __device__ __forceinline__ int static_chunk(int n, int splits) { return (n + splits - 1) / splits; }
 __device__ __forceinline__ int item_parts_static(int n, int splits) {
@@ -174,7 +185,7 @@ constexpr int kPlanWalkMax = 24;  // a request spanning more bins than about thi
 // item's fixed cost is [s0, s), its tiles [s, e) of the line L (FastLine or Line<T>); its tasks,
 // slots and combine entry go at t_ / s_ / c_ (advanced past them, the same in every lane), and
 // the bins that start inside it point at their first task.
-template <typename T, typename LineT>
+template <bool kHM, typename T, typename LineT>
 __device__ __forceinline__ void write_item_by_warp(const DecodePlanParams& p, const LineT& L, int item, int bb, int ll,
                                                    T s0, T s, T e, int& t_, int& s_, int& c_) {
   const int lane = threadIdx.x & 31;
@@ -197,7 +208,7 @@ __device__ __forceinline__ void write_item_by_warp(const DecodePlanParams& p, co
     if (cs >= s0) {
       p.bin_start[c] = t_ + q;
       p.bin_first[c] = t4;
-      note_first(static_cast<int>(c), line_request(p, bb), t4.y);
+      note_first(static_cast<int>(c), line_request<kHM>(p, bb), t4.y);
     }
   }
   if (parts > 1) {

@@ -48,6 +48,7 @@ struct FastLine {
 // per lane), out of line: rare, and the common path stays one compact stretch of code. Every
 // lane passes its own values; lane `src`'s request is written; returns src's task / slot /
 // combine counters after it.
+template <bool kHM>
 __device__ __noinline__ int4 write_long_request(const DecodePlanParams& p, const FastLine L, int src, int b, int len,
                                                int n, unsigned S, unsigned ovh, int h0, int h1, int task, int slot,
                                                int comb) {
@@ -62,7 +63,7 @@ __device__ __noinline__ int4 write_long_request(const DecodePlanParams& p, const
   int c_ = __shfl_sync(0xffffffffu, comb, src);
   unsigned s0 = SS;
   for (int h = hh0; h < hh1; ++h, s0 += nn + oo) {
-    write_item_by_warp<unsigned>(p, L, line_item(p, bb, h), bb, ll, s0, s0 + oo, s0 + oo + nn, t_, s_, c_);
+    write_item_by_warp<kHM, unsigned>(p, L, line_item<kHM>(p, bb, h), bb, ll, s0, s0 + oo, s0 + oo + nn, t_, s_, c_);
   }
   return make_int4(t_, s_, c_, 0);
 }
@@ -81,12 +82,13 @@ __device__ __noinline__ void write_nested_bins(const DecodePlanParams& p, const 
 // `chunk` is the block-uniform number of requests per thread; line0 = where my first request
 // starts on the line; an item of n tiles is charged `ovh` units iff 1 <= n and n * nb0 <= total_tiles
 // (n <= total_tiles / nb0 without that division).
+template <bool kHM>
 __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int r1, int h0, int h1, int chunk,
                                           int len0, unsigned line0, unsigned line, unsigned nb, unsigned ovh,
                                           unsigned nb0, int total_tiles, int clamped) {
   const int nh = h1 - h0;
   const int lane = threadIdx.x & 31;
-  auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, line_len(p, b)); };
+  auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, line_len<kHM>(p, b)); };
   auto tiles = tiles_of;
   auto cost_of = [&](int n) {
     return n > 0 && static_cast<unsigned long long>(n) * nb0 <= static_cast<unsigned>(total_tiles) ? ovh : 0u;
@@ -166,12 +168,12 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
     const bool is_long = units > long_units;
     if (valid && n == 0) {
 #pragma unroll 1
-      for (int h = h0; h < h1; ++h) p.combine[comb++] = make_int4(line_item(p, b, h), 0, 0, 0);
+      for (int h = h0; h < h1; ++h) p.combine[comb++] = make_int4(line_item<kHM>(p, b, h), 0, 0, 0);
     } else if (valid && !is_long) {
       unsigned s0 = pos;
 #pragma unroll 1
       for (int h = h0; h < h1; ++h, s0 += span) {
-        const int item = line_item(p, b, h);
+        const int item = line_item<kHM>(p, b, h);
         const unsigned s = s0 + ovh_b, e = s + n;
         unsigned c = L.bin_of(s);
         const unsigned last = L.bin_of(e - 1);
@@ -193,7 +195,7 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
           if (opens) {
             p.bin_start[c] = task;
             p.bin_first[c] = t4;
-            note_first(static_cast<int>(c), line_request(p, b), tile);
+            note_first(static_cast<int>(c), line_request<kHM>(p, b), tile);
           }
           ++task;
           if (last_part) break;
@@ -211,7 +213,7 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
     while (mask) {
       const int src = __ffs(mask) - 1;
       mask &= mask - 1;
-      const int4 r = write_long_request(p, L, src, b, len, n, pos, ovh_b, h0, h1, task, slot, comb);
+      const int4 r = write_long_request<kHM>(p, L, src, b, len, n, pos, ovh_b, h0, h1, task, slot, comb);
       if (lane == src) {
         task = r.x;
         slot = r.y;

@@ -72,6 +72,7 @@ struct BinWalk {
 // an item's fixed cost begins at the item's first task; one lying wholly inside it is empty.
 // This thread owns heads [h0, h1) of requests [r0, r1) (see decode_plan_kernel); `chunk` is the
 // block-uniform number of requests per thread.
+template <bool kHM>
 __device__ __noinline__ void plan_dynamic_general(const DecodePlanParams& p, int r0, int r1, int h0, int h1,
                                                   int chunk, int len0, long long line0, long long total_ll,
                                                   long long total_tiles, long long nb0, int clamped_total) {
@@ -83,7 +84,7 @@ __device__ __noinline__ void plan_dynamic_general(const DecodePlanParams& p, int
     return n > 0 && static_cast<long long>(n) * nb0 <= total_tiles ? task_cost : T(0);
   };
   const int lane = threadIdx.x & 31;
-  auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, line_len(p, b)); };
+  auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, line_len<kHM>(p, b)); };
   auto tiles = tiles_of;
   const int floor_tiles = p.min_tiles > 0 ? p.min_tiles : 1;
   long long nb = div_nonneg(total_ll, floor_tiles);
@@ -178,12 +179,12 @@ __device__ __noinline__ void plan_dynamic_general(const DecodePlanParams& p, int
       is_long = L.bin_of(E - 1) - bS > static_cast<T>(kWalkMax);
     }
     if (valid && n == 0) {
-      for (int h = h0; h < h1; ++h) p.combine[comb++] = make_int4(line_item(p, b, h), 0, 0, 0);
+      for (int h = h0; h < h1; ++h) p.combine[comb++] = make_int4(line_item<kHM>(p, b, h), 0, 0, 0);
     } else if (valid && !is_long) {
       BinWalk<T> w;
       w.init(L, bS);
       for (int h = h0; h < h1; ++h) {
-        const int item = line_item(p, b, h);
+        const int item = line_item<kHM>(p, b, h);
         const T s0 = S + static_cast<T>(h - h0) * span, s = s0 + ovh, e = s + n;
         while (w.ce <= s) {  // bins wholly inside my fixed cost: empty, they start at my task
           if (w.cs >= s0) p.bin_start[w.c] = task;
@@ -200,7 +201,7 @@ __device__ __noinline__ void plan_dynamic_general(const DecodePlanParams& p, int
           if (w.cs >= s0) {  // no earlier item has tiles in this bin: the bin starts here
             p.bin_start[w.c] = task;
             p.bin_first[w.c] = t4;
-            note_first(static_cast<int>(w.c), line_request(p, b), t4.y);
+            note_first(static_cast<int>(w.c), line_request<kHM>(p, b), t4.y);
           }
           ++task;
           ++q;
@@ -233,7 +234,7 @@ __device__ __noinline__ void plan_dynamic_general(const DecodePlanParams& p, int
       int c_ = __shfl_sync(0xffffffffu, comb, src);
       for (int h = hh0; h < hh1; ++h) {
         const T s0 = SS + static_cast<T>(h - hh0) * sp, s = s0 + ovh;
-        write_item_by_warp<T>(p, L, line_item(p, bb, h), bb, ll, s0, s, s + nn, t_, s_, c_);
+        write_item_by_warp<kHM, T>(p, L, line_item<kHM>(p, bb, h), bb, ll, s0, s, s + nn, t_, s_, c_);
       }
       if (lane == src) {
         task = t_;
