@@ -25,7 +25,7 @@ FlashAttention when importable. Every row carries the bandwidth floor (KV + q + 
 the dequantised inputs.
 
     python benchmarks/bench_decode_attention.py [--out-dir benchmarks/results] [--quick]
-        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order]
+        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order|min_tiles|code_warm]
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import contextlib
 from pathlib import Path
 
 import torch
-from hpc_common import get_pdl, set_pdl
+from hpc_common import pdl_enabled
 from hpc_common.bench import BenchResults, bench_us, floor_us, gpu_slug
 from hpc_common.testing import error_stats
 
@@ -44,6 +44,7 @@ from hpc_attention import _ext, heuristics
 from hpc_attention import paged_decode as pd
 from hpc_attention.reference import decode_reference
 
+DIAG_ROW_SETS = ("all", "tail", "first_page", "lookahead", "line_order", "min_tiles", "code_warm")
 CASES = ["64x0.5K", "64x4K", "32x128+32x4K", "2x32K+30x4K", "1x64K+15x4K", "1x128K+31x4K"]
 HEADS = [(8, 1), (64, 8)]
 PAGE = 64
@@ -220,9 +221,8 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                     time_call("diag_bin_in_order", plan)
                     time_call("diag_request_major_in_order", plan_rm)
             if diag and diag_rows == "code_warm":
-                code_warm_rows(q, k, v, pt, kv_lens, plan, ks, vs, lens, hq, hkv, kv_dtype, kv_torch, gen, reps,
-                               time_call, add)
-            if diag and diag_rows in ("tail", "first_page", "lookahead", "line_order", "min_tiles", "code_warm"):
+                code_warm_rows(q, k, v, pt, kv_lens, plan, ks, vs, kv_dtype, gen, reps, time_call, add)
+            if diag and diag_rows != "all":  # every narrow row set also gets decode only / stream only
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
                     time_mode(name, plan, flags)
             elif diag:
@@ -268,51 +268,47 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
             print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {name:>12}: skipped ({type(e).__name__}: {str(e)[:80]})")
 
 
-def code_warm_rows(q, k, v, pt, kv_lens, plan, ks, vs, lens, hq, hkv, kv_dtype, kv_torch, gen, reps, time_call, add):
-    """How much of a call is cold instruction fetch (the flush evicts the kernels' code too): the
-    call timed right after a small decode of the same kernel on inputs, plan and output of its
-    own (one 32-tile request, split over bins, and B - 1 one-tile requests), as the difference of
-    [warm-up + call] and [warm-up], with PDL off so the two launches do not overlap. Its data
-    stays cold; only code (and the launch's constant state) is warm. `diag_pdl_off`: the call
-    alone, PDL off; `diag_after_spin`: the control below."""
-    B = len(lens)
+def us_after(first, call, reps) -> float:
+    """Microseconds of `call` queued right behind `first`: the median of [first; call] minus that
+    of [first] alone (each replayed after the L2 flush). PDL stays as the caller set it."""
+    def both():
+        first()
+        call()
+
+    return bench_us(both, reps=reps) - bench_us(first, reps=reps)
+
+
+def spin(cycles: int = 20000):
+    """A kernel that shares no code with ours and touches no memory (~10 us by default): the
+    control for us_after, whose subtraction also hides the call's launch behind the running kernel."""
+    torch.cuda._sleep(cycles)
+
+
+def code_warm_rows(q, k, v, pt, kv_lens, plan, ks, vs, kv_dtype, gen, reps, time_call, add):
+    """How much of a call is cold instruction fetch (the flush evicts the kernels' code too), with
+    PDL off so no two launches overlap: `diag_code_warm`, the call right behind a small decode of
+    the same kernel on inputs, plan and output of its own (one 32-tile request, split over bins,
+    and B - 1 one-tile requests; its data stays cold, only code is warm), against the control
+    `diag_after_spin`, the call right behind `spin`; `diag_pdl_off`: the call alone."""
+    B, hq, hkv = q.shape[0], q.shape[1], k.shape[2]
     wq, wk, wv, wpt, wlens, _ = make_inputs([32 * 64] + [64] * (B - 1), hq, hkv, kv_dtype, gen)
-    wws = ha.DecodeWorkspace(B, hkv, hq, 32 * 64)
-    wplan = ha.plan_decode(wlens, hkv, hq, workspace=wws, kv_dtype=kv_torch, page_table=wpt, page_size=PAGE)
+    wplan = ha.plan_decode(wlens, hkv, hq, workspace=ha.DecodeWorkspace(B, hkv, hq, 32 * 64), kv_dtype=k.dtype,
+                           page_table=wpt, page_size=PAGE)
     wout = torch.empty(B, hq, 128, dtype=torch.bfloat16, device="cuda")
     out = torch.empty(B, hq, 128, dtype=torch.bfloat16, device="cuda")
 
     def warm():
         ha.decode(wq, wk, wv, wpt, wlens, wplan, k_scale=ks, v_scale=vs, out=wout)
 
-    def both():
-        warm()
+    def call():
         ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out)
 
-    # Control: the same difference with a spin kernel of similar length that shares no code and
-    # touches no memory (torch.cuda._sleep) in place of the warm-up: what the subtraction itself
-    # removes (the call's launch queued behind a running kernel), with code and data cold.
-    def spin():
-        torch.cuda._sleep(20000)
-
-    def spin_then_call():
-        spin()
-        ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out)
-
-    saved = get_pdl()
-    set_pdl(False)
-    try:
+    with pdl_enabled(False):
         time_call("diag_pdl_off", plan)
-        both()
+        warm()
         torch.cuda.synchronize()
-        t_both, t_warm = bench_us(both, reps=reps), bench_us(warm, reps=reps)
-        t_spin_call, t_spin = bench_us(spin_then_call, reps=reps), bench_us(spin, reps=reps)
-    finally:
-        set_pdl(saved)
-    add("diag_code_warm", t_both - t_warm, out.clone())
-    add("diag_after_spin", t_spin_call - t_spin, out.clone())
-    print(f"    (warm-up + call {t_both:.2f} us, warm-up alone {t_warm:.2f} us; spin + call {t_spin_call:.2f}, "
-          f"spin alone {t_spin:.2f})", flush=True)
+        add("diag_code_warm", us_after(warm, call, reps), out.clone())
+        add("diag_after_spin", us_after(spin, call, reps), out.clone())
 
 
 def bench_plan_256(res, reps):
@@ -334,31 +330,18 @@ def bench_plan_256(res, reps):
         def warm():
             ha.plan_decode(one, hkv, 8 * hkv, workspace=ws1, validate=False)
 
-        def warm_then_plan():
-            warm()
+        def plan():
             ha.plan_decode(kv_lens, hkv, 8 * hkv, workspace=ws, validate=False)
 
-        # Control (ninth session): a spin kernel that shares no code in place of the warm-up plan.
-        # The difference then removes the same launch overlap with code and data cold, so
-        # `diag_plan_code_warm` against `diag_plan_after_spin` is the cold-code share alone.
-        def spin():
-            torch.cuda._sleep(5000)
-
-        def spin_then_plan():
-            spin()
-            ha.plan_decode(kv_lens, hkv, 8 * hkv, workspace=ws, validate=False)
-
-        saved = get_pdl()
-        set_pdl(False)  # no launch overlap through PDL in either difference
-        try:
-            t_both, t_warm = bench_us(warm_then_plan, reps=reps), bench_us(warm, reps=reps)
-            t_spin_plan, t_spin = bench_us(spin_then_plan, reps=reps), bench_us(spin, reps=reps)
-        finally:
-            set_pdl(saved)
-        res.add("diag_plan_code_warm", t_both - t_warm, case="256x4K", Hq=8 * hkv, Hkv=hkv, kv_dtype="any")
-        res.add("diag_plan_after_spin", t_spin_plan - t_spin, case="256x4K", Hq=8 * hkv, Hkv=hkv, kv_dtype="any")
-        print(f"{'256x4K':>14} {8 * hkv:>2}/{hkv}  any {'plan, warm code':>12}: {t_both - t_warm:8.2f} us "
-              f"({t_both:.2f} - {t_warm:.2f}); after a spin kernel {t_spin_plan - t_spin:.2f} us", flush=True)
+        # Control (ninth session): `spin`, which shares no code, in place of the warm-up plan; PDL
+        # off so no launch overlaps through it. Against it, `diag_plan_code_warm` is the cold-code
+        # share alone.
+        with pdl_enabled(False):
+            t_warm, t_spin = us_after(warm, plan, reps), us_after(lambda: spin(5000), plan, reps)
+        res.add("diag_plan_code_warm", t_warm, case="256x4K", Hq=8 * hkv, Hkv=hkv, kv_dtype="any")
+        res.add("diag_plan_after_spin", t_spin, case="256x4K", Hq=8 * hkv, Hkv=hkv, kv_dtype="any")
+        print(f"{'256x4K':>14} {8 * hkv:>2}/{hkv}  any {'plan, warm code':>12}: {t_warm:8.2f} us; "
+              f"after a spin kernel {t_spin:.2f} us", flush=True)
 
 
 def main() -> None:
@@ -370,11 +353,12 @@ def main() -> None:
     ap.add_argument("--heads", default=None, help="comma list of Hq/Hkv (default: 8/1,64/8; --quick: 8/1)")
     ap.add_argument("--kv", default="bf16,fp8", help="comma list of KV dtypes")
     ap.add_argument("--cases", default=None, help="comma list of cases (default: all six)")
-    ap.add_argument("--diag-rows", default="all", choices=["all", "tail", "first_page", "lookahead", "line_order", "min_tiles", "code_warm"],
-                    help="diag rows: all, only the tail rows with decode only / stream only, only the "
-                         "first-page rows (with and without, cp.async and TMA + helpers) with those two, or "
-                         "only the rows without the score look-ahead with those two, or only the line and "
-                         "run order rows (diag_request_major*, diag_bin_in_order) with those two")
+    ap.add_argument("--diag-rows", default="all", choices=DIAG_ROW_SETS,
+                    help="diag rows: all, or one narrow set with decode only / stream only: the tail rows, "
+                         "the first-page rows (with and without, cp.async and TMA + helpers), the rows "
+                         "without the score look-ahead, the line and run order rows (diag_request_major*, "
+                         "diag_bin_in_order), higher work floors (diag_min_tiles*) or the cold-code rows "
+                         "(diag_code_warm, diag_after_spin, diag_pdl_off)")
     args = ap.parse_args()
     reps = 30 if args.quick else 100
     heads = HEADS[:1] if args.quick else HEADS

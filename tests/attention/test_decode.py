@@ -10,7 +10,7 @@ import hpc_attention as ha
 from hpc_attention import _ext, heuristics
 from hpc_attention import paged_decode as dec
 from hpc_attention.planner import first_pages, plan_tables
-from hpc_common import get_pdl, set_pdl
+from hpc_common import pdl_enabled
 from hpc_common.testing import assert_bitwise_equal, error_stats, poisoned_empty
 
 from ._cases import FP8, check_accuracy, make_case, reference
@@ -282,14 +282,10 @@ def test_tail_claimed_equals_fixed_order(kv_dtype, monkeypatch):
 
 def test_pdl_on_equals_off(merge_mode, producer):
     case = make_case([20000, 5, 3000], 1, 8, torch.bfloat16, seed=4)
-    before = get_pdl()
-    try:
-        set_pdl(True)
+    with pdl_enabled(True):
         on, _ = run(case)
-        set_pdl(False)
+    with pdl_enabled(False):
         off, _ = run(case)
-    finally:
-        set_pdl(before)
     assert_bitwise_equal(on, off)
 
 

@@ -38,6 +38,21 @@ def cut_bins(C, hkv, head_major):
     return C - C % hkv if head_major and hkv > 1 and C >= hkv else C
 
 
+def check_bin_cut(t, per_bin, lens, hkv, C, floor, cost) -> int:
+    """The bins of a dynamic plan with at most C bins (a non-empty batch): the line they cut is the
+    tiles plus `cost` per charged item; used bins come first, each within one tile of the budget
+    (plus or minus one task cost: an item's cost may sit just before the boundary of the bin
+    holding its first tile); idle bins only when the floor caps the bin count. Returns the line."""
+    _, _, budget, total, _, nb, _, _ = t.counters
+    nb0 = min(C, max(1, total // floor))
+    line = total + cost * hkv * sum(1 for x in lens if 0 < tiles(x) and tiles(x) * nb0 <= total)
+    assert nb == min(C, max(1, line // floor))
+    assert budget == -(-line // nb)
+    assert all(budget - 1 - cost <= x <= budget + cost for x in per_bin[:nb]), (per_bin[:nb], budget)
+    assert all(x == 0 for x in per_bin[nb:])
+    return line
+
+
 def check_plan(lens, hkv, C, floor, splits=0, cost=0, tail=(0, 0, 0), head_major=False):
     pct, tbin, max_tail = tail
     t = plan_tables(lens, hkv, C, floor, static_splits=splits, task_cost=cost, tail_percent=pct, tail_bin=tbin,
@@ -176,16 +191,8 @@ def test_dynamic_plan_properties(lens, hkv, C, floor, cost):
     if total == 0:
         assert num_tasks == 0 and nb == 0 and all(x == 0 for x in t.bin_start)
         return
-    # The line the bins cut: tiles plus `cost` per non-empty item. Used bins first, each within
-    # one tile of the budget (plus or minus one task cost: an item's cost may sit just before
-    # the boundary of the bin holding its first tile); at least `floor` unless the batch has
-    # less in total; idle bins only when the floor caps the bin count.
-    nb0 = min(C, max(1, total // floor))
-    line = total + cost * hkv * sum(1 for x in lens if 0 < tiles(x) and tiles(x) * nb0 <= total)
-    assert nb == min(C, max(1, line // floor))
-    assert budget == -(-line // nb)
-    assert all(budget - 1 - cost <= x <= budget + cost for x in per_bin[:nb]), (per_bin[:nb], budget)
-    assert all(x == 0 for x in per_bin[nb:])
+    # At least `floor` per used bin unless the batch has less in total.
+    line = check_bin_cut(t, per_bin, lens, hkv, C, floor, cost)
     if line >= floor:
         assert min(per_bin[:nb]) >= floor - cost
     # Request order kept: tasks sorted by (item, first tile), and so is every bin.
@@ -210,13 +217,7 @@ def test_head_major_plan_properties(lens, hkv, C, floor, cost):
     if total == 0:
         assert num_tasks == 0 and nb == 0
         return
-    cc = cut_bins(C, hkv, True)
-    nb0 = min(cc, max(1, total // floor))
-    line = total + cost * hkv * sum(1 for x in lens if 0 < tiles(x) and tiles(x) * nb0 <= total)
-    assert nb == min(cc, max(1, line // floor))
-    assert budget == -(-line // nb)
-    assert all(budget - 1 - cost <= x <= budget + cost for x in per_bin[:nb]), (per_bin[:nb], budget)
-    assert all(x == 0 for x in per_bin[nb:])
+    check_bin_cut(t, per_bin, lens, hkv, cut_bins(C, hkv, True), floor, cost)
     keys = [(item % hkv, item // hkv, tb) for item, tb, _, _ in t.tasks]
     assert keys == sorted(keys)
     if nb % hkv == 0:

@@ -314,15 +314,11 @@ def test_cuda_graph_replay_equals_eager(cuda, mode):
 @pytest.mark.parametrize("mode", list(MODES))
 def test_deterministic_and_pdl_on_equals_off(cuda, mode):
     x = make_input(shape_for(mode, 300, 4096), torch.bfloat16, 31, device=cuda)
-    before = hpc_common.get_pdl()
-    try:
-        hpc_common.set_pdl(True)
+    with hpc_common.pdl_enabled(True):
         a = run(mode, x)
         b = run(mode, x)
-        hpc_common.set_pdl(False)
+    with hpc_common.pdl_enabled(False):
         c = run(mode, x)
-    finally:
-        hpc_common.set_pdl(before)
     ra = (a[0].clone(), a[1].clone())
     assert_same(b, ra, what=f"{mode} run-to-run")
     assert_same(c, ra, what=f"{mode} pdl off vs on")

@@ -23,6 +23,23 @@ def test_pdl_switch_roundtrip(monkeypatch):
     assert hpc_common.get_pdl() is True
 
 
+def test_pdl_enabled_restores_the_setting_before(monkeypatch):
+    """pdl_enabled: the override inside the block; afterwards the previous state, including "no
+    override" (the default follows HPC_PDL again) and an explicit one."""
+    monkeypatch.delenv("HPC_PDL", raising=False)
+    with hpc_common.pdl_enabled(False):
+        assert hpc_common.get_pdl() is False
+    monkeypatch.setenv("HPC_PDL", "0")
+    assert hpc_common.get_pdl() is False  # no override left behind
+    hpc_common.set_pdl(True)
+    try:
+        with pytest.raises(RuntimeError), hpc_common.pdl_enabled(False):
+            raise RuntimeError("leaves the block")
+        assert hpc_common.get_pdl() is True
+    finally:
+        hpc_common.set_pdl(None)
+
+
 def test_num_sms_override(monkeypatch):
     hpc_common.set_num_sms(7)
     try:

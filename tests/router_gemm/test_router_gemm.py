@@ -241,12 +241,9 @@ def test_bitwise_deterministic_graph_and_pdl(M):
     g.replay()
     torch.cuda.synchronize()
     assert_bitwise_equal(out, first, name="graph replay")
-    try:
-        for pdl in (False, True):
-            hpc_common.set_pdl(pdl)
+    for pdl in (False, True):
+        with hpc_common.pdl_enabled(pdl):
             assert_bitwise_equal(router_gemm(x, rw), first, name=f"pdl={pdl}")
-    finally:
-        hpc_common.launch._pdl_enabled = None
 
 
 @gpu

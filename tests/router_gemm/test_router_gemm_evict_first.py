@@ -99,12 +99,9 @@ def test_evict_first_graph_replay_and_table_plan(path, splits, M):
     plan = Plan(path, splits, evict_first=True)
     first = launch_poisoned(x, rw, Plan(path, splits))
     assert_graph_replays(x, rw, plan, first, name=f"{path} S={splits} M={M} evict_first graph replay")
-    try:
-        for pdl in (False, True):
-            hpc_common.set_pdl(pdl)
+    for pdl in (False, True):
+        with hpc_common.pdl_enabled(pdl):
             assert_bitwise_equal(launch_poisoned(x, rw, plan), first, name=f"{path} S={splits} M={M} pdl={pdl}")
-    finally:
-        hpc_common.launch._pdl_enabled = None
     # The public op, whatever the table chooses at this M (with or without the policy), gives
     # the bits of that plan without the policy.
     from hpc_router_gemm import plan_for

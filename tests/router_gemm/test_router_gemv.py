@@ -127,12 +127,9 @@ def test_gemv_grid_size_deterministic_graph_pdl(K, N, path, M):
                 assert_bitwise_equal(_gemv(x, rw, splits, path=path), first, name=f"{tag} num_sms={sms}")
         finally:
             hpc_common.set_num_sms(None)
-        try:
-            for pdl in (False, True):
-                hpc_common.set_pdl(pdl)
+        for pdl in (False, True):
+            with hpc_common.pdl_enabled(pdl):
                 assert_bitwise_equal(_gemv(x, rw, splits, path=path), first, name=f"{tag} pdl={pdl}")
-        finally:
-            hpc_common.launch._pdl_enabled = None
         out = poisoned_empty(M, N, dtype=torch.float32, device="cuda")
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())

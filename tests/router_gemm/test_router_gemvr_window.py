@@ -112,11 +112,8 @@ def test_gemvr_variant_grid_size_graph_pdl(path, K, N):
                 assert_bitwise_equal(launch_poisoned(x, rw, plan), first, name=f"{tag} num_sms={sms}")
         finally:
             hpc_common.set_num_sms(None)
-        try:
-            for pdl in (False, True):
-                assert_bitwise_equal(launch_poisoned(x, rw, plan, pdl=pdl), first, name=f"{tag} pdl={pdl}")
-        finally:
-            hpc_common.launch._pdl_enabled = None
+        for pdl in (False, True):
+            assert_bitwise_equal(launch_poisoned(x, rw, plan, pdl=pdl), first, name=f"{tag} pdl={pdl}")
         assert_graph_replays(x, rw, plan, first, name=f"{tag} graph replay")
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-
 import math
 from dataclasses import dataclass
 
@@ -474,14 +473,15 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
     v_t, v_f = _scale_arg(v_scale, "v_scale", op, dev)
     if validate:
         _validate_pages(page_table, kv_lens, page_size, num_pages, plan.max_kv_len, op)
+    first_page = _use_first_page(plan, page_table, page_size)
     torch.ops.hpc_attention.paged_decode(
         q, q_scale, k_cache, v_cache, page_table, ws.tasks, ws.bin_start, ws.bin_first, ws.combine, ws.counters,
         ws.partial_o, ws.partial_lse, ws.slot_meta, ws.merge_counts, ws.merge_ml, ws.claim_counter, out, k_t, v_t, k_f,
         v_f, float(sm_scale),
         plan.num_ctas, heuristics.combine_ctas(get_num_sms(dev)), bool(heuristics.MERGE_IN_DECODE),
         _use_tma(page_size, Hkv, k_cache.dtype == _FP8), bool(heuristics.MERGE_ON_HELPER_WARPS),
-        ws.bin_first_page if _use_first_page(plan, page_table, page_size) else None)
-    LAST_PRODUCER["first_page"] = _use_first_page(plan, page_table, page_size)
+        ws.bin_first_page if first_page else None)
+    LAST_PRODUCER["first_page"] = first_page
     return out
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 
 import torch
 
@@ -21,6 +23,19 @@ def set_pdl(enabled: bool | None) -> None:
 
 def get_pdl() -> bool:
     return env.pdl_default() if _pdl_enabled is None else _pdl_enabled
+
+
+@contextlib.contextmanager
+def pdl_enabled(enabled: bool | None) -> Iterator[None]:
+    """set_pdl(enabled) inside the block, and afterwards the setting from before it (including
+    "no override": a saved get_pdl() would pin the default instead)."""
+    global _pdl_enabled
+    saved = _pdl_enabled
+    set_pdl(enabled)
+    try:
+        yield
+    finally:
+        _pdl_enabled = saved
 
 
 def set_num_sms(n: int | None) -> None:

@@ -118,28 +118,23 @@ struct Pack {
   }
   __device__ __forceinline__ uint32_t amax_bits() const;  // after AmaxAcc, below
   // The VEC / 4 words of FP8 codes (VEC > 1): IEEE product with the reciprocal scale, RNE
-  // satfinite conversion, one NaN code. Elements [0, split) take inv_lo, the rest inv_hi (for a
-  // vector across a group boundary); the one-scale form folds the choice.
-  __device__ __forceinline__ void quantised_words(float inv_lo, float inv_hi, int split,
-                                                  uint32_t (&w)[VEC / 4]) const {
+  // satfinite conversion, one NaN code.
+  __device__ __forceinline__ void quantised_words(float inv, uint32_t (&w)[VEC / 4]) const {
 #pragma unroll
     for (int j = 0; j < VEC / 4; ++j) {
       float f[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) f[e] = mul_rn(f32(4 * j + e), 4 * j + e < split ? inv_lo : inv_hi);
+      for (int e = 0; e < 4; ++e) f[e] = mul_rn(f32(4 * j + e), inv);
       w[j] = canonical_nan4(e4m3x2(f[0], f[1]) | (e4m3x2(f[2], f[3]) << 16));
     }
   }
-  __device__ __forceinline__ void quantised_words(float inv, uint32_t (&w)[VEC / 4]) const {
-    quantised_words(inv, inv, VEC, w);
-  }
-  // Quantise with the reciprocal scale(s) and store VEC bytes at q (VEC-byte aligned when VEC > 1).
-  __device__ __forceinline__ void store_quantised(uint8_t* q, float inv_lo, float inv_hi, int split) const {
+  // Quantise with the reciprocal scale and store VEC bytes at q (VEC-byte aligned when VEC > 1).
+  __device__ __forceinline__ void store_quantised(uint8_t* q, float inv) const {
     if constexpr (VEC == 1) {
-      q[0] = uint8_t(canonical_nan4(e4m3x2(mul_rn(Elem<DT>::to_f32(v[0]), inv_lo), 0.0f)) & 0xffu);
+      q[0] = uint8_t(canonical_nan4(e4m3x2(mul_rn(Elem<DT>::to_f32(v[0]), inv), 0.0f)) & 0xffu);
     } else {
       uint32_t w[VEC / 4];
-      quantised_words(inv_lo, inv_hi, split, w);
+      quantised_words(inv, w);
       if constexpr (VEC == 8) {
         __stcs(reinterpret_cast<uint2*>(q), make_uint2(w[0], w[1]));
       } else {
@@ -147,7 +142,6 @@ struct Pack {
       }
     }
   }
-  __device__ __forceinline__ void store_quantised(uint8_t* q, float inv) const { store_quantised(q, inv, inv, VEC); }
 };
 
 // Element e of a segment quantised on its own (the scalar head and tail of a peeled segment).
