@@ -65,11 +65,15 @@ def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out
 @pytest.mark.parametrize("num_ctas", [1, 7, 132])
 def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail):
     gen = torch.Generator().manual_seed(num_ctas)
-    for trial in range(8):
-        # Trials 6-7: more requests than planner threads (several requests per thread).
-        B = int(torch.randint(1, 300, (1,), generator=gen)) if trial < 6 else 1100 + trial
+    for trial in range(9):
+        # Trials 6-7: more requests than planner threads (several requests per thread). Trial 8: the
+        # benchmark's batch-256 plan at 8 KV heads, head-major: the aligned plan (decode_plan_aligned.cuh).
+        B = int(torch.randint(1, 300, (1,), generator=gen)) if trial < 6 else (1100 + trial if trial < 8 else 256)
         kind = trial % 3
-        if kind == 0:
+        if trial == 8:
+            lens = torch.full((B,), 4096)
+            lens[::7] = 100
+        elif kind == 0:
             lens = torch.randint(0, 300, (B,), generator=gen)
         elif kind == 1:
             lens = torch.randint(0, 140_000, (B,), generator=gen)
@@ -83,12 +87,13 @@ def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail):
         page = [16, 64, 128][trial % 3]
         pt = torch.randint(-5, 1 << 20, (B, -(-140_000 // page)), dtype=torch.int32, device="cuda",
                            generator=torch.Generator(device="cuda").manual_seed(trial))
-        pt_kw = dict(page_table=pt, page_size=page) if trial % 2 else {}
-        # Trials 0-3 take the default line order (head-major from 2 KV heads), 4-7 the request-major one.
+        pt_kw = dict(page_table=pt, page_size=page) if trial % 2 or trial == 8 else {}
+        # Trials 0-3 and 8 take the default line order (head-major from 2 KV heads), 4-7 the request-major one.
+        default_order = trial < 4 or trial == 8
         plan = ha.plan_decode(kv_lens, hkv, hkv * 4, workspace=ws, static_splits=static_splits,
                               task_cost=task_cost, tail_percent=tail, tail_bin=1 + trial % 5,
-                              head_major=None if trial < 4 else False, **pt_kw)
-        assert plan.head_major == (trial < 4 and hkv > 1 and not static_splits and tail == 0), trial
+                              head_major=None if default_order else False, **pt_kw)
+        assert plan.head_major == (default_order and hkv > 1 and not static_splits and tail == 0), trial
         got = plan.tables()
         want = plan_tables(lens.tolist(), hkv, num_ctas, plan.min_tiles, static_splits=static_splits or 0,
                            max_len=140_000, task_cost=plan.task_cost, tail_percent=plan.tail_percent,

@@ -74,6 +74,13 @@ def _cases(seed: int, n: int):
         ([rng.randrange(0, 129) for _ in range(600)], 1, 50000, 1, 0, 140_000, 64, 0, 4, 0, 64, 0),
         ([20] * 40 + [130_000], 1, 132, 4, 0, 140_000, 2, 0, 4, 264, 64, 0),
         ([20] * 40 + [130_000], 8, 132, 4, 0, 140_000, 4, 0, 4, 264, 64, 1),
+        # Aligned head-major plan (decode_plan_aligned.cuh): long requests written by the warp
+        # with more requests after them in the same thread (B > 512), and bins nested in fixed
+        # costs copied to every head.
+        ([130_000 if i % 97 == 0 else 20 for i in range(1100)], 4, 4000, 4, 0, 140_000, 4, 0, 4, 0, 64, 1),
+        ([rng.randrange(0, 70) for _ in range(300)], 4, 2400, 1, 0, 140_000, 64, 0, 4, 0, 64, 1),
+        ([20] * 40 + [130_000] + [20] * 9, 16, 1000, 4, 0, 140_000, 4, 0, 4, 0, 64, 1),  # 8 threads per request
+        ([0] * 590 + [64] * 10, 2, 132, 4, 0, 140_000, 2, 0, 4, 0, 64, 1),  # 15 bins: not aligned, general plan
     ]
     for _ in range(n):
         B = rng.choice([1, 2, 3, 5, 31, 32, 64, 100, 255, 256, 257, 300, 511, 512, 513, 1100, 2000])

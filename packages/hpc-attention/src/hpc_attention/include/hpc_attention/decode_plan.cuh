@@ -16,7 +16,8 @@
 // compare the two table by table.
 //
 // Files: decode_plan_common.cuh (shared state, scans, first pages, the long-request writer),
-// decode_plan_fast.cuh (the common dynamic plan), decode_plan_general.cuh (tails, wide lines),
+// decode_plan_fast.cuh (the common dynamic plan), decode_plan_aligned.cuh (the common
+// head-major plan: every head's stretch cut alike), decode_plan_general.cuh (tails, wide lines),
 // decode_plan_static.cuh (static mode); this file holds the kernel and its launcher.
 #pragma once
 
@@ -27,29 +28,12 @@
 #include "hpc_attention/decode_params.h"
 #include "hpc_attention/decode_plan_common.cuh"
 #include "hpc_attention/decode_plan_fast.cuh"
+#include "hpc_attention/decode_plan_aligned.cuh"
 #include "hpc_attention/decode_plan_general.cuh"
 #include "hpc_attention/decode_plan_static.cuh"
 #include "hpc_common/pdl.cuh"
 
 namespace hpc::attn {
-
-// Charged items (1 <= n, n * nb0 <= total) when some request is longer than total / nb0: {my prefix, block total},
-// one more block scan; out of line (rare: only batches with a request longer than the
-// tiles-only budget, i.e. long-context mixes).
-template <bool kHM>
-__device__ __noinline__ int2 count_charged(const DecodePlanParams& p, int r0, int r1, int nh, int len0, unsigned nb0,
-                                         unsigned total) {
-  int w[4] = {0, 0, 0, 0};
-#pragma unroll 1
-  for (int b = r0; b < r1; ++b) {
-    const int n = tiles_of(b == r0 ? len0 : clamp_len(p, line_len<kHM>(p, b)));
-    w[0] += n > 0 && static_cast<unsigned long long>(n) * nb0 <= total ? nh : 0;
-  }
-  int t[4];
-  block_scan<1, false>(w, t, plan_shared().scan[1]);
-  return make_int2(w[0], t[0]);
-}
-
 
 // minBlocksPerSM = 1 spelled out: with only the thread count, ptxas 13.0 sometimes settles on 64
 // registers and spills (160-byte stack, 216 bytes in plan_dynamic_general) after unrelated edits
@@ -92,8 +76,25 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
 #pragma unroll 1
     for (int c = tid; c < ns; c += kPlanThreads) sh.first[c].x = -1;
   }
+  // The work floor's reciprocal needs only parameters: computed before the lengths load, off the
+  // critical path (it followed the first scan: ~0.05-0.1 us of dependent latency, NOTES.md).
+  FastDiv by_floor;
+  by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
+  const bool tail = p.tail_percent > 0 && p.tail_bin > 0 && p.max_tail_bins > 0;
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();  // the decode kernel waits for our completion anyway
+  if constexpr (kHM) {
+    // Only when the virtual batch of B x Hkv one-head requests does not fit one per thread: below
+    // that the general plan runs every item on a thread of its own, as parallel as the aligned plan
+    // (which measured up to ~1 us slower there on the skewed per-case plans, H200).
+    if (dynamic && !tail && p.batch > kPlanThreads) {
+      if (plan_head_major_aligned(p, by_floor)) {
+        if (p.page_table != nullptr) write_first_pages(p);  // block-uniform
+        return;
+      }
+      __syncthreads();  // the general plan below reuses the scan buffers
+    }
+  }
   auto tiles = tiles_of;
 
   // Pass 1: tiles of my items (a request's tiles, once per head), non-empty items, clamped
@@ -123,8 +124,6 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
     // Both bin counts divide by floor_tiles: one reciprocal (FastDiv) serves the two. The charge
     // threshold n <= total / nb0 is tested as n * nb0 <= total (no third division).
     const unsigned ovh = p.task_cost > 0 ? p.task_cost : 0;
-    FastDiv by_floor;
-    by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
     int nb0 = static_cast<int>(by_floor(static_cast<unsigned>(total)));
     nb0 = nb0 < 1 ? 1 : (nb0 > p.cut_bins ? p.cut_bins : nb0);
     int pre_charged = v[1], charged = tot[1];
@@ -136,7 +135,6 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
     }
     const long long line = total + static_cast<long long>(ovh) * charged;
     const long long line0 = v[0] + static_cast<long long>(ovh) * pre_charged;
-    const bool tail = p.tail_percent > 0 && p.tail_bin > 0 && p.max_tail_bins > 0;
     bool fast = !tail && line <= 0x7fffffffll;
     int nb = 1;
     if (fast) {

@@ -179,6 +179,23 @@ __device__ __forceinline__ int item_parts_static(int n, int splits) {
   return (n + chunk - 1) / chunk;
 }
 
+// Charged items (1 <= n, n * nb0 <= total) when some request is longer than total / nb0: {my prefix, block total},
+// one more block scan; out of line (rare: only batches with a request longer than the
+// tiles-only budget, i.e. long-context mixes).
+template <bool kHM>
+__device__ __noinline__ int2 count_charged(const DecodePlanParams& p, int r0, int r1, int nh, int len0, unsigned nb0,
+                                         unsigned total) {
+  int w[4] = {0, 0, 0, 0};
+#pragma unroll 1
+  for (int b = r0; b < r1; ++b) {
+    const int n = tiles_of(b == r0 ? len0 : clamp_len(p, line_len<kHM>(p, b)));
+    w[0] += n > 0 && static_cast<unsigned long long>(n) * nb0 <= total ? nh : 0;
+  }
+  int t[4];
+  block_scan<1, false>(w, t, plan_shared().scan[1]);
+  return make_int2(w[0], t[0]);
+}
+
 constexpr int kPlanWalkMax = 24;  // a request spanning more bins than about this is written by its warp
 
 // One item of a long request, written by its whole warp (part q by lane q, q + 32, ...): the

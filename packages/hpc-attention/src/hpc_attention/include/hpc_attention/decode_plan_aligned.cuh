@@ -1,0 +1,280 @@
+// The head-major dynamic plan when every head's stretch of the line is cut alike: see
+// decode_plan.cuh for the plan, decode_plan_fast.cuh for the arithmetic it shares.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "hpc_attention/decode_params.h"
+#include "hpc_attention/decode_plan_common.cuh"
+#include "hpc_attention/decode_plan_fast.cuh"
+
+namespace hpc::attn {
+
+// Why a plan of its own: the head-major line (set_line_order) is Hkv copies of one stretch (head
+// h's items are the requests in order with the same tiles and fixed costs for every h), so
+// line = Hkv * line1. When the bin count nb is a multiple of Hkv (always once the batch fills the
+// cut_bins bins, which set_line_order rounds down to a multiple of Hkv),
+// start(h * nb1 + j) = floor((h * nb1 + j) * Hkv * line1 / nb) = h * line1 + start(j), nb1 = nb / Hkv:
+// head h's stretch is cut as head 0's, shifted by h * nb1 bins, and its tasks, slots and combine
+// entries sit h times head 0's counts further on. So one thread owns a real request again, plans
+// its head-0 item once (length, tiles, charge test, parts) and writes the Hkv copies. The general
+// head-major plan works on a virtual batch of B x Hkv one-head requests and repeats that work per
+// head (ncu, 64/8 batch 256: 27.6 K warp instructions against 20.1 K for the request-major line).
+// Same tables as the general plan (the Python twin has no notion of this path).
+
+// Head h's copies of what a head-0 item's writer produced: offsets per head.
+struct AlignedHeads {
+  int heads, batch;  // Hkv, real B
+  int nb1;           // bins per head stretch
+  unsigned line1;    // units per head stretch
+  int tasks1, slots1, comb1;  // head 0's totals
+};
+
+// Bins wholly inside an item's fixed cost [s0, s) (head-0 positions), for heads [h0, h1): empty,
+// they start at the item's first task. Rare (see write_nested_bins).
+__device__ __noinline__ void write_nested_bins_aligned(const DecodePlanParams& p, const FastLine L,
+                                                       const AlignedHeads A, int h0, int h1, unsigned s0,
+                                                       unsigned first, int task) {
+  for (unsigned c = L.bin_of(s0); c < first; ++c) {
+    if (!L.starts_at_or_after(c, s0)) continue;
+    for (int h = h0; h < h1; ++h) p.bin_start[h * A.nb1 + static_cast<int>(c)] = h * A.tasks1 + task;
+  }
+}
+
+// A request whose item spans many bins, written by the whole warp head by head (one part per
+// lane, write_item_by_warp on the global line); lane src's request is written. Returns src's
+// head-0 task / slot / combine counters after it.
+__device__ __noinline__ int4 write_long_request_aligned(const DecodePlanParams& p, const FastLine L,
+                                                        const AlignedHeads A, int src, int b, int len, int n,
+                                                        unsigned pos, unsigned ovh, int task, int slot, int comb) {
+  const int bb = __shfl_sync(0xffffffffu, b, src);
+  const int ll = __shfl_sync(0xffffffffu, len, src);
+  const unsigned nn = __shfl_sync(0xffffffffu, n, src);
+  const unsigned s0 = __shfl_sync(0xffffffffu, pos, src);
+  const unsigned oo = __shfl_sync(0xffffffffu, ovh, src);
+  const int t0 = __shfl_sync(0xffffffffu, task, src);
+  const int sl0 = __shfl_sync(0xffffffffu, slot, src);
+  const int c0 = __shfl_sync(0xffffffffu, comb, src);
+  int4 after = make_int4(t0, sl0, c0, 0);
+  for (int h = 0; h < A.heads; ++h) {
+    int t_ = h * A.tasks1 + t0, s_ = h * A.slots1 + sl0, c_ = h * A.comb1 + c0;
+    const unsigned hs0 = h * A.line1 + s0;
+    // line request h * B + bb: write_item_by_warp's head-major line_request turns it back into bb
+    write_item_by_warp<true, unsigned>(p, L, bb * A.heads + h, h * A.batch + bb, ll, hs0, hs0 + oo, hs0 + oo + nn,
+                                       t_, s_, c_);
+    if (h == 0) after = make_int4(t_, s_, c_, 0);
+  }
+  return after;
+}
+
+// The aligned head-major plan (see above) for a dynamic plan without claimable tail. by_floor:
+// the reciprocal of the work floor. Returns false, block-uniform and with nothing written to the
+// tables, when the plan is not aligned (fewer bins than cut_bins: only lines shorter than cut_bins
+// floors) or not a fast plan (line >= 2^31 units); the caller then runs the general plan
+// (after a barrier: this plan's scans used the shared scan buffers).
+__device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& p, const FastDiv& by_floor) {
+  const int H = p.line_heads, B = p.line_batch;
+  const int tid = threadIdx.x, lane = tid & 31;
+  // Work per thread: a chunk of requests with all their heads, or, when B < kPlanThreads, one
+  // request and heads [h0, h1) of it (2^k threads per request, the largest power of two <= Hkv with
+  // B * 2^k <= kPlanThreads, as in decode_plan_kernel): the per-request plan is computed by each of
+  // the request's threads alike, and each writes the copies of its heads (one thread writing all
+  // Hkv copies of the 128K request's ~8 parts made the 64/8 1x128K+31x4K plan 7.6 -> 11.3 us).
+  // Only the request's last thread carries its values into the scans, so all of them get the
+  // request's exclusive prefixes.
+  int k = 0;
+  if (B <= kPlanThreads) {
+    const int k_heads = 31 - __clz(H);
+    const int k_threads = kPlanThreadsLog2 - (32 - __clz(B - 1));
+    k = max(0, min(k_heads, k_threads));
+  }
+  const int sub = tid & ((1 << k) - 1);
+  const int chunk = k > 0 ? 1 : (B + kPlanThreads - 1) >> kPlanThreadsLog2;
+  const int r0 = min(B, (tid >> k) * chunk), r1 = min(B, r0 + chunk);
+  const int h0 = (sub * H) >> k, h1 = ((sub + 1) * H) >> k;
+  const int mine = sub == (1 << k) - 1 ? 1 : 0;  // this thread's values go into the scans
+  PlanShared& sh = plan_shared();
+
+  // Pass 1 over head 0's stretch: tiles, non-empty items, clamped lengths (block sum), longest
+  // request (block max).
+  int v[4] = {0, 0, 0, 0};
+  int len0 = 0;
+#pragma unroll 1
+  for (int b = r0; b < r1; ++b) {
+    const int raw = p.kv_lens[b];
+    const int len = clamp_len(p, raw);
+    if (b == r0) len0 = len;
+    const int n = tiles_of(len);
+    v[0] += n * mine;
+    v[1] += n > 0 ? mine : 0;
+    v[2] += (raw < 0 || raw > p.max_len) ? mine : 0;
+    v[3] = max(v[3], n);
+  }
+  int tot[4];
+  block_scan<2, true>(v, tot, sh.scan[0]);
+  const long long total_ll = static_cast<long long>(H) * tot[0];
+  if (total_ll > 0x7fffffffll) return false;
+  const unsigned total = static_cast<unsigned>(total_ll);
+  const unsigned ovh = p.task_cost > 0 ? p.task_cost : 0;
+  int nb0 = static_cast<int>(by_floor(total));
+  nb0 = nb0 < 1 ? 1 : (nb0 > p.cut_bins ? p.cut_bins : nb0);
+  int pre_charged = v[1], charged1 = tot[1];
+  if (ovh > 0 && static_cast<unsigned long long>(tot[3]) * static_cast<unsigned>(nb0) > total) {
+    const int2 c = count_charged<false>(p, r0, r1, mine, len0, nb0, total);  // real requests: request-major reads
+    pre_charged = c.x;
+    charged1 = c.y;
+  }
+  const long long line1_ll = tot[0] + static_cast<long long>(ovh) * charged1;
+  const long long line_ll = line1_ll * H;
+  if (line_ll > 0x7fffffffll) return false;
+  const unsigned line = static_cast<unsigned>(line_ll);
+  int nb = static_cast<int>(by_floor(line));
+  nb = nb < 1 ? 1 : (nb > p.cut_bins ? p.cut_bins : nb);
+  // Aligned: nb a multiple of Hkv. Tested as nb == cut_bins (a multiple of Hkv when num_bins >= Hkv,
+  // set_line_order) instead of nb % Hkv: a division less on the critical path; lines shorter than
+  // cut_bins floors (tiny plans) take the general plan.
+  if ((line_ll + 1) * nb + line_ll >= 0xFFFFFFFFll || nb != p.cut_bins || p.num_bins < H) return false;
+
+  auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, p.kv_lens[b]); };
+  auto cost_of = [&](int n) {
+    return n > 0 && static_cast<unsigned long long>(n) * static_cast<unsigned>(nb0) <= total ? ovh : 0u;
+  };
+  FastLine L;
+  L.line = line;
+  L.nb = static_cast<unsigned>(nb);
+  L.by_line.init(line);
+  L.by_nb.init(static_cast<unsigned>(nb));
+  const unsigned q0 = L.by_nb(line);
+  const unsigned budget = q0 + (line - q0 * static_cast<unsigned>(nb) != 0 ? 1 : 0);
+  const bool nest = ovh >= q0 && ovh > 0;
+  const unsigned long_units = static_cast<unsigned>(
+      min(static_cast<unsigned long long>(q0) * kPlanWalkMax, static_cast<unsigned long long>(line)));
+  const unsigned line0 = static_cast<unsigned>(v[0]) + ovh * static_cast<unsigned>(pre_charged);
+
+  // Pass 2: head 0's tasks, slots and combine entries of my requests.
+  int cnt[4] = {0, 0, 0, 0};
+  {
+    unsigned pos = line0;
+#pragma unroll 1
+    for (int b = r0; b < r1; ++b) {
+      const int n = tiles_of(length(b));
+      if (n == 0) {
+        cnt[2] += mine;
+        continue;
+      }
+      const unsigned ovh_b = cost_of(n), s = pos + ovh_b;
+      const int parts = static_cast<int>(L.bin_of(s + n - 1) - L.bin_of(s)) + 1;
+      cnt[0] += parts * mine;
+      if (parts > 1) {
+        cnt[1] += parts * mine;
+        cnt[2] += mine;
+      }
+      pos = s + n;
+    }
+  }
+  int tot2[4];
+  block_scan<3, false>(cnt, tot2, sh.scan[2]);
+  AlignedHeads A;
+  A.heads = H;
+  A.batch = B;
+  A.nb1 = nb / H;
+  A.line1 = static_cast<unsigned>(line1_ll);
+  A.tasks1 = tot2[0];
+  A.slots1 = tot2[1];
+  A.comb1 = tot2[2];
+  const int num_tasks = H * A.tasks1;
+
+  const int C = p.num_bins + p.max_tail_bins;
+#pragma unroll 1
+  for (int c = threadIdx.x; c <= C; c += kPlanThreads) {
+    if (c >= nb) p.bin_start[c] = num_tasks;
+  }
+  if (threadIdx.x == 0) {
+    p.counters[kNumTasks] = num_tasks;
+    p.counters[kNumCombine] = H * A.comb1;
+    p.counters[kBudget] = static_cast<int>(budget);
+    p.counters[kTotalTiles] = static_cast<int>(total);
+    p.counters[kNumSlots] = H * A.slots1;
+    p.counters[kNumBinsUsed] = nb;
+    p.counters[kNumClamped] = tot[2];
+    p.counters[kNumTailBins] = 0;
+  }
+
+  // Pass 3: write every head's copy. Loop bounds are warp-uniform (chunk iterations) for the ballots.
+  int task = cnt[0], slot = cnt[1], comb = cnt[2];
+  unsigned pos = line0;
+#pragma unroll 1
+  for (int i = 0; i < chunk; ++i) {
+    const int b = r0 + i;
+    const bool valid = b < r1;
+    const int len = valid ? length(b) : 0;
+    const int n = tiles_of(len);
+    const unsigned ovh_b = cost_of(n);
+    const unsigned units = n > 0 ? n + ovh_b : 0;
+    const bool is_long = units > long_units;
+    if (valid && n == 0) {
+#pragma unroll 1
+      for (int h = h0; h < h1; ++h) p.combine[h * A.comb1 + comb] = make_int4(b * H + h, 0, 0, 0);
+      ++comb;
+    } else if (valid && !is_long) {
+      const unsigned s = pos + ovh_b, e = s + n;
+      unsigned c = L.bin_of(s);
+      const unsigned last = L.bin_of(e - 1);
+      const int parts = static_cast<int>(last - c) + 1;
+      const bool split = parts > 1;
+      if (nest && ovh_b > 0) write_nested_bins_aligned(p, L, A, h0, h1, pos, c, task);
+      bool opens = L.starts_at_or_after(c, pos);  // as in plan_fast
+      int tile = 0;
+      for (int q = 0;; ++q) {
+        const bool last_part = c == last;
+        const unsigned ce = last_part ? e : L.start(c + 1);
+        const int token_end = last_part ? len : static_cast<int>(ce - s) * kTileTokens;
+#pragma unroll 1
+        for (int h = h0; h < h1; ++h) {
+          const int hs = h * A.slots1 + slot;  // head h's first slot of this item
+          const int4 t4 = make_int4(b * H + h, tile, token_end, split ? hs + q : -1);
+          const int t = h * A.tasks1 + task;
+          p.tasks[t] = t4;
+          if (split) p.slot_meta[hs + q] = make_int2(hs, parts);
+          if (opens) {
+            const int hc = h * A.nb1 + static_cast<int>(c);
+            p.bin_start[hc] = t;
+            p.bin_first[hc] = t4;
+            note_first(hc, b, tile);
+          }
+        }
+        ++task;
+        if (last_part) break;
+        tile = static_cast<int>(ce - s);
+        ++c;
+        opens = true;
+      }
+      if (split) {
+#pragma unroll 1
+        for (int h = h0; h < h1; ++h) {
+          p.combine[h * A.comb1 + comb] = make_int4(b * H + h, h * A.slots1 + slot, parts, 0);
+        }
+        ++comb;
+        slot += parts;
+      }
+    }
+    // one flag per request (its threads share a warp); the warp writes all its heads
+    unsigned mask = __ballot_sync(0xffffffffu, valid && n > 0 && is_long && sub == 0);
+    while (mask) {
+      const int src = __ffs(mask) - 1;
+      mask &= mask - 1;
+      const int4 r = write_long_request_aligned(p, L, A, src, b, len, n, pos, ovh_b, task, slot, comb);
+      if (lane == src) {
+        task = r.x;
+        slot = r.y;
+        comb = r.z;
+      }
+    }
+    pos += units;
+  }
+  return true;
+}
+
+}  // namespace hpc::attn
