@@ -145,7 +145,9 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     }
     auto tile_body = [&](const int tile, auto next_tag) {
       constexpr bool kNext = decltype(next_tag)::value;  // tile + 1 < tile_end
-      const int valid = min(Cfg::kTile, task.z - tile * Cfg::kTile);
+      // Every tile of a task but its last is full: (tile + 1) * 64 <= (tile_end - 1) * 64 < task.z.
+      // Known at compile time there, the masks of the scores and of V drop out of that body.
+      const int valid = kNext ? Cfg::kTile : min(Cfg::kTile, task.z - tile * Cfg::kTile);
       const int nstage = stage + 1 == Cfg::kStages ? 0 : stage + 1;
       const uint32_t nphase = nstage == 0 ? phase ^ 1 : phase;
       float sn[2][4];
@@ -161,7 +163,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       for (int n = 0; n < 2; ++n) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const bool ok = tok_base + 8 * n + e < valid;
+          const bool ok = kNext || tok_base + 8 * n + e < valid;
           s[n][e] = ok ? s[n][e] * row_scale0 : kNegInf;
           s[n][2 + e] = ok ? s[n][2 + e] * row_scale1 : kNegInf;
           mx0 = fmaxf(mx0, s[n][e]);
@@ -209,7 +211,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       // (Loading these fragments before the softmax, next to the look-ahead scores, measured
       // equal on every case and took up to 240 registers: HISTORY.md, seventh session.)
       uint32_t vf[16][2];
-      tile_v_frags<Cfg, kFp8Kv>(sb, valid, vf);
+      tile_v_frags<Cfg, kFp8Kv, kNext>(sb, valid, vf);
 #pragma unroll
       for (int nt = 0; nt < 16; ++nt) mma_16816<kF16>(o[nt], pa, vf[nt][0], vf[nt][1]);
       __syncwarp();
