@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# A/B of one benchmark in one device call: the same script run against an earlier tree's packages
+# (A) and this tree's (B), alternating A B A, so machine-to-machine spread does not enter the
+# comparison. Prepare A here with tools/ab_prepare.sh REV (writes ab_old/, git-ignored, named in
+# the device tool's `carry`), then on the device:
+#   bash tools/ab_bench.sh OUT_DIR bench_decode_attention.py --heads 8/1 --kv fp8 --no-diag
+# Writes OUT_DIR/{A1,B,A2}/<gpu>/<op>.json and OUT_DIR/ab.log (the benchmark's console output).
+set -uo pipefail
+OUT=${1:?usage: ab_bench.sh OUT_DIR BENCH_SCRIPT [args...]}
+SCRIPT=${2:?usage: ab_bench.sh OUT_DIR BENCH_SCRIPT [args...]}
+shift 2
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+[ -d ab_old/packages ] || { echo "ab_old/packages missing: run tools/ab_prepare.sh REV first"; exit 2; }
+paths() {  # PYTHONPATH of the packages under $1
+  local p=""
+  for pkg in hpc-common hpc-attention hpc-router-gemm hpc-moe; do p="$p:$1/packages/$pkg/src"; done
+  echo "${p#:}:$1/integration/src"
+}
+export PYTHONUNBUFFERED=1 HPC_JIT_CACHE_DIR=${HPC_JIT_CACHE_DIR:-/tmp/hpc_jit}
+mkdir -p "$OUT"
+for run in A1 B A2; do
+  src="$ROOT"; [ "$run" != B ] && src="$ROOT/ab_old"
+  echo "== $run ($src)" | tee -a "$OUT/ab.log"
+  PYTHONPATH="$(paths "$src")" python3 "benchmarks/$SCRIPT" --out-dir "$OUT/$run" "$@" 2>&1 | tee -a "$OUT/ab.log" | tail -3
+done
