@@ -141,16 +141,11 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
   auto cost_of = [&](int n) {
     return n > 0 && static_cast<unsigned long long>(n) * static_cast<unsigned>(nb0) <= total ? ovh : 0u;
   };
-  FastLine L;
-  L.line = line;
-  L.nb = static_cast<unsigned>(nb);
-  L.by_line.init(line);
-  L.by_nb.init(static_cast<unsigned>(nb));
-  const unsigned q0 = L.by_nb(line);
-  const unsigned budget = q0 + (line - q0 * static_cast<unsigned>(nb) != 0 ? 1 : 0);
-  const bool nest = ovh >= q0 && ovh > 0;
-  const unsigned long_units = static_cast<unsigned>(
-      min(static_cast<unsigned long long>(q0) * kPlanWalkMax, static_cast<unsigned long long>(line)));
+  FastCut cut;
+  cut.init(line, static_cast<unsigned>(nb));
+  const FastLine& L = cut.L;
+  const unsigned budget = cut.budget, long_units = cut.long_units;
+  const bool nest = ovh >= cut.q0 && ovh > 0;  // as in plan_fast
   const unsigned line0 = static_cast<unsigned>(v[0]) + ovh * static_cast<unsigned>(pre_charged);
 
   // Pass 2: head 0's tasks, slots and combine entries of my requests.
@@ -186,21 +181,8 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
   A.comb1 = tot2[2];
   const int num_tasks = H * A.tasks1;
 
-  const int C = p.num_bins + p.max_tail_bins;
-#pragma unroll 1
-  for (int c = threadIdx.x; c <= C; c += kPlanThreads) {
-    if (c >= nb) p.bin_start[c] = num_tasks;
-  }
-  if (threadIdx.x == 0) {
-    p.counters[kNumTasks] = num_tasks;
-    p.counters[kNumCombine] = H * A.comb1;
-    p.counters[kBudget] = static_cast<int>(budget);
-    p.counters[kTotalTiles] = static_cast<int>(total);
-    p.counters[kNumSlots] = H * A.slots1;
-    p.counters[kNumBinsUsed] = nb;
-    p.counters[kNumClamped] = tot[2];
-    p.counters[kNumTailBins] = 0;
-  }
+  close_unused_bins(p, nb, num_tasks);
+  write_totals(p, {num_tasks, H * A.comb1, static_cast<int>(budget), static_cast<int>(total), H * A.slots1, nb, tot[2], 0});
 
   // Pass 3: write every head's copy. Loop bounds are warp-uniform (chunk iterations) for the ballots.
   int task = cnt[0], slot = cnt[1], comb = cnt[2];

@@ -196,6 +196,33 @@ __device__ __noinline__ int2 count_charged(const DecodePlanParams& p, int r0, in
   return make_int2(w[0], t[0]);
 }
 
+// The plan's totals (PlanCounter), written by thread 0; every plan writes them once its counting
+// pass is scanned.
+struct PlanTotals {
+  int tasks, combine, budget, total_tiles, slots, bins_used, clamped, tail_bins;
+};
+__device__ __forceinline__ void write_totals(const DecodePlanParams& p, const PlanTotals& t) {
+  if (threadIdx.x != 0) return;
+  p.counters[kNumTasks] = t.tasks;
+  p.counters[kNumCombine] = t.combine;
+  p.counters[kBudget] = t.budget;
+  p.counters[kTotalTiles] = t.total_tiles;
+  p.counters[kNumSlots] = t.slots;
+  p.counters[kNumBinsUsed] = t.bins_used;
+  p.counters[kNumClamped] = t.clamped;
+  p.counters[kNumTailBins] = t.tail_bins;
+}
+
+// Dynamic plans: the bins from bins_used on hold no task; their bin_start entries (and the table's
+// end entry) are the task count.
+__device__ __forceinline__ void close_unused_bins(const DecodePlanParams& p, int bins_used, int num_tasks) {
+  const int C = p.num_bins + p.max_tail_bins;
+#pragma unroll 1
+  for (int c = threadIdx.x; c <= C; c += kPlanThreads) {
+    if (c >= bins_used) p.bin_start[c] = num_tasks;
+  }
+}
+
 constexpr int kPlanWalkMax = 24;  // a request spanning more bins than about this is written by its warp
 
 // One item of a long request, written by its whole warp (part q by lane q, q + 32, ...): the

@@ -44,6 +44,25 @@ struct FastLine {
   __device__ __forceinline__ bool starts_at_or_after(unsigned c, unsigned x) const { return c * line >= x * nb; }
 };
 
+// A fast plan's cut of the line and what follows from it: the shortest bin q0, the budget (the
+// longest bin) and long_units, the most units an item may have and still be written by its own
+// thread (kPlanWalkMax shortest bins' worth spans at most kPlanWalkMax + 2 bins; longer items go
+// to the warp writers).
+struct FastCut {
+  FastLine L;
+  unsigned q0, budget, long_units;
+  __device__ __forceinline__ void init(unsigned line, unsigned nb) {
+    L.line = line;
+    L.nb = nb;
+    L.by_line.init(line > 0 ? line : 1);
+    L.by_nb.init(nb);
+    q0 = L.by_nb(line);
+    budget = q0 + (line - q0 * nb != 0 ? 1 : 0);
+    long_units = static_cast<unsigned>(
+        min(static_cast<unsigned long long>(q0) * kPlanWalkMax, static_cast<unsigned long long>(line)));
+  }
+};
+
 // A request whose items span many bins (a long context), written by the whole warp (one part
 // per lane), out of line: rare, and the common path stays one compact stretch of code. Every
 // lane passes its own values; lane `src`'s request is written; returns src's task / slot /
@@ -93,19 +112,12 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
   auto cost_of = [&](int n) {
     return n > 0 && static_cast<unsigned long long>(n) * nb0 <= static_cast<unsigned>(total_tiles) ? ovh : 0u;
   };
-  FastLine L;
-  L.line = line;
-  L.nb = nb;
-  L.by_line.init(line > 0 ? line : 1);
-  L.by_nb.init(nb);
-  const unsigned q0 = L.by_nb(line);  // the shortest bin
-  const unsigned budget = q0 + (line - q0 * nb != 0 ? 1 : 0);
+  FastCut cut;
+  cut.init(line, nb);
+  const FastLine& L = cut.L;
+  const unsigned budget = cut.budget, long_units = cut.long_units;
   // A bin can lie wholly inside an item's fixed cost only if it is no longer than the cost.
-  const bool nest = ovh >= q0 && ovh > 0;
-  // A request of at most kPlanWalkMax shortest bins' worth of units spans at most kPlanWalkMax + 2
-  // bins: its thread writes it; longer ones go to write_long_request.
-  const unsigned long_units = static_cast<unsigned>(
-      min(static_cast<unsigned long long>(q0) * kPlanWalkMax, static_cast<unsigned long long>(line)));
+  const bool nest = ovh >= cut.q0 && ovh > 0;
 
   // Pass 2: tasks, slots and combine entries of my requests.
   int cnt[4] = {0, 0, 0, 0};
@@ -137,22 +149,9 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
   const int num_tasks = tot[0];
 
   // Counters and the bin_start entries of unused bins first (they need only the totals).
-  const int C = p.num_bins + p.max_tail_bins;
   const int nb_used = line > 0 ? static_cast<int>(nb) : 0;
-#pragma unroll 1
-  for (int c = threadIdx.x; c <= C; c += kPlanThreads) {
-    if (c >= nb_used) p.bin_start[c] = num_tasks;
-  }
-  if (threadIdx.x == 0) {
-    p.counters[kNumTasks] = num_tasks;
-    p.counters[kNumCombine] = tot[2];
-    p.counters[kBudget] = line > 0 ? static_cast<int>(budget) : 0;
-    p.counters[kTotalTiles] = total_tiles;
-    p.counters[kNumSlots] = tot[1];
-    p.counters[kNumBinsUsed] = nb_used;
-    p.counters[kNumClamped] = clamped;
-    p.counters[kNumTailBins] = 0;
-  }
+  close_unused_bins(p, nb_used, num_tasks);
+  write_totals(p, {num_tasks, tot[2], line > 0 ? static_cast<int>(budget) : 0, total_tiles, tot[1], nb_used, clamped, 0});
 
   // Pass 3: write. Loop bounds are warp-uniform (chunk iterations) for the ballots.
   int task = cnt[0], slot = cnt[1], comb = cnt[2];

@@ -245,21 +245,10 @@ __device__ __noinline__ void plan_dynamic_general(const DecodePlanParams& p, int
     pos = E;
   }
 
-  const int C = p.num_bins + p.max_tail_bins;
   const int nb_used = total_ll > 0 ? static_cast<int>(nb + ne) : 0;
-  for (int c = threadIdx.x; c <= C; c += kPlanThreads) {
-    if (c >= nb_used) p.bin_start[c] = num_tasks;
-  }
-  if (threadIdx.x == 0) {
-    p.counters[kNumTasks] = num_tasks;
-    p.counters[kNumCombine] = tot2[2];
-    p.counters[kBudget] = x1 > 0 ? static_cast<int>(div_nonneg(x1 + nb - 1, static_cast<int>(nb))) : 0;
-    p.counters[kTotalTiles] = static_cast<int>(total_tiles);
-    p.counters[kNumSlots] = tot2[1];
-    p.counters[kNumBinsUsed] = nb_used;
-    p.counters[kNumClamped] = clamped_total;
-    p.counters[kNumTailBins] = static_cast<int>(ne);
-  }
+  close_unused_bins(p, nb_used, num_tasks);
+  write_totals(p, {num_tasks, tot2[2], x1 > 0 ? static_cast<int>(div_nonneg(x1 + nb - 1, static_cast<int>(nb))) : 0,
+                   static_cast<int>(total_tiles), tot2[1], nb_used, clamped_total, static_cast<int>(ne)});
 }
 
 }  // namespace hpc::attn

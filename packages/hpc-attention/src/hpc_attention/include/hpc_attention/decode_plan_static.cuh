@@ -60,16 +60,7 @@ __device__ __noinline__ void plan_static(const DecodePlanParams& p, int r0, int 
   }
   const int nb_used = min(num_tasks, C);
   for (int c = tid; c <= C + p.max_tail_bins; c += kPlanThreads) p.bin_start[c] = c <= C ? static_base(c) : num_tasks;
-  if (tid == 0) {
-    p.counters[kNumTasks] = num_tasks;
-    p.counters[kNumCombine] = tot2[2];
-    p.counters[kBudget] = 0;
-    p.counters[kTotalTiles] = static_cast<int>(total);
-    p.counters[kNumSlots] = tot2[1];
-    p.counters[kNumBinsUsed] = nb_used;
-    p.counters[kNumClamped] = clamped;
-    p.counters[kNumTailBins] = 0;
-  }
+  write_totals(p, {num_tasks, tot2[2], 0, static_cast<int>(total), tot2[1], nb_used, clamped, 0});
 }
 
 }  // namespace hpc::attn
