@@ -228,6 +228,28 @@ def test_head_major_plan_properties(lens, hkv, C, floor, cost):
             head0 = t.tasks[bs[c % per]:bs[c % per + 1]]
             assert all(item % hkv == c // per for item, _, _, _ in mine), c
             assert [(i // hkv, tb, te) for i, tb, te, _ in mine] == [(i // hkv, tb, te) for i, tb, te, _ in head0], c
+        check_head_copies(t, hkv, per)
+
+
+def check_head_copies(t, hkv, per):
+    """What the CUDA planner's aligned head-major plan (decode_plan_aligned.cuh) writes without
+    planning heads 1.. at all: head h's tables are head 0's shifted, bins by h * per, tasks /
+    slots / combine entries by h times head 0's counts, items by h (item = request * Hkv + head)."""
+    num_tasks, num_comb, _, _, num_slots, _, _, _ = t.counters
+    assert num_tasks % hkv == 0 and num_slots % hkv == 0 and num_comb % hkv == 0
+    t1, s1, k1 = num_tasks // hkv, num_slots // hkv, num_comb // hkv
+    for h in range(hkv):
+        for j in range(per + 1):
+            assert t.bin_start[h * per + j] == h * t1 + t.bin_start[j], (h, j)
+        for k in range(t1):
+            item, tb, te, slot = t.tasks[k]
+            assert t.tasks[h * t1 + k] == (item + h, tb, te, slot + h * s1 if slot >= 0 else -1), (h, k)
+        for k in range(s1):
+            first, parts = t.slot_meta[k]
+            assert t.slot_meta[h * s1 + k] == (first + h * s1, parts), (h, k)
+        for k in range(k1):
+            item, first, parts, z = t.combine[k]
+            assert t.combine[h * k1 + k] == (item + h, first + h * s1 if parts else first, parts, z), (h, k)
 
 
 @settings(max_examples=300, deadline=None)
