@@ -22,7 +22,9 @@ namespace hpc::attn {
 // its head-0 item once (length, tiles, charge test, parts) and writes the Hkv copies. The general
 // head-major plan works on a virtual batch of B x Hkv one-head requests and repeats that work per
 // head (ncu, 64/8 batch 256: 27.6 K warp instructions against 20.1 K for the request-major line).
-// Same tables as the general plan (the Python twin has no notion of this path).
+// Same tables as the general plan: the Python twin plans every head, and its property test checks
+// the shift structure this plan relies on (test_planner_props.check_head_copies). Used only when
+// B x Hkv exceeds the planner's threads (decode_plan_kernel says why).
 
 // Head h's copies of what a head-0 item's writer produced: offsets per head.
 struct AlignedHeads {
