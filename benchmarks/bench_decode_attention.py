@@ -213,7 +213,7 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
             if diag and diag_rows in ("all", "line_order"):
                 # The previous line and run orders (eighth session): the request-major line
                 # (plan_decode(head_major=False)), a bin's tasks run in line order (decode diag
-                # bit 4 instead of task_at_position's first, last, rest), and both.
+                # bit 4 instead of task_in_run's first, last, rest), and both.
                 plan_rm = ha.plan_decode(kv_lens, hkv, hq, workspace=ha.DecodeWorkspace(B, hkv, hq, max_len),
                                          kv_dtype=kv_torch, head_major=False, **pt_kw)
                 time_call("diag_request_major", plan_rm)

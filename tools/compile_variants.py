@@ -18,6 +18,7 @@ from hpc_attention import _ext
 from hpc_common.jit.build import nvcc_compile_flags
 from hpc_common.jit.toolchain import find_nvcc
 
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=Path, required=True)

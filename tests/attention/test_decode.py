@@ -461,7 +461,7 @@ def test_error_page_table_too_narrow():
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("hkv", [1, 8])
 def test_run_order_same_bits(hkv, kv_dtype, producer, merge_mode, monkeypatch):
-    """A bin's tasks run first, last, then the rest (task_at_position): no result changes. Against
+    """A bin's tasks run first, last, then the rest (task_in_run): no result changes. Against
     the line order (diag bit 4), bit for bit, on bins of many short tasks (pages of 16 tokens),
     split items, length-1 and empty requests, in both line orders of the plan."""
     case = make_case([1, 64, 65, 700, 0, 4097, 130, 17, 200, 64, 3000], hkv, 4, kv_dtype, page_size=16,

@@ -41,34 +41,11 @@ namespace hpc::attn {
 template <bool kHM>
 __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __grid_constant__ DecodePlanParams p) {
   const int tid = threadIdx.x;
-  const int hkv = p.num_kv_heads;
   const bool dynamic = p.static_splits <= 0;
-  // Work per thread: a chunk of requests with all their heads, or, for a dynamic plan of fewer
-  // requests than threads, one request and a contiguous range of its heads (tpr = 2^k threads per
-  // request, the largest power of two <= Hkv with B * tpr <= kPlanThreads: shifts instead of the
-  // divisions a general tpr needs; the most heads per thread is the same for power-of-two Hkv):
-  // the per-item work is serial per thread and dominated the 64/8-head plan time. Thread order is
-  // item order either way, so the scans below keep the tasks in item order. Only parameters are
-  // read before pdl_wait.
-  int k = 0;
-  if (dynamic && p.batch <= kPlanThreads) {
-    const int k_heads = 31 - __clz(hkv);                                  // floor(log2(Hkv)); -1 if 0
-    const int k_threads = kPlanThreadsLog2 - (32 - __clz(p.batch - 1));  // 9 - ceil(log2(B))
-    k = max(0, min(k_heads, k_threads));
-  }
-  int chunk, r0, r1, h0 = 0, h1 = hkv;
-  if (k > 0) {
-    const int b = tid >> k, sub = tid & ((1 << k) - 1);
-    chunk = 1;
-    r0 = min(p.batch, b);
-    r1 = min(p.batch, b + 1);
-    h0 = (sub * hkv) >> k;
-    h1 = ((sub + 1) * hkv) >> k;
-  } else {
-    chunk = (p.batch + kPlanThreads - 1) >> kPlanThreadsLog2;
-    r0 = min(p.batch, tid * chunk);
-    r1 = min(p.batch, r0 + chunk);
-  }
+  // Work per thread (plan_work): dynamic plans split a request's heads over threads when there are
+  // fewer requests than threads. Only parameters are read before pdl_wait.
+  const PlanWork w = plan_work(p.batch, p.num_kv_heads, dynamic);
+  const int chunk = w.chunk, r0 = w.r0, r1 = w.r1, h0 = w.h0, h1 = w.h1;
   const int nh = h1 - h0;
   PlanShared& sh = plan_shared();
   if (p.page_table != nullptr) {  // no bin has a first task yet (the first scan's barrier orders this)
@@ -118,28 +95,18 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
   const int total = tot[0];
   if (dynamic) {
     // The work line: tiles plus task_cost units per charged item (see plan_dynamic_general);
-    // charged = non-empty and n * nb0 <= total, i.e. n <= thr = total / nb0. When no request is
-    // longer than thr (the usual case) every non-empty item is charged and pass 1's count of them
-    // serves; otherwise one more scan counts the charged ones.
-    // Both bin counts divide by floor_tiles: one reciprocal (FastDiv) serves the two. The charge
-    // threshold n <= total / nb0 is tested as n * nb0 <= total (no third division).
+    // charged = non-empty and n * nb0 <= total, i.e. n <= total / nb0 (charged_items). Both bin
+    // counts divide by floor_tiles: one reciprocal (FastDiv) serves the two; the charge threshold
+    // is tested as a product (no third division).
     const unsigned ovh = p.task_cost > 0 ? p.task_cost : 0;
-    int nb0 = static_cast<int>(by_floor(static_cast<unsigned>(total)));
-    nb0 = nb0 < 1 ? 1 : (nb0 > p.cut_bins ? p.cut_bins : nb0);
-    int pre_charged = v[1], charged = tot[1];
-    if (ovh > 0 && static_cast<unsigned long long>(tot[3]) * static_cast<unsigned>(nb0) > static_cast<unsigned>(total)) {
-      // block-uniform: some request is longer than the tiles-only budget
-      const int2 c = count_charged<kHM>(p, r0, r1, nh, len0, nb0, total);
-      pre_charged = c.x;
-      charged = c.y;
-    }
-    const long long line = total + static_cast<long long>(ovh) * charged;
-    const long long line0 = v[0] + static_cast<long long>(ovh) * pre_charged;
+    const int nb0 = bins_for(by_floor, static_cast<unsigned>(total), p.cut_bins);
+    const int2 charged = charged_items<kHM>(p, r0, r1, nh, len0, nb0, total, tot[3], v[1], tot[1]);
+    const long long line = total + static_cast<long long>(ovh) * charged.y;
+    const long long line0 = v[0] + static_cast<long long>(ovh) * charged.x;
     bool fast = !tail && line <= 0x7fffffffll;
     int nb = 1;
     if (fast) {
-      nb = static_cast<int>(by_floor(static_cast<unsigned>(line)));
-      nb = nb < 1 ? 1 : (nb > p.cut_bins ? p.cut_bins : nb);
+      nb = bins_for(by_floor, static_cast<unsigned>(line), p.cut_bins);
       fast = (line + 1) * nb + line < 0xFFFFFFFFll;
     }
     if (fast) {

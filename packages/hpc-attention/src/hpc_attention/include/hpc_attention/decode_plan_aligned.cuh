@@ -78,25 +78,15 @@ __device__ __noinline__ int4 write_long_request_aligned(const DecodePlanParams& 
 // (after a barrier: this plan's scans used the shared scan buffers).
 __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& p, const FastDiv& by_floor) {
   const int H = p.line_heads, B = p.line_batch;
-  const int tid = threadIdx.x, lane = tid & 31;
-  // Work per thread: a chunk of requests with all their heads, or, when B < kPlanThreads, one
-  // request and heads [h0, h1) of it (2^k threads per request, the largest power of two <= Hkv with
-  // B * 2^k <= kPlanThreads, as in decode_plan_kernel): the per-request plan is computed by each of
-  // the request's threads alike, and each writes the copies of its heads (one thread writing all
-  // Hkv copies of the 128K request's ~8 parts made the 64/8 1x128K+31x4K plan 7.6 -> 11.3 us).
-  // Only the request's last thread carries its values into the scans, so all of them get the
-  // request's exclusive prefixes.
-  int k = 0;
-  if (B <= kPlanThreads) {
-    const int k_heads = 31 - __clz(H);
-    const int k_threads = kPlanThreadsLog2 - (32 - __clz(B - 1));
-    k = max(0, min(k_heads, k_threads));
-  }
-  const int sub = tid & ((1 << k) - 1);
-  const int chunk = k > 0 ? 1 : (B + kPlanThreads - 1) >> kPlanThreadsLog2;
-  const int r0 = min(B, (tid >> k) * chunk), r1 = min(B, r0 + chunk);
-  const int h0 = (sub * H) >> k, h1 = ((sub + 1) * H) >> k;
-  const int mine = sub == (1 << k) - 1 ? 1 : 0;  // this thread's values go into the scans
+  const int lane = threadIdx.x & 31;
+  // Work per thread (plan_work over the real requests, heads split): the per-request plan is
+  // computed by each of the request's threads alike, and each writes the copies of its heads (one
+  // thread writing all Hkv copies of the 128K request's ~8 parts made the 64/8 1x128K+31x4K plan
+  // 7.6 -> 11.3 us). Only the request's last thread carries its values into the scans, so all of
+  // them get the request's exclusive prefixes.
+  const PlanWork w = plan_work(B, H, true);
+  const int chunk = w.chunk, r0 = w.r0, r1 = w.r1, h0 = w.h0, h1 = w.h1, sub = w.sub;
+  const int mine = sub == (1 << w.k) - 1 ? 1 : 0;  // this thread's values go into the scans
   PlanShared& sh = plan_shared();
 
   // Pass 1 over head 0's stretch: tiles, non-empty items, clamped lengths (block sum), longest
@@ -120,20 +110,15 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
   if (total_ll > 0x7fffffffll) return false;
   const unsigned total = static_cast<unsigned>(total_ll);
   const unsigned ovh = p.task_cost > 0 ? p.task_cost : 0;
-  int nb0 = static_cast<int>(by_floor(total));
-  nb0 = nb0 < 1 ? 1 : (nb0 > p.cut_bins ? p.cut_bins : nb0);
-  int pre_charged = v[1], charged1 = tot[1];
-  if (ovh > 0 && static_cast<unsigned long long>(tot[3]) * static_cast<unsigned>(nb0) > total) {
-    const int2 c = count_charged<false>(p, r0, r1, mine, len0, nb0, total);  // real requests: request-major reads
-    pre_charged = c.x;
-    charged1 = c.y;
-  }
+  const int nb0 = bins_for(by_floor, total, p.cut_bins);
+  // real requests: the request-major reads
+  const int2 charged = charged_items<false>(p, r0, r1, mine, len0, nb0, total, tot[3], v[1], tot[1]);
+  const int pre_charged = charged.x, charged1 = charged.y;
   const long long line1_ll = tot[0] + static_cast<long long>(ovh) * charged1;
   const long long line_ll = line1_ll * H;
   if (line_ll > 0x7fffffffll) return false;
   const unsigned line = static_cast<unsigned>(line_ll);
-  int nb = static_cast<int>(by_floor(line));
-  nb = nb < 1 ? 1 : (nb > p.cut_bins ? p.cut_bins : nb);
+  const int nb = bins_for(by_floor, line, p.cut_bins);
   // Aligned: nb a multiple of Hkv. Tested as nb == cut_bins (a multiple of Hkv when num_bins >= Hkv,
   // set_line_order) instead of nb % Hkv: a division less on the critical path; lines shorter than
   // cut_bins floors (tiny plans) take the general plan.
@@ -147,7 +132,7 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
   cut.init(line, static_cast<unsigned>(nb));
   const FastLine& L = cut.L;
   const unsigned budget = cut.budget, long_units = cut.long_units;
-  const bool nest = ovh >= cut.q0 && ovh > 0;  // as in plan_fast
+  const bool nest = cut.nests(ovh);
   const unsigned line0 = static_cast<unsigned>(v[0]) + ovh * static_cast<unsigned>(pre_charged);
 
   // Pass 2: head 0's tasks, slots and combine entries of my requests.
@@ -162,12 +147,7 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
         continue;
       }
       const unsigned ovh_b = cost_of(n), s = pos + ovh_b;
-      const int parts = static_cast<int>(L.bin_of(s + n - 1) - L.bin_of(s)) + 1;
-      cnt[0] += parts * mine;
-      if (parts > 1) {
-        cnt[1] += parts * mine;
-        cnt[2] += mine;
-      }
+      count_parts(cnt, L.parts(s, n), mine);
       pos = s + n;
     }
   }
@@ -184,7 +164,8 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
   const int num_tasks = H * A.tasks1;
 
   close_unused_bins(p, nb, num_tasks);
-  write_totals(p, {num_tasks, H * A.comb1, static_cast<int>(budget), static_cast<int>(total), H * A.slots1, nb, tot[2], 0});
+  write_totals(p, {num_tasks, H * A.comb1, static_cast<int>(budget), static_cast<int>(total), H * A.slots1, nb,
+                   tot[2], 0});
 
   // Pass 3: write every head's copy. Loop bounds are warp-uniform (chunk iterations) for the ballots.
   int task = cnt[0], slot = cnt[1], comb = cnt[2];
@@ -204,22 +185,16 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
       ++comb;
     } else if (valid && !is_long) {
       const unsigned s = pos + ovh_b, e = s + n;
-      unsigned c = L.bin_of(s);
-      const unsigned last = L.bin_of(e - 1);
-      const int parts = static_cast<int>(last - c) + 1;
+      const unsigned first = L.bin_of(s), last = L.bin_of(e - 1);
+      const int parts = static_cast<int>(last - first) + 1;
       const bool split = parts > 1;
-      if (nest && ovh_b > 0) write_nested_bins_aligned(p, L, A, h0, h1, pos, c, task);
-      bool opens = L.starts_at_or_after(c, pos);  // as in plan_fast
-      int tile = 0;
-      for (int q = 0;; ++q) {
-        const bool last_part = c == last;
-        const unsigned ce = last_part ? e : L.start(c + 1);
-        const int token_end = last_part ? len : static_cast<int>(ce - s) * kTileTokens;
+      if (nest && ovh_b > 0) write_nested_bins_aligned(p, L, A, h0, h1, pos, first, task);
+      for_each_part(L, pos, s, e, len, first, last, [&](int q, unsigned c, int tile, int token_end, bool opens) {
 #pragma unroll 1
         for (int h = h0; h < h1; ++h) {
           const int hs = h * A.slots1 + slot;  // head h's first slot of this item
           const int4 t4 = make_int4(b * H + h, tile, token_end, split ? hs + q : -1);
-          const int t = h * A.tasks1 + task;
+          const int t = h * A.tasks1 + task + q;
           p.tasks[t] = t4;
           if (split) p.slot_meta[hs + q] = make_int2(hs, parts);
           if (opens) {
@@ -229,12 +204,8 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
             note_first(hc, b, tile);
           }
         }
-        ++task;
-        if (last_part) break;
-        tile = static_cast<int>(ce - s);
-        ++c;
-        opens = true;
-      }
+      });
+      task += parts;
       if (split) {
 #pragma unroll 1
         for (int h = h0; h < h1; ++h) {

@@ -15,6 +15,34 @@ constexpr int kPlanWarps = kPlanThreads / 32;
 constexpr int kPlanThreadsLog2 = 9;
 static_assert(kPlanThreads == 1 << kPlanThreadsLog2 && kPlanWarps <= 32, "the planner's scans assume 512 threads");
 
+// The items a planner thread owns: requests [r0, r1) (`chunk` per thread, block-uniform) and
+// heads [h0, h1) of each. With split_heads and fewer requests than threads, 2^k threads share one
+// request (sub: this thread's index among them; the largest power of two <= heads with
+// B * 2^k <= kPlanThreads: shifts instead of the divisions a general split needs) and split its
+// heads; else a thread owns whole requests. Thread order is item order either way, so the block
+// scans keep the tasks in item order. Why split heads: the per-item work is serial per thread and
+// dominated the 64/8-head plan time.
+struct PlanWork {
+  int k, sub, chunk, r0, r1, h0, h1;
+};
+__device__ __forceinline__ PlanWork plan_work(int batch, int heads, bool split_heads) {
+  PlanWork w;
+  w.k = 0;
+  if (split_heads && batch <= kPlanThreads) {
+    const int k_heads = 31 - __clz(heads);                                // floor(log2(heads))
+    const int k_threads = kPlanThreadsLog2 - (32 - __clz(batch - 1));    // 9 - ceil(log2(B))
+    w.k = max(0, min(k_heads, k_threads));
+  }
+  const int tid = threadIdx.x;
+  w.sub = tid & ((1 << w.k) - 1);
+  w.chunk = w.k > 0 ? 1 : (batch + kPlanThreads - 1) >> kPlanThreadsLog2;
+  w.r0 = min(batch, (tid >> w.k) * w.chunk);
+  w.r1 = min(batch, w.r0 + w.chunk);
+  w.h0 = (w.sub * heads) >> w.k;
+  w.h1 = ((w.sub + 1) * heads) >> w.k;
+  return w;
+}
+
 // Bins whose first task's (request, first tile) the plan keeps in shared memory for the first
 // page ids (write_first_pages); bins beyond it (never with the default workspaces: 3 x the SM
 // count) are read back from the global tables.
@@ -194,6 +222,31 @@ __device__ __noinline__ int2 count_charged(const DecodePlanParams& p, int r0, in
   int t[4];
   block_scan<1, false>(w, t, plan_shared().scan[1]);
   return make_int2(w[0], t[0]);
+}
+
+// Charged items {before this thread, in the block} (block-uniform branch): when no request is
+// longer than the tiles-only budget (longest * nb0 <= total, the usual case) every non-empty item
+// is charged and pass 1's counts of them serve; otherwise count_charged scans once more. `weight`:
+// the items each of this thread's requests stands for (its heads, or 0 for a thread whose request
+// another thread counts).
+template <bool kHM>
+__device__ __forceinline__ int2 charged_items(const DecodePlanParams& p, int r0, int r1, int weight, int len0,
+                                              unsigned nb0, unsigned total, int longest, int pre_nonempty,
+                                              int nonempty) {
+  if (p.task_cost > 0 && static_cast<unsigned long long>(longest) * nb0 > total) {
+    return count_charged<kHM>(p, r0, r1, weight, len0, nb0, total);
+  }
+  return make_int2(pre_nonempty, nonempty);
+}
+
+// Pass 2 of every dynamic plan: an item of `parts` tasks, counted `weight` times, adds its tasks
+// and, when split, its slots and one combine entry.
+__device__ __forceinline__ void count_parts(int (&cnt)[4], int parts, int weight) {
+  cnt[0] += parts * weight;
+  if (parts > 1) {
+    cnt[1] += parts * weight;
+    cnt[2] += weight;
+  }
 }
 
 // The plan's totals (PlanCounter), written by thread 0; every plan writes them once its counting

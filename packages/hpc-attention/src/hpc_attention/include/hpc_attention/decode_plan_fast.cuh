@@ -33,12 +33,22 @@ struct FastDiv {
   }
 };
 
+// The bins a line of `units` is cut into: units / work floor, at least 1, at most cut_bins.
+__device__ __forceinline__ int bins_for(const FastDiv& by_floor, unsigned units, int cut_bins) {
+  const int nb = static_cast<int>(by_floor(units));
+  return nb < 1 ? 1 : (nb > cut_bins ? cut_bins : nb);
+}
+
 // The line [0, line) cut into nb bins, bin c = [start(c), start(c + 1)), start(c) = floor(c * line / nb).
 struct FastLine {
   unsigned line, nb;
   FastDiv by_line, by_nb;
   // The bin holding unit x < line: ceil((x + 1) * nb / line) - 1 = floor((x * nb + nb - 1) / line).
   __device__ __forceinline__ unsigned bin_of(unsigned x) const { return by_line(x * nb + nb - 1); }
+  // The number of bins (tasks) an item of tiles [s, s + n), n >= 1, spans.
+  __device__ __forceinline__ int parts(unsigned s, unsigned n) const {
+    return static_cast<int>(bin_of(s + n - 1) - bin_of(s)) + 1;
+  }
   __device__ __forceinline__ unsigned start(unsigned c) const { return by_nb(c * line); }
   // start(c) >= x, without the division: floor(c * line / nb) >= x  <=>  c * line >= x * nb.
   __device__ __forceinline__ bool starts_at_or_after(unsigned c, unsigned x) const { return c * line >= x * nb; }
@@ -61,7 +71,33 @@ struct FastCut {
     long_units = static_cast<unsigned>(
         min(static_cast<unsigned long long>(q0) * kPlanWalkMax, static_cast<unsigned long long>(line)));
   }
+  // Whether a bin can lie wholly inside an item's fixed cost of ovh units: only if it is no
+  // longer than the cost.
+  __device__ __forceinline__ bool nests(unsigned ovh) const { return ovh > 0 && ovh >= q0; }
 };
+
+// The parts of an item whose fixed cost is [s0, s) and tiles [s, e) (len tokens) on line L,
+// bins first = bin_of(s) .. last = bin_of(e - 1): fn(q, c, tile, token_end, opens) for part q in
+// bin c, starting at the item's tile `tile` and ending at token_end (a part that ends at a bin
+// boundary < e ends at (ce - s) * 64 < len, the last part at len). opens: the part starts bin c,
+// i.e. no earlier item has tiles there (the first part only when the bin starts at or after my
+// fixed cost; every later part starts its bin inside my tiles).
+template <typename Fn>
+__device__ __forceinline__ void for_each_part(const FastLine& L, unsigned s0, unsigned s, unsigned e, int len,
+                                              unsigned first, unsigned last, Fn&& fn) {
+  unsigned c = first;
+  bool opens = L.starts_at_or_after(c, s0);
+  int tile = 0;
+  for (int q = 0;; ++q) {
+    const bool last_part = c == last;
+    const unsigned ce = last_part ? e : L.start(c + 1);
+    fn(q, c, tile, last_part ? len : static_cast<int>(ce - s) * kTileTokens, opens);
+    if (last_part) break;
+    tile = static_cast<int>(ce - s);
+    ++c;
+    opens = true;
+  }
+}
 
 // A request whose items span many bins (a long context), written by the whole warp (one part
 // per lane), out of line: rare, and the common path stays one compact stretch of code. Every
@@ -116,8 +152,7 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
   cut.init(line, nb);
   const FastLine& L = cut.L;
   const unsigned budget = cut.budget, long_units = cut.long_units;
-  // A bin can lie wholly inside an item's fixed cost only if it is no longer than the cost.
-  const bool nest = ovh >= cut.q0 && ovh > 0;
+  const bool nest = cut.nests(ovh);
 
   // Pass 2: tasks, slots and combine entries of my requests.
   int cnt[4] = {0, 0, 0, 0};
@@ -133,14 +168,7 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
       const unsigned ovh_b = cost_of(n), span = n + ovh_b;
       unsigned s = pos + ovh_b;
 #pragma unroll 1
-      for (int h = 0; h < nh; ++h, s += span) {
-        const int parts = static_cast<int>(L.bin_of(s + n - 1) - L.bin_of(s)) + 1;
-        cnt[0] += parts;
-        if (parts > 1) {
-          cnt[1] += parts;
-          cnt[2] += 1;
-        }
-      }
+      for (int h = 0; h < nh; ++h, s += span) count_parts(cnt, L.parts(s, n), 1);
       pos += span * nh;
     }
   }
@@ -151,7 +179,8 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
   // Counters and the bin_start entries of unused bins first (they need only the totals).
   const int nb_used = line > 0 ? static_cast<int>(nb) : 0;
   close_unused_bins(p, nb_used, num_tasks);
-  write_totals(p, {num_tasks, tot[2], line > 0 ? static_cast<int>(budget) : 0, total_tiles, tot[1], nb_used, clamped, 0});
+  write_totals(p, {num_tasks, tot[2], line > 0 ? static_cast<int>(budget) : 0, total_tiles, tot[1], nb_used, clamped,
+                   0});
 
   // Pass 3: write. Loop bounds are warp-uniform (chunk iterations) for the ballots.
   int task = cnt[0], slot = cnt[1], comb = cnt[2];
@@ -174,34 +203,21 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
       for (int h = h0; h < h1; ++h, s0 += span) {
         const int item = line_item<kHM>(p, b, h);
         const unsigned s = s0 + ovh_b, e = s + n;
-        unsigned c = L.bin_of(s);
-        const unsigned last = L.bin_of(e - 1);
-        const int parts = static_cast<int>(last - c) + 1;
+        const unsigned first = L.bin_of(s), last = L.bin_of(e - 1);
+        const int parts = static_cast<int>(last - first) + 1;
         const bool split = parts > 1;
-        if (nest && ovh_b > 0) write_nested_bins(p, L, s0, c, task);
-        // The first part starts at the item's first tile; it opens its bin unless an earlier
-        // item has tiles there (the bin starts before my fixed cost).
-        bool opens = L.starts_at_or_after(c, s0);
-        int tile = 0;
-        for (int q = 0;; ++q) {
-          const bool last_part = c == last;
-          // A part that ends at a bin boundary < e: (ce - s) * 64 < len; the last part ends at len.
-          const unsigned ce = last_part ? e : L.start(c + 1);
-          const int4 t4 = make_int4(item, tile, last_part ? len : static_cast<int>(ce - s) * kTileTokens,
-                                    split ? slot + q : -1);
-          p.tasks[task] = t4;
+        if (nest && ovh_b > 0) write_nested_bins(p, L, s0, first, task);
+        for_each_part(L, s0, s, e, len, first, last, [&](int q, unsigned c, int tile, int token_end, bool opens) {
+          const int4 t4 = make_int4(item, tile, token_end, split ? slot + q : -1);
+          p.tasks[task + q] = t4;
           if (split) p.slot_meta[slot + q] = make_int2(slot, parts);
           if (opens) {
-            p.bin_start[c] = task;
+            p.bin_start[c] = task + q;
             p.bin_first[c] = t4;
             note_first(static_cast<int>(c), line_request<kHM>(p, b), tile);
           }
-          ++task;
-          if (last_part) break;
-          tile = static_cast<int>(ce - s);
-          ++c;
-          opens = true;  // a later part starts its bin inside my tiles
-        }
+        });
+        task += parts;
         if (split) {
           p.combine[comb++] = make_int4(item, slot, parts, 0);
           slot += parts;

@@ -137,21 +137,13 @@ __device__ __noinline__ void plan_dynamic_general(const DecodePlanParams& p, int
             w.advance(L);
             ++parts;
           }
-          cnt[0] += parts;
-          if (parts > 1) {
-            cnt[1] += parts;
-            cnt[2] += 1;
-          }
+          count_parts(cnt, parts, 1);
         }
       } else {
         for (int h = 0; h < nh; ++h) {
           const T s = S + static_cast<T>(h) * span + ovh;
           const int parts = static_cast<int>(L.bin_of(s + n - 1) - L.bin_of(s)) + 1;
-          cnt[0] += parts;
-          if (parts > 1) {
-            cnt[1] += parts;
-            cnt[2] += 1;
-          }
+          count_parts(cnt, parts, 1);
         }
       }
       pos = E;

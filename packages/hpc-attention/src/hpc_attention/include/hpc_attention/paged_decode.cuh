@@ -93,8 +93,8 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   int4 next = first;  // the bin's first task (prologue, ring or previous bin)
   for (int t = t_begin; t < t_end; ++t) {
     const int4 task = next;
-    // t is the position in the bin's run order; the table index is task_at_position's.
-    if (t + 1 < t_end) next = p.tasks[task_at_position(t_begin, t_end, t + 1, p.diag & 16)];  // in flight while this task computes
+    // t is the position in the bin's run order (task_in_run)
+    if (t + 1 < t_end) next = task_in_run(p, t_begin, t_end, t + 1);  // in flight while this task computes
     const int b = task.x / p.num_kv_heads, h = task.x - b * p.num_kv_heads;
     // Merge mode: {first slot, parts} of a split item, in flight while the task computes.
     const int2 meta = p.merge && task.w >= 0 ? p.slot_meta[task.w] : make_int2(0, 0);

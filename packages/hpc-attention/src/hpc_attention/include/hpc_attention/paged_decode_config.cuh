@@ -6,12 +6,14 @@
 
 #include <cstdint>
 
+#include "hpc_attention/decode_params.h"
+
 namespace hpc::attn {
 
 constexpr int kRingSlots = 4;  // claimed tail bins in flight per CTA (decode_bin_ring.cuh)
 
-// The table index of the task a CTA runs at position `pos` of the bin [t_begin, t_end): the
-// bin's first task, then its last, then the others in line order. Why: the last task of a bin is
+// The task a CTA runs at position `pos` of the bin [t_begin, t_end): the bin's first task, then
+// its last, then the others in line order. Why: the last task of a bin is
 // usually the first part of an item cut at the bin's end, whose other part opens the next bin;
 // run in line order it ends with the bin, so its merge (by whichever part finishes last) comes
 // after the end of the CTA's stream, on the kernel's critical path. Run second, both parts of the
@@ -19,10 +21,11 @@ constexpr int kRingSlots = 4;  // claimed tail bins in flight per CTA (decode_bi
 // 64/8 1-2 us faster; the first task stays first: it closes the item the previous bin began,
 // often a long one, and bin_first / the plan's first page id describe it.) Producer and
 // consumers use the same order; results do not depend on it (merges run in slot order).
-// `in_order` (diag bit 4): the plain line order, for the benchmark's comparison.
-__device__ __forceinline__ int task_at_position(int t_begin, int t_end, int pos, bool in_order) {
-  if (in_order || pos == t_begin) return pos;
-  return pos == t_begin + 1 ? t_end - 1 : pos - 1;
+// Diag bit 4: the plain line order, for the benchmark's comparison.
+__device__ __forceinline__ int4 task_in_run(const PagedDecodeParams& p, int t_begin, int t_end, int pos) {
+  const bool in_order = (p.diag & 16) != 0;
+  const int t = in_order || pos == t_begin ? pos : (pos == t_begin + 1 ? t_end - 1 : pos - 1);
+  return p.tasks[t];
 }
 
 // kTma selects the producer and with it the layout of a K / V tile in shared memory:

@@ -59,8 +59,8 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
   int4 next = first;  // the bin's first task (prologue or previous bin)
   for (int t = t_begin; t < t_end; ++t) {
     const int4 task = next;
-    // t is the position in the bin's run order; the table index is task_at_position's.
-    if (t + 1 < t_end) next = p.tasks[task_at_position(t_begin, t_end, t + 1, p.diag & 16)];  // in flight while this task streams
+    // t is the position in the bin's run order (task_in_run)
+    if (t + 1 < t_end) next = task_in_run(p, t_begin, t_end, t + 1);  // in flight while this task streams
     const int b = task.x / p.num_kv_heads, h = task.x - b * p.num_kv_heads;
     const int32_t* pt = p.page_table + b * p.page_table_stride;
     const int tile_end = (task.z + Cfg::kTile - 1) / Cfg::kTile;

@@ -59,8 +59,8 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   int4 next = first_task;  // the bin's first task (prologue or ring)
   for (int t = t_begin; t < t_end; ++t) {
     const int4 task = next;
-    // t is the position in the bin's run order; the table index is task_at_position's.
-    if (t + 1 < t_end) next = p.tasks[task_at_position(t_begin, t_end, t + 1, p.diag & 16)];  // in flight while this task streams
+    // t is the position in the bin's run order (task_in_run)
+    if (t + 1 < t_end) next = task_in_run(p, t_begin, t_end, t + 1);  // in flight while this task streams
     const int b = task.x / p.num_kv_heads, h = task.x - b * p.num_kv_heads;
     const int32_t* pt = p.page_table + b * p.page_table_stride;
     const int n_pages = (task.z + page_mask) >> ps_log2;  // table entries inside the length

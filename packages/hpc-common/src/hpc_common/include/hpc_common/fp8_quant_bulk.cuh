@@ -240,10 +240,10 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
       // Refill first: the SM's bulk-copy unit serves its queue in order, so the next tile's
       // reads do not wait behind this tile's store (H200, fifth pass: 64 MB calls 0.3-0.8 us
       // faster than with the store first).
-      if (kRefillFirst) issue_load(i + kBulkStages);
+      if constexpr (kRefillFirst) issue_load(i + kBulkStages);
       bulk_store(p.q + locate(p, t.s0).q_off, tout, uint32_t(t.count) * uint32_t(p.seg_len));
       stamp_tile(tl, kTlStored, i);
-      if (!kRefillFirst) issue_load(i + kBulkStages);
+      if constexpr (!kRefillFirst) issue_load(i + kBulkStages);
     }
   }
   if (threadIdx.x == 0) {
