@@ -22,7 +22,8 @@ run orders (`diag_request_major`: plan_decode(head_major=False); `diag_bin_in_or
 run in line order; `diag_request_major_in_order`: both, the order before the eighth session), and FlashInfer /
 FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
 4.27 TB/s) and the achieved TB/s; `ours*` rows carry the error against float32 attention on
-the dequantised inputs.
+the dequantised inputs. Results: `decode_attention.{json,md}` holds `ours`, `ours_static`,
+`ours_plan` and the baselines; `decode_attention_diag.{json,md}` the `diag_*` rows.
 
     python benchmarks/bench_decode_attention.py [--out-dir benchmarks/results] [--quick]
         [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order|min_tiles|code_warm]
@@ -373,9 +374,13 @@ def main() -> None:
             for case in cases:
                 bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=not args.no_diag, diag_rows=args.diag_rows)
                 torch.cuda.empty_cache()
+    # The diag_* rows (A/B and diagnosis) go to decode_attention_diag.{json,md}, so the file users
+    # read holds the providers of the brief's table (ours, ours_static, ours_plan, baselines).
+    diag_res = res.split_off("decode_attention_diag", lambda row: row["provider"].startswith("diag_"))
     path = res.write()
+    diag_path = diag_res.write()
     print(res.markdown())
-    print(f"wrote {path}")
+    print(f"wrote {path} and {diag_path}")
 
 
 if __name__ == "__main__":

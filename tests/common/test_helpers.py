@@ -81,6 +81,18 @@ def test_results_format(tmp_path):
     assert "| M | K | provider | median_us | floor_us | tbps |" in md
 
 
+def test_results_split_off(tmp_path):
+    r = BenchResults("demo_op", tmp_path / "h200")
+    r.add("ours", 1.0, M=1)
+    r.add("diag_x", 2.0, M=1)
+    r.add("ours", 3.0, M=2)
+    d = r.split_off("demo_op_diag", lambda row: row["provider"].startswith("diag_"))
+    assert [row["median_us"] for row in r.rows] == [1.0, 3.0]
+    assert [row["provider"] for row in d.rows] == ["diag_x"] and d.meta == r.meta
+    d.write()
+    assert json.loads((tmp_path / "h200" / "demo_op_diag.json").read_text())["rows"][0]["provider"] == "diag_x"
+
+
 def test_back_to_back_needs_functions():
     from hpc_common.bench import bench_back_to_back_us
 

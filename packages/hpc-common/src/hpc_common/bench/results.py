@@ -85,6 +85,16 @@ class BenchResults:
         self.rows.append(row)
         return row
 
+    def split_off(self, op: str, moves) -> BenchResults:
+        """The rows for which moves(row) holds, taken out of these results into results of their own
+        named `op` (same run metadata, same folder): e.g. a benchmark's diagnostic rows written apart
+        from the rows its users read."""
+        other = BenchResults(op, self.out_dir)
+        other.meta = dict(self.meta)
+        other.rows = [r for r in self.rows if moves(r)]
+        self.rows = [r for r in self.rows if not moves(r)]
+        return other
+
     def markdown(self) -> str:
         cols: list[str] = []
         for r in self.rows:
