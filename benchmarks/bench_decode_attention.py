@@ -378,9 +378,10 @@ def main() -> None:
     # read holds the providers of the brief's table (ours, ours_static, ours_plan, baselines).
     diag_res = res.split_off("decode_attention_diag", lambda row: row["provider"].startswith("diag_"))
     path = res.write()
-    diag_path = diag_res.write()
     print(res.markdown())
-    print(f"wrote {path} and {diag_path}")
+    print(f"wrote {path}")
+    if diag_res.rows:  # (--no-diag: none, and an earlier run's diag file stays)
+        print(f"wrote {diag_res.write()}")
 
 
 if __name__ == "__main__":
