@@ -79,7 +79,13 @@ def _cases(seed: int, n: int):
         # costs copied to every head.
         ([130_000 if i % 97 == 0 else 20 for i in range(1100)], 4, 4000, 4, 0, 140_000, 4, 0, 4, 0, 64, 1),
         ([rng.randrange(0, 70) for _ in range(300)], 4, 2400, 1, 0, 140_000, 64, 0, 4, 0, 64, 1),
-        ([20] * 40 + [130_000] + [20] * 9, 16, 1000, 4, 0, 140_000, 4, 0, 4, 0, 64, 1),  # 8 threads per request
+        # 8 threads per request: one CTA (more bins than the shared first-page table, plan_ctas)
+        ([20] * 40 + [130_000] + [20] * 9, 16, 1000, 4, 0, 140_000, 4, 0, 4, 1100, 64, 1),
+        # A grid of CTAs splitting the heads (plan_ctas): 16 CTAs of 2 heads (2 threads per
+        # request), 16 CTAs of 1 or 2 heads, 16 of 1 with a long request written by the warp.
+        (mixed * 2, 32, 1000, 1, 0, 140_000, 64, 0, 4, 0, 64, 1),
+        (mixed * 2, 24, 500, 1, 0, 140_000, 3, 0, 4, 0, 16, 1),
+        ([20] * 60 + [130_000] + [20] * 9, 16, 1000, 4, 0, 140_000, 4, 0, 4, 0, 64, 1),
         ([0] * 590 + [64] * 10, 2, 132, 4, 0, 140_000, 2, 0, 4, 0, 64, 1),  # 15 bins: not aligned, general plan
     ]
     for _ in range(n):

@@ -25,6 +25,8 @@ constexpr int kMaxThreads = 1024;
 struct Fiber { ucontext_t ctx; uint3_ tid; bool done; std::vector<char> stack; };
 extern Fiber* cur;
 extern dim3 block;
+extern dim3 grid;
+extern uint3_ cta;
 void yield();
 void warp_barrier();
 void block_barrier();
@@ -32,6 +34,8 @@ extern unsigned long long xbuf[kMaxThreads];
 }  // namespace emu
 #define threadIdx (emu::cur->tid)
 #define blockDim (emu::block)
+#define blockIdx (emu::cta)
+#define gridDim (emu::grid)
 
 inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }

@@ -1,6 +1,9 @@
 // Runs decode_plan_kernel (the real source, decode_plan.cuh) on the host for the CPU test
 // tests/attention/test_planner_emulated.py: one fiber (ucontext) per thread of the block,
 // switched only at barriers and warp collectives, which are emulated (cuda_runtime.h here).
+// A grid of several CTAs (plan_ctas) runs one CTA after another, the last first, each with its
+// shared memory refilled with garbage: a CTA that relied on another's writes or shared state, or
+// left its share of the tables unwritten, gives tables that differ from the twin's.
 // Reads cases from stdin (a line of parameters, a line of lengths), prints the tables.
 // The page table, when a case has one, is pt_val(b, j); the test computes the same ids.
 #include <cuda_runtime.h>
@@ -23,6 +26,8 @@
 namespace emu {
 Fiber* cur;
 dim3 block;
+dim3 grid;
+uint3_ cta;
 unsigned long long xbuf[kMaxThreads];
 static Fiber fibers[kMaxThreads];
 static ucontext_t sched;
@@ -46,7 +51,7 @@ void warp_barrier() {
 }
 static const hpc::attn::DecodePlanParams* gp;
 static void entry() { hpc::attn::plan_kernel_for(*gp)(*gp); cur->done = true; ++progress; }
-void launch(const hpc::attn::DecodePlanParams& p, int threads) {
+void launch_cta(const hpc::attn::DecodePlanParams& p, int threads) {
   gp = &p; nthreads = threads; block = dim3(threads); bar_count = 0;
   for (int w = 0; w < 32; ++w) wcount[w] = 0;
   for (int t = 0; t < threads; ++t) {
@@ -68,6 +73,14 @@ void launch(const hpc::attn::DecodePlanParams& p, int threads) {
       fprintf(stderr, "deadlock: a barrier or warp collective that not every thread reaches\n");
       exit(3);
     }
+  }
+}
+void launch(const hpc::attn::DecodePlanParams& p, int threads, int ctas) {
+  grid = dim3(ctas);
+  for (int c = ctas - 1; c >= 0; --c) {
+    cta = {unsigned(c), 0, 0};
+    std::memset(&hpc::attn::plan_shared(), 0x5b, sizeof(hpc::attn::PlanShared));
+    launch_cta(p, threads);
   }
 }
 }  // namespace emu
@@ -103,7 +116,7 @@ int main() {
       p.bin_first_page = first_page.data();
     }
     set_line_order(p, head_major != 0);
-    emu::launch(p, kPlanThreads);
+    emu::launch(p, kPlanThreads, plan_ctas(p));
     const int nt = counters[0], nc = counters[1], ns = counters[4];
     printf("counters"); for (int v : counters) printf(" %d", v); printf("\n");
     printf("bin_start"); for (int c = 0; c <= nbins; ++c) printf(" %d", bin_start[c]); printf("\n");

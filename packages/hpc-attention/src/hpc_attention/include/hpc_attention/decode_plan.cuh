@@ -35,6 +35,29 @@
 
 namespace hpc::attn {
 
+// A tail (claimable bins) is planned only by the general plan.
+__host__ __device__ inline bool plan_has_tail(const DecodePlanParams& p) {
+  return p.tail_percent > 0 && p.tail_bin > 0 && p.max_tail_bins > 0;
+}
+
+// The aligned head-major plan is tried (decode_plan_kernel says when it applies).
+__host__ __device__ inline bool plan_may_align(const DecodePlanParams& p) {
+  return p.line_heads > 1 && p.static_splits <= 0 && !plan_has_tail(p) && p.batch > kPlanThreads;
+}
+
+// CTAs of the plan's grid. Why more than one: the aligned plan's time at 64/8 batch 256 is mostly
+// the heads' table copies leaving one SM (~41 KB of tables against ~5 KB at 8/1; a build writing
+// one head of four read 6.3 us against 7.3, NOTES.md). So up to kPlanMaxCtas CTAs each plan the
+// whole line (same inputs, same arithmetic, same values) and write only their own heads' copies;
+// CTA 0 writes the totals. Every other plan, and the aligned plan's fallback, runs on CTA 0 alone
+// (the others exit). One CTA when the first-page pass would read bins back from the global tables
+// (more bins than kFirstPageSmemBins), which other CTAs write.
+constexpr int kPlanMaxCtas = 16;
+inline int plan_ctas(const DecodePlanParams& p) {
+  if (!plan_may_align(p) || p.num_bins + p.max_tail_bins > kFirstPageSmemBins) return 1;
+  return p.line_heads < kPlanMaxCtas ? p.line_heads : kPlanMaxCtas;
+}
+
 // minBlocksPerSM = 1 spelled out: with only the thread count, ptxas 13.0 sometimes settles on 64
 // registers and spills (160-byte stack, 216 bytes in plan_dynamic_general) after unrelated edits
 // of the out-of-line plans; with it the kernel takes 108-112 registers and no spill.
@@ -57,21 +80,23 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
   // critical path (it followed the first scan: ~0.05-0.1 us of dependent latency, NOTES.md).
   FastDiv by_floor;
   by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
-  const bool tail = p.tail_percent > 0 && p.tail_bin > 0 && p.max_tail_bins > 0;
+  const bool tail = plan_has_tail(p);
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();  // the decode kernel waits for our completion anyway
   if constexpr (kHM) {
     // Only when the virtual batch of B x Hkv one-head requests does not fit one per thread: below
     // that the general plan runs every item on a thread of its own, as parallel as the aligned plan
     // (which measured up to ~1 us slower there on the skewed per-case plans, H200).
-    if (dynamic && !tail && p.batch > kPlanThreads) {
+    if (plan_may_align(p)) {
       if (plan_head_major_aligned(p, by_floor)) {
-        if (p.page_table != nullptr) write_first_pages(p);  // block-uniform
+        if (p.page_table != nullptr) write_first_pages(p);  // block-uniform; this CTA's bins only
         return;
       }
+      if (blockIdx.x != 0) return;  // the same test failed in every CTA: the fallback is CTA 0's
       __syncthreads();  // the general plan below reuses the scan buffers
     }
   }
+  if (blockIdx.x != 0) return;  // only the aligned plan uses more than one CTA (plan_ctas)
   auto tiles = tiles_of;
 
   // Pass 1: tiles of my items (a request's tiles, once per head), non-empty items, clamped
@@ -127,7 +152,7 @@ inline auto plan_kernel_for(const DecodePlanParams& p) {
 }
 
 inline cudaError_t launch_decode_plan(const DecodePlanParams& p, cudaStream_t stream, bool pdl) {
-  return hpc::launch_kernel(plan_kernel_for(p), dim3(1), dim3(kPlanThreads), 0, stream, pdl, p);
+  return hpc::launch_kernel(plan_kernel_for(p), dim3(plan_ctas(p)), dim3(kPlanThreads), 0, stream, pdl, p);
 }
 
 }  // namespace hpc::attn

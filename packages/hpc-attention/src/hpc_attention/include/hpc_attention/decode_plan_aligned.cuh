@@ -19,7 +19,8 @@ namespace hpc::attn {
 // start(h * nb1 + j) = floor((h * nb1 + j) * Hkv * line1 / nb) = h * line1 + start(j), nb1 = nb / Hkv:
 // head h's stretch is cut as head 0's, shifted by h * nb1 bins, and its tasks, slots and combine
 // entries sit h times head 0's counts further on. So one thread owns a real request again, plans
-// its head-0 item once (length, tiles, charge test, parts) and writes the Hkv copies. The general
+// its head-0 item once (length, tiles, charge test, parts) and writes the Hkv copies; with a
+// grid of several CTAs (plan_ctas), each CTA plans alike and writes its own heads' copies. The general
 // head-major plan works on a virtual batch of B x Hkv one-head requests and repeats that work per
 // head (ncu, 64/8 batch 256: 27.6 K warp instructions against 20.1 K for the request-major line).
 // Same tables as the general plan: the Python twin plans every head, and its property test checks
@@ -46,11 +47,12 @@ __device__ __noinline__ void write_nested_bins_aligned(const DecodePlanParams& p
 }
 
 // A request whose item spans many bins, written by the whole warp head by head (one part per
-// lane, write_item_by_warp on the global line); lane src's request is written. Returns src's
-// head-0 task / slot / combine counters after it.
+// lane, write_item_by_warp on the global line), heads [ch0, ch1) (this CTA's); lane src's request
+// is written. Returns src's head-0 task / slot / combine counters after it.
 __device__ __noinline__ int4 write_long_request_aligned(const DecodePlanParams& p, const FastLine L,
                                                         const AlignedHeads A, int src, int b, int len, int n,
-                                                        unsigned pos, unsigned ovh, int task, int slot, int comb) {
+                                                        unsigned pos, unsigned ovh, int task, int slot, int comb,
+                                                        int ch0, int ch1) {
   const int bb = __shfl_sync(0xffffffffu, b, src);
   const int ll = __shfl_sync(0xffffffffu, len, src);
   const unsigned nn = __shfl_sync(0xffffffffu, n, src);
@@ -60,13 +62,13 @@ __device__ __noinline__ int4 write_long_request_aligned(const DecodePlanParams& 
   const int sl0 = __shfl_sync(0xffffffffu, slot, src);
   const int c0 = __shfl_sync(0xffffffffu, comb, src);
   int4 after = make_int4(t0, sl0, c0, 0);
-  for (int h = 0; h < A.heads; ++h) {
+  for (int h = ch0; h < ch1; ++h) {
     int t_ = h * A.tasks1 + t0, s_ = h * A.slots1 + sl0, c_ = h * A.comb1 + c0;
     const unsigned hs0 = h * A.line1 + s0;
     // line request h * B + bb: write_item_by_warp's head-major line_request turns it back into bb
     write_item_by_warp<true, unsigned>(p, L, bb * A.heads + h, h * A.batch + bb, ll, hs0, hs0 + oo, hs0 + oo + nn,
                                        t_, s_, c_);
-    if (h == 0) after = make_int4(t_, s_, c_, 0);
+    after = make_int4(t_ - h * A.tasks1, s_ - h * A.slots1, c_ - h * A.comb1, 0);  // the same for every h
   }
   return after;
 }
@@ -84,8 +86,12 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
   // thread writing all Hkv copies of the 128K request's ~8 parts made the 64/8 1x128K+31x4K plan
   // 7.6 -> 11.3 us). Only the request's last thread carries its values into the scans, so all of
   // them get the request's exclusive prefixes.
-  const PlanWork w = plan_work(B, H, true);
-  const int chunk = w.chunk, r0 = w.r0, r1 = w.r1, h0 = w.h0, h1 = w.h1, sub = w.sub;
+  // This CTA's heads [ch0, ch1) (the grid's CTAs split the heads, plan_ctas), then its threads split
+  // those.
+  const int ch0 = static_cast<int>(blockIdx.x) * H / static_cast<int>(gridDim.x);
+  const int ch1 = static_cast<int>(blockIdx.x + 1) * H / static_cast<int>(gridDim.x);
+  const PlanWork w = plan_work(B, ch1 - ch0, true);
+  const int chunk = w.chunk, r0 = w.r0, r1 = w.r1, h0 = ch0 + w.h0, h1 = ch0 + w.h1, sub = w.sub;
   const int mine = sub == (1 << w.k) - 1 ? 1 : 0;  // this thread's values go into the scans
   PlanShared& sh = plan_shared();
 
@@ -163,11 +169,13 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
   A.comb1 = tot2[2];
   const int num_tasks = H * A.tasks1;
 
-  close_unused_bins(p, nb, num_tasks);
-  write_totals(p, {num_tasks, H * A.comb1, static_cast<int>(budget), static_cast<int>(total), H * A.slots1, nb,
-                   tot[2], 0});
+  if (blockIdx.x == 0) {
+    close_unused_bins(p, nb, num_tasks);
+    write_totals(p, {num_tasks, H * A.comb1, static_cast<int>(budget), static_cast<int>(total), H * A.slots1, nb,
+                     tot[2], 0});
+  }
 
-  // Pass 3: write every head's copy. Loop bounds are warp-uniform (chunk iterations) for the ballots.
+  // Pass 3: write this CTA's heads' copies. Loop bounds are warp-uniform (chunk iterations) for the ballots.
   int task = cnt[0], slot = cnt[1], comb = cnt[2];
   unsigned pos = line0;
 #pragma unroll 1
@@ -220,7 +228,7 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
     while (mask) {
       const int src = __ffs(mask) - 1;
       mask &= mask - 1;
-      const int4 r = write_long_request_aligned(p, L, A, src, b, len, n, pos, ovh_b, task, slot, comb);
+      const int4 r = write_long_request_aligned(p, L, A, src, b, len, n, pos, ovh_b, task, slot, comb, ch0, ch1);
       if (lane == src) {
         task = r.x;
         slot = r.y;
