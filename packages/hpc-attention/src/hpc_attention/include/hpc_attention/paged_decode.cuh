@@ -9,9 +9,10 @@
 // of whole pages' rows with the 128-byte swizzle from one warp (paged_decode_tma_producer.cuh;
 // the consumers then read the swizzled layout, see paged_decode_config.cuh). (A first version
 // used one bulk copy per row: 128 copy-engine instructions per tile capped it at ~7 GB/s per
-// SM, see HISTORY.md.) Warps 0-3 (the consumers) each own 16 of the tile's 64 tokens: S = Q K^T and O += P V
-// on m16n8k16 tensor cores with the G query heads of the KV head padded to 16 rows, an online
-// softmax in FP32 (log2 domain) and FP32 accumulation of P V for the whole task. At the end of
+// SM, see HISTORY.md.) Warps 0-3 (the consumers) each own 16 of the tile's 64 tokens: S = Q K^T
+// and O += P V on m16n8k16 tensor cores with the G = 16 query heads of the KV head as the 16 rows
+// or, for G <= 8, transposed (S^T = K Q^T, O^T += V^T P^T: tokens and head dims as the rows, the
+// heads as the 8 columns; see consumer_warp), an online softmax in FP32 (log2 domain) and FP32 accumulation of P V for the whole task. At the end of
 // a task the four warps' (m, l, O) are merged in shared memory in a fixed order, and the task
 // writes either the final BF16 output or an FP32 partial + log-sum-exp of a split item.
 //
@@ -64,12 +65,19 @@ namespace hpc::attn {
 constexpr bool kScoreLookahead = HPC_ATTN_SCORE_LOOKAHEAD != 0;
 
 
-template <bool kFp8Kv, bool kFp8Q, bool kTma>
+// kHeadsN (G <= 8 query heads per KV head): the products run transposed, the tile's
+// tokens on the mma's M side and the heads on N: S^T = K Q^T (tile_scores_heads_n) and
+// O^T += V^T P^T, with P^T turned into the B operand by two movmatrix transposes. Each thread then
+// holds heads 2j and 2j + 1 (m0 / l0 and m1 / l1), tokens g and g + 8, and O^T rows (head dims)
+// of 8 m-tiles: half the mma and accumulators of the padded 16-row form, and no exp2 or rescale
+// of padded rows. The V fragments are tile_v_frags' B fragments, two n-tiles per A fragment.
+template <bool kFp8Kv, bool kFp8Q, bool kTma, bool kHeadsN>
 __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
                                               uint64_t* empty, const BinRing& ring, const MergeRing& mring,
                                               int t_begin, int t_end, int4 first) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
   constexpr bool kF16 = kFp8Kv;
+  constexpr int kOTiles = kHeadsN ? 8 : 16;  // accumulator fragments: m-tiles of O^T or n-tiles of O
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, j = lane & 3;
   const int G = p.group;
   const float k_scale = p.k_scale_ptr ? *p.k_scale_ptr : p.k_scale;
@@ -98,16 +106,18 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     const int b = task.x / p.num_kv_heads, h = task.x - b * p.num_kv_heads;
     // Merge mode: {first slot, parts} of a split item, in flight while the task computes.
     const int2 meta = p.merge && task.w >= 0 ? p.slot_meta[task.w] : make_int2(0, 0);
+    // The thread's two query heads: rows g and g + 8 of S, or (kHeadsN) columns 2j and 2j + 1 of S^T.
+    const int head0 = kHeadsN ? 2 * j : g, head1 = kHeadsN ? 2 * j + 1 : g + 8;
     float row_scale0 = score_scale, row_scale1 = score_scale;
     if constexpr (kFp8Q) {
       const float* qs = p.q_scale + b * p.q_scale_stride_b + (h * G) * p.q_scale_stride_h;
-      row_scale0 *= g < G ? qs[g * p.q_scale_stride_h] : 0.f;
-      row_scale1 *= g + 8 < G ? qs[(g + 8) * p.q_scale_stride_h] : 0.f;
+      row_scale0 *= head0 < G ? qs[head0 * p.q_scale_stride_h] : 0.f;
+      row_scale1 *= head1 < G ? qs[head1 * p.q_scale_stride_h] : 0.f;
     }
     const int tile_end = (task.z + Cfg::kTile - 1) / Cfg::kTile;
-    float o[16][4];
+    float o[kOTiles][4];
 #pragma unroll
-    for (int nt = 0; nt < 16; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+    for (int nt = 0; nt < kOTiles; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
     float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
     uint32_t qa[8][4];
 
@@ -136,12 +146,19 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     // eighth session the one body recomputed the current tile's scores there and discarded
     // them: one tile of S products per task, half the score work of a 2-tile task.)
     const uint8_t* sb = smem + stage * Cfg::kStageBytes;
+    auto scores = [&](const uint8_t* tile_sb, float (&out)[2][4]) {
+      if constexpr (kHeadsN) {
+        tile_scores_heads_n<Cfg, kFp8Kv>(tile_sb, qa, out);
+      } else {
+        tile_scores<Cfg, kFp8Kv>(tile_sb, qa, out);
+      }
+    };
     float s[2][4];
     if (!(p.diag & 1) && task.y < tile_end) {
       mbar_wait(&full[stage], phase);
       if (tl_on(p) && threadIdx.x == 0 && claimed == 0 && t == t_begin) tl_put(p, kTlFirstData, tl_clock());
       load_q_frags<kFp8Kv, kFp8Q>(sb + Cfg::kQOff, qa);
-      tile_scores<Cfg, kFp8Kv>(sb, qa, s);
+      scores(sb, s);
     }
     auto tile_body = [&](const int tile, auto next_tag) {
       constexpr bool kNext = decltype(next_tag)::value;  // tile + 1 < tile_end
@@ -153,67 +170,110 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       float sn[2][4];
       if constexpr (kScoreLookahead && kNext) {
         mbar_wait(&full[nstage], nphase);
-        tile_scores<Cfg, kFp8Kv>(smem + nstage * Cfg::kStageBytes, qa, sn);
+        scores(smem + nstage * Cfg::kStageBytes, sn);
       }
 
       // ---- online softmax (log2 domain), tokens past the length masked ----
-      const int tok_base = 16 * warp + 2 * j;
       float mx0 = kNegInf, mx1 = kNegInf;
+      if constexpr (kHeadsN) {
+        // s[0] + s[1]: (token g, head0), (token g, head1), (token g + 8, head0), (token g + 8, head1)
+        const int tok = 16 * warp + g;
+        const bool ok_lo = kNext || tok < valid, ok_hi = kNext || tok + 8 < valid;
+        s[0][0] = ok_lo ? (s[0][0] + s[1][0]) * row_scale0 : kNegInf;
+        s[0][1] = ok_lo ? (s[0][1] + s[1][1]) * row_scale1 : kNegInf;
+        s[0][2] = ok_hi ? (s[0][2] + s[1][2]) * row_scale0 : kNegInf;
+        s[0][3] = ok_hi ? (s[0][3] + s[1][3]) * row_scale1 : kNegInf;
+        mx0 = fmaxf(s[0][0], s[0][2]);
+        mx1 = fmaxf(s[0][1], s[0][3]);
 #pragma unroll
-      for (int n = 0; n < 2; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const bool ok = kNext || tok_base + 8 * n + e < valid;
-          s[n][e] = ok ? s[n][e] * row_scale0 : kNegInf;
-          s[n][2 + e] = ok ? s[n][2 + e] * row_scale1 : kNegInf;
-          mx0 = fmaxf(mx0, s[n][e]);
-          mx1 = fmaxf(mx1, s[n][2 + e]);
+        for (int x = 4; x < 32; x <<= 1) {  // over the 8 lanes of a column (g)
+          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
         }
+      } else {
+        const int tok_base = 16 * warp + 2 * j;
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const bool ok = kNext || tok_base + 8 * n + e < valid;
+            s[n][e] = ok ? s[n][e] * row_scale0 : kNegInf;
+            s[n][2 + e] = ok ? s[n][2 + e] * row_scale1 : kNegInf;
+            mx0 = fmaxf(mx0, s[n][e]);
+            mx1 = fmaxf(mx1, s[n][2 + e]);
+          }
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
       }
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
       const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
       const float base0 = mn0 == kNegInf ? 0.f : mn0, base1 = mn1 == kNegInf ? 0.f : mn1;
       const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
       m0 = mn0;
       m1 = mn1;
       float ps0 = 0.f, ps1 = 0.f;
+      uint32_t pa[4];  // A fragment of P, or (kHeadsN) pa[0] / pa[1]: B fragment of P^T
+      if constexpr (kHeadsN) {
+        // l0 / l1 are this lane's partial sums (tokens g, g + 8); the task's end adds the 8 lanes.
 #pragma unroll
-      for (int n = 0; n < 2; ++n) {
+        for (int e = 0; e < 4; e += 2) {
+          s[0][e] = exp2f(s[0][e] - base0);
+          s[0][e + 1] = exp2f(s[0][e + 1] - base1);
+          ps0 += s[0][e];
+          ps1 += s[0][e + 1];
+        }
+        // (token g, heads 2j, 2j + 1) -> B fragment (tokens 2j, 2j + 1, head g): tokens 0-7, then 8-15
+        pa[0] = movmatrix_trans(pack2<kF16>(s[0][0], s[0][1]));
+        pa[1] = movmatrix_trans(pack2<kF16>(s[0][2], s[0][3]));
+      } else {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          s[n][e] = exp2f(s[n][e] - base0);
-          s[n][2 + e] = exp2f(s[n][2 + e] - base1);
-          ps0 += s[n][e];
-          ps1 += s[n][2 + e];
+        for (int n = 0; n < 2; ++n) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            s[n][e] = exp2f(s[n][e] - base0);
+            s[n][2 + e] = exp2f(s[n][2 + e] - base1);
+            ps0 += s[n][e];
+            ps1 += s[n][2 + e];
+          }
         }
       }
       l0 = l0 * corr0 + ps0;
       l1 = l1 * corr1 + ps1;
       if (__any_sync(0xffffffffu, corr0 != 1.f || corr1 != 1.f)) {  // the running max moved
+        // O: [0] / [1] row g (head0), [2] / [3] row g + 8 (head1); O^T: [0] / [2] head0, [1] / [3] head1
 #pragma unroll
-        for (int nt = 0; nt < 16; ++nt) {
+        for (int nt = 0; nt < kOTiles; ++nt) {
           o[nt][0] *= corr0;
-          o[nt][1] *= corr0;
-          o[nt][2] *= corr1;
+          o[nt][1] *= kHeadsN ? corr1 : corr0;
+          o[nt][2] *= kHeadsN ? corr0 : corr1;
           o[nt][3] *= corr1;
         }
       }
-      uint32_t pa[4];
-      pa[0] = pack2<kF16>(s[0][0], s[0][1]);
-      pa[1] = pack2<kF16>(s[0][2], s[0][3]);
-      pa[2] = pack2<kF16>(s[1][0], s[1][1]);
-      pa[3] = pack2<kF16>(s[1][2], s[1][3]);
+      if constexpr (!kHeadsN) {
+        pa[0] = pack2<kF16>(s[0][0], s[0][1]);
+        pa[1] = pack2<kF16>(s[0][2], s[0][3]);
+        pa[2] = pack2<kF16>(s[1][0], s[1][1]);
+        pa[3] = pack2<kF16>(s[1][2], s[1][3]);
+      }
 
       // ---- O += P V ----
       // (Loading these fragments before the softmax, next to the look-ahead scores, measured
       // equal on every case and took up to 240 registers: HISTORY.md, seventh session.)
       uint32_t vf[16][2];
       tile_v_frags<Cfg, kFp8Kv, kNext>(sb, valid, vf);
+      if constexpr (kHeadsN) {
+        // m-tile i of V^T: rows 0-7 = n-tile 2i's columns, rows 8-15 = n-tile 2i + 1's
 #pragma unroll
-      for (int nt = 0; nt < 16; ++nt) mma_16816<kF16>(o[nt], pa, vf[nt][0], vf[nt][1]);
+        for (int i = 0; i < 8; ++i) {
+          const uint32_t va[4] = {vf[2 * i][0], vf[2 * i + 1][0], vf[2 * i][1], vf[2 * i + 1][1]};
+          mma_16816<kF16>(o[i], va, pa[0], pa[1]);
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) mma_16816<kF16>(o[nt], pa, vf[nt][0], vf[nt][1]);
+      }
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[stage]);
       stage = nstage;
@@ -228,7 +288,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
           }
         } else {
           mbar_wait(&full[stage], phase);
-          tile_scores<Cfg, kFp8Kv>(sb, qa, s);
+          scores(sb, s);
         }
       }
     };
@@ -239,25 +299,49 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
 
     if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlLastTile, tl_clock());  // a store: no stall
     // ---- merge the 4 warps (fixed order) and write the task's output ----
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
     float* mo = merge_o + warp * 16 * Cfg::kMergePitch;
+    if constexpr (kHeadsN) {
 #pragma unroll
-    for (int nt = 0; nt < 16; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int d = out_col<kFp8Kv>(nt, j, e);
-        if (g < G) mo[g * Cfg::kMergePitch + d] = o[nt][e];
-        if (g + 8 < G) mo[(g + 8) * Cfg::kMergePitch + d] = o[nt][2 + e];
+      for (int x = 4; x < 32; x <<= 1) {  // the 8 lanes (g) of a head
+        l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, x);
       }
-    }
-    if (j == 0) {
-      merge_m[warp * 16 + g] = m0;
-      merge_l[warp * 16 + g] = l0;
-      merge_m[warp * 16 + g + 8] = m1;
-      merge_l[warp * 16 + g + 8] = l1;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // O^T rows g / g + 8 of m-tile i: column g of n-tile 2i + half
+          const int nt = 2 * i + half;
+          const int d = v_col<kFp8Kv>(nt, g);
+          if (head0 < G) mo[head0 * Cfg::kMergePitch + d] = o[i][2 * half];
+          if (head1 < G) mo[head1 * Cfg::kMergePitch + d] = o[i][2 * half + 1];
+        }
+      }
+      if (g == 0) {
+        merge_m[warp * 16 + head0] = m0;
+        merge_l[warp * 16 + head0] = l0;
+        merge_m[warp * 16 + head1] = m1;
+        merge_l[warp * 16 + head1] = l1;
+      }
+    } else {
+      l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+      l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+#pragma unroll
+      for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int d = out_col<kFp8Kv>(nt, j, e);
+          if (g < G) mo[g * Cfg::kMergePitch + d] = o[nt][e];
+          if (g + 8 < G) mo[(g + 8) * Cfg::kMergePitch + d] = o[nt][2 + e];
+        }
+      }
+      if (j == 0) {
+        merge_m[warp * 16 + g] = m0;
+        merge_l[warp * 16 + g] = l0;
+        merge_m[warp * 16 + g + 8] = m1;
+        merge_l[warp * 16 + g + 8] = l1;
+      }
     }
     named_barrier(1, 128);
     const int d = threadIdx.x;  // 0..127
@@ -320,7 +404,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   }
 }
 
-template <bool kFp8Kv, bool kFp8Q, bool kTma>
+template <bool kFp8Kv, bool kFp8Q, bool kTma, bool kHeadsN>
 __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1)
     paged_decode_kernel(const __grid_constant__ PagedDecodeParams p) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
@@ -406,17 +490,19 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
       producer_warps<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end, first, first_page);
     }
   } else {
-    consumer_warp<kFp8Kv, kFp8Q, kTma>(p, smem, full, empty, ring, mring, t_begin, t_end, first);
+    consumer_warp<kFp8Kv, kFp8Q, kTma, kHeadsN>(p, smem, full, empty, ring, mring, t_begin, t_end, first);
   }
 }
 
 // kTma: the TMA producer; p.k_map / p.v_map must hold the caches' tensor maps
-// (hpc_attn_paged_kv_tensor_maps).
+// (hpc_attn_paged_kv_tensor_maps). Products with the heads on the mma's N side (consumer_warp's
+// kHeadsN) for G <= 8 query heads per KV head, the padded 16-row form for G = 16.
 template <bool kFp8Kv, bool kFp8Q, bool kTma>
 inline cudaError_t launch_paged_decode(const PagedDecodeParams& p, int num_ctas, cudaStream_t stream, bool pdl) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
-  return hpc::launch_kernel(paged_decode_kernel<kFp8Kv, kFp8Q, kTma>, dim3(num_ctas), dim3(Cfg::kThreads),
-                            Cfg::kSmemBytes, stream, pdl, p);
+  const auto kernel = p.group <= 8 ? paged_decode_kernel<kFp8Kv, kFp8Q, kTma, true>
+                                   : paged_decode_kernel<kFp8Kv, kFp8Q, kTma, false>;
+  return hpc::launch_kernel(kernel, dim3(num_ctas), dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, pdl, p);
 }
 
 }  // namespace hpc::attn

@@ -85,15 +85,21 @@ struct DecodeConfig {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
+// Physical head dim d of column n (0..7) of the P V B fragments' n-tile nt (tile_v_frags).
+template <bool kFp8Kv>
+__device__ __forceinline__ int v_col(int nt, int n) {
+  if constexpr (kFp8Kv) {
+    // FP8 V fragments are built so that n-tile 4u + r, column c holds d = 32u + 4c + r.
+    return 32 * (nt >> 2) + 4 * n + (nt & 3);
+  } else {
+    return 8 * nt + n;
+  }
+}
+
 // Physical head-dim column of accumulator element e (0, 1) of n-tile nt held by lane quad j.
 template <bool kFp8Kv>
 __device__ __forceinline__ int out_col(int nt, int j, int e) {
-  if constexpr (kFp8Kv) {
-    // FP8 V fragments are built so that n-tile 4u + r, column c holds d = 32u + 4c + r.
-    return 32 * (nt >> 2) + 4 * (2 * j + e) + (nt & 3);
-  } else {
-    return 8 * nt + 2 * j + e;
-  }
+  return v_col<kFp8Kv>(nt, 2 * j + e);
 }
 
 }  // namespace hpc::attn

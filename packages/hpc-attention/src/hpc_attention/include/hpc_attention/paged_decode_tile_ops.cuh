@@ -101,6 +101,47 @@ __device__ __forceinline__ void tile_scores(const uint8_t* sb, const uint32_t (&
   }
 }
 
+// Heads on the N side (G <= 8; consumer_warp's kHeadsN): S^T = K Q^T for this warp's 16 tokens,
+// the tokens on the mma's M side (16 rows, all real) and the query heads on N (8 columns), where
+// S = Q K^T pads the G <= 8 heads to 16 rows: 8 mma instead of 16 per tile and warp, and no
+// softmax work on padded rows. The K loads (and FP8 conversions) are tile_scores': the ldmatrix
+// fragment of token g is the A fragment of rows g / g + 8 as it is the B fragment of column g; Q's
+// B fragment (column = head g) is load_q_frags' row g (registers 0 and 2). C fragment: s[.][0]
+// (token g, head 2j), [1] (token g, head 2j + 1), [2] / [3] the same for token g + 8; s[0] and s[1]
+// are the partial sums of the even and odd k-steps (two 4-deep mma chains instead of one 8-deep
+// chain), added by the caller.
+template <typename Cfg, bool kFp8Kv>
+__device__ __forceinline__ void tile_scores_heads_n(const uint8_t* sb, const uint32_t (&qa)[8][4],
+                                                    float (&s)[2][4]) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+  const uint32_t kaddr = smem_u32(sb + Cfg::kKOff) + (16 * warp + (lane & 7) + 8 * (lane >> 4)) * Cfg::kRowPitch;
+  const uint32_t kb = (lane >> 3) & 1;
+  if constexpr (!kFp8Kv) {
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) {
+      uint32_t r0, r1, r2, r3;  // token g / g + 8 (r0, r2: dims 16 ks + 0..7; r1, r3: + 8..15)
+      ldsm_x4(kaddr + kv_chunk<Cfg>(ks, kb, lane & 7), r0, r1, r2, r3);
+      const uint32_t a[4] = {r0, r2, r1, r3};
+      mma_16816<false>(s[ks & 1], a, qa[ks][0], qa[ks][2]);
+    }
+  } else {
+#pragma unroll
+    for (int s32 = 0; s32 < 4; ++s32) {  // 32 FP8 bytes = 2 k-steps per ldmatrix
+      uint32_t r0, r1, r2, r3;  // token g / g + 8 (r0, r2: k-step 2 s32; r1, r3: 2 s32 + 1)
+      ldsm_x4(kaddr + kv_chunk<Cfg>(s32, kb, lane & 7), r0, r1, r2, r3);
+      uint32_t a0[4], a1[4];  // A fragments: {row g, row g + 8} x {k 2j.., k 2j + 8..}
+      e4m3x4_to_f16x2x2(r0, a0[0], a0[2]);
+      e4m3x4_to_f16x2x2(r2, a0[1], a0[3]);
+      e4m3x4_to_f16x2x2(r1, a1[0], a1[2]);
+      e4m3x4_to_f16x2x2(r3, a1[1], a1[3]);
+      mma_16816<true>(s[0], a0, qa[2 * s32][0], qa[2 * s32][2]);
+      mma_16816<true>(s[1], a1, qa[2 * s32 + 1][0], qa[2 * s32 + 1][2]);
+    }
+  }
+}
+
 // B fragments of O += P V for this warp's 16 tokens of the tile in stage `sb`: n-tile nt's two
 // registers in vf[nt] (FP16 / BF16 pairs), rows at or past `valid` masked to zero (stale shared
 // memory may hold NaN). FP8 V is converted here (exact), in the layout of out_col<true>.

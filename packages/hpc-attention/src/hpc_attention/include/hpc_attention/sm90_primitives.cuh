@@ -125,6 +125,15 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
   }
 }
 
+// Transpose of an 8x8 matrix of 16-bit values held as an mma fragment (lane l: row l / 4, columns
+// 2 (l % 4) and + 1, lower column in the low half): afterwards lane l holds row l / 4 of the
+// transpose, i.e. column l / 4 of the input at rows 2 (l % 4) and + 1.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t out;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(out) : "r"(x));
+  return out;
+}
+
 // ---- conversions -----------------------------------------------------------------------
 // Two E4M3 values (low byte -> low half) to two FP16, exactly (E4M3 is a subset of FP16).
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
