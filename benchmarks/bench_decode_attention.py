@@ -18,7 +18,9 @@ least 8 tiles), `diag_prev_default` (the defaults of commit 9780c01: no tail, me
 consumers, TMA producer only from 8 KV heads), `diag_first_page_off` (`ours` with the plan built
 without the page table: the kernel reads each bin's first page id itself; every other plan gets the
 table), `diag_tma_helpers_first_page_off` (with `--diag-rows first_page`), the previous line and
-run orders (`diag_request_major`: plan_decode(head_major=False); `diag_bin_in_order`: a bin's tasks
+run orders (`diag_request_major`: plan_decode(head_major=False); `diag_head_major_all_bins`: the
+head-major line cut into all C bins, heuristics.HEAD_MAJOR_CUT_TO_HEADS off; `diag_bins_in_cta_order`:
+CTA c runs bin c, heuristics.BINS_BY_HEAD off; `diag_bin_in_order`: a bin's tasks
 run in line order; `diag_request_major_in_order`: both, the order before the eighth session), and FlashInfer /
 FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
 4.27 TB/s) and the achieved TB/s; `ours*` rows carry the error against float32 attention on
@@ -218,6 +220,19 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 plan_rm = ha.plan_decode(kv_lens, hkv, hq, workspace=ha.DecodeWorkspace(B, hkv, hq, max_len),
                                          kv_dtype=kv_torch, head_major=False, **pt_kw)
                 time_call("diag_request_major", plan_rm)
+                if hkv > 1:  # the head-major line cut into all C bins, not C rounded down to Hkv's multiple
+                    saved_cut, heuristics.HEAD_MAJOR_CUT_TO_HEADS = heuristics.HEAD_MAJOR_CUT_TO_HEADS, False
+                    try:
+                        plan_all = ha.plan_decode(kv_lens, hkv, hq, workspace=ha.DecodeWorkspace(B, hkv, hq, max_len),
+                                                  kv_dtype=kv_torch, **pt_kw)
+                    finally:
+                        heuristics.HEAD_MAJOR_CUT_TO_HEADS = saved_cut
+                    time_call("diag_head_major_all_bins", plan_all)
+                    saved_bins, heuristics.BINS_BY_HEAD = heuristics.BINS_BY_HEAD, False  # CTA c runs bin c
+                    try:
+                        time_call("diag_bins_in_cta_order", plan)
+                    finally:
+                        heuristics.BINS_BY_HEAD = saved_bins
                 with overrides(flags=16):
                     time_call("diag_bin_in_order", plan)
                     time_call("diag_request_major_in_order", plan_rm)

@@ -90,14 +90,22 @@ def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail):
         pt_kw = dict(page_table=pt, page_size=page) if trial % 2 or trial == 8 else {}
         # Trials 0-3 and 8 take the default line order (head-major from 2 KV heads), 4-7 the request-major one.
         default_order = trial < 4 or trial == 8
-        plan = ha.plan_decode(kv_lens, hkv, hkv * 4, workspace=ws, static_splits=static_splits,
-                              task_cost=task_cost, tail_percent=tail, tail_bin=1 + trial % 5,
-                              head_major=None if default_order else False, **pt_kw)
+        # Trial 3: the head-major line cut into all bins (heuristics.HEAD_MAJOR_CUT_TO_HEADS off).
+        saved_cut = heuristics.HEAD_MAJOR_CUT_TO_HEADS
+        heuristics.HEAD_MAJOR_CUT_TO_HEADS = trial != 3
+        try:
+            plan = ha.plan_decode(kv_lens, hkv, hkv * 4, workspace=ws, static_splits=static_splits,
+                                  task_cost=task_cost, tail_percent=tail, tail_bin=1 + trial % 5,
+                                  head_major=None if default_order else False, **pt_kw)
+        finally:
+            heuristics.HEAD_MAJOR_CUT_TO_HEADS = saved_cut
+        assert plan.cut_to_heads == (trial != 3), trial
         assert plan.head_major == (default_order and hkv > 1 and not static_splits and tail == 0), trial
         got = plan.tables()
         want = plan_tables(lens.tolist(), hkv, num_ctas, plan.min_tiles, static_splits=static_splits or 0,
                            max_len=140_000, task_cost=plan.task_cost, tail_percent=plan.tail_percent,
-                           tail_bin=plan.tail_bin, max_tail_bins=ws.max_tail_bins, head_major=plan.head_major)
+                           tail_bin=plan.tail_bin, max_tail_bins=ws.max_tail_bins, head_major=plan.head_major,
+                           cut_to_heads=plan.cut_to_heads)
         assert got.counters == want.counters, (trial, got.counters, want.counters)
         assert got.bin_start == want.bin_start, trial
         assert got.tasks == want.tasks, trial
@@ -475,6 +483,25 @@ def test_run_order_same_bits(hkv, kv_dtype, producer, merge_mode, monkeypatch):
             outs.append(out)
         check_accuracy(outs[0], case)
         assert_bitwise_equal(outs[1], outs[0], name=f"bins in line order, head_major {head_major}")
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("hkv,num_ctas", [(8, 132), (4, 18), (2, 7)])
+def test_bins_by_head_same_bits(hkv, num_ctas, kv_dtype, producer, merge_mode, monkeypatch):
+    """Head-major plans: CTA c runs bin (c % Hkv) * nb1 + c / Hkv (heuristics.BINS_BY_HEAD,
+    own_bin) instead of bin c: no result changes, bit for bit, with split items, empty and
+    length-1 requests, on grids that are and are not a multiple of Hkv."""
+    case = make_case([1, 64, 65, 700, 0, 4097, 130, 17, 200, 64, 3000, 900], hkv, 4, kv_dtype, seed=50 + hkv)
+    outs = []
+    for by_head in (True, False):
+        monkeypatch.setattr(heuristics, "BINS_BY_HEAD", by_head)
+        out, plan = run(case, num_ctas=num_ctas, min_tiles=1)
+        assert plan.head_major and plan.cut_to_heads
+        assert dec._bin_heads(plan) == (hkv if by_head else 1)
+        check_counters_zero(plan.workspace)
+        outs.append(out)
+    check_accuracy(outs[0], case)
+    assert_bitwise_equal(outs[1], outs[0], name="bins dealt head by head vs in CTA order")
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])

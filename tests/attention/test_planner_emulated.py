@@ -53,40 +53,42 @@ def harness(tmp_path_factory):
 
 def _cases(seed: int, n: int):
     """(lens, hkv, C, min_tiles, static_splits, max_len, task_cost, tail_percent, tail_bin,
-    max_tail_bins, page_size or 0, head_major)."""
+    max_tail_bins, page_size or 0, head_major, cut_to_heads)."""
     rng = random.Random(seed)
     bench = [100 if i % 7 == 0 else 4096 for i in range(256)]  # the benchmark's batch-256 plan
-    out = [(bench, hkv, 132, 4, 0, 4096, cost, 0, 4, 264, page, hm)
+    out = [(bench, hkv, 132, 4, 0, 4096, cost, 0, 4, 264, page, hm, 1)
            for hkv in (1, 8) for cost in (2, 4, 0) for page in (0, 64) for hm in (0, 1)]
+    # head-major cut into all C bins (heuristics.HEAD_MAJOR_CUT_TO_HEADS off): never the aligned plan
+    out += [(bench, 8, 132, 4, 0, 4096, cost, 0, 4, 264, 64, 1, 0) for cost in (2, 4)]
     mixed = [435, 1243, 74, 1191, 1396, 325, 883, 1308, 806, 1646, 1481, 1762, 1043, 1945, 762, 1115, 1917, 912,
              1029, 550]
     out += [
         # More bins than the shared-memory first-page table; bins nested in fixed costs (serial,
         # long-request and general paths); a long request over many one-unit bins.
-        ([rng.randrange(0, 140_000) for _ in range(3000)], 2, 1000, 1, 0, 140_000, 3, 0, 4, 2000, 64, 0),
-        ([rng.randrange(0, 140_000) for _ in range(3000)], 2, 1000, 1, 0, 140_000, 3, 0, 4, 2000, 64, 1),
-        ([rng.randrange(0, 140_000) for _ in range(700)], 1, 2500, 1, 0, 140_000, 0, 0, 4, 1000, 128, 0),
-        ([rng.randrange(0, 300) for _ in range(200)], 8, 132, 1, 0, 140_000, 64, 0, 4, 264, 16, 0),
-        ([rng.randrange(0, 300) for _ in range(200)], 8, 132, 1, 0, 140_000, 64, 0, 4, 264, 16, 1),
-        (mixed, 32, 1000, 1, 0, 140_000, 64, 0, 4, 0, 64, 0),
-        (mixed, 32, 1000, 1, 0, 140_000, 64, 20, 4, 1000, 64, 0),
-        (mixed, 16, 132, 1, 0, 140_000, 64, 20, 4, 1000, 64, 1),
-        ([rng.randrange(0, 129) for _ in range(600)], 1, 50000, 1, 0, 140_000, 64, 0, 4, 0, 64, 0),
-        ([20] * 40 + [130_000], 1, 132, 4, 0, 140_000, 2, 0, 4, 264, 64, 0),
-        ([20] * 40 + [130_000], 8, 132, 4, 0, 140_000, 4, 0, 4, 264, 64, 1),
+        ([rng.randrange(0, 140_000) for _ in range(3000)], 2, 1000, 1, 0, 140_000, 3, 0, 4, 2000, 64, 0, 1),
+        ([rng.randrange(0, 140_000) for _ in range(3000)], 2, 1000, 1, 0, 140_000, 3, 0, 4, 2000, 64, 1, 1),
+        ([rng.randrange(0, 140_000) for _ in range(700)], 1, 2500, 1, 0, 140_000, 0, 0, 4, 1000, 128, 0, 1),
+        ([rng.randrange(0, 300) for _ in range(200)], 8, 132, 1, 0, 140_000, 64, 0, 4, 264, 16, 0, 1),
+        ([rng.randrange(0, 300) for _ in range(200)], 8, 132, 1, 0, 140_000, 64, 0, 4, 264, 16, 1, 1),
+        (mixed, 32, 1000, 1, 0, 140_000, 64, 0, 4, 0, 64, 0, 1),
+        (mixed, 32, 1000, 1, 0, 140_000, 64, 20, 4, 1000, 64, 0, 1),
+        (mixed, 16, 132, 1, 0, 140_000, 64, 20, 4, 1000, 64, 1, 1),
+        ([rng.randrange(0, 129) for _ in range(600)], 1, 50000, 1, 0, 140_000, 64, 0, 4, 0, 64, 0, 1),
+        ([20] * 40 + [130_000], 1, 132, 4, 0, 140_000, 2, 0, 4, 264, 64, 0, 1),
+        ([20] * 40 + [130_000], 8, 132, 4, 0, 140_000, 4, 0, 4, 264, 64, 1, 1),
         # Aligned head-major plan (decode_plan_aligned.cuh): long requests written by the warp
         # with more requests after them in the same thread (B > 512), and bins nested in fixed
         # costs copied to every head.
-        ([130_000 if i % 97 == 0 else 20 for i in range(1100)], 4, 4000, 4, 0, 140_000, 4, 0, 4, 0, 64, 1),
-        ([rng.randrange(0, 70) for _ in range(300)], 4, 2400, 1, 0, 140_000, 64, 0, 4, 0, 64, 1),
+        ([130_000 if i % 97 == 0 else 20 for i in range(1100)], 4, 4000, 4, 0, 140_000, 4, 0, 4, 0, 64, 1, 1),
+        ([rng.randrange(0, 70) for _ in range(300)], 4, 2400, 1, 0, 140_000, 64, 0, 4, 0, 64, 1, 1),
         # 8 threads per request: one CTA (more bins than the shared first-page table, plan_ctas)
-        ([20] * 40 + [130_000] + [20] * 9, 16, 1000, 4, 0, 140_000, 4, 0, 4, 1100, 64, 1),
+        ([20] * 40 + [130_000] + [20] * 9, 16, 1000, 4, 0, 140_000, 4, 0, 4, 1100, 64, 1, 1),
         # A grid of CTAs splitting the heads (plan_ctas): 16 CTAs of 2 heads (2 threads per
         # request), 16 CTAs of 1 or 2 heads, 16 of 1 with a long request written by the warp.
-        (mixed * 2, 32, 1000, 1, 0, 140_000, 64, 0, 4, 0, 64, 1),
-        (mixed * 2, 24, 500, 1, 0, 140_000, 3, 0, 4, 0, 16, 1),
-        ([20] * 60 + [130_000] + [20] * 9, 16, 1000, 4, 0, 140_000, 4, 0, 4, 0, 64, 1),
-        ([0] * 590 + [64] * 10, 2, 132, 4, 0, 140_000, 2, 0, 4, 0, 64, 1),  # 15 bins: not aligned, general plan
+        (mixed * 2, 32, 1000, 1, 0, 140_000, 64, 0, 4, 0, 64, 1, 1),
+        (mixed * 2, 24, 500, 1, 0, 140_000, 3, 0, 4, 0, 16, 1, 1),
+        ([20] * 60 + [130_000] + [20] * 9, 16, 1000, 4, 0, 140_000, 4, 0, 4, 0, 64, 1, 1),
+        ([0] * 590 + [64] * 10, 2, 132, 4, 0, 140_000, 2, 0, 4, 0, 64, 1, 1),  # 15 bins: not aligned, general plan
     ]
     for _ in range(n):
         B = rng.choice([1, 2, 3, 5, 31, 32, 64, 100, 255, 256, 257, 300, 511, 512, 513, 1100, 2000])
@@ -108,7 +110,7 @@ def _cases(seed: int, n: int):
         out.append((lens, rng.choice([1, 1, 2, 3, 4, 8, 8, 16]), C, rng.choice([1, 4, 4, 16]),
                     rng.choice([0, 0, 0, 0, 3, 1]), 140_000, rng.choice([0, 2, 4, 7, 64]),
                     rng.choice([0, 0, 0, 20, 50]), rng.randrange(1, 6), rng.choice([0, 2 * C, C // 3]),
-                    rng.choice([0, 16, 64, 128]), rng.choice([0, 1])))
+                    rng.choice([0, 16, 64, 128]), rng.choice([0, 1]), rng.choice([1, 1, 1, 0])))
     return out
 
 
@@ -120,14 +122,15 @@ def test_emulated_cuda_planner_matches_python_twin(harness, seed):
     assert res.returncode == 0, res.stderr[-4000:]
     lines = res.stdout.splitlines()
     assert len(lines) == 7 * len(cases)
-    for k, (lens, hkv, C, floor, splits, max_len, cost, pct, tbin, max_tail, page, hm) in enumerate(cases):
+    for k, (lens, hkv, C, floor, splits, max_len, cost, pct, tbin, max_tail, page, hm, cut) in enumerate(cases):
         got = {}
         for ln in lines[7 * k:7 * k + 7]:
             name, *vals = ln.split()
             got[name] = [int(v) for v in vals]
         want = plan_tables(lens, hkv, C, floor, static_splits=splits, max_len=max_len, task_cost=cost,
-                           tail_percent=pct, tail_bin=tbin, max_tail_bins=max_tail, head_major=bool(hm))
-        tag = (k, len(lens), hkv, C, floor, splits, cost, pct, tbin, max_tail, page, hm)
+                           tail_percent=pct, tail_bin=tbin, max_tail_bins=max_tail, head_major=bool(hm),
+                           cut_to_heads=bool(cut))
+        tag = (k, len(lens), hkv, C, floor, splits, cost, pct, tbin, max_tail, page, hm, cut)
         quads = [tuple(got["tasks"][i:i + 4]) for i in range(0, len(got["tasks"]), 4)]
         assert got["counters"] == want.counters, tag
         assert got["bin_start"] == want.bin_start, tag

@@ -91,8 +91,9 @@ int main() {
   using namespace hpc::attn;
   int B;
   while (std::cin >> B) {
-    int hkv, C, floor_, splits, max_len, cost, pct, tbin, maxtail, page, head_major;
-    std::cin >> hkv >> C >> floor_ >> splits >> max_len >> cost >> pct >> tbin >> maxtail >> page >> head_major;
+    int hkv, C, floor_, splits, max_len, cost, pct, tbin, maxtail, page, head_major, cut_to_heads;
+    std::cin >> hkv >> C >> floor_ >> splits >> max_len >> cost >> pct >> tbin >> maxtail >> page >> head_major >>
+        cut_to_heads;
     std::vector<int> lens(B);
     for (auto& x : lens) std::cin >> x;
     const int nbins = C + maxtail;
@@ -115,7 +116,7 @@ int main() {
       p.page_table = pt.data(); p.page_table_stride = stride; p.page_size_log2 = __builtin_ctz(page);
       p.bin_first_page = first_page.data();
     }
-    set_line_order(p, head_major != 0);
+    set_line_order(p, head_major != 0, cut_to_heads != 0);
     emu::launch(p, kPlanThreads, plan_ctas(p));
     const int nt = counters[0], nc = counters[1], ns = counters[4];
     printf("counters"); for (int v : counters) printf(" %d", v); printf("\n");

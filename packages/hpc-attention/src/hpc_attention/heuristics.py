@@ -118,6 +118,21 @@ FIRST_PAGE_FROM_PLAN = True
 # request-major line.
 HEAD_MAJOR_LINE = True
 
+# The head-major line is cut into C rounded down to a multiple of Hkv bins (128 of 132 at Hkv = 8),
+# so every head's stretch is cut alike (the aligned plan, decode_plan_aligned.cuh, relies on it).
+# False: into up to C bins (diagnostic rows only; the twin, planner.plan_tables, takes the same
+# switch as `cut_to_heads`). Read by plan_decode.
+HEAD_MAJOR_CUT_TO_HEADS = True
+
+# Head-major plans cut into a multiple of Hkv bins: CTAs c .. c + Hkv - 1 run the Hkv heads' bins of
+# the same stretch of the line (own_bin, paged_decode_config.cuh), so neighbouring CTAs read the
+# Hkv rows of the same tokens together, as the static split's round robin does; False: CTA c runs
+# bin c (head h's bins on CTAs h * nb1 ..). H200, eleventh session (same process, us): 64/8 FP8
+# 64x4K 153.9 -> 149.4, 1x128K+31x4K 155.6 -> 150.8, 2x32K+30x4K 117.6 -> 113.8, 1x64K+15x4K
+# 85.1 -> 82.5, 32x128+32x4K 89.5 -> 87.6, 64x0.5K equal; 64/8 BF16 -1.9 (64x4K) to +0.7 (64x0.5K).
+# Same bits either way. Read when `decode` is called (a CUDA graph keeps the capture's value).
+BINS_BY_HEAD = True
+
 TILE_TOKENS = 64
 HEAD_DIM = 128
 MAX_GROUP = 16

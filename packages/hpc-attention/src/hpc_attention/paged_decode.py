@@ -139,6 +139,7 @@ class DecodePlan:
     # The page table whose first-tile page ids the plan wrote (data_ptr, row stride, page size), or None.
     first_page_of: tuple[int, int, int] | None = None
     head_major: bool = False  # the line holds the items head by head (heuristics.HEAD_MAJOR_LINE)
+    cut_to_heads: bool = True  # head-major: bins a multiple of Hkv (heuristics.HEAD_MAJOR_CUT_TO_HEADS)
 
     def tables(self) -> PlanTables:
         """The device tables as Python lists (synchronises; for tests and debugging)."""
@@ -170,7 +171,7 @@ def _plan_op(kv_lens: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor
              min_tiles: int,
              static_splits: int, max_len: int, task_cost: int, tail_percent: int, tail_bin: int,
              max_tail_bins: int, page_table: torch.Tensor | None, page_size_log2: int,
-             bin_first_page: torch.Tensor, head_major: bool) -> None:
+             bin_first_page: torch.Tensor, head_major: bool, cut_to_heads: bool) -> None:
     _ext.load().decode_plan(
         page_table=page_table.data_ptr() if page_table is not None else 0,
         page_table_stride=page_table.stride(0) if page_table is not None else 0, page_size_log2=page_size_log2,
@@ -181,13 +182,13 @@ def _plan_op(kv_lens: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor
         tasks=tasks.data_ptr(),
         bin_start=bin_start.data_ptr(), bin_first=bin_first.data_ptr(), combine=combine.data_ptr(),
         counters=counters.data_ptr(), slot_meta=slot_meta.data_ptr(), pdl=get_pdl(), stream=stream_ptr(kv_lens.device),
-        head_major=head_major)
+        head_major=head_major, cut_to_heads=cut_to_heads)
 
 
 @_plan_op.register_fake
 def _(kv_lens, tasks, bin_start, bin_first, combine, counters, slot_meta, num_kv_heads, num_ctas, min_tiles,
       static_splits, max_len, task_cost, tail_percent, tail_bin, max_tail_bins, page_table, page_size_log2,
-      bin_first_page, head_major):
+      bin_first_page, head_major, cut_to_heads):
     return None
 
 
@@ -199,7 +200,7 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
                merge_counts: torch.Tensor, merge_ml: torch.Tensor, claim_counter: torch.Tensor, out: torch.Tensor,
                k_scale_t: torch.Tensor | None, v_scale_t: torch.Tensor | None, k_scale: float, v_scale: float,
                sm_scale: float, num_ctas: int, combine_ctas: int, merge_in_decode: bool,
-               tma_producer: bool, merge_helpers: bool, bin_first_page: torch.Tensor | None) -> None:
+               tma_producer: bool, merge_helpers: bool, bin_first_page: torch.Tensor | None, bin_heads: int) -> None:
     # The timeline is recorded only by the diagnostics build of the extension (decode_timeline.cuh).
     if DIAG.get("timeline") is not None:
         ext = _ext.load_timeline()
@@ -233,7 +234,7 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
         merge_counts=merge_counts.data_ptr(), merge_ml=merge_ml.data_ptr(), combine=combine.data_ptr(),
         counters=counters.data_ptr(), claim_counter=claim_counter.data_ptr(), tma_producer=tma_producer,
         num_ctas=num_ctas, pdl=pdl, stream=stream, timeline=_timeline_ptr(num_ctas),
-        bin_first_page=bin_first_page.data_ptr() if bin_first_page is not None else 0)
+        bin_first_page=bin_first_page.data_ptr() if bin_first_page is not None else 0, bin_heads=bin_heads)
     LAST_PRODUCER["name"] = "tma" if used_tma else "cp_async"
     if merge or skip_combine:
         return
@@ -255,7 +256,7 @@ def _timeline_ptr(num_ctas: int) -> int:
 @_decode_op.register_fake
 def _(q, q_scale, k_cache, v_cache, page_table, tasks, bin_start, bin_first, combine, counters, partial_o, partial_lse,
       slot_meta, merge_counts, merge_ml, claim_counter, out, k_scale_t, v_scale_t, k_scale, v_scale, sm_scale, num_ctas, combine_ctas,
-      merge_in_decode, tma_producer, merge_helpers, bin_first_page):
+      merge_in_decode, tma_producer, merge_helpers, bin_first_page, bin_heads):
     return None
 
 
@@ -367,16 +368,17 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
     if head_major is None:
         head_major = heuristics.HEAD_MAJOR_LINE
     head_major = bool(head_major) and num_kv_heads > 1 and splits == 0 and tail == 0
+    cut_to_heads = bool(heuristics.HEAD_MAJOR_CUT_TO_HEADS)
     torch.ops.hpc_attention.plan_decode(kv_lens, ws.tasks, ws.bin_start, ws.bin_first, ws.combine, ws.counters,
                                         ws.slot_meta, num_kv_heads, ws.num_ctas, floor, splits, max_len, cost,
                                         tail if splits == 0 else 0, tbin, ws.max_tail_bins, page_table,
                                         int(page_size).bit_length() - 1 if page_table is not None else 0,
-                                        ws.bin_first_page, head_major)
+                                        ws.bin_first_page, head_major, cut_to_heads)
     return DecodePlan(workspace=ws, batch=B, num_kv_heads=num_kv_heads, num_qo_heads=num_qo_heads,
                       num_ctas=ws.num_ctas, static_splits=splits, min_tiles=floor,
                       task_cost=cost if splits == 0 else 0, tail_percent=tail if splits == 0 else 0, tail_bin=tbin,
                       max_kv_len=max_len, kv_lens_ptr=kv_lens.data_ptr(), first_page_of=first_page_of,
-                      head_major=head_major)
+                      head_major=head_major, cut_to_heads=cut_to_heads)
 
 
 def _scale_arg(x, name: str, op: str, device: torch.device):
@@ -480,9 +482,17 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
         v_f, float(sm_scale),
         plan.num_ctas, heuristics.combine_ctas(get_num_sms(dev)), bool(heuristics.MERGE_IN_DECODE),
         _use_tma(page_size, Hkv, k_cache.dtype == _FP8), bool(heuristics.MERGE_ON_HELPER_WARPS),
-        ws.bin_first_page if first_page else None)
+        ws.bin_first_page if first_page else None, _bin_heads(plan))
     LAST_PRODUCER["first_page"] = first_page
     return out
+
+
+def _bin_heads(plan: DecodePlan) -> int:
+    """Hkv when the decode kernel deals a head-major plan's bins head by head to neighbouring CTAs
+    (own_bin in paged_decode_config.cuh; heuristics.BINS_BY_HEAD), else 1 (CTA c runs bin c)."""
+    if heuristics.BINS_BY_HEAD and plan.head_major and plan.cut_to_heads:
+        return plan.num_kv_heads
+    return 1
 
 
 def _use_first_page(plan: DecodePlan, page_table: torch.Tensor, page_size: int) -> bool:

@@ -82,7 +82,7 @@ def _tiles(length: int) -> int:
 def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_tiles: int,
                 static_splits: int = 0, max_len: int | None = None, task_cost: int = 0,
                 tail_percent: int = 0, tail_bin: int = 0, max_tail_bins: int = 0,
-                head_major: bool = False) -> PlanTables:
+                head_major: bool = False, cut_to_heads: bool = True) -> PlanTables:
     """The plan, computed the way the CUDA planner does (same integer arithmetic, same order).
 
     task_cost: tiles' worth of fixed cost charged on the work line (dynamic mode) to every
@@ -107,7 +107,8 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
     clamped = sum(1 for x in raw if x < 0 or x > max_len)
     hkv, C = num_kv_heads, num_ctas
     head_major = bool(head_major) and hkv > 1 and static_splits <= 0 and len(raw) > 0
-    c_cut = C - C % hkv if head_major and C >= hkv else C  # bins the line may be cut into
+    # bins the line may be cut into (set_line_order)
+    c_cut = C - C % hkv if head_major and cut_to_heads and C >= hkv else C
     ntiles = [_tiles(x) for x in lens]
     total_tiles = sum(ntiles) * hkv
     cost = max(0, int(task_cost)) if static_splits <= 0 else 0

@@ -34,7 +34,8 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       [](uintptr_t kv_lens, int batch, int num_kv_heads, int num_bins, int min_tiles, int static_splits,
          int max_len, int task_cost, int tail_percent, int tail_bin, int max_tail_bins, uintptr_t tasks, uintptr_t bin_start, uintptr_t bin_first, uintptr_t combine,
          uintptr_t counters, uintptr_t slot_meta, bool pdl, uintptr_t stream, uintptr_t page_table,
-         long long page_table_stride, int page_size_log2, uintptr_t bin_first_page, bool head_major) {
+         long long page_table_stride, int page_size_log2, uintptr_t bin_first_page, bool head_major,
+         bool cut_to_heads) {
         DecodePlanParams p{};
         p.kv_lens = hpc::as_ptr<const int32_t>(kv_lens);
         p.batch = batch;
@@ -57,7 +58,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.page_table_stride = page_table_stride;
         p.page_size_log2 = page_size_log2;
         p.bin_first_page = hpc::as_ptr<int32_t>(bin_first_page);
-        set_line_order(p, head_major);
+        set_line_order(p, head_major, cut_to_heads);
         HPC_CUDA_CHECK(hpc_attn_launch_decode_plan(p, hpc::as_stream(stream), pdl), "decode_plan");
       },
       py::arg("kv_lens"), py::arg("batch"), py::arg("num_kv_heads"), py::arg("num_bins"), py::arg("min_tiles"),
@@ -66,7 +67,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       py::arg("bin_first"), py::arg("combine"),
       py::arg("counters"), py::arg("slot_meta"), py::arg("pdl"), py::arg("stream"), py::arg("page_table") = 0,
       py::arg("page_table_stride") = 0, py::arg("page_size_log2") = 0, py::arg("bin_first_page") = 0,
-      py::arg("head_major") = false);
+      py::arg("head_major") = false, py::arg("cut_to_heads") = true);
 
   m.def(
       "paged_decode",
@@ -80,7 +81,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
          uintptr_t v_scale_ptr, float k_scale, float v_scale, float sm_scale_log2, int num_kv_heads, int group,
          int diag, int merge, uintptr_t slot_meta, uintptr_t merge_counts, uintptr_t merge_ml, uintptr_t combine,
          uintptr_t counters, uintptr_t claim_counter, bool tma_producer, int num_ctas, bool pdl, uintptr_t stream,
-         uintptr_t timeline, uintptr_t bin_first_page) {
+         uintptr_t timeline, uintptr_t bin_first_page, int bin_heads) {
         PagedDecodeParams p{};
         p.q = hpc::as_ptr<const void>(q);
         p.q_stride_b = q_stride_b;
@@ -117,6 +118,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.num_kv_heads = num_kv_heads;
         p.group = group;
         p.diag = diag;
+        p.bin_heads = bin_heads;
         p.merge = merge;
         p.slot_meta = hpc::as_ptr<const int2>(slot_meta);
         p.merge_counts = hpc::as_ptr<int>(merge_counts);
@@ -150,7 +152,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       py::arg("v_scale"), py::arg("sm_scale_log2"), py::arg("num_kv_heads"), py::arg("group"), py::arg("diag"),
       py::arg("merge"), py::arg("slot_meta"), py::arg("merge_counts"), py::arg("merge_ml"), py::arg("combine"),
       py::arg("counters"), py::arg("claim_counter"), py::arg("tma_producer"), py::arg("num_ctas"), py::arg("pdl"),
-      py::arg("stream"), py::arg("timeline") = 0, py::arg("bin_first_page") = 0);
+      py::arg("stream"), py::arg("timeline") = 0, py::arg("bin_first_page") = 0, py::arg("bin_heads") = 1);
 
   m.def(
       "decode_combine",

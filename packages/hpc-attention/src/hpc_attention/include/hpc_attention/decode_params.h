@@ -69,10 +69,11 @@ struct DecodePlanParams {
 };
 
 // Fill the line-order fields of a plan's parameters (batch, num_kv_heads, num_bins and
-// static_splits set). Why head-major (H200, NOTES.md, eighth session): with every head's line cut
+// static_splits set). cut_to_heads (head-major only): cut the line into a multiple of Hkv bins
+// (the default, heuristics.HEAD_MAJOR_CUT_TO_HEADS), else into up to num_bins. Why head-major (H200, NOTES.md, eighth session): with every head's line cut
 // alike, the CTAs that run in step read all KV heads of the same pages together; 64/8 plans ran
 // 1-4 us faster (twin plans fed to the kernel) than with the request-major line.
-inline void set_line_order(DecodePlanParams& p, bool head_major) {
+inline void set_line_order(DecodePlanParams& p, bool head_major, bool cut_to_heads = true) {
   p.cut_bins = p.num_bins;
   p.line_heads = 0;
   p.line_batch = 0;
@@ -83,7 +84,7 @@ inline void set_line_order(DecodePlanParams& p, bool head_major) {
     p.line_batch_magic = 0xffffffffu / static_cast<unsigned>(p.batch);
     p.batch *= p.num_kv_heads;
     p.num_kv_heads = 1;
-    if (p.num_bins >= p.line_heads) p.cut_bins = p.num_bins - p.num_bins % p.line_heads;
+    if (cut_to_heads && p.num_bins >= p.line_heads) p.cut_bins = p.num_bins - p.num_bins % p.line_heads;
   }
 }
 
@@ -140,7 +141,8 @@ struct PagedDecodeParams {
               // bit 1 (host side) = TMA maps of FP8 caches with 256-byte L2 promotion;
               // bit 2 = first task read from tasks[bin_start] (after it) instead of bin_first;
               // bit 3 = split-item arrival with a per-thread SC fence (the version-4 protocol);
-              // bit 4 = a bin's tasks run in line order (see task_at_position)
+              // bit 4 = a bin's tasks run in line order (see task_in_run)
+  int bin_heads;  // > 1: CTA c runs bin (c % bin_heads) * nb1 + c / bin_heads (own_bin); else bin c
 };
 
 constexpr int kCombineThreads = 256;

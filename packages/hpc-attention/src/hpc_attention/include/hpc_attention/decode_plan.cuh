@@ -40,9 +40,11 @@ __host__ __device__ inline bool plan_has_tail(const DecodePlanParams& p) {
   return p.tail_percent > 0 && p.tail_bin > 0 && p.max_tail_bins > 0;
 }
 
-// The aligned head-major plan is tried (decode_plan_kernel says when it applies).
+// The aligned head-major plan is tried (decode_plan_kernel says when it applies; it needs the line
+// cut into a multiple of Hkv bins, set_line_order's cut_to_heads).
 __host__ __device__ inline bool plan_may_align(const DecodePlanParams& p) {
-  return p.line_heads > 1 && p.static_splits <= 0 && !plan_has_tail(p) && p.batch > kPlanThreads;
+  return p.line_heads > 1 && p.static_splits <= 0 && !plan_has_tail(p) && p.batch > kPlanThreads &&
+         p.cut_bins % p.line_heads == 0;
 }
 
 // CTAs of the plan's grid. Why more than one: the aligned plan's time at 64/8 batch 256 is mostly

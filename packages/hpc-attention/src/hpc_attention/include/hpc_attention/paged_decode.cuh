@@ -93,9 +93,9 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   uint32_t phase = 0;
   uint32_t tl_merge_ns = 0, tl_last_merge_ns = 0, tl_merges = 0;  // timeline diagnostics (consumer merges)
   int requests = 0;
-  // Own bin (blockIdx.x), then the tail bins: claimed ones handed over by the scheduler (TMA
+  // Own bin (own_bin: blockIdx.x), then the tail bins: claimed ones handed over by the scheduler (TMA
   // kernel) or a fixed sequence (cp.async kernel), see decode_bin_ring.cuh.
-  StaticBins bins{static_cast<int>(blockIdx.x), kTma ? 0 : p.counters[kNumTailBins], 0, 0, make_int4(0, 0, 0, 0)};
+  StaticBins bins{own_bin(p), kTma ? 0 : p.counters[kNumTailBins], 0, 0, make_int4(0, 0, 0, 0)};
   for (int claimed = 0;; ++claimed) {
   if constexpr (!kTma) bins.prefetch(p);
   int4 next = first;  // the bin's first task (prologue, ring or previous bin)
@@ -460,16 +460,17 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
   // lets their prologues start; it is safe in both modes.
   hpc::pdl_launch_dependents();
   if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlPdl, tl_clock());
-  const int t_begin = p.bin_start[blockIdx.x], t_end = p.bin_start[blockIdx.x + 1];
+  const int bin = own_bin(p);
+  const int t_begin = p.bin_start[bin], t_end = p.bin_start[bin + 1];
   // The bin's first task: its copy in bin_first is loaded together with bin_start instead of
   // after it (one dependent global round trip fewer before the first page id and KV bytes).
   // Only used when the bin is not empty (t_begin < t_end).
-  const int4 first = !(p.diag & 4) ? p.bin_first[blockIdx.x]
+  const int4 first = !(p.diag & 4) ? p.bin_first[bin]
                                    : (t_begin < t_end ? p.tasks[t_begin] : make_int4(0, 0, 0, 0));
   // The page id of the bin's first tile from the planner (pages >= 64 tokens, own bin not empty;
   // read with bin_start, so the first copies need no page-table round trip); -1: read the table.
   int first_page = p.bin_first_page != nullptr && p.page_size_log2 >= 6 && !(p.diag & 4)
-                       ? p.bin_first_page[blockIdx.x] : -1;
+                       ? p.bin_first_page[bin] : -1;
   if (t_begin >= t_end) first_page = -1;  // empty own bin: the entry is stale
   if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlBin, tl_clock_after(t_end ^ first.x));
   if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {

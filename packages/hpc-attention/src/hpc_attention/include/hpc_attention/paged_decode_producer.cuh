@@ -53,7 +53,7 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
   uint32_t phase = 0;
   bool tl_first = tl_on(p) && pid == 0;  // timeline diagnostics
   // Own bin, then the tail bins in a fixed order (decode_bin_ring.cuh: StaticBins).
-  StaticBins bins{static_cast<int>(blockIdx.x), p.counters[kNumTailBins], 0, 0, make_int4(0, 0, 0, 0)};
+  StaticBins bins{own_bin(p), p.counters[kNumTailBins], 0, 0, make_int4(0, 0, 0, 0)};
   for (;;) {
   bins.prefetch(p);
   int4 next = first;  // the bin's first task (prologue or previous bin)
