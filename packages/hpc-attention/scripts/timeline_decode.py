@@ -49,6 +49,8 @@ VARIANTS = {
     "tma_helpers": (dict(tma=True, helpers=True), "write", True),
     "read_flush": ({}, "read", True),
     "stream_only": (dict(skip_combine=True, flags=1), "write", True),
+    # head-major plans: CTA c runs bin c instead of the bins dealt head by head (heuristics.BINS_BY_HEAD)
+    "bins_in_cta_order": ({}, "write", True),
 }
 
 
@@ -62,6 +64,8 @@ def run(case, kv, variant, inputs, reps):
     B, hq, hkv = q.shape[0], q.shape[1], k.shape[2]
     kv_t = bench.FP8 if kv == "fp8" else torch.bfloat16
     kw, flush, with_pt = VARIANTS[variant]
+    saved_bins = heuristics.BINS_BY_HEAD
+    heuristics.BINS_BY_HEAD = variant != "bins_in_cta_order"
     ws = ha.DecodeWorkspace(B, hkv, hq, int(kv_lens.max()))
     pt_kw = dict(page_table=pt, page_size=k.shape[1]) if with_pt else {}
     plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, kv_dtype=kv_t, **pt_kw)
@@ -83,11 +87,15 @@ def run(case, kv, variant, inputs, reps):
             timing.empty_l2(dev, flush)
 
         runs = timing.replay_in_graph(fn, reps, stream, pre=pre, each=lambda: tl.view(C, SLOTS).cpu().tolist())
+        H = pd._bin_heads(plan)  # own_bin: the bin CTA c runs
+    heuristics.BINS_BY_HEAD = saved_bins
     torch.cuda.current_stream(dev).wait_stream(stream)
-    return producer, plan.tables(), runs
+    nb1 = C // H if H > 1 else C
+    bins = [(c % H) * nb1 + c // H if H > 1 and c < nb1 * H else c for c in range(C)]
+    return producer, plan.tables(), runs, bins
 
 
-def analyse(tables, event_us, a, kv):
+def analyse(tables, event_us, a, kv, bins=None):
     C = len(a)
     t0 = min(r[ENTRY] for r in a if r[ENTRY])
     us = lambda x: (x - t0) / 1e3  # noqa: E731
@@ -100,10 +108,11 @@ def analyse(tables, event_us, a, kv):
     for t in tables.tasks:
         lens_items[t[0]] = max(lens_items.get(t[0], 0), t[2])
     longest = max(lens_items, key=lens_items.get) if lens_items else -1
-    holds_long = [any(tables.tasks[i][0] == longest for i in range(bs[c], bs[c + 1])) for c in range(C)]
+    holds_long = [any(tables.tasks[i][0] == longest for i in range(bs[b], bs[b + 1])) for b in (bins or range(C))]
     rows = []
+    bins = bins or list(range(C))
     for c, r in enumerate(a):
-        mine = tables.tasks[bs[c]:bs[c + 1]]  # the own bin (no tail bins at TAIL_PERCENT = 0)
+        mine = tables.tasks[bs[bins[c]]:bs[bins[c] + 1]]  # the own bin (no tail bins at TAIL_PERCENT = 0)
         tiles, tasks, splits = sum((t[2] + 63) // 64 - t[1] for t in mine), len(mine), sum(t[3] >= 0 for t in mine)
         merges = r[COUNTS] + r[HCOUNTS]
         busy = tiles > 0 and r[DATA] and r[LAST]
@@ -117,6 +126,7 @@ def analyse(tables, event_us, a, kv):
                          exit=us(exit_[c]), merge=r[MERGE_NS] / 1e3, last_merge=r[LAST_MERGE_NS] / 1e3,
                          ghz=(r[CLK1] - r[CLK0]) / max(1, r[CEND] - r[ENTRY])))
     busy = [x for x in rows if x["tiles"] > 0]
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
     stamps = sorted({v for r in a for v in (r[ENTRY], r[PDL], r[BIN], r[ISSUE], r[DATA], r[LAST], r[CEND]) if v})
     res = min((y - x for x, y in zip(stamps, stamps[1:])), default=0)
     f = lambda k, xs=busy: [x[k] for x in xs if x[k] == x[k]]  # noqa: E731 (drops NaN)
@@ -125,6 +135,14 @@ def analyse(tables, event_us, a, kv):
                  f"{len(busy)})  timer step >= {res} ns, SM clock {statistics.median(f('ghz')):.2f} GHz")
     e = f("entry", rows)
     lines.append(f"  entry skew p50 {pct(e, .5):5.2f} p90 {pct(e, .9):5.2f} max {max(e):5.2f}")
+    # By block index (launch order): entry and first data of the first and last eighth of the CTAs,
+    # and each eighth's median stream time (a head-major plan's head h sits in one eighth when its
+    # bins run in CTA order).
+    k8 = max(1, C // 8)
+    eighths = [rows[i * k8:(i + 1) * k8] for i in range(8)]
+    lines.append("  by block index, eighths: entry " + " ".join(f"{mean(f('entry', g)):5.2f}" for g in eighths)
+                 + " | first data " + " ".join(f"{mean(f('data', g)):5.2f}" for g in eighths)
+                 + " | stream p50 " + " ".join(f"{pct(f('stream', g), .5):6.2f}" for g in eighths))
     lines.append(f"  start  pdl {statistics.median(f('pdl')):5.2f}  bin {statistics.median(f('bin')):5.2f}  "
                  f"issue {statistics.median(f('issue')):5.2f}  land {statistics.median(f('land')):5.2f}   "
                  f"first data p10 {pct(f('data'), .1):5.2f} p50 {pct(f('data'), .5):5.2f} max {max(f('data')):5.2f}")
@@ -144,7 +162,6 @@ def analyse(tables, event_us, a, kv):
     no_split = [x["exit"] for x in busy if x["splits"] == 0]
     lng = [x["exit"] for x in busy if x["long"]]
     oth = [x["exit"] for x in busy if not x["long"]]
-    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
     lines.append(f"  merge  per CTA p50 {pct(m, .5):5.2f} max {max(m):5.2f} us; CTAs that merged {len(merged)}; "
                  f"exit mean: split parts {mean(with_split):5.2f} (n {len(with_split)}) / none {mean(no_split):5.2f}; "
                  f"longest item's CTAs {mean(lng):5.2f} (n {len(lng)}) / others {mean(oth):5.2f}")
@@ -186,8 +203,8 @@ def main():
             lens = bench.parse_case(case)
             inputs = bench.make_inputs(lens, hq, hkv, kv, gen)
             for variant in args.variants.split(","):
-                producer, tables, runs = run(case, kv, variant, inputs, args.reps)
-                done = sorted((analyse(tables, ev, a, kv) + (ev,) for ev, a in runs), key=lambda t: t[0])
+                producer, tables, runs, bins = run(case, kv, variant, inputs, args.reps)
+                done = sorted((analyse(tables, ev, a, kv, bins) + (ev,) for ev, a in runs), key=lambda t: t[0])
                 span, lines, ev = done[len(done) // 2]
                 spans = [d[0] for d in done]
                 print(f"== {case} {hq}/{hkv} {kv} {variant} ({producer}); spans over {len(runs)} replays "
