@@ -12,9 +12,10 @@
 // SM, see HISTORY.md.) Warps 0-3 (the consumers) each own 16 of the tile's 64 tokens: S = Q K^T
 // and O += P V on m16n8k16 tensor cores with the G = 16 query heads of the KV head as the 16 rows
 // or, for G <= 8, transposed (S^T = K Q^T, O^T += V^T P^T: tokens and head dims as the rows, the
-// heads as the 8 columns; see consumer_warp), an online softmax in FP32 (log2 domain) and FP32 accumulation of P V for the whole task. At the end of
-// a task the four warps' (m, l, O) are merged in shared memory in a fixed order, and the task
-// writes either the final BF16 output or an FP32 partial + log-sum-exp of a split item.
+// heads as the 8 columns; see consumer_warp), an online softmax in FP32 (log2 domain) and FP32
+// accumulation of P V for the whole task. At the end of a task the four warps' (m, l, O) are
+// merged in shared memory in a fixed order, and the task writes either the final BF16 output or
+// an FP32 partial + log-sum-exp of a split item.
 //
 // Split items are merged either by the separate combine kernel (merge == 0) or here (merge != 0,
 // heuristics.MERGE_IN_DECODE): after writing its partial, a part arrives on a counter of its item
