@@ -20,7 +20,8 @@ without the page table: the kernel reads each bin's first page id itself; every 
 table), `diag_tma_helpers_first_page_off` (with `--diag-rows first_page`), the previous line and
 run orders (`diag_request_major`: plan_decode(head_major=False); `diag_head_major_all_bins`: the
 head-major line cut into all C bins, heuristics.HEAD_MAJOR_CUT_TO_HEADS off; `diag_bins_in_cta_order`:
-CTA c runs bin c, heuristics.BINS_BY_HEAD off; `diag_bin_in_order`: a bin's tasks
+CTA c runs bin c, heuristics.BINS_BY_HEAD off; `diag_bins_by_head_far_pairs`: dealt by head, but
+CTAs 2k / 2k + 1 (one TPC) on heads h and h + Hkv / 2; `diag_bin_in_order`: a bin's tasks
 run in line order; `diag_request_major_in_order`: both, the order before the eighth session), and FlashInfer /
 FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
 4.27 TB/s) and the achieved TB/s; `ours*` rows carry the error against float32 attention on
@@ -233,6 +234,8 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                         time_call("diag_bins_in_cta_order", plan)
                     finally:
                         heuristics.BINS_BY_HEAD = saved_bins
+                    with overrides(flags=32):  # a TPC's two CTAs on heads h and h + Hkv / 2
+                        time_call("diag_bins_by_head_far_pairs", plan)
                 with overrides(flags=16):
                     time_call("diag_bin_in_order", plan)
                     time_call("diag_request_major_in_order", plan_rm)

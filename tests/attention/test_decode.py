@@ -493,8 +493,10 @@ def test_bins_by_head_same_bits(hkv, num_ctas, kv_dtype, producer, merge_mode, m
     length-1 requests, on grids that are and are not a multiple of Hkv."""
     case = make_case([1, 64, 65, 700, 0, 4097, 130, 17, 200, 64, 3000, 900], hkv, 4, kv_dtype, seed=50 + hkv)
     outs = []
-    for by_head in (True, False):
+    # by head, in CTA order, and by head with a TPC's two CTAs on heads h and h + Hkv / 2 (diag bit 5)
+    for by_head, flags in ((True, 0), (False, 0), (True, 32)):
         monkeypatch.setattr(heuristics, "BINS_BY_HEAD", by_head)
+        monkeypatch.setitem(dec.DIAG, "flags", flags)
         out, plan = run(case, num_ctas=num_ctas, min_tiles=1)
         assert plan.head_major and plan.cut_to_heads
         assert dec._bin_heads(plan) == (hkv if by_head else 1)
@@ -502,6 +504,7 @@ def test_bins_by_head_same_bits(hkv, num_ctas, kv_dtype, producer, merge_mode, m
         outs.append(out)
     check_accuracy(outs[0], case)
     assert_bitwise_equal(outs[1], outs[0], name="bins dealt head by head vs in CTA order")
+    assert_bitwise_equal(outs[2], outs[0], name="bins dealt head by head, far pairs")
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])

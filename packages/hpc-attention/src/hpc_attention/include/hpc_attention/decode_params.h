@@ -141,7 +141,8 @@ struct PagedDecodeParams {
               // bit 1 (host side) = TMA maps of FP8 caches with 256-byte L2 promotion;
               // bit 2 = first task read from tasks[bin_start] (after it) instead of bin_first;
               // bit 3 = split-item arrival with a per-thread SC fence (the version-4 protocol);
-              // bit 4 = a bin's tasks run in line order (see task_in_run)
+              // bit 4 = a bin's tasks run in line order (see task_in_run);
+              // bit 5 = own_bin pairs heads h and h + Hkv / 2 on a TPC instead of h and h + 1
   int bin_heads;  // > 1: CTA c runs bin (c % bin_heads) * nb1 + c / bin_heads (own_bin); else bin c
 };
 

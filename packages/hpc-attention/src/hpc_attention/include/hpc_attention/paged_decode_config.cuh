@@ -40,7 +40,11 @@ __device__ __forceinline__ int own_bin(const PagedDecodeParams& p) {
   const int c = static_cast<int>(blockIdx.x), H = p.bin_heads;
   if (H <= 1) return c;
   const int nb1 = static_cast<int>(gridDim.x) / H;
-  return c < nb1 * H ? (c % H) * nb1 + c / H : c;
+  int h = c % H;
+  // Diag bit 5 (benchmark rows only): CTAs 2k and 2k + 1 (one TPC) get heads h and h + H / 2
+  // instead of h and h + 1: the same token rows, slices H / 2 * 128 bytes apart.
+  if ((p.diag & 32) && H % 2 == 0) h = (h >> 1) + (h & 1) * (H / 2);
+  return c < nb1 * H ? h * nb1 + c / H : c;
 }
 
 // kTma selects the producer and with it the layout of a K / V tile in shared memory:
