@@ -55,25 +55,29 @@ PAGE = 64
 FP8 = torch.float8_e4m3fn
 
 
+_SWITCHES = {"merge": "MERGE_IN_DECODE", "tma": "USE_TMA_PRODUCER", "helpers": "MERGE_ON_HELPER_WARPS",
+             "cut_to_heads": "HEAD_MAJOR_CUT_TO_HEADS", "bins_by_head": "BINS_BY_HEAD"}
+
+
 @contextlib.contextmanager
-def overrides(merge=None, tma=None, helpers=None, **diag):
+def overrides(merge=None, tma=None, helpers=None, cut_to_heads=None, bins_by_head=None, **diag):
     """Temporarily: the split-merge path (heuristics.MERGE_IN_DECODE), the producer
-    (heuristics.USE_TMA_PRODUCER), the merge on helper warps (heuristics.MERGE_ON_HELPER_WARPS)
-    and the decode diagnostics (paged_decode.DIAG keys)."""
-    saved = heuristics.MERGE_IN_DECODE, heuristics.USE_TMA_PRODUCER, heuristics.MERGE_ON_HELPER_WARPS, dict(pd.DIAG)
-    if merge is not None:
-        heuristics.MERGE_IN_DECODE = merge
-    if tma is not None:
-        heuristics.USE_TMA_PRODUCER = tma
-    if helpers is not None:
-        heuristics.MERGE_ON_HELPER_WARPS = helpers
+    (heuristics.USE_TMA_PRODUCER), the merge on helper warps (heuristics.MERGE_ON_HELPER_WARPS),
+    the head-major line's cut and bin dealing (HEAD_MAJOR_CUT_TO_HEADS, read by plan_decode;
+    BINS_BY_HEAD, read by decode) and the decode diagnostics (paged_decode.DIAG keys)."""
+    values = dict(merge=merge, tma=tma, helpers=helpers, cut_to_heads=cut_to_heads, bins_by_head=bins_by_head)
+    saved = {name: getattr(heuristics, name) for name in _SWITCHES.values()}, dict(pd.DIAG)
+    for key, value in values.items():
+        if value is not None:
+            setattr(heuristics, _SWITCHES[key], value)
     pd.DIAG.update(diag)
     try:
         yield
     finally:
-        heuristics.MERGE_IN_DECODE, heuristics.USE_TMA_PRODUCER, heuristics.MERGE_ON_HELPER_WARPS = saved[:3]
+        for name, value in saved[0].items():
+            setattr(heuristics, name, value)
         pd.DIAG.clear()
-        pd.DIAG.update(saved[3])
+        pd.DIAG.update(saved[1])
 
 
 def parse_case(case: str) -> list[int]:
@@ -222,18 +226,12 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                                          kv_dtype=kv_torch, head_major=False, **pt_kw)
                 time_call("diag_request_major", plan_rm)
                 if hkv > 1:  # the head-major line cut into all C bins, not C rounded down to Hkv's multiple
-                    saved_cut, heuristics.HEAD_MAJOR_CUT_TO_HEADS = heuristics.HEAD_MAJOR_CUT_TO_HEADS, False
-                    try:
+                    with overrides(cut_to_heads=False):
                         plan_all = ha.plan_decode(kv_lens, hkv, hq, workspace=ha.DecodeWorkspace(B, hkv, hq, max_len),
                                                   kv_dtype=kv_torch, **pt_kw)
-                    finally:
-                        heuristics.HEAD_MAJOR_CUT_TO_HEADS = saved_cut
                     time_call("diag_head_major_all_bins", plan_all)
-                    saved_bins, heuristics.BINS_BY_HEAD = heuristics.BINS_BY_HEAD, False  # CTA c runs bin c
-                    try:
+                    with overrides(bins_by_head=False):  # CTA c runs bin c
                         time_call("diag_bins_in_cta_order", plan)
-                    finally:
-                        heuristics.BINS_BY_HEAD = saved_bins
                     with overrides(flags=32):  # a TPC's two CTAs on heads h and h + Hkv / 2
                         time_call("diag_bins_by_head_far_pairs", plan)
                 with overrides(flags=16):

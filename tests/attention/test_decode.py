@@ -63,7 +63,7 @@ def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out
 @pytest.mark.parametrize("task_cost", [None, 0, 7], ids=["cost_default", "cost0", "cost7"])
 @pytest.mark.parametrize("static_splits", [None, 3])
 @pytest.mark.parametrize("num_ctas", [1, 7, 132])
-def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail):
+def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail, monkeypatch):
     gen = torch.Generator().manual_seed(num_ctas)
     for trial in range(9):
         # Trials 6-7: more requests than planner threads (several requests per thread). Trial 8: the
@@ -91,14 +91,10 @@ def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail):
         # Trials 0-3 and 8 take the default line order (head-major from 2 KV heads), 4-7 the request-major one.
         default_order = trial < 4 or trial == 8
         # Trial 3: the head-major line cut into all bins (heuristics.HEAD_MAJOR_CUT_TO_HEADS off).
-        saved_cut = heuristics.HEAD_MAJOR_CUT_TO_HEADS
-        heuristics.HEAD_MAJOR_CUT_TO_HEADS = trial != 3
-        try:
-            plan = ha.plan_decode(kv_lens, hkv, hkv * 4, workspace=ws, static_splits=static_splits,
-                                  task_cost=task_cost, tail_percent=tail, tail_bin=1 + trial % 5,
-                                  head_major=None if default_order else False, **pt_kw)
-        finally:
-            heuristics.HEAD_MAJOR_CUT_TO_HEADS = saved_cut
+        monkeypatch.setattr(heuristics, "HEAD_MAJOR_CUT_TO_HEADS", trial != 3)
+        plan = ha.plan_decode(kv_lens, hkv, hkv * 4, workspace=ws, static_splits=static_splits,
+                              task_cost=task_cost, tail_percent=tail, tail_bin=1 + trial % 5,
+                              head_major=None if default_order else False, **pt_kw)
         assert plan.cut_to_heads == (trial != 3), trial
         assert plan.head_major == (default_order and hkv > 1 and not static_splits and tail == 0), trial
         got = plan.tables()

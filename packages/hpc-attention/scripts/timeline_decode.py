@@ -50,7 +50,7 @@ VARIANTS = {
     "read_flush": ({}, "read", True),
     "stream_only": (dict(skip_combine=True, flags=1), "write", True),
     # head-major plans: CTA c runs bin c instead of the bins dealt head by head (heuristics.BINS_BY_HEAD)
-    "bins_in_cta_order": ({}, "write", True),
+    "bins_in_cta_order": (dict(bins_by_head=False), "write", True),
 }
 
 
@@ -64,8 +64,6 @@ def run(case, kv, variant, inputs, reps):
     B, hq, hkv = q.shape[0], q.shape[1], k.shape[2]
     kv_t = bench.FP8 if kv == "fp8" else torch.bfloat16
     kw, flush, with_pt = VARIANTS[variant]
-    saved_bins = heuristics.BINS_BY_HEAD
-    heuristics.BINS_BY_HEAD = variant != "bins_in_cta_order"
     ws = ha.DecodeWorkspace(B, hkv, hq, int(kv_lens.max()))
     pt_kw = dict(page_table=pt, page_size=k.shape[1]) if with_pt else {}
     plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, kv_dtype=kv_t, **pt_kw)
@@ -88,7 +86,6 @@ def run(case, kv, variant, inputs, reps):
 
         runs = timing.replay_in_graph(fn, reps, stream, pre=pre, each=lambda: tl.view(C, SLOTS).cpu().tolist())
         H = pd._bin_heads(plan)  # own_bin: the bin CTA c runs
-    heuristics.BINS_BY_HEAD = saved_bins
     torch.cuda.current_stream(dev).wait_stream(stream)
     nb1 = C // H if H > 1 else C
     bins = [(c % H) * nb1 + c // H if H > 1 and c < nb1 * H else c for c in range(C)]

@@ -143,20 +143,7 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
 
   // Pass 2: head 0's tasks, slots and combine entries of my requests.
   int cnt[4] = {0, 0, 0, 0};
-  {
-    unsigned pos = line0;
-#pragma unroll 1
-    for (int b = r0; b < r1; ++b) {
-      const int n = tiles_of(length(b));
-      if (n == 0) {
-        cnt[2] += mine;
-        continue;
-      }
-      const unsigned ovh_b = cost_of(n), s = pos + ovh_b;
-      count_parts(cnt, L.parts(s, n), mine);
-      pos = s + n;
-    }
-  }
+  count_requests(cnt, L, r0, r1, line0, 1, mine, length, cost_of);
   int tot2[4];
   block_scan<3, false>(cnt, tot2, sh.scan[2]);
   AlignedHeads A;

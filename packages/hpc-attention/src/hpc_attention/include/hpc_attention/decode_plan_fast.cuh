@@ -103,6 +103,29 @@ __device__ __forceinline__ void for_each_part(const FastLine& L, unsigned s0, un
 // per lane), out of line: rare, and the common path stays one compact stretch of code. Every
 // lane passes its own values; lane `src`'s request is written; returns src's task / slot /
 // combine counters after it.
+// Pass 2 of the fast plans over requests [r0, r1) laid from line position pos: each non-empty
+// request as `heads` consecutive items of cost_of(n) + n units, each item's parts counted `weight`
+// times (count_parts), an empty request as `heads` combine entries. The fast plan counts its
+// thread's heads (weight 1); the aligned plan head 0 alone, weighted by whether this thread's
+// counts go into the scan.
+template <typename LengthFn, typename CostFn>
+__device__ __forceinline__ void count_requests(int (&cnt)[4], const FastLine& L, int r0, int r1, unsigned pos,
+                                               int heads, int weight, LengthFn length, CostFn cost_of) {
+#pragma unroll 1
+  for (int b = r0; b < r1; ++b) {
+    const int n = tiles_of(length(b));
+    if (n == 0) {
+      cnt[2] += heads * weight;
+      continue;
+    }
+    const unsigned ovh_b = cost_of(n), span = n + ovh_b;
+    unsigned s = pos + ovh_b;
+#pragma unroll 1
+    for (int h = 0; h < heads; ++h, s += span) count_parts(cnt, L.parts(s, n), weight);
+    pos += span * heads;
+  }
+}
+
 template <bool kHM>
 __device__ __noinline__ int4 write_long_request(const DecodePlanParams& p, const FastLine L, int src, int b, int len,
                                                int n, unsigned S, unsigned ovh, int h0, int h1, int task, int slot,
@@ -156,22 +179,7 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
 
   // Pass 2: tasks, slots and combine entries of my requests.
   int cnt[4] = {0, 0, 0, 0};
-  {
-    unsigned pos = line0;
-#pragma unroll 1
-    for (int b = r0; b < r1; ++b) {
-      const int n = tiles(length(b));
-      if (n == 0) {
-        cnt[2] += nh;
-        continue;
-      }
-      const unsigned ovh_b = cost_of(n), span = n + ovh_b;
-      unsigned s = pos + ovh_b;
-#pragma unroll 1
-      for (int h = 0; h < nh; ++h, s += span) count_parts(cnt, L.parts(s, n), 1);
-      pos += span * nh;
-    }
-  }
+  count_requests(cnt, L, r0, r1, line0, nh, 1, length, cost_of);
   int tot[4];
   block_scan<3, false>(cnt, tot, plan_shared().scan[2]);
   const int num_tasks = tot[0];

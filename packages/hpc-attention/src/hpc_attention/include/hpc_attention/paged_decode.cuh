@@ -67,7 +67,7 @@ constexpr bool kScoreLookahead = HPC_ATTN_SCORE_LOOKAHEAD != 0;
 
 
 // kHeadsN (G <= 8 query heads per KV head): the products run transposed, the tile's
-// tokens on the mma's M side and the heads on N: S^T = K Q^T (tile_scores_heads_n) and
+// tokens on the mma's M side and the heads on N: S^T = K Q^T (tile_scores) and
 // O^T += V^T P^T, with P^T turned into the B operand by two movmatrix transposes. Each thread then
 // holds heads 2j and 2j + 1 (m0 / l0 and m1 / l1), tokens g and g + 8, and O^T rows (head dims)
 // of 8 m-tiles: half the mma and accumulators of the padded 16-row form, and no exp2 or rescale
@@ -75,7 +75,7 @@ constexpr bool kScoreLookahead = HPC_ATTN_SCORE_LOOKAHEAD != 0;
 template <bool kFp8Kv, bool kFp8Q, bool kTma, bool kHeadsN>
 __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
                                               uint64_t* empty, const BinRing& ring, const MergeRing& mring,
-                                              int t_begin, int t_end, int4 first) {
+                                              int bin, int t_begin, int t_end, int4 first) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
   constexpr bool kF16 = kFp8Kv;
   constexpr int kOTiles = kHeadsN ? 8 : 16;  // accumulator fragments: m-tiles of O^T or n-tiles of O
@@ -94,9 +94,9 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   uint32_t phase = 0;
   uint32_t tl_merge_ns = 0, tl_last_merge_ns = 0, tl_merges = 0;  // timeline diagnostics (consumer merges)
   int requests = 0;
-  // Own bin (own_bin: blockIdx.x), then the tail bins: claimed ones handed over by the scheduler (TMA
+  // Own bin (`bin`, own_bin), then the tail bins: claimed ones handed over by the scheduler (TMA
   // kernel) or a fixed sequence (cp.async kernel), see decode_bin_ring.cuh.
-  StaticBins bins{own_bin(p), kTma ? 0 : p.counters[kNumTailBins], 0, 0, make_int4(0, 0, 0, 0)};
+  StaticBins bins{bin, kTma ? 0 : p.counters[kNumTailBins], 0, 0, make_int4(0, 0, 0, 0)};
   for (int claimed = 0;; ++claimed) {
   if constexpr (!kTma) bins.prefetch(p);
   int4 next = first;  // the bin's first task (prologue, ring or previous bin)
@@ -147,19 +147,12 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     // eighth session the one body recomputed the current tile's scores there and discarded
     // them: one tile of S products per task, half the score work of a 2-tile task.)
     const uint8_t* sb = smem + stage * Cfg::kStageBytes;
-    auto scores = [&](const uint8_t* tile_sb, float (&out)[2][4]) {
-      if constexpr (kHeadsN) {
-        tile_scores_heads_n<Cfg, kFp8Kv>(tile_sb, qa, out);
-      } else {
-        tile_scores<Cfg, kFp8Kv>(tile_sb, qa, out);
-      }
-    };
     float s[2][4];
     if (!(p.diag & 1) && task.y < tile_end) {
       mbar_wait(&full[stage], phase);
       if (tl_on(p) && threadIdx.x == 0 && claimed == 0 && t == t_begin) tl_put(p, kTlFirstData, tl_clock());
       load_q_frags<kFp8Kv, kFp8Q>(sb + Cfg::kQOff, qa);
-      scores(sb, s);
+      tile_scores<Cfg, kFp8Kv, kHeadsN>(sb, qa, s);
     }
     auto tile_body = [&](const int tile, auto next_tag) {
       constexpr bool kNext = decltype(next_tag)::value;  // tile + 1 < tile_end
@@ -171,7 +164,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       float sn[2][4];
       if constexpr (kScoreLookahead && kNext) {
         mbar_wait(&full[nstage], nphase);
-        scores(smem + nstage * Cfg::kStageBytes, sn);
+        tile_scores<Cfg, kFp8Kv, kHeadsN>(smem + nstage * Cfg::kStageBytes, qa, sn);
       }
 
       // ---- online softmax (log2 domain), tokens past the length masked ----
@@ -289,7 +282,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
           }
         } else {
           mbar_wait(&full[stage], phase);
-          scores(sb, s);
+          tile_scores<Cfg, kFp8Kv, kHeadsN>(sb, qa, s);
         }
       }
     };
@@ -489,10 +482,10 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
         if (p.merge == 2) merge_helpers(p, mring, reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff + 4), pw - 64);
       }
     } else {
-      producer_warps<kFp8Kv, kFp8Q>(p, smem, full, empty, t_begin, t_end, first, first_page);
+      producer_warps<kFp8Kv, kFp8Q>(p, smem, full, empty, bin, t_begin, t_end, first, first_page);
     }
   } else {
-    consumer_warp<kFp8Kv, kFp8Q, kTma, kHeadsN>(p, smem, full, empty, ring, mring, t_begin, t_end, first);
+    consumer_warp<kFp8Kv, kFp8Q, kTma, kHeadsN>(p, smem, full, empty, ring, mring, bin, t_begin, t_end, first);
   }
 }
 

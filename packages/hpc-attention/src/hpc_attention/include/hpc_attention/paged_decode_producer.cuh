@@ -34,7 +34,7 @@ __device__ __forceinline__ void write_empty_items(const PagedDecodeParams& p, in
 
 template <bool kFp8Kv, bool kFp8Q>
 __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
-                                               uint64_t* empty, int t_begin, int t_end, int4 first,
+                                               uint64_t* empty, int bin, int t_begin, int t_end, int4 first,
                                                int first_page) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q>;
   constexpr int kChunks = Cfg::kRowBytes / 16;                  // 16-byte chunks per row
@@ -53,7 +53,7 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
   uint32_t phase = 0;
   bool tl_first = tl_on(p) && pid == 0;  // timeline diagnostics
   // Own bin, then the tail bins in a fixed order (decode_bin_ring.cuh: StaticBins).
-  StaticBins bins{own_bin(p), p.counters[kNumTailBins], 0, 0, make_int4(0, 0, 0, 0)};
+  StaticBins bins{bin, p.counters[kNumTailBins], 0, 0, make_int4(0, 0, 0, 0)};
   for (;;) {
   bins.prefetch(p);
   int4 next = first;  // the bin's first task (prologue or previous bin)

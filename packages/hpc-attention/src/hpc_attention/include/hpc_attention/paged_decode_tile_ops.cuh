@@ -1,6 +1,7 @@
 // Per-tile operand loads and products of the paged decode consumers (paged_decode.cuh): the
-// query fragments, the K / V chunk addressing of both stage layouts, the scores S = Q K^T of a
-// tile and the B fragments of O += P V. Each works on one warp's 16 tokens of a 64-token tile.
+// query fragments, the K / V chunk addressing of both stage layouts, the scores S = Q K^T (or
+// S^T = K Q^T) of a tile and the B fragments of O += P V. Each works on one warp's 16 tokens of a
+// 64-token tile.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -65,7 +66,17 @@ __device__ __forceinline__ uint32_t kv_chunk(int step, uint32_t b, uint32_t x) {
 }
 
 // S = Q K^T for this warp's 16 tokens of the tile in stage `sb` (2 n-tiles of 8), FP32.
-template <typename Cfg, bool kFp8Kv>
+//
+// kHeadsN (G <= 8; consumer_warp's kHeadsN): S^T = K Q^T instead, the tokens on the mma's M side
+// (16 rows, all real) and the query heads on N (8 columns), where S = Q K^T pads the G <= 8 heads
+// to 16 rows: 8 mma instead of 16 per tile and warp, and no softmax work on padded rows. The K
+// loads and FP8 conversions are the same: the ldmatrix fragment of token g (bytes 4j..4j+3 of a
+// chunk) is the A fragment of rows g / g + 8 as it is the B fragment of column g; Q's B fragment
+// (column = head g) is load_q_frags' row g (registers 0 and 2). C fragment: s[.][0] (token g,
+// head 2j), [1] (token g, head 2j + 1), [2] / [3] the same for token g + 8; s[0] and s[1] are the
+// partial sums of the even and odd k-steps (two 4-deep mma chains instead of one 8-deep chain),
+// added by the caller.
+template <typename Cfg, bool kFp8Kv, bool kHeadsN>
 __device__ __forceinline__ void tile_scores(const uint8_t* sb, const uint32_t (&qa)[8][4], float (&s)[2][4]) {
   constexpr bool kF16 = kFp8Kv;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -78,66 +89,37 @@ __device__ __forceinline__ void tile_scores(const uint8_t* sb, const uint32_t (&
   if constexpr (!kFp8Kv) {
 #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
-      uint32_t r0, r1, r2, r3;
-      ldsm_x4(kaddr + kv_chunk<Cfg>(ks, kb, lane & 7), r0, r1, r2, r3);
-      mma_16816<kF16>(s[0], qa[ks], r0, r1);
-      mma_16816<kF16>(s[1], qa[ks], r2, r3);
-    }
-  } else {
-#pragma unroll
-    for (int s32 = 0; s32 < 4; ++s32) {  // 32 FP8 bytes = 2 k-steps per ldmatrix
-      uint32_t r0, r1, r2, r3;
-      ldsm_x4(kaddr + kv_chunk<Cfg>(s32, kb, lane & 7), r0, r1, r2, r3);
-      uint32_t b[4][2];
-      e4m3x4_to_f16x2x2(r0, b[0][0], b[0][1]);
-      e4m3x4_to_f16x2x2(r1, b[1][0], b[1][1]);
-      e4m3x4_to_f16x2x2(r2, b[2][0], b[2][1]);
-      e4m3x4_to_f16x2x2(r3, b[3][0], b[3][1]);
-      mma_16816<kF16>(s[0], qa[2 * s32], b[0][0], b[0][1]);
-      mma_16816<kF16>(s[0], qa[2 * s32 + 1], b[1][0], b[1][1]);
-      mma_16816<kF16>(s[1], qa[2 * s32], b[2][0], b[2][1]);
-      mma_16816<kF16>(s[1], qa[2 * s32 + 1], b[3][0], b[3][1]);
-    }
-  }
-}
-
-// Heads on the N side (G <= 8; consumer_warp's kHeadsN): S^T = K Q^T for this warp's 16 tokens,
-// the tokens on the mma's M side (16 rows, all real) and the query heads on N (8 columns), where
-// S = Q K^T pads the G <= 8 heads to 16 rows: 8 mma instead of 16 per tile and warp, and no
-// softmax work on padded rows. The K loads (and FP8 conversions) are tile_scores': the ldmatrix
-// fragment of token g is the A fragment of rows g / g + 8 as it is the B fragment of column g; Q's
-// B fragment (column = head g) is load_q_frags' row g (registers 0 and 2). C fragment: s[.][0]
-// (token g, head 2j), [1] (token g, head 2j + 1), [2] / [3] the same for token g + 8; s[0] and s[1]
-// are the partial sums of the even and odd k-steps (two 4-deep mma chains instead of one 8-deep
-// chain), added by the caller.
-template <typename Cfg, bool kFp8Kv>
-__device__ __forceinline__ void tile_scores_heads_n(const uint8_t* sb, const uint32_t (&qa)[8][4],
-                                                    float (&s)[2][4]) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-#pragma unroll
-  for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-  const uint32_t kaddr = smem_u32(sb + Cfg::kKOff) + (16 * warp + (lane & 7) + 8 * (lane >> 4)) * Cfg::kRowPitch;
-  const uint32_t kb = (lane >> 3) & 1;
-  if constexpr (!kFp8Kv) {
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks) {
       uint32_t r0, r1, r2, r3;  // token g / g + 8 (r0, r2: dims 16 ks + 0..7; r1, r3: + 8..15)
       ldsm_x4(kaddr + kv_chunk<Cfg>(ks, kb, lane & 7), r0, r1, r2, r3);
-      const uint32_t a[4] = {r0, r2, r1, r3};
-      mma_16816<false>(s[ks & 1], a, qa[ks][0], qa[ks][2]);
+      if constexpr (kHeadsN) {
+        const uint32_t a[4] = {r0, r2, r1, r3};
+        mma_16816<kF16>(s[ks & 1], a, qa[ks][0], qa[ks][2]);
+      } else {
+        mma_16816<kF16>(s[0], qa[ks], r0, r1);
+        mma_16816<kF16>(s[1], qa[ks], r2, r3);
+      }
     }
   } else {
 #pragma unroll
     for (int s32 = 0; s32 < 4; ++s32) {  // 32 FP8 bytes = 2 k-steps per ldmatrix
       uint32_t r0, r1, r2, r3;  // token g / g + 8 (r0, r2: k-step 2 s32; r1, r3: 2 s32 + 1)
       ldsm_x4(kaddr + kv_chunk<Cfg>(s32, kb, lane & 7), r0, r1, r2, r3);
-      uint32_t a0[4], a1[4];  // A fragments: {row g, row g + 8} x {k 2j.., k 2j + 8..}
-      e4m3x4_to_f16x2x2(r0, a0[0], a0[2]);
-      e4m3x4_to_f16x2x2(r2, a0[1], a0[3]);
-      e4m3x4_to_f16x2x2(r1, a1[0], a1[2]);
-      e4m3x4_to_f16x2x2(r3, a1[1], a1[3]);
-      mma_16816<true>(s[0], a0, qa[2 * s32][0], qa[2 * s32][2]);
-      mma_16816<true>(s[1], a1, qa[2 * s32 + 1][0], qa[2 * s32 + 1][2]);
+      uint32_t b[4][2];
+      e4m3x4_to_f16x2x2(r0, b[0][0], b[0][1]);
+      e4m3x4_to_f16x2x2(r1, b[1][0], b[1][1]);
+      e4m3x4_to_f16x2x2(r2, b[2][0], b[2][1]);
+      e4m3x4_to_f16x2x2(r3, b[3][0], b[3][1]);
+      if constexpr (kHeadsN) {  // A fragments: {row g, row g + 8} x {k 2j.., k 2j + 8..}
+        const uint32_t a0[4] = {b[0][0], b[2][0], b[0][1], b[2][1]};
+        const uint32_t a1[4] = {b[1][0], b[3][0], b[1][1], b[3][1]};
+        mma_16816<kF16>(s[0], a0, qa[2 * s32][0], qa[2 * s32][2]);
+        mma_16816<kF16>(s[1], a1, qa[2 * s32 + 1][0], qa[2 * s32 + 1][2]);
+      } else {
+        mma_16816<kF16>(s[0], qa[2 * s32], b[0][0], b[0][1]);
+        mma_16816<kF16>(s[0], qa[2 * s32 + 1], b[1][0], b[1][1]);
+        mma_16816<kF16>(s[1], qa[2 * s32], b[2][0], b[2][1]);
+        mma_16816<kF16>(s[1], qa[2 * s32 + 1], b[3][0], b[3][1]);
+      }
     }
   }
 }
