@@ -426,6 +426,44 @@ def test_short_segment_and_generic_kernels_match_reference(cuda, kernel, dtype, 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("mode,seg,n", [
+    ("group", 128, 4095), ("group", 128, 4097), ("group", 128, 200), ("group_col", 128, 1001),
+    ("group", 64, 1001), ("group", 256, 1001), ("group", 100, 1001), ("group", 32, 333),
+    ("per_head", 127, 127), ("per_head", 130, 130)])
+@pytest.mark.parametrize("shift", [0, 3])
+def test_masked_short_segment_kernel_matches_reference(cuda, dtype, mode, seg, n, shift):
+    """Segments whose starts are not 16-byte aligned (odd N, group lengths that are not a vector
+    multiple, per-head rows of odd length, x and out shifted alike) or whose row ends in a short
+    segment take the masked short-segment kernel: neighbouring segments share their boundary
+    vector, so a huge value just before each boundary would leak into the next segment's scale,
+    and a poisoned output byte left unwritten would show. Equal, bit for bit, to the reference and
+    to the generic kernel's peeled path."""
+    from hpc_common.fp8 import quant
+
+    shape = shape_for(mode, 37, n, heads=3)
+    numel = math.prod(shape)
+    x = make_input((numel + shift,), dtype, seed=seg + n + shift)
+    xv = x[shift:].view(shape)
+    big = 1e30 if dtype != torch.float16 else 6e4
+    xv.view(-1, n)[::2, seg - 1::seg] = big  # the last element of every other row's segments
+    xg = x.to(cuda)[shift:].view(shape)
+    kw = {} if mode == "per_head" else {"group_size": seg}
+    want = run_ref(mode, xv, **kw)
+    got = {}
+    for kernel in ("short_segment", "generic"):
+        out = torch.full((numel + shift,), 0xA5, dtype=torch.uint8, device=cuda).view(FP8)[shift:].view(shape)
+        before = (quant.USE_SHORT_SEGMENT_KERNEL, quant.USE_BULK_KERNEL)
+        quant.USE_SHORT_SEGMENT_KERNEL = kernel == "short_segment"
+        quant.USE_BULK_KERNEL = False
+        try:
+            got[kernel] = run(mode, xg, out=out, **kw)
+        finally:
+            quant.USE_SHORT_SEGMENT_KERNEL, quant.USE_BULK_KERNEL = before
+        assert_same(got[kernel], want, what=f"{kernel} {mode} seg {seg} n {n} {dtype} shift {shift}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("shift", [0, 3])
 def test_peeled_vector_path_matches_reference(cuda, mode, dtype, shift):

@@ -1,6 +1,6 @@
 // FP8 E4M3 quantisation: dispatch on input dtype and on the vectorised / scalar path.
 // Generic and amax kernels: 3 dtypes x 2 paths (flat amax kernel: vector path); short-segment
-// kernel: 3 dtypes x 4; bulk kernel: 3 dtypes (vector path only).
+// kernel: 3 dtypes x (4 unmasked + 3 masked); bulk kernel: 3 dtypes (vector path only).
 // The mode is runtime geometry.
 #include "hpc_common/fp8_quant.cuh"
 #include "hpc_common/fp8_quant_bulk.cuh"
@@ -23,6 +23,16 @@ cudaError_t launch_vector_path(const QuantParams& p, cudaStream_t stream, bool p
       return launch_fp8_quant_small_seg<DT, VEC, 4>(p, stream, pdl);
     case 8:
       return launch_fp8_quant_small_seg<DT, VEC, 8>(p, stream, pdl);
+    default:
+      break;
+  }
+  switch (small_seg_masked_slots(p, VEC)) {
+    case 3:
+      return launch_fp8_quant_small_seg<DT, VEC, 3, true>(p, stream, pdl);
+    case 5:
+      return launch_fp8_quant_small_seg<DT, VEC, 5, true>(p, stream, pdl);
+    case 9:
+      return launch_fp8_quant_small_seg<DT, VEC, 9, true>(p, stream, pdl);
     default:
       return launch_fp8_quant_typed<DT, VEC>(p, stream, pdl);
   }

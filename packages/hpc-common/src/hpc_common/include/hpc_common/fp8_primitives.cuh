@@ -128,6 +128,50 @@ struct Pack {
       w[j] = canonical_nan4(e4m3x2(f[0], f[1]) | (e4m3x2(f[2], f[3]) << 16));
     }
   }
+  // Zero the elements outside [lo, hi) (a masked vector of fp8_quant_small_seg.cuh: +0 leaves a
+  // finite amax unchanged). Branch-free on whole words: the lanes of a team hold boundary and
+  // inner vectors side by side, and a per-element branch diverged there (H200: the masked
+  // kernel issue-bound at ~2x the unmasked kernel's instructions).
+  __device__ __forceinline__ void keep_range(int lo, int hi) {
+    const int a = lo > 0 ? lo : 0, b = hi < VEC ? hi : VEC;
+    const uint32_t m = (0xffffu << a) & ~(0xffffu << b);  // bit i: element i is kept
+    uint32_t* w = reinterpret_cast<uint32_t*>(v);
+    if constexpr (sizeof(raw) == 2) {
+#pragma unroll
+      for (int k = 0; k < VEC / 2; ++k) {
+        const uint32_t keep = ((0u - ((m >> (2 * k)) & 1u)) & 0xffffu) | ((0u - ((m >> (2 * k + 1)) & 1u)) << 16);
+        w[k] &= keep;
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) w[k] &= 0u - ((m >> k) & 1u);
+    }
+  }
+  // The bytes [lo, hi) of quantised words w, stored at q (VEC > 1; q VEC-byte aligned): the other
+  // bytes belong to a neighbouring segment. Naturally aligned 1-, 2- and 4-byte pieces, at most
+  // 3 stores for VEC = 8 (one byte each took up to 7).
+  static __device__ __forceinline__ void store_words_range(uint8_t* q, const uint32_t (&w)[VEC / 4], int lo,
+                                                           int hi) {
+    static_assert(VEC > 1, "vector path only");
+    uint64_t all = w[0];
+    if constexpr (VEC == 8) all |= uint64_t(w[1]) << 32;
+    int i = lo > 0 ? lo : 0;
+    const int end = hi < VEC ? hi : VEC;
+    if ((i & 1) && i < end) q[i] = uint8_t(all >> (8 * i)), i += 1;
+    if ((i & 2) && i + 2 <= end) *reinterpret_cast<uint16_t*>(q + i) = uint16_t(all >> (8 * i)), i += 2;
+    if ((i & 4) && i + 4 <= end) *reinterpret_cast<uint32_t*>(q + i) = uint32_t(all >> (8 * i)), i += 4;
+    if (i + 4 <= end) *reinterpret_cast<uint32_t*>(q + i) = uint32_t(all >> (8 * i)), i += 4;
+    if (i + 2 <= end) *reinterpret_cast<uint16_t*>(q + i) = uint16_t(all >> (8 * i)), i += 2;
+    if (i < end) q[i] = uint8_t(all >> (8 * i));
+  }
+  // All VEC bytes of quantised words w at q (VEC > 1; VEC-byte aligned), streaming stores.
+  static __device__ __forceinline__ void store_words(uint8_t* q, const uint32_t (&w)[VEC / 4]) {
+    if constexpr (VEC == 8) {
+      __stcs(reinterpret_cast<uint2*>(q), make_uint2(w[0], w[1]));
+    } else {
+      __stcs(reinterpret_cast<unsigned int*>(q), w[0]);
+    }
+  }
   // Quantise with the reciprocal scale and store VEC bytes at q (VEC-byte aligned when VEC > 1).
   __device__ __forceinline__ void store_quantised(uint8_t* q, float inv) const {
     if constexpr (VEC == 1) {
@@ -135,11 +179,7 @@ struct Pack {
     } else {
       uint32_t w[VEC / 4];
       quantised_words(inv, w);
-      if constexpr (VEC == 8) {
-        __stcs(reinterpret_cast<uint2*>(q), make_uint2(w[0], w[1]));
-      } else {
-        __stcs(reinterpret_cast<unsigned int*>(q), w[0]);
-      }
+      store_words(q, w);
     }
   }
 };
