@@ -64,13 +64,14 @@ def test_ws_launch_mode_guard():
 def test_table_picks_workspace_split_where_measured():
     # Runs A / B (HISTORY.md, third session): the cluster-free split wins where S=4/8 clusters would not fit at once.
     pick = lambda M, N, K: heuristics.choose_plan(M, N, K, lambda t, s: 132 // s)  # noqa: E731
-    assert pick(512, 768, 6144) == Plan("wide96_wsp", 4)
+    # Twelfth session: the fused-product tile (wide96f, same bits) where it measured faster.
+    assert pick(512, 768, 6144) == Plan("wide96f_wsp", 4)
     assert pick(256, 768, 6144) == Plan("wide96_wsp", 8)
     assert pick(1024, 384, 3072) == Plan("wide96_wsp", 4)
     assert pick(1024, 192, 4096) == Plan("wide96_wsp", 8)
-    assert pick(2048, 192, 4096) == Plan("wide96_wsp", 4)
-    assert pick(4096, 192, 4096) == Plan("wide96", 2)  # S=2: the cluster reduction is cheaper
-    assert pick(1024, 768, 6144) == Plan("wide96", 2)
+    assert pick(2048, 192, 4096) == Plan("wide96f_wsp", 4)
+    assert pick(4096, 192, 4096) == Plan("wide96f", 2)  # S=2: the cluster reduction is cheaper
+    assert pick(1024, 768, 6144) == Plan("wide96f", 2)
 
 
 def test_workspace_floats():

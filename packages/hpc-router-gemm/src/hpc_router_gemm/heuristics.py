@@ -43,9 +43,13 @@ GEMV_SMEM_BUDGET = 227 * 1024 - 1024
 TILE_NARROW, TILE_WIDE, TILE_WIDE96 = 0, 1, 2
 TILE_GEMV = 3  # not a wgmma tile: the key of the gemv kernel's resident-cluster query
 TILE_WIDE96_RS, TILE_WIDE_RS = 4, 5  # the wide tiles with A (x) from registers
+# wide96 / wide96rs with both products in one m64n192k16 wgmma per K step (B = the W_hi tile
+# followed by the W_lo tile; twelfth session)
+TILE_WIDE96_F, TILE_WIDE96_RSF = 6, 7
 TILES = {"narrow": TILE_NARROW, "wide": TILE_WIDE, "wide96": TILE_WIDE96, "wide96rs": TILE_WIDE96_RS,
-         "widers": TILE_WIDE_RS}
+         "widers": TILE_WIDE_RS, "wide96f": TILE_WIDE96_F, "wide96rsf": TILE_WIDE96_RSF}
 RS_TWIN = {"wide96rs": "wide96", "widers": "wide"}  # same math, x tile read from shared memory per product
+FUSED_TWIN = {"wide96f": "wide96", "wide96rsf": "wide96rs"}  # same math, one wgmma per product
 PREFETCH_BLOCKS = 8  # K blocks of L2 prefetch ahead of the loads (`pf` paths)
 PF_TILES = {f"{name}pf": TILES[name] for name in ("wide", "wide96", "wide96rs", "widers")}
 CLUSTER_PATHS = {**TILES, **PF_TILES}  # wgmma paths split over a cluster (or not at all)
@@ -56,7 +60,8 @@ WS_PATHS = {f"{name}_{suffix}": (tile, mode, 0) for name, tile in CLUSTER_PATHS.
 WS_PATHS.update({f"{name}_{suffix}": (CLUSTER_PATHS[name], mode, 1) for name in ("wide", "wide96", "widers", "wide96pf")
                  for suffix, mode in (("wsm", 1), ("wspm", 2))})
 TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 96),  # (BM, BN)
-               TILE_WIDE96_RS: (128, 96), TILE_WIDE_RS: (128, 192)}
+               TILE_WIDE96_RS: (128, 96), TILE_WIDE_RS: (128, 192), TILE_WIDE96_F: (128, 96),
+               TILE_WIDE96_RSF: (128, 96)}
 SPLIT_CHOICES = (1, 2, 4, 8)
 FP32_PATHS = ("fp32", "fp32pf")  # one kernel; "fp32pf" adds the L2 bulk prefetch
 # gemvr and its sweep-only variants (router_gemv_fp32_window.cuh; same bits as gemvr): path ->
@@ -126,8 +131,12 @@ TABLE: dict[tuple[int, int], list[tuple]] = {
     # 20.67 [wide96_ws S=4 24.64 / 24.22, wide96 S=2 25.02 / 26.59]; 4096 wide96 S=2 27.39 /
     # 28.18 [wide96_wsp S=2 30.10 / 30.64: the global reduction costs ~2.5 us more than the
     # cluster's at S=2; wide96_wspm S=2 53.4: multicast slower].
+    # Twelfth session, three sweeps (HISTORY.md "Fused products"; same bits as the two-wgmma
+    # twins): 4096 wide96f S=2 27.47 / 27.55 / 27.74 [wide96 S=2 28.32 / 28.29 / 28.58]; 2048
+    # wide96f_wsp S=4 20.45 / 20.32 / 20.38 [wide96_wsp S=4 20.78 / 20.69 / 20.96]; 1024 a tie
+    # (wide96f_wsp S=8 16.32 / 16.48 / 16.35 against 16.32 / 16.26 / 16.45: row kept).
     (4096, 192): [(1, "gemvr", 1), (8, "fp32", 8), (256, "narrow", 8), (512, "narrow", 4), (1024, "wide96_wsp", 8),
-                  (2048, "wide96_wsp", 4), (1 << 30, "wide96", 2)],
+                  (2048, "wide96f_wsp", 4), (1 << 30, "wide96f", 2)],
     # K=6144 N=768. M=1: fp32 S=2 14.3 [wide96 S=8 16.1]; 16: narrow S=8 15.2 [S=4 15.6];
     # 64: narrow S=8 14.5 [wide96 S=8 16.6]; 128: wide96 S=8 18.0 [narrow S=4 17.7, within
     # noise]; 256: wide96 S=4 22.3; 512 and 1024: wide96 S=2 34.1, 35.1 [wide S=4 37.5 at
@@ -154,8 +163,11 @@ TABLE: dict[tuple[int, int], list[tuple]] = {
     # S=1 ef 10.85 [gemvr S=1 ef 11.23, gemvrw1 S=1 ef 11.14, gemvrna S=1 ef 11.33; FP32 cuBLAS
     # 11.28]; read flush 9.38 [gemvr ef 9.73; cuBLAS 10.56]: the 2-row window per thread wins both
     # ways. K=4096 N=192 and Lite M=1: gemvrw2 within 0.1 us of gemvr (kept on gemvr).
+    # Twelfth session: 1024 wide96f S=2 33.95 / 34.14 / 34.32 [wide96 S=2 35.36 / 35.30 / 35.39];
+    # 512 wide96f_wsp S=4 25.18 [wide96_wsp S=4 25.66]; 4096 widers S=1 101.5 / 101.6 [wide96f
+    # S=1 113.8 / 114.7]. 128 and 256 not re-measured.
     (6144, 768): [(1, "gemvrw2", 1, "ef"), (8, "fp32", 2, "ef"), (16, "narrow", 8), (64, "narrow", 8, "ef"),
-                  (128, "wide96", 8), (256, "wide96_wsp", 8), (512, "wide96_wsp", 4), (1024, "wide96", 2),
+                  (128, "wide96", 8), (256, "wide96_wsp", 8), (512, "wide96f_wsp", 4), (1024, "wide96f", 2),
                   (1 << 30, "widers", 1)],
     # K=3072 N=384. M=1: fp32 S=2 9.2-9.8 [narrow S=8 9.6]; 16, 64, 128: narrow S=8 9.5,
     # 9.6, 10.6 [wide96 S=8 13.3 at 128]; 256: narrow S=4 12.2 [wide96 S=8 13.5]; 512:
@@ -168,8 +180,11 @@ TABLE: dict[tuple[int, int], list[tuple]] = {
     # Runs A / B: 512 wide96 S=4 14.91 / 15.41 [wide96_wsp S=8 15.17 / 15.10]; 1024 wide96_wsp
     # S=4 17.89 / 18.27 [wide96 S=2 20.70 / 22.02; TF32 17.89 / 18.21: a tie]; 2048 wide96 S=2
     # 21.44 / 22.50 [wide96_wsp S=2 25.06 / 25.70].
+    # Twelfth session: 4096 wide96f S=1 32.64 / 32.66 / 32.90 [wide96 S=1 33.58 / 33.22 / 33.47];
+    # 2048 wide96f S=2 21.17 / 21.79 [wide96 S=2 21.71 / 22.40]; 1024 a tie (wide96f_wsp S=4
+    # 18.00 / 17.79 against wide96_wsp 17.95 / 17.73: row kept).
     (3072, 384): [(1, "gemvr", 1), (8, "fp32", 4), (128, "narrow", 8), (256, "narrow", 4), (512, "wide96", 4),
-                  (1024, "wide96_wsp", 4), (2048, "wide96", 2), (1 << 30, "wide96", 1)],
+                  (1024, "wide96_wsp", 4), (2048, "wide96f", 2), (1 << 30, "wide96f", 1)],
 }
 
 

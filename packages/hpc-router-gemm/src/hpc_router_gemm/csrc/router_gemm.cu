@@ -5,6 +5,8 @@
 // 2-CTA clusters, which always fit a TPC, instead of 4- or 8-CTA clusters, which leave waves).
 // WIDE96_RS and WIDE_RS: the same tiles with the x fragments in registers (one shared-memory
 // read of the x tile per K block for both products; HISTORY.md, fourth session).
+// WIDE96_F and WIDE96_RSF: WIDE96 and WIDE96_RS with both products in one m64n192k16 wgmma per K
+// step (twelfth session).
 #include "hpc_router_gemm/router_gemm_bf16x2_wgmma.cuh"
 #include "hpc_router_gemm/router_gemm_fp32_splitk.cuh"
 #include "hpc_router_gemm/router_gemv_fp32.cuh"
@@ -18,6 +20,8 @@ using Wide = Bf16x2Config<192, 2, 3>;
 using Wide96 = Bf16x2Config<96, 2, 5>;
 using Wide96Rs = Bf16x2Config<96, 2, 5, true>;
 using WideRs = Bf16x2Config<192, 2, 3, true>;
+using Wide96F = Bf16x2Config<96, 2, 5, false, true>;
+using Wide96RsF = Bf16x2Config<96, 2, 5, true, true>;
 
 cudaError_t run_fp32_splitk(const Fp32SplitKParams& p, cudaStream_t stream, bool pdl) {
   return launch_router_gemm_fp32_splitk(p, stream, pdl);
@@ -49,6 +53,10 @@ cudaError_t run_bf16x2(int tile, const Bf16x2Params& p, cudaStream_t stream, boo
       return launch_router_gemm_bf16x2<Wide96Rs>(p, stream, pdl);
     case 5:
       return launch_router_gemm_bf16x2<WideRs>(p, stream, pdl);
+    case 6:
+      return launch_router_gemm_bf16x2<Wide96F>(p, stream, pdl);
+    case 7:
+      return launch_router_gemm_bf16x2<Wide96RsF>(p, stream, pdl);
     default:
       return cudaErrorInvalidValue;
   }
@@ -66,6 +74,10 @@ int bf16x2_max_clusters(int tile, int splits) {
       return bf16x2_max_active_clusters<Wide96Rs>(splits);
     case 5:
       return bf16x2_max_active_clusters<WideRs>(splits);
+    case 6:
+      return bf16x2_max_active_clusters<Wide96F>(splits);
+    case 7:
+      return bf16x2_max_active_clusters<Wide96RsF>(splits);
     default:
       return 0;
   }

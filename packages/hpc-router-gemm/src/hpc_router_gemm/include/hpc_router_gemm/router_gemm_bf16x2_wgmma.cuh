@@ -17,6 +17,12 @@
 // group before the next block's loads overwrite it. Same instructions in the same order on
 // the same operands: the same bits as the shared-memory (SS) kernel.
 //
+// Fused products (FUSED = true, BN <= 128): a stage holds the W_hi tile directly followed by the
+// W_lo tile (BN rows each, whole 1024-byte swizzle atoms), so the two tiles are one K-major
+// B operand of 2 BN rows, and one wgmma m64n(2 BN)k16 per K step writes acc_hi (columns
+// [0, BN)) and acc_lo (columns [BN, 2 BN)): half the wgmma instructions, the A tile read once
+// per K step (Wgmma<2 BN>::mma_pair / mma_rs_pair).
+//
 // Split-K: gridDim.x CTAs along K form one cluster; each writes its FP32 tile to its own shared
 // memory and CTA r sums rows [r * BM / S, (r + 1) * BM / S) over the cluster in rank order
 // through distributed shared memory (deterministic; no atomics, no workspace). With a
@@ -61,10 +67,11 @@ struct Bf16x2DevParams {
   int w_evict_first;  // 1: the weight boxes load with an L2 evict_first policy
 };
 
-template <int BN_, int WGS_, int STAGES_, bool RS_ = false>
+template <int BN_, int WGS_, int STAGES_, bool RS_ = false, bool FUSED_ = false>
 struct Bf16x2Config {
   static constexpr int BN = BN_, WGS = WGS_, STAGES = STAGES_;
-  static constexpr bool RS = RS_;
+  static constexpr bool RS = RS_, FUSED = FUSED_;
+  static_assert(!FUSED || 2 * BN <= 256, "one wgmma of N = 2 BN");
   static constexpr bool kTwoAFrags = BN <= 96;  // RS: room for two fragment sets (see above)
   static constexpr int BM = 64 * WGS;
   static constexpr int BK = 64;  // one 128-byte swizzle row of BF16
@@ -131,15 +138,19 @@ __device__ __forceinline__ void load_a_frags(uint32_t (&af)[4][4], uint32_t row_
 
 // One K block of both products with A from registers: fragments loaded, fenced (wgmma reads
 // registers written just before), then hi and lo for each k16 step, as in the SS kernel.
-template <int BN, int R>
+template <int BN, bool FUSED, int R>
 __device__ __forceinline__ void rs_block(float (&acc_hi)[R], float (&acc_lo)[R], uint32_t (&af)[4][4],
                                          uint32_t row_addr, uint32_t sw, uint32_t hi, uint32_t bh, uint32_t bl) {
   load_a_frags(af, row_addr, sw, hi);
   sm90::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    Wgmma<BN>::mma_rs(acc_hi, af[kk], sm90::desc_k_major_sw128(bh + kk * 32));
-    Wgmma<BN>::mma_rs(acc_lo, af[kk], sm90::desc_k_major_sw128(bl + kk * 32));
+    if constexpr (FUSED) {
+      Wgmma<2 * BN>::mma_rs_pair(acc_hi, acc_lo, af[kk], sm90::desc_k_major_sw128(bh + kk * 32));
+    } else {
+      Wgmma<BN>::mma_rs(acc_hi, af[kk], sm90::desc_k_major_sw128(bh + kk * 32));
+      Wgmma<BN>::mma_rs(acc_lo, af[kk], sm90::desc_k_major_sw128(bl + kk * 32));
+    }
   }
   sm90::wgmma_commit();
 }
@@ -156,12 +167,12 @@ __device__ __forceinline__ void release_stage(uint64_t* bar, bool mc) {
   for (uint32_t r = 0; r < 2; ++r) sm90::mbar_arrive_cluster(sm90::map_to_rank(addr, r));
 }
 
-template <int BN, int WGS, int STAGES, bool RS>
+template <int BN, int WGS, int STAGES, bool RS, bool FUSED>
 __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
     router_gemm_bf16x2_wgmma_kernel(const __grid_constant__ CUtensorMap tm_x,
                                     const __grid_constant__ CUtensorMap tm_whi,
                                     const __grid_constant__ CUtensorMap tm_wlo, const Bf16x2DevParams p) {
-  using C = Bf16x2Config<BN, WGS, STAGES, RS>;
+  using C = Bf16x2Config<BN, WGS, STAGES, RS, FUSED>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kTileBytes);
@@ -283,14 +294,14 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
           const uint32_t bh = st + C::kXBytes, bl = bh + C::kWBytes;
           if constexpr (C::kTwoAFrags) {
             if (i & 1) {
-              rs_block<BN>(acc_hi, acc_lo, af1, st + row_off, sw, hi, bh, bl);
+              rs_block<BN, FUSED>(acc_hi, acc_lo, af1, st + row_off, sw, hi, bh, bl);
             } else {
-              rs_block<BN>(acc_hi, acc_lo, af0, st + row_off, sw, hi, bh, bl);
+              rs_block<BN, FUSED>(acc_hi, acc_lo, af0, st + row_off, sw, hi, bh, bl);
             }
             sm90::wgmma_wait<1>();  // block i - 1 is done: its stage and fragment set are free
             if (i > 0 && lane == 0) release_stage(&empty[(i - 1) % STAGES], mc);
           } else {
-            rs_block<BN>(acc_hi, acc_lo, af0, st + row_off, sw, hi, bh, bl);
+            rs_block<BN, FUSED>(acc_hi, acc_lo, af0, st + row_off, sw, hi, bh, bl);
             sm90::wgmma_wait<0>();  // one fragment set: done before the next block reloads it
             if (lane == 0) release_stage(&empty[s], mc);
           }
@@ -310,8 +321,12 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
 #pragma unroll
           for (int kk = 0; kk < C::BK / 16; ++kk) {
             const uint64_t da = sm90::desc_k_major_sw128(a + kk * 32);
-            Wgmma<BN>::mma(acc_hi, da, sm90::desc_k_major_sw128(bh + kk * 32));
-            Wgmma<BN>::mma(acc_lo, da, sm90::desc_k_major_sw128(bl + kk * 32));
+            if constexpr (FUSED) {
+              Wgmma<2 * BN>::mma_pair(acc_hi, acc_lo, da, sm90::desc_k_major_sw128(bh + kk * 32));
+            } else {
+              Wgmma<BN>::mma(acc_hi, da, sm90::desc_k_major_sw128(bh + kk * 32));
+              Wgmma<BN>::mma(acc_lo, da, sm90::desc_k_major_sw128(bl + kk * 32));
+            }
           }
           sm90::wgmma_commit();
           sm90::wgmma_wait<1>();  // the previous K block's products are done: free its stage
@@ -387,25 +402,24 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
 
 template <class C>
 inline auto bf16x2_kernel() {
-  return router_gemm_bf16x2_wgmma_kernel<C::BN, C::WGS, C::STAGES, C::RS>;
+  return router_gemm_bf16x2_wgmma_kernel<C::BN, C::WGS, C::STAGES, C::RS, C::FUSED>;
 }
 
 // Raw-pointer launcher. Requirements (checked in Python, re-checked here): K % 64 == 0,
 // N % 8 == 0, x row stride % 8 == 0, out row stride % 4 == 0, 16-byte aligned pointers,
-// splits in {1, 2, 4, 8}.
+// cluster splits of 1 to 8 CTAs dividing BM.
 template <class C>
 inline cudaError_t launch_router_gemm_bf16x2(const Bf16x2Params& p, cudaStream_t stream, bool pdl) {
-  const bool pow2 = p.splits == 1 || p.splits == 2 || p.splits == 4 || p.splits == 8;
   const bool ws = p.ws_mode != 0 && p.splits > 1;
   const bool mc = p.multicast != 0;
   if (p.M < 1 || p.N < 8 || p.N % 8 || p.K < C::BK || p.K % C::BK || p.x_stride % 8 || p.out_stride % 4 ||
       p.ws_mode < 0 || p.ws_mode > 2) {
     return cudaErrorInvalidValue;
   }
-  // Cluster split: 1, 2, 4 or 8 CTAs that divide BM. Workspace split: 2..16, each CTA at
-  // least one K block, a workspace and counters.
+  // Cluster split: 1 to 8 CTAs that divide BM. Workspace split: 2..16, each CTA at least one
+  // K block, a workspace and counters.
   if (ws ? (p.splits > 16 || p.splits > p.K / C::BK || p.ws == nullptr || p.counters == nullptr)
-         : (!pow2 || C::BM % p.splits)) {
+         : (p.splits < 1 || p.splits > 8 || C::BM % p.splits)) {
     return cudaErrorInvalidValue;
   }
   // Multicast: the weight box is half a tile (whole 8-row swizzle atoms); a K split must go
