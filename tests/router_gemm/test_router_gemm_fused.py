@@ -1,5 +1,5 @@
-"""The wide96 tiles with both products in one wgmma (paths wide96f / wide96rsf: m64n192k16 over
-the W_hi tile followed by the W_lo tile): FP64 accuracy and the same bits as the two-wgmma twin
+"""The wide96 tiles with both products in one wgmma (paths wide96f / wide96rsf, and wide96f4 with
+a 4-stage ring: m64n192k16 over the W_hi tile followed by the W_lo tile): FP64 accuracy and the same bits as the two-wgmma twin
 (wide96 / wide96rs) for every split mode (cluster, workspace last-arrival, workspace all-reduce),
 awkward shapes, graph replay == eager, PDL on == off. CPU tests of the planner entries."""
 

@@ -46,10 +46,13 @@ TILE_WIDE96_RS, TILE_WIDE_RS = 4, 5  # the wide tiles with A (x) from registers
 # wide96 / wide96rs with both products in one m64n192k16 wgmma per K step (B = the W_hi tile
 # followed by the W_lo tile; twelfth session)
 TILE_WIDE96_F, TILE_WIDE96_RSF = 6, 7
+# wide96f with a 4-stage ring instead of 5: faster per CTA on some grids, slower on others (HISTORY.md)
+TILE_WIDE96_F4 = 8
 TILES = {"narrow": TILE_NARROW, "wide": TILE_WIDE, "wide96": TILE_WIDE96, "wide96rs": TILE_WIDE96_RS,
-         "widers": TILE_WIDE_RS, "wide96f": TILE_WIDE96_F, "wide96rsf": TILE_WIDE96_RSF}
+         "widers": TILE_WIDE_RS, "wide96f": TILE_WIDE96_F, "wide96rsf": TILE_WIDE96_RSF,
+         "wide96f4": TILE_WIDE96_F4}
 RS_TWIN = {"wide96rs": "wide96", "widers": "wide"}  # same math, x tile read from shared memory per product
-FUSED_TWIN = {"wide96f": "wide96", "wide96rsf": "wide96rs"}  # same math, one wgmma per product
+FUSED_TWIN = {"wide96f": "wide96", "wide96rsf": "wide96rs", "wide96f4": "wide96"}  # same math, one wgmma per product
 PREFETCH_BLOCKS = 8  # K blocks of L2 prefetch ahead of the loads (`pf` paths)
 PF_TILES = {f"{name}pf": TILES[name] for name in ("wide", "wide96", "wide96rs", "widers")}
 CLUSTER_PATHS = {**TILES, **PF_TILES}  # wgmma paths split over a cluster (or not at all)
@@ -61,7 +64,7 @@ WS_PATHS.update({f"{name}_{suffix}": (CLUSTER_PATHS[name], mode, 1) for name in 
                  for suffix, mode in (("wsm", 1), ("wspm", 2))})
 TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 96),  # (BM, BN)
                TILE_WIDE96_RS: (128, 96), TILE_WIDE_RS: (128, 192), TILE_WIDE96_F: (128, 96),
-               TILE_WIDE96_RSF: (128, 96)}
+               TILE_WIDE96_RSF: (128, 96), TILE_WIDE96_F4: (128, 96)}
 SPLIT_CHOICES = (1, 2, 4, 8)
 FP32_PATHS = ("fp32", "fp32pf")  # one kernel; "fp32pf" adds the L2 bulk prefetch
 # gemvr and its sweep-only variants (router_gemv_fp32_window.cuh; same bits as gemvr): path ->
@@ -182,9 +185,11 @@ TABLE: dict[tuple[int, int], list[tuple]] = {
     # 21.44 / 22.50 [wide96_wsp S=2 25.06 / 25.70].
     # Twelfth session: 4096 wide96f S=1 32.64 / 32.66 / 32.90 [wide96 S=1 33.58 / 33.22 / 33.47];
     # 2048 wide96f S=2 21.17 / 21.79 [wide96 S=2 21.71 / 22.40]; 1024 a tie (wide96f_wsp S=4
-    # 18.00 / 17.79 against wide96_wsp 17.95 / 17.73: row kept).
+    # 18.00 / 17.79 against wide96_wsp 17.95 / 17.73: row kept). Then the 4-stage ring
+    # (benchmarks/results/h200/router_gemm_stages_sweep.*): 4096 wide96f4 S=1 31.17 [wide96f S=1
+    # 32.45]; 2048 wide96f4 S=2 20.94 [wide96f S=2 21.41].
     (3072, 384): [(1, "gemvr", 1), (8, "fp32", 4), (128, "narrow", 8), (256, "narrow", 4), (512, "wide96", 4),
-                  (1024, "wide96_wsp", 4), (2048, "wide96f", 2), (1 << 30, "wide96f", 1)],
+                  (1024, "wide96_wsp", 4), (2048, "wide96f4", 2), (1 << 30, "wide96f4", 1)],
 }
 
 

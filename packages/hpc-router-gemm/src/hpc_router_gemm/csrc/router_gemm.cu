@@ -6,7 +6,7 @@
 // WIDE96_RS and WIDE_RS: the same tiles with the x fragments in registers (one shared-memory
 // read of the x tile per K block for both products; HISTORY.md, fourth session).
 // WIDE96_F and WIDE96_RSF: WIDE96 and WIDE96_RS with both products in one m64n192k16 wgmma per K
-// step (twelfth session).
+// step (twelfth session); WIDE96_F4: WIDE96_F with a 4-stage ring (Lite's large-M rows).
 #include "hpc_router_gemm/router_gemm_bf16x2_wgmma.cuh"
 #include "hpc_router_gemm/router_gemm_fp32_splitk.cuh"
 #include "hpc_router_gemm/router_gemv_fp32.cuh"
@@ -22,6 +22,7 @@ using Wide96Rs = Bf16x2Config<96, 2, 5, true>;
 using WideRs = Bf16x2Config<192, 2, 3, true>;
 using Wide96F = Bf16x2Config<96, 2, 5, false, true>;
 using Wide96RsF = Bf16x2Config<96, 2, 5, true, true>;
+using Wide96F4 = Bf16x2Config<96, 2, 4, false, true>;
 
 cudaError_t run_fp32_splitk(const Fp32SplitKParams& p, cudaStream_t stream, bool pdl) {
   return launch_router_gemm_fp32_splitk(p, stream, pdl);
@@ -57,6 +58,8 @@ cudaError_t run_bf16x2(int tile, const Bf16x2Params& p, cudaStream_t stream, boo
       return launch_router_gemm_bf16x2<Wide96F>(p, stream, pdl);
     case 7:
       return launch_router_gemm_bf16x2<Wide96RsF>(p, stream, pdl);
+    case 8:
+      return launch_router_gemm_bf16x2<Wide96F4>(p, stream, pdl);
     default:
       return cudaErrorInvalidValue;
   }
@@ -78,6 +81,8 @@ int bf16x2_max_clusters(int tile, int splits) {
       return bf16x2_max_active_clusters<Wide96F>(splits);
     case 7:
       return bf16x2_max_active_clusters<Wide96RsF>(splits);
+    case 8:
+      return bf16x2_max_active_clusters<Wide96F4>(splits);
     default:
       return 0;
   }
