@@ -64,10 +64,11 @@ inline int small_seg_masked_slots(const QuantParams& p, int vec) {
   return slots <= 3 ? 3 : slots <= 5 ? 5 : slots <= 9 ? 9 : 0;
 }
 
-// Segments per lane per pass: about kSmallSegVectors vectors in flight per lane.
+// Segments per lane per pass: about kSmallSegVectors vectors in flight per lane (the masked
+// slot counts 3, 5 and 9 round to 5, 3 and 2 segments).
 template <int V, bool kMasked>
 constexpr int small_seg_segments_per_lane() {
-  return kMasked ? ((kSmallSegVectors + V / 2) / V > 0 ? (kSmallSegVectors + V / 2) / V : 1) : kSmallSegVectors / V;
+  return kMasked ? (kSmallSegVectors + V / 2) / V : kSmallSegVectors / V;
 }
 
 // Where the masked form reads a segment: the team run (kSmallSegTeam vectors) holding its first
