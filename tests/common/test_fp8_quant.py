@@ -13,7 +13,7 @@ from _fp8_cases import DTYPES, MODES, assert_same, make_input, run, run_ref, sca
 import hpc_common
 from hpc_common import fp8
 from hpc_common.fp8 import reference as ref
-from hpc_common.testing import assert_bitwise_equal, poison_
+from hpc_common.testing import assert_bitwise_equal, poison_, poisoned_empty
 
 FP8 = torch.float8_e4m3fn
 
@@ -431,7 +431,7 @@ def test_short_segment_and_generic_kernels_match_reference(cuda, kernel, dtype, 
     ("group", 64, 1001), ("group", 256, 1001), ("group", 100, 1001), ("group", 32, 333),
     ("per_head", 127, 127), ("per_head", 130, 130)])
 @pytest.mark.parametrize("shift", [0, 3])
-def test_masked_short_segment_kernel_matches_reference(cuda, dtype, mode, seg, n, shift):
+def test_masked_short_segment_kernel_matches_reference(cuda, monkeypatch, dtype, mode, seg, n, shift):
     """Segments whose starts are not 16-byte aligned (odd N, group lengths that are not a vector
     multiple, per-head rows of odd length, x and out shifted alike) or whose row ends in a short
     segment take the masked short-segment kernel: neighbouring segments share their boundary
@@ -449,17 +449,11 @@ def test_masked_short_segment_kernel_matches_reference(cuda, dtype, mode, seg, n
     xg = x.to(cuda)[shift:].view(shape)
     kw = {} if mode == "per_head" else {"group_size": seg}
     want = run_ref(mode, xv, **kw)
-    got = {}
+    monkeypatch.setattr(quant, "USE_BULK_KERNEL", False)
     for kernel in ("short_segment", "generic"):
-        out = torch.full((numel + shift,), 0xA5, dtype=torch.uint8, device=cuda).view(FP8)[shift:].view(shape)
-        before = (quant.USE_SHORT_SEGMENT_KERNEL, quant.USE_BULK_KERNEL)
-        quant.USE_SHORT_SEGMENT_KERNEL = kernel == "short_segment"
-        quant.USE_BULK_KERNEL = False
-        try:
-            got[kernel] = run(mode, xg, out=out, **kw)
-        finally:
-            quant.USE_SHORT_SEGMENT_KERNEL, quant.USE_BULK_KERNEL = before
-        assert_same(got[kernel], want, what=f"{kernel} {mode} seg {seg} n {n} {dtype} shift {shift}")
+        monkeypatch.setattr(quant, "USE_SHORT_SEGMENT_KERNEL", kernel == "short_segment")
+        out = poisoned_empty(numel + shift, dtype=FP8, device=cuda)[shift:].view(shape)
+        assert_same(run(mode, xg, out=out, **kw), want, what=f"{kernel} {mode} seg {seg} n {n} {dtype} shift {shift}")
 
 
 @pytest.mark.gpu

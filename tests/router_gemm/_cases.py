@@ -65,6 +65,13 @@ def launch_poisoned(x: torch.Tensor, rw, plan, pdl=None, out=None) -> torch.Tens
     return out
 
 
+def twin_plan(plan, twin_of: dict):
+    """`plan` on the twin tile twin_of[its tile path] (heuristics.RS_TWIN, FUSED_TWIN), with the same
+    split suffix (`_ws`, `_wsp`) and split count: the plan that must give the same bits."""
+    base, _, suffix = plan.path.partition("_")
+    return type(plan)(twin_of[base] + (f"_{suffix}" if suffix else ""), plan.splits)
+
+
 def check_plan_and_twins(x: torch.Tensor, rw, plan, *, tag: str, twins=()) -> torch.Tensor:
     """One pinned plan against FP64 (top-8 within the error budget), then every (name, plan) of
     `twins` (the same plan again for a rerun, or a plan that must give the same arithmetic)

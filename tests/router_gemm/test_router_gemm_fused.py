@@ -10,7 +10,9 @@ import pytest
 from hpc_router_gemm import heuristics
 from hpc_router_gemm.heuristics import Plan
 
-from ._cases import SHAPES, assert_graph_replays, check_plan_and_twins, launch_poisoned, make_inputs, router_weight
+from ._cases import (
+    SHAPES, assert_graph_replays, check_plan_and_twins, launch_poisoned, make_inputs, router_weight, twin_plan,
+)
 
 # ----------------------------------------------------------------------------- CPU tests
 
@@ -30,8 +32,7 @@ gpu = pytest.mark.gpu
 
 
 def _twin(plan: Plan) -> list[tuple[str, Plan]]:
-    base, _, suffix = plan.path.partition("_")
-    return [("two-wgmma twin", Plan(heuristics.FUSED_TWIN[base] + (f"_{suffix}" if suffix else ""), plan.splits))]
+    return [("two-wgmma twin", twin_plan(plan, heuristics.FUSED_TWIN))]
 
 
 _CASES = [(shape, M) for shape in SHAPES for M in (1, 129, 1000)] + [((4096, 192), 4096)]

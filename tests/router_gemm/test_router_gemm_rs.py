@@ -14,7 +14,7 @@ from hpc_router_gemm.heuristics import Plan
 
 from ._cases import (
     SHAPES, assert_graph_replays, check_against_fp64, check_plan_and_twins,
-    launch_poisoned, make_inputs, router_weight,
+    launch_poisoned, make_inputs, router_weight, twin_plan,
 )
 
 # ----------------------------------------------------------------------------- CPU tests
@@ -44,8 +44,7 @@ def _router_weight(K: int, N: int):
 
 
 def _twin(plan: Plan) -> Plan:
-    base, _, suffix = plan.path.partition("_")
-    return Plan(heuristics.RS_TWIN[base] + (f"_{suffix}" if suffix else ""), plan.splits)
+    return twin_plan(plan, heuristics.RS_TWIN)
 
 
 _CASES = [(shape, M) for shape in SHAPES for M in (1, 100, 129, 1000)] + [((4096, 192), 4096), ((3072, 384), 1024)]

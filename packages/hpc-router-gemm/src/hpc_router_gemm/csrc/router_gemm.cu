@@ -42,56 +42,45 @@ cudaError_t run_gemv_fp32_window(const GemvFp32Params& p, cudaStream_t stream, b
 
 int gemv_max_clusters(int splits) { return router_gemv_max_clusters(splits); }
 
-cudaError_t run_bf16x2(int tile, const Bf16x2Params& p, cudaStream_t stream, bool pdl) {
+// The one map from a tile id (heuristics.TILES; 3 is the gemv kernel's key, not a wgmma tile) to
+// its configuration: f(Config{}) for a known id, else `unknown`.
+template <class R, class F>
+R with_tile(int tile, R unknown, F&& f) {
   switch (tile) {
     case 0:
-      return launch_router_gemm_bf16x2<Narrow>(p, stream, pdl);
+      return f(Narrow{});
     case 1:
-      return launch_router_gemm_bf16x2<Wide>(p, stream, pdl);
+      return f(Wide{});
     case 2:
-      return launch_router_gemm_bf16x2<Wide96>(p, stream, pdl);
+      return f(Wide96{});
     case 4:
-      return launch_router_gemm_bf16x2<Wide96Rs>(p, stream, pdl);
+      return f(Wide96Rs{});
     case 5:
-      return launch_router_gemm_bf16x2<WideRs>(p, stream, pdl);
+      return f(WideRs{});
     case 6:
-      return launch_router_gemm_bf16x2<Wide96F>(p, stream, pdl);
+      return f(Wide96F{});
     case 7:
-      return launch_router_gemm_bf16x2<Wide96RsF>(p, stream, pdl);
+      return f(Wide96RsF{});
     case 8:
-      return launch_router_gemm_bf16x2<Wide96F4>(p, stream, pdl);
+      return f(Wide96F4{});
     default:
-      return cudaErrorInvalidValue;
+      return unknown;
   }
+}
+
+cudaError_t run_bf16x2(int tile, const Bf16x2Params& p, cudaStream_t stream, bool pdl) {
+  return with_tile(tile, cudaErrorInvalidValue,
+                   [&](auto c) { return launch_router_gemm_bf16x2<decltype(c)>(p, stream, pdl); });
 }
 
 int bf16x2_max_clusters(int tile, int splits) {
-  switch (tile) {
-    case 0:
-      return bf16x2_max_active_clusters<Narrow>(splits);
-    case 1:
-      return bf16x2_max_active_clusters<Wide>(splits);
-    case 2:
-      return bf16x2_max_active_clusters<Wide96>(splits);
-    case 4:
-      return bf16x2_max_active_clusters<Wide96Rs>(splits);
-    case 5:
-      return bf16x2_max_active_clusters<WideRs>(splits);
-    case 6:
-      return bf16x2_max_active_clusters<Wide96F>(splits);
-    case 7:
-      return bf16x2_max_active_clusters<Wide96RsF>(splits);
-    case 8:
-      return bf16x2_max_active_clusters<Wide96F4>(splits);
-    default:
-      return 0;
-  }
+  return with_tile(tile, 0, [&](auto c) { return bf16x2_max_active_clusters<decltype(c)>(splits); });
 }
 
-// {BM, BN} of each tile, for the Python planner.
+// {BM, BN} of each tile ({0, 0} for an unknown id).
 void bf16x2_tile_shape(int tile, int* bm, int* bn) {
-  *bm = tile == 0 ? Narrow::BM : tile == 1 || tile == 5 ? Wide::BM : Wide96::BM;
-  *bn = tile == 0 ? Narrow::BN : tile == 1 || tile == 5 ? Wide::BN : Wide96::BN;
+  *bm = with_tile(tile, 0, [](auto c) { return decltype(c)::BM; });
+  *bn = with_tile(tile, 0, [](auto c) { return decltype(c)::BN; });
 }
 
 }  // namespace hpc::router_gemm

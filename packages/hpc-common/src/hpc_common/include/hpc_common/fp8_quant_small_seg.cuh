@@ -74,24 +74,22 @@ constexpr int small_seg_segments_per_lane() {
 // Where the masked form reads a segment: the team run (kSmallSegTeam vectors) holding its first
 // element, the number of elements before that element in the run (`mis`; x and q are
 // misaligned alike, so q - mis is VEC-byte aligned too), the first cover vector holding a
-// segment element and the number of cover vectors.
+// segment element and the number of cover vectors. The unmasked form covers the segment exactly.
 template <int DT, int VEC, bool kMasked>
 struct Cover {
-  int mis, first, nvec;
-  __device__ __forceinline__ Cover(const typename Elem<DT>::raw* xs, int64_t len) {
+  int mis = 0, first = 0, nvec = 0, len;
+  __device__ __forceinline__ Cover(const typename Elem<DT>::raw* xs, int64_t seg_len) : len(int(seg_len)) {
     if constexpr (kMasked) {
       constexpr int kRun = kSmallSegTeam * VEC;
       mis = int((reinterpret_cast<uintptr_t>(xs) / sizeof(typename Elem<DT>::raw)) & (kRun - 1));
       first = mis / VEC;
-      nvec = int((mis + len + VEC - 1) / VEC);
-    } else {
-      mis = first = 0;
-      nvec = int(len / VEC);
+      nvec = (mis + len + VEC - 1) / VEC;
     }
   }
   __device__ __forceinline__ bool holds(int v) const { return !kMasked || (v >= first && v < nvec); }
-  // Elements [lo, lo + len) of cover vector v belong to the segment.
+  // Elements [lo(v), lo(v) + len) of cover vector v belong to the segment; partial: not all VEC.
   __device__ __forceinline__ int lo(int v) const { return mis - v * VEC; }
+  __device__ __forceinline__ bool partial(int v) const { return lo(v) > 0 || lo(v) + len < VEC; }
 };
 
 template <int DT, int VEC, int V, bool kMasked>
@@ -142,8 +140,7 @@ __global__ void __launch_bounds__(kSmallSegBlock) fp8_quant_small_seg_kernel(con
           // vectors in some lanes and inner ones in others, and only the first and last slots
           // hold boundary vectors at all.
           const bool held = live && c.holds(v);
-          const int lo = c.lo(v), hi = lo + int(s.len);
-          if (__any_sync(0xffffffffu, held && (lo > 0 || hi < VEC))) pk[u][j].keep_range(lo, hi);
+          if (__any_sync(0xffffffffu, held && c.partial(v))) pk[u][j].keep_range(c.lo(v), c.lo(v) + c.len);
           if (!held) continue;
         } else {
           if (!live) continue;
@@ -154,7 +151,7 @@ __global__ void __launch_bounds__(kSmallSegBlock) fp8_quant_small_seg_kernel(con
       // All lanes shuffle (the trip is warp-uniform); lanes past the end reduce zeros.
       m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      if (idx >= nseg) continue;
+      if (!live) continue;
       const float scale = scale_from_amax_bits(m, p.ue8m0);
       const float inv = div_rn(1.0f, scale);
 #pragma unroll
@@ -166,9 +163,8 @@ __global__ void __launch_bounds__(kSmallSegBlock) fp8_quant_small_seg_kernel(con
           // Quantised once, outside the branch: boundary and inner vectors share a slot.
           uint32_t w[VEC / 4];
           pk[u][j].quantised_words(inv, w);
-          const int lo = c.lo(v), hi = lo + int(s.len);
-          if (lo > 0 || hi < VEC) {
-            P::store_words_range(qv, w, lo, hi);
+          if (c.partial(v)) {
+            P::store_words_range(qv, w, c.lo(v), c.lo(v) + c.len);
           } else {
             P::store_words(qv, w);
           }
