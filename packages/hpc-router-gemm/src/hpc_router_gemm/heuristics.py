@@ -48,16 +48,11 @@ TILE_WIDE96_RS, TILE_WIDE_RS = 4, 5  # the wide tiles with A (x) from registers
 TILE_WIDE96_F, TILE_WIDE96_RSF = 6, 7
 # wide96f with a 4-stage ring instead of 5: faster per CTA on some grids, slower on others (HISTORY.md)
 TILE_WIDE96_F4 = 8
-# wide96f 256 rows tall (two 64-row blocks per consumer warpgroup: 56 KB into the SM per K block
-# for twice wide96f's products from 40 KB), with a 4- and a 3-stage ring (thirteenth session)
-TILE_TALL256_F, TILE_TALL256_F3 = 9, 10
 TILES = {"narrow": TILE_NARROW, "wide": TILE_WIDE, "wide96": TILE_WIDE96, "wide96rs": TILE_WIDE96_RS,
          "widers": TILE_WIDE_RS, "wide96f": TILE_WIDE96_F, "wide96rsf": TILE_WIDE96_RSF,
-         "wide96f4": TILE_WIDE96_F4, "tall256f": TILE_TALL256_F, "tall256f3": TILE_TALL256_F3}
+         "wide96f4": TILE_WIDE96_F4}
 RS_TWIN = {"wide96rs": "wide96", "widers": "wide"}  # same math, x tile read from shared memory per product
-# same math per element (one wgmma for both products; tall256f*: also 256 rows per tile)
-FUSED_TWIN = {"wide96f": "wide96", "wide96rsf": "wide96rs", "wide96f4": "wide96", "tall256f": "wide96",
-              "tall256f3": "wide96"}
+FUSED_TWIN = {"wide96f": "wide96", "wide96rsf": "wide96rs", "wide96f4": "wide96"}  # same math, one wgmma per product
 PREFETCH_BLOCKS = 8  # K blocks of L2 prefetch ahead of the loads (`pf` paths)
 PF_TILES = {f"{name}pf": TILES[name] for name in ("wide", "wide96", "wide96rs", "widers")}
 CLUSTER_PATHS = {**TILES, **PF_TILES}  # wgmma paths split over a cluster (or not at all)
@@ -69,8 +64,7 @@ WS_PATHS.update({f"{name}_{suffix}": (CLUSTER_PATHS[name], mode, 1) for name in 
                  for suffix, mode in (("wsm", 1), ("wspm", 2))})
 TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 96),  # (BM, BN)
                TILE_WIDE96_RS: (128, 96), TILE_WIDE_RS: (128, 192), TILE_WIDE96_F: (128, 96),
-               TILE_WIDE96_RSF: (128, 96), TILE_WIDE96_F4: (128, 96), TILE_TALL256_F: (256, 96),
-               TILE_TALL256_F3: (256, 96)}
+               TILE_WIDE96_RSF: (128, 96), TILE_WIDE96_F4: (128, 96)}
 SPLIT_CHOICES = (1, 2, 4, 8)
 FP32_PATHS = ("fp32", "fp32pf")  # one kernel; "fp32pf" adds the L2 bulk prefetch
 # gemvr and its sweep-only variants (router_gemv_fp32_window.cuh; same bits as gemvr): path ->

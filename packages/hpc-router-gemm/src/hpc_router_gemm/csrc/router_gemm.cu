@@ -7,8 +7,6 @@
 // read of the x tile per K block for both products; HISTORY.md, fourth session).
 // WIDE96_F and WIDE96_RSF: WIDE96 and WIDE96_RS with both products in one m64n192k16 wgmma per K
 // step (twelfth session); WIDE96_F4: WIDE96_F with a 4-stage ring (Lite's large-M rows).
-// TALL256_F / TALL256_F3: the fused 96-column tile 256 rows tall (two 64-row blocks per consumer
-// warpgroup: fewer bytes into each SM per product), 4- and 3-stage rings (thirteenth session).
 #include "hpc_router_gemm/router_gemm_bf16x2_wgmma.cuh"
 #include "hpc_router_gemm/router_gemm_fp32_splitk.cuh"
 #include "hpc_router_gemm/router_gemv_fp32.cuh"
@@ -25,8 +23,6 @@ using WideRs = Bf16x2Config<192, 2, 3, true>;
 using Wide96F = Bf16x2Config<96, 2, 5, false, true>;
 using Wide96RsF = Bf16x2Config<96, 2, 5, true, true>;
 using Wide96F4 = Bf16x2Config<96, 2, 4, false, true>;
-using Tall256F = Bf16x2Config<96, 2, 4, false, true, 2>;
-using Tall256F3 = Bf16x2Config<96, 2, 3, false, true, 2>;
 
 cudaError_t run_fp32_splitk(const Fp32SplitKParams& p, cudaStream_t stream, bool pdl) {
   return launch_router_gemm_fp32_splitk(p, stream, pdl);
@@ -67,10 +63,6 @@ R with_tile(int tile, R unknown, F&& f) {
       return f(Wide96RsF{});
     case 8:
       return f(Wide96F4{});
-    case 9:
-      return f(Tall256F{});
-    case 10:
-      return f(Tall256F3{});
     default:
       return unknown;
   }

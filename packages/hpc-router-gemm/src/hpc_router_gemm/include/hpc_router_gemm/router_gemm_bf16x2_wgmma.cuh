@@ -23,14 +23,6 @@
 // [0, BN)) and acc_lo (columns [BN, 2 BN)): half the wgmma instructions, the A tile read once
 // per K step (Wgmma<2 BN>::mma_pair / mma_rs_pair).
 //
-// Taller tiles (MB = 2, FUSED, SS only): each consumer warpgroup owns MB stacked 64-row blocks
-// of the x tile and keeps MB pairs of accumulators, so the 256 x 96 tile of two warpgroups reads
-// 56 KB per K block for twice the products of the 128 x 96 tile's 40 KB. Why: the 128 x 96
-// kernel's consumers wait for data at ~33 B per cycle into each SM (NOTES.md, "M = 4096"), so
-// bytes into the SM per product is the lever; two accumulator pairs of 96 floats need the
-// 240-register consumer split. Per element the same wgmma chain in the same order: the same
-// bits as the 128 x 96 tiles.
-//
 // Split-K: gridDim.x CTAs along K form one cluster; each writes its FP32 tile to its own shared
 // memory and CTA r sums rows [r * BM / S, (r + 1) * BM / S) over the cluster in rank order
 // through distributed shared memory (deterministic; no atomics, no workspace). With a
@@ -75,14 +67,13 @@ struct Bf16x2DevParams {
   int w_evict_first;  // 1: the weight boxes load with an L2 evict_first policy
 };
 
-template <int BN_, int WGS_, int STAGES_, bool RS_ = false, bool FUSED_ = false, int MB_ = 1>
+template <int BN_, int WGS_, int STAGES_, bool RS_ = false, bool FUSED_ = false>
 struct Bf16x2Config {
-  static constexpr int BN = BN_, WGS = WGS_, STAGES = STAGES_, MB = MB_;
+  static constexpr int BN = BN_, WGS = WGS_, STAGES = STAGES_;
   static constexpr bool RS = RS_, FUSED = FUSED_;
   static_assert(!FUSED || 2 * BN <= 256, "one wgmma of N = 2 BN");
-  static_assert(MB == 1 || (MB == 2 && FUSED && !RS && WGS == 2), "taller tiles: fused SS products only");
   static constexpr bool kTwoAFrags = BN <= 96;  // RS: room for two fragment sets (see above)
-  static constexpr int BM = 64 * WGS * MB;  // <= 256: one TMA box of x rows
+  static constexpr int BM = 64 * WGS;
   static constexpr int BK = 64;  // one 128-byte swizzle row of BF16
   static constexpr int kThreads = 128 * (WGS + 1);
   static constexpr int kXBytes = BM * BK * 2;
@@ -95,9 +86,8 @@ struct Bf16x2Config {
   static constexpr int kSmemBytes = 1024 + kTileBytes + 2 * STAGES * 8 + 16;  // + alignment slack, flag
   // Register split between the producer and consumer warpgroups (setmaxnreg, WGS == 2 only).
   // The 128 x 192 tile with A in registers needs 192 accumulators + 16 fragment registers
-  // per consumer thread: 240 (ptxas serialises its wgmma at 232), the producer gets 24; so do
-  // the MB = 2 tiles' two accumulator pairs (192 floats).
-  static constexpr bool kWideRs = (RS && BN > 96) || MB > 1;
+  // per consumer thread: 240 (ptxas serialises its wgmma at 232), the producer gets 24.
+  static constexpr bool kWideRs = RS && BN > 96;
   static constexpr int kProducerRegs = kWideRs ? 24 : 40, kConsumerRegs = kWideRs ? 240 : 232;
   static_assert(BN % 8 == 0 && BN <= 256 && kWBytes % 1024 == 0, "wgmma N / swizzle atom");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
@@ -177,12 +167,12 @@ __device__ __forceinline__ void release_stage(uint64_t* bar, bool mc) {
   for (uint32_t r = 0; r < 2; ++r) sm90::mbar_arrive_cluster(sm90::map_to_rank(addr, r));
 }
 
-template <int BN, int WGS, int STAGES, bool RS, bool FUSED, int MB>
+template <int BN, int WGS, int STAGES, bool RS, bool FUSED>
 __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
     router_gemm_bf16x2_wgmma_kernel(const __grid_constant__ CUtensorMap tm_x,
                                     const __grid_constant__ CUtensorMap tm_whi,
                                     const __grid_constant__ CUtensorMap tm_wlo, const Bf16x2DevParams p) {
-  using C = Bf16x2Config<BN, WGS, STAGES, RS, FUSED, MB>;
+  using C = Bf16x2Config<BN, WGS, STAGES, RS, FUSED>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kTileBytes);
@@ -282,16 +272,13 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
     }
     if (cluster_split) cluster_reduce_store<C>(p, smem, splits, rank, m0, n0);
   } else {
-    // ---- consumer warpgroup `wg`: token rows [m0 + 64 MB wg, m0 + 64 MB (wg + 1)) ----
+    // ---- consumer warpgroup `wg`: token rows [m0 + 64 wg, m0 + 64 wg + 64) ----
     if constexpr (WGS > 1) sm90::setmaxnreg_inc<C::kConsumerRegs>();
     constexpr int R = BN / 2;
-    float acc_hi[MB][R], acc_lo[MB][R];
+    float acc_hi[R], acc_lo[R];
 #pragma unroll
-    for (int b = 0; b < MB; ++b) {
-#pragma unroll
-      for (int i = 0; i < R; ++i) acc_hi[b][i] = acc_lo[b][i] = 0.f;
-    }
-    const bool active = m0 + wg * 64 * MB < p.M;  // rows all past M: skip the math, keep the handshake
+    for (int i = 0; i < R; ++i) acc_hi[i] = acc_lo[i] = 0.f;
+    const bool active = m0 + wg * 64 < p.M;  // rows all past M: skip the math, keep the handshake
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
     if constexpr (RS) {
       uint32_t af0[4][4], af1[4][4];
@@ -307,14 +294,14 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
           const uint32_t bh = st + C::kXBytes, bl = bh + C::kWBytes;
           if constexpr (C::kTwoAFrags) {
             if (i & 1) {
-              rs_block<BN, FUSED>(acc_hi[0], acc_lo[0], af1, st + row_off, sw, hi, bh, bl);
+              rs_block<BN, FUSED>(acc_hi, acc_lo, af1, st + row_off, sw, hi, bh, bl);
             } else {
-              rs_block<BN, FUSED>(acc_hi[0], acc_lo[0], af0, st + row_off, sw, hi, bh, bl);
+              rs_block<BN, FUSED>(acc_hi, acc_lo, af0, st + row_off, sw, hi, bh, bl);
             }
             sm90::wgmma_wait<1>();  // block i - 1 is done: its stage and fragment set are free
             if (i > 0 && lane == 0) release_stage(&empty[(i - 1) % STAGES], mc);
           } else {
-            rs_block<BN, FUSED>(acc_hi[0], acc_lo[0], af0, st + row_off, sw, hi, bh, bl);
+            rs_block<BN, FUSED>(acc_hi, acc_lo, af0, st + row_off, sw, hi, bh, bl);
             sm90::wgmma_wait<0>();  // one fragment set: done before the next block reloads it
             if (lane == 0) release_stage(&empty[s], mc);
           }
@@ -328,20 +315,17 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
         sm90::mbar_wait(&full[s], (i / STAGES) & 1);
         if (active) {
           const uint32_t st = sm90::smem_u32(smem + s * C::kStageBytes);
-          const uint32_t a = st + wg * 64 * MB * 128;
+          const uint32_t a = st + wg * 64 * 128;
           const uint32_t bh = st + C::kXBytes, bl = bh + C::kWBytes;
           sm90::wgmma_fence();
 #pragma unroll
           for (int kk = 0; kk < C::BK / 16; ++kk) {
-#pragma unroll
-            for (int b = 0; b < MB; ++b) {  // block b: rows 64 b.. of this warpgroup's slice
-              const uint64_t da = sm90::desc_k_major_sw128(a + b * 64 * 128 + kk * 32);
-              if constexpr (FUSED) {
-                Wgmma<2 * BN>::mma_pair(acc_hi[b], acc_lo[b], da, sm90::desc_k_major_sw128(bh + kk * 32));
-              } else {
-                Wgmma<BN>::mma(acc_hi[b], da, sm90::desc_k_major_sw128(bh + kk * 32));
-                Wgmma<BN>::mma(acc_lo[b], da, sm90::desc_k_major_sw128(bl + kk * 32));
-              }
+            const uint64_t da = sm90::desc_k_major_sw128(a + kk * 32);
+            if constexpr (FUSED) {
+              Wgmma<2 * BN>::mma_pair(acc_hi, acc_lo, da, sm90::desc_k_major_sw128(bh + kk * 32));
+            } else {
+              Wgmma<BN>::mma(acc_hi, da, sm90::desc_k_major_sw128(bh + kk * 32));
+              Wgmma<BN>::mma(acc_lo, da, sm90::desc_k_major_sw128(bl + kk * 32));
             }
           }
           sm90::wgmma_commit();
@@ -357,56 +341,45 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
       __syncwarp();
       sm90::cluster_sync();  // every remote arrival and multicast write of the pair is done
     }
-#pragma unroll
-    for (int b = 0; b < MB; ++b) {
-      sm90::fence_regs(acc_hi[b]);
-      sm90::fence_regs(acc_lo[b]);
-    }
+    sm90::fence_regs(acc_hi);
+    sm90::fence_regs(acc_lo);
     hpc::pdl_launch_dependents();
 
 #pragma unroll
-    for (int b = 0; b < MB; ++b) {
-#pragma unroll
-      for (int i = 0; i < R; ++i) acc_hi[b][i] = fmaf(acc_lo[b][i], 1.0f / 256.0f, acc_hi[b][i]);
-    }
+    for (int i = 0; i < R; ++i) acc_hi[i] = fmaf(acc_lo[i], 1.0f / 256.0f, acc_hi[i]);
 
     // Accumulator layout of wgmma m64nN: register 4c + 2h + j holds row 16 warp + lane/4 + 8h,
-    // column 8c + 2 (lane % 4) + j of the 64 x BN block; block b of warpgroup wg starts at
-    // row 64 (MB wg + b) of the tile.
-    const int r_loc = wg * 64 * MB + warp * 16 + lane / 4;
+    // column 8c + 2 (lane % 4) + j of the warpgroup's 64 x BN tile.
+    const int r_loc = wg * 64 + warp * 16 + lane / 4;
     const int c_loc = 2 * (lane % 4);
     if (splits > 1 && !cluster_split) {
       // Workspace split-K: every consumer thread (active or not: zeros) writes its slot.
-      constexpr int kCT = WGS * 128, kJ = R / 4, T = MB * kJ * kCT;
+      constexpr int kCT = WGS * 128, T = (R / 4) * kCT;
       const int tile = m_tile * p.tiles_n + n_tile;
       const float4* part = reinterpret_cast<const float4*>(p.ws) + static_cast<int64_t>(tile) * splits * T;
-      float4* slot = reinterpret_cast<float4*>(p.ws) + (static_cast<int64_t>(tile) * splits + rank) * T;
-#pragma unroll
-      for (int b = 0; b < MB; ++b) splitk::store_partial<R, kCT>(slot + b * kJ * kCT, acc_hi[b], threadIdx.x);
+      splitk::store_partial<R, kCT>(reinterpret_cast<float4*>(p.ws) + (static_cast<int64_t>(tile) * splits + rank) * T,
+                                    acc_hi, threadIdx.x);
       volatile int* flag = reinterpret_cast<volatile int*>(empty + STAGES);
       int* ctr = p.counters + tile;
       if (p.ws_mode == 1) {
         if (splitk::arrive<kCT>(ctr, 0, splits, flag) != splits - 1) return;  // not the last arrival
-        splitk::reduce_slots<kCT, MB, kJ>(part, T, splits, 0, T, p.out, p.out_stride, m0, n0, p.M, p.N);
+        splitk::reduce_slots<kCT>(part, T, splits, 0, T, p.out, p.out_stride, m0, n0, p.M, p.N);
       } else {
         splitk::arrive<kCT>(ctr, splits, 2 * splits, flag);
         const int lo = static_cast<int>(rank) * T / splits, hi = (static_cast<int>(rank) + 1) * T / splits;
-        splitk::reduce_slots<kCT, MB, kJ>(part, T, splits, lo, hi, p.out, p.out_stride, m0, n0, p.M, p.N);
+        splitk::reduce_slots<kCT>(part, T, splits, lo, hi, p.out, p.out_stride, m0, n0, p.M, p.N);
         splitk::arrive<kCT>(ctr, 0, 2 * splits, flag);  // second round: the last one resets
       }
     } else if (splits == 1) {
       if (active) {
 #pragma unroll
-        for (int b = 0; b < MB; ++b) {
+        for (int c = 0; c < BN / 8; ++c) {
 #pragma unroll
-          for (int c = 0; c < BN / 8; ++c) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int row = m0 + r_loc + 64 * b + 8 * h, col = n0 + 8 * c + c_loc;
-              if (row < p.M && col < p.N) {
-                *reinterpret_cast<float2*>(p.out + static_cast<int64_t>(row) * p.out_stride + col) =
-                    make_float2(acc_hi[b][4 * c + 2 * h], acc_hi[b][4 * c + 2 * h + 1]);
-              }
+          for (int h = 0; h < 2; ++h) {
+            const int row = m0 + r_loc + 8 * h, col = n0 + 8 * c + c_loc;
+            if (row < p.M && col < p.N) {
+              *reinterpret_cast<float2*>(p.out + static_cast<int64_t>(row) * p.out_stride + col) =
+                  make_float2(acc_hi[4 * c + 2 * h], acc_hi[4 * c + 2 * h + 1]);
             }
           }
         }
@@ -415,14 +388,11 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
       sm90::named_barrier(1, WGS * 128);  // every consumer is done reading the stage ring
       float* tile = reinterpret_cast<float*>(smem);
 #pragma unroll
-      for (int b = 0; b < MB; ++b) {
+      for (int c = 0; c < BN / 8; ++c) {
 #pragma unroll
-        for (int c = 0; c < BN / 8; ++c) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            *reinterpret_cast<float2*>(tile + (r_loc + 64 * b + 8 * h) * C::kEpiStride + 8 * c + c_loc) =
-                make_float2(acc_hi[b][4 * c + 2 * h], acc_hi[b][4 * c + 2 * h + 1]);
-          }
+        for (int h = 0; h < 2; ++h) {
+          *reinterpret_cast<float2*>(tile + (r_loc + 8 * h) * C::kEpiStride + 8 * c + c_loc) =
+              make_float2(acc_hi[4 * c + 2 * h], acc_hi[4 * c + 2 * h + 1]);
         }
       }
       cluster_reduce_store<C>(p, smem, splits, rank, m0, n0);
@@ -432,7 +402,7 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
 
 template <class C>
 inline auto bf16x2_kernel() {
-  return router_gemm_bf16x2_wgmma_kernel<C::BN, C::WGS, C::STAGES, C::RS, C::FUSED, C::MB>;
+  return router_gemm_bf16x2_wgmma_kernel<C::BN, C::WGS, C::STAGES, C::RS, C::FUSED>;
 }
 
 // Raw-pointer launcher. Requirements (checked in Python, re-checked here): K % 64 == 0,

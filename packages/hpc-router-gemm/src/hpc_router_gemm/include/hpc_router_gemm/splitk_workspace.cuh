@@ -75,9 +75,7 @@ __device__ __forceinline__ int arrive(int* ctr, int wait_for, int reset_at, vola
 // and write them to `out`. Slot s = j * kThreads + t holds registers 4j..4j+3 of consumer
 // thread t, whose wgmma m64nN layout puts register 4c + 2h + i at row 64 wg + 16 warp +
 // lane / 4 + 8h, column 8c + 2 (lane % 4) + i of the tile (wg = t / 128, warp, lane of t).
-// With MB 64-row blocks per warpgroup (kJ float4 per block): j = kJ b + c names register group
-// c of block b, at row 64 (MB wg + b) + 16 warp + lane / 4 + 8h.
-template <int kThreads, int MB = 1, int kJ = 1>
+template <int kThreads>
 __device__ __forceinline__ void reduce_slots(const float4* part, int T, int splits, int lo, int hi, float* out,
                                              int64_t out_stride, int m0, int n0, int M, int N) {
   for (int s = lo + static_cast<int>(threadIdx.x); s < hi; s += kThreads) {
@@ -91,9 +89,8 @@ __device__ __forceinline__ void reduce_slots(const float4* part, int T, int spli
     }
     const int j = s / kThreads, t = s % kThreads;
     const int lane = t % 32;
-    const int b = MB == 1 ? 0 : j / kJ, c = MB == 1 ? j : j % kJ;
-    const int row = m0 + ((t / 128) * MB + b) * 64 + ((t % 128) / 32) * 16 + lane / 4;
-    const int col = n0 + 8 * c + 2 * (lane % 4);
+    const int row = m0 + (t / 128) * 64 + ((t % 128) / 32) * 16 + lane / 4;
+    const int col = n0 + 8 * j + 2 * (lane % 4);
     if (col < N) {
       if (row < M) *reinterpret_cast<float2*>(out + static_cast<int64_t>(row) * out_stride + col) = make_float2(acc.x, acc.y);
       if (row + 8 < M) {
