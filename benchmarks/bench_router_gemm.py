@@ -135,7 +135,7 @@ def sweep_paths(paths: BenchResults, case: dict, x, rw: RouterWeight, ref, ref_t
     out = torch.empty(M, N, device=x.device)
     plans = [Plan("fp32", s) for s in (1, 2, 4, 8) if M <= FP32_MAX_M]
     plans += [Plan("fp32pf", s) for s in (1, 2, 4, 8) if M <= GEMV_MAX_M]
-    plans += [Plan(p, s) for p in GEMV_PATHS for s in GEMV_SPLITS if gemv_fits(M, K, s, p)]
+    plans += [Plan(p, s) for p in GEMV_PATHS for s in GEMV_SPLITS if M <= GEMV_MAX_M and gemv_fits(M, K, s, p)]
     plans += [Plan(p, s) for p in CLUSTER_PATHS for s in (1, 2, 4, 8) if s <= K // 64]
     if M >= 128:  # cluster-free split-K (S=1 is the cluster path's S=1, except with multicast)
         plans += [Plan(p, s) for p in WS_PATHS for s in ((1, 2, 4, 8) if WS_PATHS[p][2] else (2, 4, 8))

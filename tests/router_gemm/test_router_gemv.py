@@ -1,4 +1,4 @@
-"""The gemv paths (router_gemv_fp32.cuh, M <= 8; router_gemv_fp32_ldg.cuh "gemvr", M <= 32): FP64 agreement on the listed and general shapes
+"""The gemv paths (router_gemv_fp32.cuh, M <= 8; router_gemv_fp32_ldg.cuh "gemvr", M = 1): FP64 agreement on the listed and general shapes
 at every split, bitwise independence of the grid size (set_num_sms), determinism, CUDA-graph
 replay and PDL; CPU tests of its split rule and of forced-path errors."""
 
@@ -40,25 +40,17 @@ def test_gemv_split_rule():
 def test_gemvr_rules():
     assert heuristics.gemv_splits(1, 768, 6144, 132, lambda s: _clusters(0, s), "gemvr") == 1
     assert heuristics.gemv_splits(1, 192, 4096, 132, lambda s: _clusters(0, s), "gemvr") == 2
-    assert heuristics.gemv_splits(33, 768, 6144, 132, lambda s: _clusters(0, s), "gemvr") is None
+    assert heuristics.gemv_splits(2, 768, 6144, 132, lambda s: _clusters(0, s), "gemvr") is None
     assert heuristics.gemv_fits(1, 8192, 1, "gemvr") and not heuristics.gemv_fits(1, 8256, 1, "gemvr")
     assert heuristics.gemv_splits(1, 192, 16384, 132, lambda s: _clusters(0, s), "gemvr") == 2
-    # Several tokens: up to GEMVR_MAX_M; each CTA's x slices count with the weight, so 32 tokens
-    # of K=6144 (384 KB of x per CTA at S=1) take S=4 where one token takes S=1.
-    assert heuristics.gemv_fits(heuristics.GEMVR_MAX_M, 8192, 1, "gemvr")
-    assert not heuristics.gemv_fits(heuristics.GEMVR_MAX_M + 1, 4096, 1, "gemvr")
-    assert heuristics.gemv_splits(32, 768, 6144, 132, lambda s: _clusters(0, s), "gemvr") == 4
-    assert heuristics.choose_plan(16, 192, 4096, _clusters, path="gemvr").path == "gemvr"
-    with pytest.raises(ValueError, match="gemvr path serves M <= 32"):
-        heuristics.choose_plan(33, 192, 4096, _clusters, path="gemvr")
-    # The sweep-only variants take gemvr's rules (same grid, same slice limit) for one token.
+    with pytest.raises(ValueError, match="gemvr path serves M = 1"):
+        heuristics.choose_plan(2, 192, 4096, _clusters, path="gemvr")
+    # The sweep-only variants take gemvr's rules (same grid, same slice limit).
     for path in heuristics.GEMVR_PATHS:
         assert heuristics.gemv_fits(1, 8192, 1, path) and not heuristics.gemv_fits(1, 8256, 1, path)
-        assert heuristics.gemv_fits(2, 4096, 1, path) == (path == "gemvr")
         assert heuristics.gemv_splits(1, 192, 4096, 132, lambda s: _clusters(0, s), path) == 2
-        if path != "gemvr":
-            with pytest.raises(ValueError, match=f"{path} path serves M = 1"):
-                heuristics.choose_plan(2, 768, 6144, _clusters, path=path)
+        with pytest.raises(ValueError, match=f"{path} path serves M = 1"):
+            heuristics.choose_plan(2, 768, 6144, _clusters, path=path)
 
 
 def test_gemv_forced_path():
@@ -98,9 +90,8 @@ def _gemv(x, rw, splits, out=None, path="gemv"):
     return out
 
 
-# gemvr's variants (router_gemv_fp32_window.cuh) serve one token only; gemvr up to 32.
-PATH_M = [("gemv", 1), ("gemv", 3), ("gemv", 8), ("gemvr", 1), ("gemvr", 3), ("gemvr", 16), ("gemvr", 32),
-          ("gemvrw1", 1), ("gemvrw2", 1), ("gemvrna", 1)]
+# gemvr and its variants (router_gemv_fp32_window.cuh) serve one token only.
+PATH_M = [("gemv", 1), ("gemv", 3), ("gemv", 8), ("gemvr", 1), ("gemvrw1", 1), ("gemvrw2", 1), ("gemvrna", 1)]
 
 
 @pytest.mark.gpu
@@ -117,8 +108,8 @@ def test_gemv_matches_fp64(K, N, splits, path, M):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("K,N", SHAPES)
-@pytest.mark.parametrize("path,M", [("gemv", 1), ("gemv", 5), ("gemvr", 1), ("gemvr", 9), ("gemvrw1", 1),
-                                    ("gemvrw2", 1), ("gemvrna", 1)])
+@pytest.mark.parametrize("path,M", [("gemv", 1), ("gemv", 5), ("gemvr", 1), ("gemvrw1", 1), ("gemvrw2", 1),
+                                    ("gemvrna", 1)])
 def test_gemv_grid_size_deterministic_graph_pdl(K, N, path, M):
     import hpc_common
     from hpc_router_gemm import RouterWeight
@@ -173,28 +164,6 @@ def test_gemv_strided_x_and_out():
         assert torch.isnan(big[:, 768:]).all(), "gemvr wrote outside out"
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("K,N", SHAPES + [(8192, 128), (64, 64)])
-@pytest.mark.parametrize("splits", heuristics.GEMV_SPLITS)
-@pytest.mark.parametrize("M", [2, 7, 8, 9, 17, 32])
-def test_gemvr_tokens_equal_one_token_calls(K, N, splits, M):
-    """Several tokens in one gemvr call: each output row is bit for bit the one-token call's (the
-    same FMA chain, butterfly and in-order sums per token), token groups of 8 (4 at K / S > 4096)
-    with a partial last group, into a strided output."""
-    from hpc_router_gemm import RouterWeight
-
-    if not heuristics.gemv_fits(M, K, splits, "gemvr"):
-        pytest.skip("slice does not fit")
-    x, w = make_inputs(M, K, N, seed=K + 3 * N + 5 * M + splits)
-    rw = RouterWeight(w)
-    big = poisoned_empty(M, N + 32, dtype=torch.float32, device="cuda")
-    out = _gemv(x, rw, splits, out=big[:, :N], path="gemvr")
-    assert torch.isnan(big[:, N:]).all(), "gemvr wrote outside out"
-    check_against_fp64(out, x, w, strict_top8=(K, N) in SHAPES, tag=f"gemvr S={splits} M={M} K={K} N={N}")
-    for t in range(M):
-        assert_bitwise_equal(out[t:t + 1], _gemv(x[t:t + 1], rw, splits, path="gemvr"), name=f"token {t}")
-
-
 _weights: dict = {}
 
 
@@ -211,7 +180,7 @@ def test_gemv_random_m(shape, M, splits, path, seed):
     from hpc_router_gemm import RouterWeight
 
     K, N = shape
-    M = min(M, heuristics.gemvr_max_m(path)) if path in heuristics.GEMVR_PATHS else M
+    M = 1 if path in heuristics.GEMVR_PATHS else M
     if shape not in _weights:
         _weights[shape] = RouterWeight(make_inputs(1, K, N, seed=K + N)[1])
     rw = _weights[shape]

@@ -38,7 +38,6 @@ FP32_MAX_M = 256  # the fp32 kernel keeps [M, 8] partials per CTA in shared memo
 GEMV_MAX_M = 8  # the gemv kernel keeps the x slices of every token in shared memory
 GEMV_SPLITS = (1, 2, 4)
 GEMVR_MAX_SLICE_K = 4 * 512 * 4  # gemvr: a row slice is at most 4 float4 per thread of 512
-GEMVR_MAX_M = 32  # gemvr itself serves 1..32 tokens (router_gemv_fp32_ldg.cuh, gemvr::kMaxTokens); its variants one
 # Shared memory the gemv kernel may use per CTA (router_gemv_fp32.cuh, gemv::kSmemBudget).
 GEMV_SMEM_BUDGET = 227 * 1024 - 1024
 TILE_NARROW, TILE_WIDE, TILE_WIDE96 = 0, 1, 2
@@ -206,19 +205,13 @@ def fp32_splits(K: int, N: int, num_sms: int = 132) -> int:
 
 def gemv_fits(M: int, K: int, splits: int, path: str = "gemv") -> bool:
     """gemv: one row slice (K / S FP32) and the M x slices (BF16) fit the kernel's shared
-    memory. gemvr: up to GEMVR_MAX_M tokens (its sweep-only variants one), and a row slice fits
-    one batch of register loads."""
+    memory. gemvr: one token, and a row slice fits one batch of register loads."""
     ks = K // splits
     if K % (16 * splits):
         return False
     if path in GEMVR_PATHS:
-        return 1 <= M <= gemvr_max_m(path) and ks <= GEMVR_MAX_SLICE_K
+        return M == 1 and ks <= GEMVR_MAX_SLICE_K
     return M <= GEMV_MAX_M and M * ks * 2 + ks * 4 + 8 * 1024 <= GEMV_SMEM_BUDGET
-
-
-def gemvr_max_m(path: str) -> int:
-    """Tokens a gemvr-family path serves: gemvr up to GEMVR_MAX_M, its window / hint variants one."""
-    return GEMVR_MAX_M if path == "gemvr" else 1
 
 
 def gemv_clusters(splits: int, num_sms: int, max_clusters: Callable[[int], int]) -> int:
@@ -230,14 +223,14 @@ def gemv_splits(M: int, N: int, K: int, num_sms: int, max_clusters: Callable[[in
                 path: str = "gemv") -> int | None:
     """The split that minimises the bytes of the busiest SM, ceil(N / clusters) x K / S x 4
     (whole rows per cluster, so few rows per SM leave some SMs a row ahead: N=192 on 132 SMs
-    is 1 or 2 rows with S=1, 2 or 3 half rows with S=2), plus with several tokens the x slices
-    every CTA reads (M x K / S x 2); ties go to the smaller S. None when no split fits."""
+    is 1 or 2 rows with S=1, 2 or 3 half rows with S=2); ties go to the smaller S. None when
+    no split fits shared memory."""
     best, best_bytes = None, math.inf
     for s in GEMV_SPLITS:
         if not gemv_fits(M, K, s, path) or max_clusters(s) <= 0:
             continue
         g = min(N, gemv_clusters(s, num_sms, max_clusters))
-        nbytes = math.ceil(N / g) * (K // s) * 4 + (M * (K // s) * 2 if M > 1 else 0)
+        nbytes = math.ceil(N / g) * (K // s) * 4
         if nbytes < best_bytes:
             best, best_bytes = s, nbytes
     return best
@@ -322,8 +315,7 @@ def choose_plan(M: int, N: int, K: int, max_clusters: Callable[[int, int], int],
     if path in GEMV_PATHS:
         s = gemv_splits(M, N, K, num_sms, lambda s: max_clusters(TILE_GEMV, s), path)
         if s is None:
-            most = GEMV_MAX_M if path == "gemv" else gemvr_max_m(path)
-            limit = "M = 1" if most == 1 else f"M <= {most}"
+            limit = f"M <= {GEMV_MAX_M}" if path == "gemv" else "M = 1"
             raise ValueError(f"router_gemm: the {path} path serves {limit} with a K slice that fits the kernel, "
                              f"got M={M}, K={K}")
         return Plan(path, s)
