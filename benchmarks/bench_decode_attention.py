@@ -48,7 +48,7 @@ from hpc_attention import _ext, heuristics
 from hpc_attention import paged_decode as pd
 from hpc_attention.reference import decode_reference
 
-DIAG_ROW_SETS = ("all", "tail", "first_page", "lookahead", "line_order", "min_tiles", "code_warm")
+DIAG_ROW_SETS = ("all", "tail", "first_page", "lookahead", "line_order", "min_tiles", "code_warm", "task_cost")
 CASES = ["64x0.5K", "64x4K", "32x128+32x4K", "2x32K+30x4K", "1x64K+15x4K", "1x128K+31x4K"]
 HEADS = [(8, 1), (64, 8)]
 PAGE = 64
@@ -191,6 +191,8 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                      ("diag_tma_helpers_first_page_off", None, None, {"tail_percent": 0}, True, True)]
     if diag and diag_rows == "all":  # the plan cut on tiles alone (version 4's plan): what the task cost buys
         variants.append(("diag_task_cost0", None, 0, {}, None, None))
+    if diag and diag_rows == "task_cost":  # the planner's fixed cost per item, in tiles (heuristics.TASK_COST_TILES_*)
+        variants += [(f"diag_task_cost{c}", None, c, {}, None, None) for c in (0, 1, 2, 3, 6)]
     if diag and diag_rows == "min_tiles":  # higher work floors per CTA (ninth session): at 8/1, 64x0.5K's
         # 8-tile requests then fit whole bins (64 CTAs, no split merges) instead of two 4-tile parts
         variants += [(f"diag_min_tiles{m}", None, None, {"min_tiles": m}, None, None) for m in (6, 8)]
