@@ -67,7 +67,9 @@ def test_table_picks_workspace_split_where_measured():
     # Twelfth session: the fused-product tile (wide96f, same bits) where it measured faster.
     assert pick(512, 768, 6144) == Plan("wide96f_wsp", 4)
     assert pick(256, 768, 6144) == Plan("wide96_wsp", 8)
-    assert pick(1024, 384, 3072) == Plan("wide96_wsp", 4)
+    # Thirteenth session: Lite M=1024 on the 128-column tile, a 4-CTA cluster split in one wave (no workspace).
+    assert pick(1024, 384, 3072) == Plan("wide128f", 4)
+    assert pick(512, 384, 3072) == Plan("wide96f4", 4)
     assert pick(1024, 192, 4096) == Plan("wide96_wsp", 8)
     assert pick(2048, 192, 4096) == Plan("wide96f_wsp", 4)
     assert pick(4096, 192, 4096) == Plan("wide96f", 2)  # S=2: the cluster reduction is cheaper

@@ -48,11 +48,14 @@ TILE_WIDE96_RS, TILE_WIDE_RS = 4, 5  # the wide tiles with A (x) from registers
 TILE_WIDE96_F, TILE_WIDE96_RSF = 6, 7
 # wide96f with a 4-stage ring instead of 5: faster per CTA on some grids, slower on others (HISTORY.md)
 TILE_WIDE96_F4 = 8
+# 128 x 128 with both products in one m64n256k16 (thirteenth session): Lite's N = 384 in 3 tiles
+TILE_WIDE128_F = 9
 TILES = {"narrow": TILE_NARROW, "wide": TILE_WIDE, "wide96": TILE_WIDE96, "wide96rs": TILE_WIDE96_RS,
          "widers": TILE_WIDE_RS, "wide96f": TILE_WIDE96_F, "wide96rsf": TILE_WIDE96_RSF,
-         "wide96f4": TILE_WIDE96_F4}
+         "wide96f4": TILE_WIDE96_F4, "wide128f": TILE_WIDE128_F}
 RS_TWIN = {"wide96rs": "wide96", "widers": "wide"}  # same math, x tile read from shared memory per product
-FUSED_TWIN = {"wide96f": "wide96", "wide96rsf": "wide96rs", "wide96f4": "wide96"}  # same math, one wgmma per product
+# same math per element, one wgmma for both products (wide128f: also 128 columns per tile)
+FUSED_TWIN = {"wide96f": "wide96", "wide96rsf": "wide96rs", "wide96f4": "wide96", "wide128f": "wide96"}
 PREFETCH_BLOCKS = 8  # K blocks of L2 prefetch ahead of the loads (`pf` paths)
 PF_TILES = {f"{name}pf": TILES[name] for name in ("wide", "wide96", "wide96rs", "widers")}
 CLUSTER_PATHS = {**TILES, **PF_TILES}  # wgmma paths split over a cluster (or not at all)
@@ -64,7 +67,7 @@ WS_PATHS.update({f"{name}_{suffix}": (CLUSTER_PATHS[name], mode, 1) for name in 
                  for suffix, mode in (("wsm", 1), ("wspm", 2))})
 TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 96),  # (BM, BN)
                TILE_WIDE96_RS: (128, 96), TILE_WIDE_RS: (128, 192), TILE_WIDE96_F: (128, 96),
-               TILE_WIDE96_RSF: (128, 96), TILE_WIDE96_F4: (128, 96)}
+               TILE_WIDE96_RSF: (128, 96), TILE_WIDE96_F4: (128, 96), TILE_WIDE128_F: (128, 128)}
 SPLIT_CHOICES = (1, 2, 4, 8)
 FP32_PATHS = ("fp32", "fp32pf")  # one kernel; "fp32pf" adds the L2 bulk prefetch
 # gemvr and its sweep-only variants (router_gemv_fp32_window.cuh; same bits as gemvr): path ->
@@ -188,8 +191,14 @@ TABLE: dict[tuple[int, int], list[tuple]] = {
     # 18.00 / 17.79 against wide96_wsp 17.95 / 17.73: row kept). Then the 4-stage ring
     # (benchmarks/results/h200/router_gemm_stages_sweep.*): 4096 wide96f4 S=1 31.17 [wide96f S=1
     # 32.45]; 2048 wide96f4 S=2 20.94 [wide96f S=2 21.41].
-    (3072, 384): [(1, "gemvr", 1), (8, "fp32", 4), (128, "narrow", 8), (256, "narrow", 4), (512, "wide96", 4),
-                  (1024, "wide96_wsp", 4), (2048, "wide96f4", 2), (1 << 30, "wide96f4", 1)],
+    # Thirteenth session (results/h200/router_gemm_wide128f_sweep.*, one process; the full run of 7667e6c
+    # before it had the old 1024 row tie TF32 at 17.76): 1024 wide128f S=4 16.99 [wide96f4_wsp S=4 17.66,
+    # wide96_wsp S=4 17.92 (the old row); TF32 17.95]: the 128-column tile makes N = 384 three tiles, so
+    # the 4-CTA cluster split is 24 clusters, one wave (30 fit), and needs no workspace. 512 wide96f4
+    # S=4 14.18 [wide128f S=8 14.46, wide96 S=4 15.07 (the old row); the full run's sweep: 14.38 vs
+    # 15.20].
+    (3072, 384): [(1, "gemvr", 1), (8, "fp32", 4), (128, "narrow", 8), (256, "narrow", 4), (512, "wide96f4", 4),
+                  (1024, "wide128f", 4), (2048, "wide96f4", 2), (1 << 30, "wide96f4", 1)],
 }
 
 

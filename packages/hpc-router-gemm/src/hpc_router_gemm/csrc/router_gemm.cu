@@ -7,6 +7,9 @@
 // read of the x tile per K block for both products; HISTORY.md, fourth session).
 // WIDE96_F and WIDE96_RSF: WIDE96 and WIDE96_RS with both products in one m64n192k16 wgmma per K
 // step (twelfth session); WIDE96_F4: WIDE96_F with a 4-stage ring (Lite's large-M rows).
+// WIDE128_F: the fused 128 x 128 tile (one m64n256k16 per K step, 4 stages; thirteenth session):
+// N = 384 in 3 tiles, so Lite M = 1024 is 24 tiles and a 4-CTA cluster split fits in one wave
+// (30 such clusters are resident, 32 of the 96-column tile's were needed).
 #include "hpc_router_gemm/router_gemm_bf16x2_wgmma.cuh"
 #include "hpc_router_gemm/router_gemm_fp32_splitk.cuh"
 #include "hpc_router_gemm/router_gemv_fp32.cuh"
@@ -23,6 +26,7 @@ using WideRs = Bf16x2Config<192, 2, 3, true>;
 using Wide96F = Bf16x2Config<96, 2, 5, false, true>;
 using Wide96RsF = Bf16x2Config<96, 2, 5, true, true>;
 using Wide96F4 = Bf16x2Config<96, 2, 4, false, true>;
+using Wide128F = Bf16x2Config<128, 2, 4, false, true>;
 
 cudaError_t run_fp32_splitk(const Fp32SplitKParams& p, cudaStream_t stream, bool pdl) {
   return launch_router_gemm_fp32_splitk(p, stream, pdl);
@@ -63,6 +67,8 @@ R with_tile(int tile, R unknown, F&& f) {
       return f(Wide96RsF{});
     case 8:
       return f(Wide96F4{});
+    case 9:
+      return f(Wide128F{});
     default:
       return unknown;
   }

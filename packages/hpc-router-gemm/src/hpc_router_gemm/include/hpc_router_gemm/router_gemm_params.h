@@ -74,8 +74,8 @@ struct Bf16x2Params {
 
 // C entry points (csrc/router_gemm.cu). `tile`: 0 = narrow (64 x 32), 1 = wide (128 x 192),
 // 2 = wide96 (128 x 96), 4 = wide96 and 5 = wide with the x fragments in registers, 6 = wide96
-// and 7 = wide96 in registers with both products in one wgmma, 8 = tile 6 with a 4-stage ring (3
-// is the gemv kernel's key in Python, not a wgmma tile).
+// and 7 = wide96 in registers with both products in one wgmma, 8 = tile 6 with a 4-stage ring,
+// 9 = the fused 128 x 128 tile (3 is the gemv kernel's key in Python, not a wgmma tile).
 cudaError_t run_fp32_splitk(const Fp32SplitKParams& p, cudaStream_t stream, bool pdl);
 cudaError_t run_bf16x2(int tile, const Bf16x2Params& p, cudaStream_t stream, bool pdl);
 int bf16x2_max_clusters(int tile, int splits);
