@@ -172,8 +172,11 @@ TABLE: dict[tuple[int, int], list[tuple]] = {
     # Twelfth session: 1024 wide96f S=2 33.95 / 34.14 / 34.32 [wide96 S=2 35.36 / 35.30 / 35.39];
     # 512 wide96f_wsp S=4 25.18 [wide96_wsp S=4 25.66]; 4096 widers S=1 101.5 / 101.6 [wide96f
     # S=1 113.8 / 114.7]. 128 and 256 not re-measured.
+    # Thirteenth session, two sweeps (router_gemm_wide128f_sweep.*, router_gemm_wide128f_sweep2.*): 256
+    # wide128f S=8 20.08 / 19.76 [wide96_wsp S=8 20.58 / 20.32, the old row]: N = 768 in 6 tiles of
+    # 128, 12 clusters of 8 (15 fit), no workspace.
     (6144, 768): [(1, "gemvrw2", 1, "ef"), (8, "fp32", 2, "ef"), (16, "narrow", 8), (64, "narrow", 8, "ef"),
-                  (128, "wide96", 8), (256, "wide96_wsp", 8), (512, "wide96f_wsp", 4), (1024, "wide96f", 2),
+                  (128, "wide96", 8), (256, "wide128f", 8), (512, "wide96f_wsp", 4), (1024, "wide96f", 2),
                   (1 << 30, "widers", 1)],
     # K=3072 N=384. M=1: fp32 S=2 9.2-9.8 [narrow S=8 9.6]; 16, 64, 128: narrow S=8 9.5,
     # 9.6, 10.6 [wide96 S=8 13.3 at 128]; 256: narrow S=4 12.2 [wide96 S=8 13.5]; 512:
