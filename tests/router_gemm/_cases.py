@@ -95,6 +95,15 @@ def assert_graph_replays(x: torch.Tensor, rw, plan, expected: torch.Tensor, *, n
         assert_bitwise_equal(out, expected, name=name)
 
 
+def assert_pdl_and_graph_equal_eager(x: torch.Tensor, rw, plan) -> None:
+    """The plan launched eagerly, with PDL off and on, and replayed twice from a CUDA graph: the
+    same bits every time."""
+    eager = launch_poisoned(x, rw, plan)
+    for pdl in (False, True):
+        assert_bitwise_equal(launch_poisoned(x, rw, plan, pdl=pdl), eager, name=f"pdl={pdl}")
+    assert_graph_replays(x, rw, plan, eager, name=f"graph replay {plan}", replays=2)
+
+
 def capture_on_side_stream(fn) -> torch.cuda.CUDAGraph:
     """fn() once on a side stream (warm-up: module load, a split-K workspace), then captured
     into a CUDA graph on that stream; the current stream waits for both."""
