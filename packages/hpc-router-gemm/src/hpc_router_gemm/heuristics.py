@@ -9,7 +9,10 @@ weight read into registers by plain loads; sweep-only variants `gemvrw1` / `gemv
 loads in flight, `gemvrna` changes their cache hints, GEMVR_PATHS), and the two-product BF16 wgmma
 kernel with three tiles: `narrow` (64 x 32, for skinny M), `wide` (128 x 192) and `wide96`
 (128 x 96); `wide96rs` / `widers` are the two wide tiles with the x fragments loaded into
-registers once per K block for both products (wgmma with A from registers; same bits). A
+registers once per K block for both products (wgmma with A from registers; same bits);
+FUSED_TWIN lists the tiles that run both products as one wgmma over the W_hi and W_lo tiles
+side by side (`wide96f`, `wide96rsf`, `wide96f4` with a 4-stage ring, and the 128 x 128
+`wide128f`; same bits as `wide96` / `wide96rs`). A
 `pf` after a tile name (`wide96pf`, `widerspf`, ...) adds an L2 prefetch of the x (and weight)
 boxes PREFETCH_BLOCKS K blocks ahead of the TMA loads (same bits as without). Each is combined with a split-K count S (CTAs per cluster along K). The same
 three tiles also split K without a cluster, through a global workspace (splitk_workspace.cuh):
