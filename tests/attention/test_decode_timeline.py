@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import hpc_attention as ha
 from hpc_attention import heuristics
 from hpc_attention import paged_decode as dec
 from hpc_common.testing import assert_bitwise_equal
@@ -56,3 +57,38 @@ def test_timeline_keeps_bits_and_adds_up(kv_dtype, tma, merge, monkeypatch):
         # Every split item is merged once at one level, or 8 groups + 1 at two levels (>16 parts).
         parts = [e[2] for e in tables.combine if e[2] > 1]
         assert merges == sum(1 if p <= 16 else 9 for p in parts), (merges, parts)
+
+
+# The planner's per-warp step stamps (decode_plan_timeline.cuh): slots of each warp's 16.
+PLAN_SLOTS, PLAN_WARPS = 16, 16
+P_ENTRY, P_PDL, P_LENS, P_SCAN1, P_SCAN2, P_WRITTEN, P_FENCED = range(7)
+
+
+@pytest.mark.parametrize("hkv", [1, 8])
+def test_plan_timeline_keeps_tables_and_orders_steps(hkv, monkeypatch):
+    """With DIAG["plan_timeline"] set the planner (diagnostics build) writes the same tables as the
+    library build, and each warp of CTA 0 stamps its steps in order. Batch 256 at 64/8 takes the
+    aligned plan on a grid of CTAs; 8/1 the row plan (decode_plan_rows.cuh) on one."""
+    kv_lens = torch.full((256,), 4096, dtype=torch.int32, device="cuda")
+    kv_lens[::7] = 100
+    ws = ha.DecodeWorkspace(256, hkv, 8 * hkv, 4096)
+    base = ha.plan_decode(kv_lens, hkv, 8 * hkv, workspace=ws, validate=False).tables()
+    for t in (ws.tasks, ws.bin_start, ws.bin_first, ws.combine, ws.counters, ws.slot_meta):
+        t.fill_(-7)  # poison: the diag build must rewrite every entry the library build wrote
+    tl = torch.zeros(16 * PLAN_WARPS * PLAN_SLOTS, dtype=torch.int64, device="cuda")
+    monkeypatch.setitem(dec.DIAG, "plan_timeline", tl)
+    plan = ha.plan_decode(kv_lens, hkv, 8 * hkv, workspace=ws, validate=False)
+    torch.cuda.synchronize()
+    monkeypatch.setitem(dec.DIAG, "plan_timeline", None)
+    got = plan.tables()
+    used = base.counters[5]  # bins used: bin_first is written for those only
+    assert used > 0 and got.bin_first[:used] == base.bin_first[:used]
+    for name in ("tasks", "bin_start", "combine", "counters", "slot_meta"):
+        assert getattr(got, name) == getattr(base, name), name
+    # CTA 0's warps that planned requests (the row plan at 8/1 leaves warps past the batch's 8 rows idle)
+    rows = [r for r in tl.view(-1, PLAN_SLOTS).cpu().tolist()[:PLAN_WARPS] if r[P_LENS]]
+    assert len(rows) >= 8
+    for w, r in enumerate(rows):
+        steps = [r[s] for s in (P_ENTRY, P_PDL, P_LENS, P_SCAN1, P_SCAN2, P_WRITTEN, P_FENCED)]
+        assert all(s > 0 for s in steps), (w, r)
+        assert steps == sorted(steps), (w, r)

@@ -43,6 +43,14 @@ void block_barrier() {
   unsigned g = bar_gen;
   if (++bar_count == nthreads) { bar_count = 0; ++bar_gen; } else { while (bar_gen == g) yield(); ++progress; }
 }
+// bar.sync id, count: released when `count` threads have arrived (ids 1..15; 0 is __syncthreads).
+static int nbar_count[16];
+static unsigned nbar_gen[16];
+void named_barrier(int id, int count) {
+  ++progress;
+  unsigned g = nbar_gen[id];
+  if (++nbar_count[id] == count) { nbar_count[id] = 0; ++nbar_gen[id]; } else { while (nbar_gen[id] == g) yield(); ++progress; }
+}
 void warp_barrier() {
   ++progress;
   int w = cur->tid.x >> 5;
@@ -54,6 +62,7 @@ static void entry() { hpc::attn::plan_kernel_for(*gp)(*gp); cur->done = true; ++
 void launch_cta(const hpc::attn::DecodePlanParams& p, int threads) {
   gp = &p; nthreads = threads; block = dim3(threads); bar_count = 0;
   for (int w = 0; w < 32; ++w) wcount[w] = 0;
+  for (int i = 0; i < 16; ++i) nbar_count[i] = 0;
   for (int t = 0; t < threads; ++t) {
     Fiber& f = fibers[t];
     f.tid = {unsigned(t), 0, 0}; f.done = false;

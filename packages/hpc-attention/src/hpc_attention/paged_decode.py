@@ -26,7 +26,9 @@ _LOG2E = 1.0 / math.log(2.0)
 # kernel writes per-CTA event stamps (decode_timeline.cuh, scripts/timeline_decode.py).
 # "defines": extra -D switches for a separate build of the kernels (benchmark A/B rows only), e.g.
 # ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",) for the consumers' schedule before the score look-ahead.
-DIAG = {"skip_combine": False, "flags": 0, "timeline": None, "defines": ()}
+# "plan_timeline": None, or a CUDA int64 tensor of >= plan CTAs * 16 warps * 16 words into which the
+# planner writes per-warp step stamps (decode_plan_timeline.cuh, scripts/timeline_plan.py).
+DIAG = {"skip_combine": False, "flags": 0, "timeline": None, "defines": (), "plan_timeline": None}
 
 # Which producer the last eager `decode` call ran ("tma" or "cp_async"; tests read it). The TMA
 # producer falls back to cp.async when the driver cannot encode the cache's tensor map.
@@ -172,7 +174,10 @@ def _plan_op(kv_lens: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor
              static_splits: int, max_len: int, task_cost: int, tail_percent: int, tail_bin: int,
              max_tail_bins: int, page_table: torch.Tensor | None, page_size_log2: int,
              bin_first_page: torch.Tensor, head_major: bool, cut_to_heads: bool) -> None:
-    _ext.load().decode_plan(
+    # The planner's step stamps are recorded only by the diagnostics build (decode_plan_timeline.cuh).
+    tl = DIAG.get("plan_timeline")
+    ext = _ext.load_timeline() if tl is not None else _ext.load()
+    ext.decode_plan(
         page_table=page_table.data_ptr() if page_table is not None else 0,
         page_table_stride=page_table.stride(0) if page_table is not None else 0, page_size_log2=page_size_log2,
         bin_first_page=bin_first_page.data_ptr(),
@@ -182,7 +187,7 @@ def _plan_op(kv_lens: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor
         tasks=tasks.data_ptr(),
         bin_start=bin_start.data_ptr(), bin_first=bin_first.data_ptr(), combine=combine.data_ptr(),
         counters=counters.data_ptr(), slot_meta=slot_meta.data_ptr(), pdl=get_pdl(), stream=stream_ptr(kv_lens.device),
-        head_major=head_major, cut_to_heads=cut_to_heads)
+        head_major=head_major, cut_to_heads=cut_to_heads, timeline=tl.data_ptr() if tl is not None else 0)
 
 
 @_plan_op.register_fake

@@ -35,7 +35,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
          int max_len, int task_cost, int tail_percent, int tail_bin, int max_tail_bins, uintptr_t tasks, uintptr_t bin_start, uintptr_t bin_first, uintptr_t combine,
          uintptr_t counters, uintptr_t slot_meta, bool pdl, uintptr_t stream, uintptr_t page_table,
          long long page_table_stride, int page_size_log2, uintptr_t bin_first_page, bool head_major,
-         bool cut_to_heads) {
+         bool cut_to_heads, uintptr_t timeline) {
         DecodePlanParams p{};
         p.kv_lens = hpc::as_ptr<const int32_t>(kv_lens);
         p.batch = batch;
@@ -58,6 +58,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.page_table_stride = page_table_stride;
         p.page_size_log2 = page_size_log2;
         p.bin_first_page = hpc::as_ptr<int32_t>(bin_first_page);
+        p.timeline = hpc::as_ptr<uint64_t>(timeline);  // diagnostics; 0 = off
         set_line_order(p, head_major, cut_to_heads);
         HPC_CUDA_CHECK(hpc_attn_launch_decode_plan(p, hpc::as_stream(stream), pdl), "decode_plan");
       },
@@ -67,7 +68,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       py::arg("bin_first"), py::arg("combine"),
       py::arg("counters"), py::arg("slot_meta"), py::arg("pdl"), py::arg("stream"), py::arg("page_table") = 0,
       py::arg("page_table_stride") = 0, py::arg("page_size_log2") = 0, py::arg("bin_first_page") = 0,
-      py::arg("head_major") = false, py::arg("cut_to_heads") = true);
+      py::arg("head_major") = false, py::arg("cut_to_heads") = true, py::arg("timeline") = 0);
 
   m.def(
       "paged_decode",

@@ -66,6 +66,9 @@ struct DecodePlanParams {
   // Bins the line may be cut into: num_bins, or, head-major, num_bins rounded down to a multiple
   // of Hkv, so that every head's stretch of the line is cut at the same token positions.
   int cut_bins;
+  // Diagnostics only (scripts/timeline_plan.py): per-warp step stamps, see decode_plan_timeline.cuh;
+  // nullptr (the library's setting) records nothing.
+  uint64_t* timeline;
 };
 
 // Fill the line-order fields of a plan's parameters (batch, num_kv_heads, num_bins and

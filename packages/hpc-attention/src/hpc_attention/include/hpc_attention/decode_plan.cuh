@@ -16,9 +16,11 @@
 // compare the two table by table.
 //
 // Files: decode_plan_common.cuh (shared state, scans, first pages, the long-request writer),
-// decode_plan_fast.cuh (the common dynamic plan), decode_plan_aligned.cuh (the common
+// decode_plan_fast.cuh (the common dynamic plan), decode_plan_rows.cuh (the same plan for one-head
+// batches of up to 256 requests, without block scans), decode_plan_aligned.cuh (the common
 // head-major plan: every head's stretch cut alike), decode_plan_general.cuh (tails, wide lines),
-// decode_plan_static.cuh (static mode); this file holds the kernel and its launcher.
+// decode_plan_static.cuh (static mode), decode_plan_timeline.cuh (diagnostics stamps); this file
+// holds the kernel and its launcher.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,8 +31,10 @@
 #include "hpc_attention/decode_plan_common.cuh"
 #include "hpc_attention/decode_plan_fast.cuh"
 #include "hpc_attention/decode_plan_aligned.cuh"
+#include "hpc_attention/decode_plan_rows.cuh"
 #include "hpc_attention/decode_plan_general.cuh"
 #include "hpc_attention/decode_plan_static.cuh"
+#include "hpc_attention/decode_plan_timeline.cuh"
 #include "hpc_common/pdl.cuh"
 
 namespace hpc::attn {
@@ -65,6 +69,7 @@ inline int plan_ctas(const DecodePlanParams& p) {
 // of the out-of-line plans; with it the kernel takes 108-112 registers and no spill.
 template <bool kHM>
 __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __grid_constant__ DecodePlanParams p) {
+  plan_tl(p, kPtEntry);
   const int tid = threadIdx.x;
   const bool dynamic = p.static_splits <= 0;
   // Work per thread (plan_work): dynamic plans split a request's heads over threads when there are
@@ -85,12 +90,14 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
   const bool tail = plan_has_tail(p);
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();  // the decode kernel waits for our completion anyway
+  plan_tl(p, kPtPdl);
   if constexpr (kHM) {
     // Only when the virtual batch of B x Hkv one-head requests does not fit one per thread: below
     // that the general plan runs every item on a thread of its own, as parallel as the aligned plan
     // (which measured up to ~1 us slower there on the skewed per-case plans, H200).
     if (plan_may_align(p)) {
       if (plan_head_major_aligned(p, by_floor)) {
+        plan_tl_end(p);
         if (p.page_table != nullptr) write_first_pages(p);  // block-uniform; this CTA's bins only
         return;
       }
@@ -99,6 +106,15 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
     }
   }
   if (blockIdx.x != 0) return;  // only the aligned plan uses more than one CTA (plan_ctas)
+  if constexpr (!kHM) {
+    // Small one-head batches: the same plan without block scans (decode_plan_rows.cuh says why).
+    if (plan_rows_applies(p, tail)) {
+      plan_fast_rows(p, by_floor);
+      plan_tl_end(p);
+      if (p.page_table != nullptr) write_first_pages(p);  // block-uniform; every warp is still here
+      return;
+    }
+  }
   auto tiles = tiles_of;
 
   // Pass 1: tiles of my items (a request's tiles, once per head), non-empty items, clamped
@@ -117,8 +133,10 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
     v[2] += (h0 == 0 && (!kHM || b < p.line_batch) && (raw < 0 || raw > p.max_len)) ? 1 : 0;
     v[3] = max(v[3], n);
   }
+  plan_tl(p, kPtLens, v[0]);
   int tot[4];
   block_scan<2, true>(v, tot, sh.scan[0]);
+  plan_tl(p, kPtScan1, tot[0]);
   const int total = tot[0];
   if (dynamic) {
     // The work line: tiles plus task_cost units per charged item (see plan_dynamic_general);
@@ -145,6 +163,7 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
   } else {
     plan_static(p, r0, r1, total, tot[2]);
   }
+  plan_tl_end(p);
   if (p.page_table != nullptr) write_first_pages(p);  // block-uniform
 }
 

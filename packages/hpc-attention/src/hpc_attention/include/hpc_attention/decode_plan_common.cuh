@@ -267,11 +267,12 @@ __device__ __forceinline__ void write_totals(const DecodePlanParams& p, const Pl
 }
 
 // Dynamic plans: the bins from bins_used on hold no task; their bin_start entries (and the table's
-// end entry) are the task count.
-__device__ __forceinline__ void close_unused_bins(const DecodePlanParams& p, int bins_used, int num_tasks) {
+// end entry) are the task count. threads: how many of the block's first threads share the loop.
+__device__ __forceinline__ void close_unused_bins(const DecodePlanParams& p, int bins_used, int num_tasks,
+                                                  int threads = kPlanThreads) {
   const int C = p.num_bins + p.max_tail_bins;
 #pragma unroll 1
-  for (int c = threadIdx.x; c <= C; c += kPlanThreads) {
+  for (int c = threadIdx.x; c <= C; c += threads) {
     if (c >= bins_used) p.bin_start[c] = num_tasks;
   }
 }

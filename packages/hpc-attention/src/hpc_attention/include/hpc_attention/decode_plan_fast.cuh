@@ -7,6 +7,7 @@
 
 #include "hpc_attention/decode_params.h"
 #include "hpc_attention/decode_plan_common.cuh"
+#include "hpc_attention/decode_plan_timeline.cuh"
 
 namespace hpc::attn {
 
@@ -156,14 +157,16 @@ __device__ __noinline__ void write_nested_bins(const DecodePlanParams& p, const 
   }
 }
 
-// The common dynamic plan (see above). This thread owns heads [h0, h1) of requests [r0, r1);
-// `chunk` is the block-uniform number of requests per thread; line0 = where my first request
-// starts on the line; an item of n tiles is charged `ovh` units iff 1 <= n and n * nb0 <= total_tiles
-// (n <= total_tiles / nb0 without that division).
+// Pass 3 of the common dynamic plan: write the tasks, slots, combine entries and bin entries of
+// this thread's items. This thread owns heads [h0, h1) of requests [r0, r1); `chunk` is the
+// block-uniform number of requests per thread (loop bounds are warp-uniform for the ballots);
+// line0 = where my first request starts on the line; task / slot / comb = the entries of the items
+// before mine (the counting pass's exclusive prefixes); an item of n tiles is charged `ovh` units
+// iff 1 <= n and n * nb0 <= total_tiles (n <= total_tiles / nb0 without that division).
 template <bool kHM>
-__device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int r1, int h0, int h1, int chunk,
-                                          int len0, unsigned line0, unsigned line, unsigned nb, unsigned ovh,
-                                          unsigned nb0, int total_tiles, int clamped) {
+__device__ __forceinline__ void plan_fast_write(const DecodePlanParams& p, const FastCut& cut, int r0, int r1, int h0,
+                                                int h1, int chunk, int len0, unsigned line0, unsigned ovh,
+                                                unsigned nb0, int total_tiles, int task, int slot, int comb) {
   const int nh = h1 - h0;
   const int lane = threadIdx.x & 31;
   auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, line_len<kHM>(p, b)); };
@@ -171,27 +174,9 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
   auto cost_of = [&](int n) {
     return n > 0 && static_cast<unsigned long long>(n) * nb0 <= static_cast<unsigned>(total_tiles) ? ovh : 0u;
   };
-  FastCut cut;
-  cut.init(line, nb);
   const FastLine& L = cut.L;
-  const unsigned budget = cut.budget, long_units = cut.long_units;
+  const unsigned long_units = cut.long_units;
   const bool nest = cut.nests(ovh);
-
-  // Pass 2: tasks, slots and combine entries of my requests.
-  int cnt[4] = {0, 0, 0, 0};
-  count_requests(cnt, L, r0, r1, line0, nh, 1, length, cost_of);
-  int tot[4];
-  block_scan<3, false>(cnt, tot, plan_shared().scan[2]);
-  const int num_tasks = tot[0];
-
-  // Counters and the bin_start entries of unused bins first (they need only the totals).
-  const int nb_used = line > 0 ? static_cast<int>(nb) : 0;
-  close_unused_bins(p, nb_used, num_tasks);
-  write_totals(p, {num_tasks, tot[2], line > 0 ? static_cast<int>(budget) : 0, total_tiles, tot[1], nb_used, clamped,
-                   0});
-
-  // Pass 3: write. Loop bounds are warp-uniform (chunk iterations) for the ballots.
-  int task = cnt[0], slot = cnt[1], comb = cnt[2];
   unsigned pos = line0;
 #pragma unroll 1
   for (int i = 0; i < chunk; ++i) {
@@ -245,6 +230,38 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
     }
     pos += units;
   }
+}
+
+// The common dynamic plan (see above): pass 2 (counts and their block scan), the totals, then
+// pass 3 (plan_fast_write). Arguments as plan_fast_write's; line = the line's length, nb its bins.
+template <bool kHM>
+__device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int r1, int h0, int h1, int chunk,
+                                          int len0, unsigned line0, unsigned line, unsigned nb, unsigned ovh,
+                                          unsigned nb0, int total_tiles, int clamped) {
+  const int nh = h1 - h0;
+  auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, line_len<kHM>(p, b)); };
+  auto cost_of = [&](int n) {
+    return n > 0 && static_cast<unsigned long long>(n) * nb0 <= static_cast<unsigned>(total_tiles) ? ovh : 0u;
+  };
+  FastCut cut;
+  cut.init(line, nb);
+
+  // Pass 2: tasks, slots and combine entries of my requests.
+  int cnt[4] = {0, 0, 0, 0};
+  count_requests(cnt, cut.L, r0, r1, line0, nh, 1, length, cost_of);
+  int tot[4];
+  block_scan<3, false>(cnt, tot, plan_shared().scan[2]);
+  plan_tl(p, kPtScan2, tot[0]);
+  const int num_tasks = tot[0];
+
+  // Counters and the bin_start entries of unused bins first (they need only the totals).
+  const int nb_used = line > 0 ? static_cast<int>(nb) : 0;
+  close_unused_bins(p, nb_used, num_tasks);
+  write_totals(p, {num_tasks, tot[2], line > 0 ? static_cast<int>(cut.budget) : 0, total_tiles, tot[1], nb_used,
+                   clamped, 0});
+
+  // Pass 3: write.
+  plan_fast_write<kHM>(p, cut, r0, r1, h0, h1, chunk, len0, line0, ovh, nb0, total_tiles, cnt[0], cnt[1], cnt[2]);
 }
 
 }  // namespace hpc::attn

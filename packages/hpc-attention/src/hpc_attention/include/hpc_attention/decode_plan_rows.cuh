@@ -1,0 +1,135 @@
+// The common dynamic plan of a small request-major batch without block-wide scans: see
+// decode_plan.cuh for the plan, decode_plan_fast.cuh for the arithmetic and pass 3 it shares.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "hpc_attention/decode_params.h"
+#include "hpc_attention/decode_plan_common.cuh"
+#include "hpc_attention/decode_plan_fast.cuh"
+#include "hpc_attention/decode_plan_timeline.cuh"
+#include "hpc_common/sm90.cuh"
+
+namespace hpc::attn {
+
+// Why a plan of its own: at batch 256 and one KV head the plan is one CTA's dependent chain, and
+// its per-warp timeline (scripts/timeline_plan.py, H200) put ~1.5 us of it between the KV lengths
+// landing and the stores: two block scans (pass 1's totals, then pass 2's counts, each a warp scan,
+// a barrier and a second warp scan) with the bin arithmetic between them, not instruction fetch
+// (the same steps with the code warm in the L2 took as long). Here every warp reads all B <=
+// kRowMax * 32 lengths (lane l holds requests 32 k + l, "row" k), so the totals that fix the cut
+// (tiles, charged items, the line) come from a per-lane sum and one warp reduction each, the same
+// in every warp and without a barrier; warp w owns row w (one request per lane, as plan_work gives
+// one per thread): its line positions are the warp-reduced spans of rows < w plus a scan of its own
+// row. Only the task / slot / combine counts still cross warps: one named barrier over the active
+// warps, after which each warp sums the rows before it. Same tables as plan_fast (the twin and the
+// GPU tests compare them).
+constexpr int kRowMax = 8;
+
+// The row plan applies: dynamic, request-major, one KV head, no claimable tail, B <= kRowMax * 32,
+// and a line that cannot leave the fast plan's 32-bit range whatever the lengths (every request
+// clamped to max_len, every item charged), so the decision needs only parameters (block-uniform,
+// made before any length is read).
+__device__ __forceinline__ bool plan_rows_applies(const DecodePlanParams& p, bool tail) {
+  if (p.static_splits > 0 || tail || p.line_heads > 1 || p.num_kv_heads != 1 || p.batch > kRowMax * 32) return false;
+  const long long bound = static_cast<long long>(p.batch) * (tiles_of(p.max_len) + (p.task_cost > 0 ? p.task_cost : 0));
+  return bound <= 0x7fffffffll && (bound + 1) * p.cut_bins + bound < 0xFFFFFFFFll;
+}
+
+__device__ __forceinline__ int warp_sum(int v) { return __reduce_add_sync(0xffffffffu, v); }
+
+// Exclusive scan of v over the warp's lanes.
+__device__ __forceinline__ int warp_exclusive_scan(int v) {
+  const int lane = threadIdx.x & 31;
+  int inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int t = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += t;
+  }
+  return inc - v;
+}
+
+// The row plan (plan_rows_applies holds). Warps past the last row return at once.
+__device__ __forceinline__ void plan_fast_rows(const DecodePlanParams& p, const FastDiv& by_floor) {
+  const int B = p.batch, rows = (B + 31) >> 5;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  if (w >= rows) return;
+  const unsigned ovh = p.task_cost > 0 ? p.task_cost : 0;
+
+  // Pass 1 (every active warp alike): lengths, tiles, clamped flags of all requests.
+  int raw[kRowMax];
+#pragma unroll
+  for (int k = 0; k < kRowMax; ++k) raw[k] = k < rows && 32 * k + lane < B ? p.kv_lens[32 * k + lane] : 0;
+  int n[kRowMax];
+  int lane_tiles = 0, lane_clamped = 0;
+#pragma unroll
+  for (int k = 0; k < kRowMax; ++k) {
+    n[k] = tiles_of(clamp_len(p, raw[k]));
+    lane_tiles += n[k];
+    lane_clamped += raw[k] < 0 || raw[k] > p.max_len ? 1 : 0;  // 0 outside the batch
+  }
+  plan_tl(p, kPtLens, lane_tiles);
+  const int total = warp_sum(lane_tiles);
+  const int clamped = warp_sum(lane_clamped);
+  // Charged items (1 <= n, n * nb0 <= total: as plan_fast's cost_of) and each request's span on the
+  // line; my line position = the spans of the rows before mine + a scan of my row.
+  const unsigned nb0 = static_cast<unsigned>(bins_for(by_floor, static_cast<unsigned>(total), p.cut_bins));
+  int lane_charged = 0, lane_before = 0, my_len = 0, my_n = 0;
+  unsigned my_ovh = 0;
+#pragma unroll
+  for (int k = 0; k < kRowMax; ++k) {
+    const bool charged = n[k] > 0 && static_cast<unsigned long long>(n[k]) * nb0 <= static_cast<unsigned>(total);
+    lane_charged += charged ? 1 : 0;
+    const int span = n[k] + (charged ? static_cast<int>(ovh) : 0);
+    if (k < w) lane_before += span;
+    if (k == w) {  // unrolled selects: no dynamic register indexing
+      my_len = clamp_len(p, raw[k]);
+      my_n = n[k];
+      my_ovh = charged ? ovh : 0u;
+    }
+  }
+  const unsigned line = static_cast<unsigned>(total) + ovh * static_cast<unsigned>(warp_sum(lane_charged));
+  const unsigned line0 = static_cast<unsigned>(warp_sum(lane_before) + warp_exclusive_scan(my_n + static_cast<int>(my_ovh)));
+  plan_tl(p, kPtScan1, static_cast<int>(line0));
+  const unsigned nb = static_cast<unsigned>(bins_for(by_floor, line, p.cut_bins));
+  FastCut cut;
+  cut.init(line, nb);
+
+  // Pass 2: my request's tasks, slots and combine entries (count_parts); row sums to the other
+  // warps through shared memory, one barrier over the active warps.
+  const int b = w * 32 + lane;
+  int cnt[4] = {0, 0, 0, 0};
+  if (b < B) {
+    if (my_n == 0) {
+      cnt[2] = 1;
+    } else {
+      count_parts(cnt, cut.L.parts(line0 + my_ovh, static_cast<unsigned>(my_n)), 1);
+    }
+  }
+  int4* row_sums = plan_shared().scan[2];
+  const int r_tasks = warp_sum(cnt[0]), r_slots = warp_sum(cnt[1]), r_comb = warp_sum(cnt[2]);
+  if (lane == 0) row_sums[w] = make_int4(r_tasks, r_slots, r_comb, 0);
+  const int e_tasks = warp_exclusive_scan(cnt[0]), e_slots = warp_exclusive_scan(cnt[1]),
+            e_comb = warp_exclusive_scan(cnt[2]);
+  hpc::sm90::named_barrier(1, rows * 32);
+  const int4 r = lane < rows ? row_sums[lane] : make_int4(0, 0, 0, 0);
+  const bool before = lane < w;
+  const int task = warp_sum(before ? r.x : 0) + e_tasks, slot = warp_sum(before ? r.y : 0) + e_slots,
+            comb = warp_sum(before ? r.z : 0) + e_comb;
+  const int num_tasks = warp_sum(r.x), num_slots = warp_sum(r.y), num_comb = warp_sum(r.z);
+  plan_tl(p, kPtScan2, task);
+
+  const int nb_used = line > 0 ? static_cast<int>(nb) : 0;
+  close_unused_bins(p, nb_used, num_tasks, rows * 32);
+  write_totals(p, {num_tasks, num_comb, line > 0 ? static_cast<int>(cut.budget) : 0, total, num_slots, nb_used,
+                   clamped, 0});
+  // Pass 3: plan_fast's writer with one request per thread.
+  const bool mine = b < B;
+  plan_fast_write<false>(p, cut, mine ? b : B, mine ? b + 1 : B, 0, 1, 1, my_len, line0, ovh, nb0, total, task, slot,
+                         comb);
+}
+
+}  // namespace hpc::attn
