@@ -17,6 +17,15 @@ from .weight import RouterWeight, check_weight, prepare
 _OP = "router_gemm"
 MAX_M = 1 << 22  # grid.z = ceil(M / 64) must stay within CUDA's 65535
 
+# Diagnostics (never set by the library). "timeline": None, or a CUDA tensor of 64-bit words into
+# which the BF16x2 wgmma kernel writes 16 per-CTA event stamps (router_timeline.cuh,
+# scripts/timeline_large_m.py); it must hold >= 16 x the grid's CTAs and be zero before each
+# call. While set, every call runs the extension built with HPC_ROUTER_TIMELINE=1 (same kernels
+# and results, plus the stamps; the other paths record nothing). Read when the op runs, so a CUDA
+# graph keeps what was set at capture.
+DIAG: dict = {"timeline": None}
+TIMELINE_SLOTS = 16
+
 
 def _check_inputs(x: object, weight: torch.Tensor, out: object | None) -> None:
     check_tensor(x, "x", _OP, dtype=torch.bfloat16, ndim=2)
@@ -82,7 +91,8 @@ def launch(x: torch.Tensor, rw: RouterWeight, out: torch.Tensor, plan: Plan, pdl
     N = rw.weight.shape[0]
     if M == 0:
         return
-    ext = _ext.load()
+    timeline = DIAG["timeline"]
+    ext = _ext.load() if timeline is None else _ext.load_timeline()
     pdl = get_pdl() if pdl is None else bool(pdl)
     stream = stream_ptr(x.device)
     if plan.path in GEMV_PATHS:
@@ -106,9 +116,21 @@ def launch(x: torch.Tensor, rw: RouterWeight, out: torch.Tensor, plan: Plan, pdl
                 resident = 2 * max_clusters(plan.tile, 2) if mc else max_clusters(plan.tile, 1)
                 mode = ws_launch_mode(plan, M, N, resident)
                 ws_ptr, ctr_ptr = ws.partials.data_ptr(), ws.counters.data_ptr()
+        # The library's call stays as it was: the keyword only while the timeline is recorded.
+        diag = {}
+        if timeline is not None:
+            diag["timeline"] = _timeline_ptr(timeline, bf16x2_tiles(plan.tile, M, N, mc) * plan.splits)
         ext.bf16x2(plan.tile, x.data_ptr(), x.stride(0), rw.w_hi.data_ptr(), rw.w_lo.data_ptr(), out.data_ptr(),
                    out.stride(0), M, N, K, plan.splits, pdl, stream, mode, ws_ptr, ctr_ptr, int(mc), plan.prefetch,
-                   plan.evict_first)
+                   plan.evict_first, **diag)
+
+
+def _timeline_ptr(t: torch.Tensor, ctas: int) -> int:
+    """The address of DIAG["timeline"], checked to hold the stamps of `ctas` CTAs (the grid:
+    tiles, padded to an even M tile count with multicast, times the split)."""
+    if not t.is_cuda or t.numel() * t.element_size() < ctas * TIMELINE_SLOTS * 8:
+        raise ValueError(f"DIAG['timeline'] must be a CUDA tensor of >= {ctas * TIMELINE_SLOTS} 64-bit words")
+    return t.data_ptr()
 
 
 class _Prepared:

@@ -48,17 +48,18 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
   m.def("bf16x2",
         [](int tile, uintptr_t x, int64_t x_stride, uintptr_t w_hi, uintptr_t w_lo, uintptr_t out,
            int64_t out_stride, int M, int N, int K, int splits, bool pdl, uintptr_t stream, int ws_mode,
-           uintptr_t ws, uintptr_t counters, int multicast, int prefetch, bool w_evict_first) {
+           uintptr_t ws, uintptr_t counters, int multicast, int prefetch, bool w_evict_first, uintptr_t timeline) {
           rg::Bf16x2Params p{hpc::as_ptr<const void>(x), x_stride, hpc::as_ptr<const void>(w_hi),
                              hpc::as_ptr<const void>(w_lo), hpc::as_ptr<float>(out), out_stride, M, N, K, splits,
                              hpc::as_ptr<float>(ws), hpc::as_ptr<int>(counters), ws_mode, multicast, prefetch,
-                             w_evict_first ? 1 : 0};
+                             w_evict_first ? 1 : 0, hpc::as_ptr<uint64_t>(timeline)};  // timeline: diagnostics, 0 = off
           HPC_CUDA_CHECK(rg::run_bf16x2(tile, p, hpc::as_stream(stream), pdl), "router_gemm_bf16x2_wgmma");
         },
         py::arg("tile"), py::arg("x"), py::arg("x_stride"), py::arg("w_hi"), py::arg("w_lo"), py::arg("out"),
         py::arg("out_stride"), py::arg("M"), py::arg("N"), py::arg("K"), py::arg("splits"), py::arg("pdl"),
         py::arg("stream"), py::arg("ws_mode") = 0, py::arg("ws") = 0, py::arg("counters") = 0,
-        py::arg("multicast") = 0, py::arg("prefetch") = 0, py::arg("w_evict_first") = false);
+        py::arg("multicast") = 0, py::arg("prefetch") = 0, py::arg("w_evict_first") = false,
+        py::arg("timeline") = 0);
   m.def("bf16x2_max_clusters", &rg::bf16x2_max_clusters, py::arg("tile"), py::arg("splits"));
   m.def("bf16x2_tile_shape", [](int tile) {
     int bm = 0, bn = 0;

@@ -70,6 +70,10 @@ struct Bf16x2Params {
   // DRAM (the ring alone holds ~4 blocks in flight per SM). 0: no prefetch. Same results.
   int prefetch = 0;
   int w_evict_first = 0;  // the weight tiles' TMA loads (x keeps the default policy)
+  // Diagnostics only (scripts/timeline_large_m.py): per-CTA event stamps, [grid CTAs][16] 64-bit
+  // words, zero before the call (router_timeline.cuh). Recorded only by the HPC_ROUTER_TIMELINE=1
+  // build of the extension; nullptr (the library's setting) records nothing.
+  uint64_t* timeline = nullptr;
 };
 
 // C entry points (csrc/router_gemm.cu). `tile`: 0 = narrow (64 x 32), 1 = wide (128 x 192),
