@@ -87,7 +87,13 @@ struct Bf16x2Config {
   static constexpr int kEpiBytes = BM * kEpiStride * 4;
   static constexpr int kRingBytes = STAGES * kStageBytes;
   static constexpr int kTileBytes = kRingBytes > kEpiBytes ? kRingBytes : kEpiBytes;
-  static constexpr int kSmemBytes = 1024 + kTileBytes + 2 * STAGES * 8 + 16;  // + alignment slack, flag
+  // Two-CTA cluster split with the push reduction (see the kernel): a receive buffer for the
+  // peer's 64 x BN partial rows beside the ring (not in it: the peer may push while this CTA's
+  // main loop still reads the ring), where it fits (two warpgroups, one per rank's rows).
+  static constexpr int kRecvTileBytes = 64 * BN * 4;
+  static constexpr bool kPushReduce = WGS == 2 && 1024 + kTileBytes + kRecvTileBytes + 2 * STAGES * 8 + 16 <= 227 * 1024;
+  static constexpr int kRecvBytes = kPushReduce ? kRecvTileBytes : 0;
+  static constexpr int kSmemBytes = 1024 + kTileBytes + kRecvBytes + 2 * STAGES * 8 + 16;  // + alignment slack, flag
   // Register split between the producer and consumer warpgroups (setmaxnreg, WGS == 2 only).
   // The 128 x 192 tile with A in registers needs 192 accumulators + 16 fragment registers
   // per consumer thread: 240 (ptxas serialises its wgmma at 232), the producer gets 24.
@@ -181,13 +187,15 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
   if (threadIdx.x == 0) tl_entry(p.timeline);
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kTileBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kTileBytes + C::kRecvBytes);
   uint64_t* empty = full + STAGES;
 
   const int wg = threadIdx.x / 128;
   const bool mc = p.multicast != 0;
   const int splits = p.splits;
   const bool cluster_split = splits > 1 && p.ws_mode == 0;
+  // Push reduction: S = 2 cluster split, each rank sums the rows one of its warpgroups holds.
+  const bool push = C::kPushReduce && cluster_split && splits == 2 && !mc;
   // Grid: (splits, tiles_n, tiles_m), or with multicast (2, splits * tiles_n, tiles_m / 2)
   // with the pair of M tiles along x (the cluster). rank == the cluster rank for a cluster split.
   const uint32_t rank = mc ? blockIdx.y % splits : blockIdx.x;
@@ -282,7 +290,12 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
       __syncwarp();
       sm90::cluster_sync();  // pairs with the consumers' barrier after their main loop
     }
-    if (cluster_split) cluster_reduce_store<C>(p, smem, splits, rank, m0, n0);
+    if (push) {
+      __syncwarp();  // the .aligned cluster barrier needs converged warps (the TMA thread diverged)
+      sm90::cluster_arrive_release();  // nothing to publish; the peer's wait counts every thread
+    } else if (cluster_split) {
+      cluster_reduce_store<C>(p, smem, splits, rank, m0, n0);
+    }
   } else {
     // ---- consumer warpgroup `wg`: token rows [m0 + 64 wg, m0 + 64 wg + 64) ----
     if constexpr (WGS > 1) sm90::setmaxnreg_inc<C::kConsumerRegs>();
@@ -417,6 +430,51 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
           }
         }
       }
+    } else if (push) {
+      // Push reduction (S = 2, two warpgroups): rank r owns rows [64 r, 64 r + 64), exactly the
+      // rows warpgroup r holds. So warpgroup 1 - r stores its partial tile straight into the peer's
+      // receive buffer (in this thread layout: the peer's thread of the same index reads its own
+      // values back) and arrives; warpgroup r arrives, waits, adds the peer's partial to its
+      // registers and stores. Against cluster_reduce_store (every thread writes its tile to its
+      // own shared memory, cluster barrier, reads both halves back over DSMEM, second barrier
+      // before exit): one barrier, remote stores that do not wait instead of dependent remote
+      // loads, no shared-memory round trip of the CTA's own rows. Timeline at K=4096 N=192
+      // M=4096 (scripts/timeline_large_m.py, H200): that epilogue took ~2.9 us per CTA from the
+      // main loop's end to exit. Same sum: t_0 + t_1 of the two ranks' partials (IEEE addition
+      // is commutative, so rank 1's acc + recv is bitwise rank 0's order).
+      float4* recv = reinterpret_cast<float4*>(smem + C::kTileBytes);
+      const int t = threadIdx.x % 128;
+      if (wg != static_cast<int>(rank)) {
+        const uint32_t peer = sm90::map_to_rank(sm90::smem_u32(recv), rank ^ 1u);
+#pragma unroll
+        for (int i = 0; i < R / 4; ++i) {
+          sm90::st_dsmem_f4(peer + static_cast<uint32_t>(i * 128 + t) * 16u,
+                            make_float4(acc_hi[4 * i], acc_hi[4 * i + 1], acc_hi[4 * i + 2], acc_hi[4 * i + 3]));
+        }
+        sm90::cluster_arrive_release();  // the stores above are the peer's after its wait
+      } else {
+        if (threadIdx.x % 128 == 0) tl_stamp(p.timeline, kTlReduceStart);
+        sm90::cluster_arrive_release();
+        sm90::cluster_wait_acquire();
+        if (threadIdx.x % 128 == 0) tl_stamp(p.timeline, kTlReduceGo);
+        if (active) {
+#pragma unroll
+          for (int c = 0; c < BN / 8; ++c) {
+            const float4 v = recv[c * 128 + t];
+            const float2 lo = make_float2(acc_hi[4 * c] + v.x, acc_hi[4 * c + 1] + v.y);
+            const float2 hi = make_float2(acc_hi[4 * c + 2] + v.z, acc_hi[4 * c + 3] + v.w);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int row = m0 + r_loc + 8 * h, col = n0 + 8 * c + c_loc;
+              if (row < p.M && col < p.N) {
+                *reinterpret_cast<float2*>(p.out + static_cast<int64_t>(row) * p.out_stride + col) = h ? hi : lo;
+              }
+            }
+          }
+        }
+        if (threadIdx.x % 128 == 0) tl_exit(p.timeline, nk);
+      }
+      return;
     } else {
       sm90::named_barrier(1, WGS * 128);  // every consumer is done reading the stage ring
       float* tile = reinterpret_cast<float*>(smem);
