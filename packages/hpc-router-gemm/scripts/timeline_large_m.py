@@ -200,6 +200,9 @@ def main() -> None:
                     help="comma-separated M values for every shape (instead of the --shapes lists)")
     ap.add_argument("--paths", default="default",
                     help="comma-separated plans: default (the table's), <path> or <path>_s<S>[_ef], e.g. wide96f_s1")
+    ap.add_argument("--defines", default="",
+                    help="semicolon-separated -D switch sets to compare in this process (empty = the library's "
+                         "build), e.g. ';-DHPC_ROUTER_FIRST_STAGES=2'")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--json", type=Path, default=None, help="write the per-case summaries here")
     args = ap.parse_args()
@@ -214,8 +217,13 @@ def main() -> None:
         rw = RouterWeight(w)
         for M in ms:
             x = torch.randn(M, K, device=dev, generator=gen).to(torch.bfloat16)
-            for spec in args.paths.split(","):
-                plan, ctas, runs, lib, same = run_case(x, rw, parse_plan(spec, M, N, K, dev), args.reps)
+            for spec, defines in ((p, d) for p in args.paths.split(",") for d in args.defines.split(";")):
+                DIAG["defines"] = tuple(d for d in defines.split() if d)
+                try:
+                    plan, ctas, runs, lib, same = run_case(x, rw, parse_plan(spec, M, N, K, dev), args.reps)
+                finally:
+                    DIAG["defines"] = ()
+                spec = f"{spec} {defines}".strip()
                 done = sorted(((analyse(rows, ev), rows) for ev, rows in runs), key=lambda d: d[0]["span_us"])
                 s, stamps = done[len(done) // 2]
                 done = [d for d, _ in done]

@@ -23,7 +23,9 @@ MAX_M = 1 << 22  # grid.z = ceil(M / 64) must stay within CUDA's 65535
 # call. While set, every call runs the extension built with HPC_ROUTER_TIMELINE=1 (same kernels
 # and results, plus the stamps; the other paths record nothing). Read when the op runs, so a CUDA
 # graph keeps what was set at capture.
-DIAG: dict = {"timeline": None}
+# "defines": extra -D switches for a separate build of the kernels (A/B experiments only, e.g.
+# ("-DHPC_ROUTER_FIRST_STAGES=2",)); with "timeline" set they join its switch.
+DIAG: dict = {"timeline": None, "defines": ()}
 TIMELINE_SLOTS = 16
 
 
@@ -92,7 +94,8 @@ def launch(x: torch.Tensor, rw: RouterWeight, out: torch.Tensor, plan: Plan, pdl
     if M == 0:
         return
     timeline = DIAG["timeline"]
-    ext = _ext.load() if timeline is None else _ext.load_timeline()
+    defines = tuple(DIAG["defines"]) + (("-DHPC_ROUTER_TIMELINE=1",) if timeline is not None else ())
+    ext = _ext.load_variant(*defines) if defines else _ext.load()
     pdl = get_pdl() if pdl is None else bool(pdl)
     stream = stream_ptr(x.device)
     if plan.path in GEMV_PATHS:
