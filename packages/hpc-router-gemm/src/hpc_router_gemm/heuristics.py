@@ -53,11 +53,9 @@ TILE_WIDE96_F, TILE_WIDE96_RSF = 6, 7
 TILE_WIDE96_F4 = 8
 # 128 x 128 with both products in one m64n256k16 (thirteenth session): Lite's N = 384 in 3 tiles
 TILE_WIDE128_F = 9
-# 192 x 96, both products in one m64n192k16, three consumer warpgroups (fourteenth session, sweep only)
-TILE_TALL96_F = 10
 TILES = {"narrow": TILE_NARROW, "wide": TILE_WIDE, "wide96": TILE_WIDE96, "wide96rs": TILE_WIDE96_RS,
          "widers": TILE_WIDE_RS, "wide96f": TILE_WIDE96_F, "wide96rsf": TILE_WIDE96_RSF,
-         "wide96f4": TILE_WIDE96_F4, "wide128f": TILE_WIDE128_F, "tall96f": TILE_TALL96_F}
+         "wide96f4": TILE_WIDE96_F4, "wide128f": TILE_WIDE128_F}
 RS_TWIN = {"wide96rs": "wide96", "widers": "wide"}  # same math, x tile read from shared memory per product
 # same math per element, one wgmma for both products (wide128f: also 128 columns per tile)
 FUSED_TWIN = {"wide96f": "wide96", "wide96rsf": "wide96rs", "wide96f4": "wide96", "wide128f": "wide96"}
@@ -68,15 +66,11 @@ CLUSTER_PATHS = {**TILES, **PF_TILES}  # wgmma paths split over a cluster (or no
 # reduce, weight multicast over M pairs).
 WS_PATHS = {f"{name}_{suffix}": (tile, mode, 0) for name, tile in CLUSTER_PATHS.items()
             for suffix, mode in (("ws", 1), ("wsp", 2))}
-# Owner rows (kernel ws_mode 3, S = the tile's warpgroups: rank r sums the rows warpgroup r holds;
-# fourteenth session): the three-warpgroup tile, whose 3-CTA clusters do not all fit.
-WS_PATHS.update({"tall96f_wso": (TILE_TALL96_F, 3, 0)})
 WS_PATHS.update({f"{name}_{suffix}": (CLUSTER_PATHS[name], mode, 1) for name in ("wide", "wide96", "widers", "wide96pf")
                  for suffix, mode in (("wsm", 1), ("wspm", 2))})
 TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 96),  # (BM, BN)
                TILE_WIDE96_RS: (128, 96), TILE_WIDE_RS: (128, 192), TILE_WIDE96_F: (128, 96),
-               TILE_WIDE96_RSF: (128, 96), TILE_WIDE96_F4: (128, 96), TILE_WIDE128_F: (128, 128),
-               TILE_TALL96_F: (192, 96)}
+               TILE_WIDE96_RSF: (128, 96), TILE_WIDE96_F4: (128, 96), TILE_WIDE128_F: (128, 128)}
 SPLIT_CHOICES = (1, 2, 4, 8)
 FP32_PATHS = ("fp32", "fp32pf")  # one kernel; "fp32pf" adds the L2 bulk prefetch
 # gemvr and its sweep-only variants (router_gemv_fp32_window.cuh; same bits as gemvr): path ->
@@ -118,7 +112,7 @@ class Plan:
 
     @property
     def ws_mode(self) -> int:
-        """0: cluster split (or none); 1 / 2 / 3: workspace split (see WS_PATHS)."""
+        """0: cluster split (or none); 1 / 2: workspace split (see WS_PATHS)."""
         return WS_PATHS[self.path][1] if self.path in WS_PATHS and self.splits > 1 else 0
 
     @property
@@ -307,9 +301,7 @@ def ws_launch_mode(plan: Plan, M: int, N: int, resident_ctas: int) -> int:
     CTA of the grid is resident at once, else the last-arrival reduction. `resident_ctas`:
     CTAs of this tile resident at once (in 2-CTA clusters for multicast plans)."""
     mode = plan.ws_mode
-    if mode == 3 and plan.splits != TILE_SHAPES[plan.tile][0] // 64:
-        mode = 2  # owner rows need one rank per warpgroup
-    if mode in (2, 3) and bf16x2_tiles(plan.tile, M, N, plan.multicast) * plan.splits > resident_ctas:
+    if mode == 2 and bf16x2_tiles(plan.tile, M, N, plan.multicast) * plan.splits > resident_ctas:
         return 1
     return mode
 

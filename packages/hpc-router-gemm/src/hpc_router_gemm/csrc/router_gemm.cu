@@ -10,9 +10,6 @@
 // WIDE128_F: the fused 128 x 128 tile (one m64n256k16 per K step, 4 stages; thirteenth session):
 // N = 384 in 3 tiles, so Lite M = 1024 is 24 tiles and a 4-CTA cluster split fits in one wave
 // (30 such clusters are resident, 32 of the 96-column tile's were needed).
-// TALL96_F: the fused 96-column tile with three consumer warpgroups (192 x 96, 4 stages; fourteenth
-// session): 1.2x fewer bytes into the SM per product than WIDE96_F; K=4096 N=192 M=4096 is 44 tiles,
-// a 3-CTA cluster split 132 CTAs.
 #include "hpc_router_gemm/router_gemm_bf16x2_wgmma.cuh"
 #include "hpc_router_gemm/router_gemm_fp32_splitk.cuh"
 #include "hpc_router_gemm/router_gemv_fp32.cuh"
@@ -30,7 +27,6 @@ using Wide96F = Bf16x2Config<96, 2, 5, false, true>;
 using Wide96RsF = Bf16x2Config<96, 2, 5, true, true>;
 using Wide96F4 = Bf16x2Config<96, 2, 4, false, true>;
 using Wide128F = Bf16x2Config<128, 2, 4, false, true>;
-using Tall96F = Bf16x2Config<96, 3, 4, false, true>;
 
 cudaError_t run_fp32_splitk(const Fp32SplitKParams& p, cudaStream_t stream, bool pdl) {
   return launch_router_gemm_fp32_splitk(p, stream, pdl);
@@ -73,8 +69,6 @@ R with_tile(int tile, R unknown, F&& f) {
       return f(Wide96F4{});
     case 9:
       return f(Wide128F{});
-    case 10:
-      return f(Tall96F{});
     default:
       return unknown;
   }

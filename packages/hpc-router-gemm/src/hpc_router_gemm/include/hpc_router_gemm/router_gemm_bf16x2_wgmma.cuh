@@ -60,8 +60,7 @@ struct Bf16x2DevParams {
   int M, N, K;
   float* ws;      // split-K partials, [tile][rank][R / 4][consumer thread] float4 (ws_mode != 0)
   int* counters;  // one arrival counter per tile, zero between calls
-  int ws_mode;    // 0: cluster reduction (or no split); 1: last arrival reduces; 2: all reduce;
-                  // 3: owner rows (S == WGS: rank r sums the rows of warpgroup r, see the kernel)
+  int ws_mode;    // 0: cluster reduction (or no split); 1: last arrival reduces; 2: all reduce
   int multicast;  // 1: 2-CTA clusters along M share the weight tiles (see above)
   int splits;     // CTAs along K
   int tiles_n;    // N tiles (tile index = m_tile * tiles_n + n_tile)
@@ -95,19 +94,11 @@ struct Bf16x2Config {
   static constexpr bool kPushReduce = WGS == 2 && 1024 + kTileBytes + kRecvTileBytes + 2 * STAGES * 8 + 16 <= 227 * 1024;
   static constexpr int kRecvBytes = kPushReduce ? kRecvTileBytes : 0;
   static constexpr int kSmemBytes = 1024 + kTileBytes + kRecvBytes + 2 * STAGES * 8 + 16;  // + alignment slack, flag
-  // Workspace split with owner rows (ws_mode 3): compiled only for the three-warpgroup tile that
-  // uses it (the 192-column tiles' registers do not take its staging buffers without spilling).
-  static constexpr bool kOwnerRows = WGS == 3;
-  // Register split between the producer and consumer warpgroups (setmaxnreg, WGS > 1).
+  // Register split between the producer and consumer warpgroups (setmaxnreg, WGS == 2 only).
   // The 128 x 192 tile with A in registers needs 192 accumulators + 16 fragment registers
-  // per consumer thread: 240 (ptxas serialises its wgmma at 232), the producer gets 24. Three
-  // consumer warpgroups (512 threads, 64 K registers): 152 each (96 accumulators of the fused
-  // 96-column tile + addressing), 56 for the producer.
+  // per consumer thread: 240 (ptxas serialises its wgmma at 232), the producer gets 24.
   static constexpr bool kWideRs = RS && BN > 96;
-  static constexpr int kProducerRegs = WGS == 3 ? 56 : kWideRs ? 24 : 40;
-  static constexpr int kConsumerRegs = WGS == 3 ? 152 : kWideRs ? 240 : 232;
-  static_assert(WGS < 3 || (!RS && BN <= 96), "three consumer warpgroups: the fused SS tile of <= 96 columns");
-  static_assert(WGS == 1 || 128 * (WGS * kConsumerRegs + kProducerRegs) <= 65536, "register file");
+  static constexpr int kProducerRegs = kWideRs ? 24 : 40, kConsumerRegs = kWideRs ? 240 : 232;
   static_assert(BN % 8 == 0 && BN <= 256 && kWBytes % 1024 == 0, "wgmma N / swizzle atom");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
@@ -400,79 +391,7 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
     // column 8c + 2 (lane % 4) + j of the warpgroup's 64 x BN tile.
     const int r_loc = wg * 64 + warp * 16 + lane / 4;
     const int c_loc = 2 * (lane % 4);
-    if (C::kOwnerRows && splits > 1 && !cluster_split && p.ws_mode == 3) {
-      // Owner rows through the workspace (S == WGS): rank r owns rows [64 r, 64 r + 64), the
-      // rows warpgroup r holds, so warpgroups w != r store their partial into the workspace slot
-      // (tile, row block w, rank r) and warpgroup r keeps its own in registers; after the tile's
-      // S arrivals warpgroup r reads the other ranks' partials of its block (S - 1 x 64 x BN
-      // floats, all loads issued before the first add) and sums in rank order 0, 1, ..., S - 1:
-      // the bits of the cluster path and of modes 1 and 2. Against mode 2 (every CTA writes and
-      // reads back whole tiles, then reduces 1 / S of the slots in a loop of dependent L2
-      // reads): 1 - 1 / S of the bytes each way and one L2 round trip. Why: the 192 x 96 tile at
-      // K=4096 M=4096 needs a 3-way split on 132 SMs, where only 39 three-CTA clusters fit
-      // (timeline: its main loop 16.1 us against 18.2 for wide96f S=2; mode 2's epilogue 6.7 us).
-      if constexpr (C::kOwnerRows) {
-      constexpr int J = R / 4;  // float4 per consumer thread
-      constexpr int kCT = WGS * 128, T3 = J * 128;  // float4 per (row block, rank) partial
-      const int tile = m_tile * p.tiles_n + n_tile;
-      const int t = threadIdx.x % 128;
-      float4* blocks = reinterpret_cast<float4*>(p.ws) + static_cast<int64_t>(tile) * WGS * WGS * T3;
-      if (threadIdx.x == 0) tl_stamp(p.timeline, kTlReduceStart);
-      if (wg != static_cast<int>(rank)) {
-        splitk::store_partial<R, 128>(blocks + (wg * WGS + static_cast<int>(rank)) * T3, acc_hi, t);
-      }
-      volatile int* flag = reinterpret_cast<volatile int*>(empty + STAGES);
-      int* ctr = p.counters + tile;
-      splitk::arrive<kCT>(ctr, splits, 2 * splits, flag);
-      if (threadIdx.x == 0) tl_stamp(p.timeline, kTlReduceGo);
-      if (wg == static_cast<int>(rank)) {
-        // Rank order with this rank's own partial in registers: position q of the sum is peer
-        // in[q] below q == wg, the registers at q == wg, peer in[q - 1] above (selects, no
-        // dynamic register indexing). Two halves of the J float4 each: every load of a half is
-        // issued before its first add (one L2 round trip per half, 2 x (S - 1) x J / 2 float4 of
-        // registers beside the accumulators).
-        const float4* mine = blocks + wg * WGS * T3;  // (row block wg, rank q) at mine + q * T3
-        constexpr int JH = (J + 1) / 2;
-#pragma unroll
-        for (int j0 = 0; j0 < J; j0 += JH) {
-          float4 in[WGS > 1 ? WGS - 1 : 1][JH];
-#pragma unroll
-          for (int k = 0; k < WGS - 1; ++k) {
-            const int q = k < wg ? k : k + 1;
-#pragma unroll
-            for (int jj = 0; jj < JH; ++jj) {
-              if (j0 + jj < J) in[k][jj] = __ldcg(mine + q * T3 + (j0 + jj) * 128 + t);
-            }
-          }
-#pragma unroll
-          for (int jj = 0; jj < JH; ++jj) {
-            const int jx = j0 + jj;
-            if (jx >= J) break;
-            const float4 own = make_float4(acc_hi[4 * jx], acc_hi[4 * jx + 1], acc_hi[4 * jx + 2], acc_hi[4 * jx + 3]);
-            float4 acc = wg == 0 ? own : in[0][jj];
-#pragma unroll
-            for (int q = 1; q < WGS; ++q) {
-              const float4 v = q < wg ? in[q < WGS - 1 ? q : 0][jj] : (q == wg ? own : in[q - 1][jj]);
-              acc.x += v.x;
-              acc.y += v.y;
-              acc.z += v.z;
-              acc.w += v.w;
-            }
-            // register 4 jx + 2h + i: row 16 warp + lane / 4 + 8h, column 8 jx + 2 (lane % 4) + i
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int row = m0 + r_loc + 8 * h, col = n0 + 8 * jx + c_loc;
-              if (active && row < p.M && col < p.N) {
-                *reinterpret_cast<float2*>(p.out + static_cast<int64_t>(row) * p.out_stride + col) =
-                    h ? make_float2(acc.z, acc.w) : make_float2(acc.x, acc.y);
-              }
-            }
-          }
-        }
-      }
-      splitk::arrive<kCT>(ctr, 0, 2 * splits, flag);  // second round: the last one resets
-      }
-    } else if (splits > 1 && !cluster_split) {
+    if (splits > 1 && !cluster_split) {
       // Workspace split-K: every consumer thread (active or not: zeros) writes its slot.
       constexpr int kCT = WGS * 128, T = (R / 4) * kCT;
       const int tile = m_tile * p.tiles_n + n_tile;
@@ -587,7 +506,7 @@ inline cudaError_t launch_router_gemm_bf16x2(const Bf16x2Params& p, cudaStream_t
   const bool ws = p.ws_mode != 0 && p.splits > 1;
   const bool mc = p.multicast != 0;
   if (p.M < 1 || p.N < 8 || p.N % 8 || p.K < C::BK || p.K % C::BK || p.x_stride % 8 || p.out_stride % 4 ||
-      p.ws_mode < 0 || p.ws_mode > 3 || (p.ws_mode == 3 && p.splits > 1 && (!C::kOwnerRows || p.splits != C::WGS))) {
+      p.ws_mode < 0 || p.ws_mode > 2) {
     return cudaErrorInvalidValue;
   }
   // Cluster split: 1 to 8 CTAs that divide BM. Workspace split: 2..16, each CTA at least one
