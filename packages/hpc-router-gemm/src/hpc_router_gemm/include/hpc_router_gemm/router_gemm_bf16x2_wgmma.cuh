@@ -444,6 +444,9 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
       // is commutative, so rank 1's acc + recv is bitwise rank 0's order).
       float4* recv = reinterpret_cast<float4*>(smem + C::kTileBytes);
       const int t = threadIdx.x % 128;
+      // Stamps: the reduction's start by thread 0 (after its own loop end, in either role), the
+      // go and the exit by the owner warpgroup's first thread.
+      if (threadIdx.x == 0) tl_stamp(p.timeline, kTlReduceStart);
       if (wg != static_cast<int>(rank)) {
         const uint32_t peer = sm90::map_to_rank(sm90::smem_u32(recv), rank ^ 1u);
 #pragma unroll
@@ -453,7 +456,6 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
         }
         sm90::cluster_arrive_release();  // the stores above are the peer's after its wait
       } else {
-        if (threadIdx.x % 128 == 0) tl_stamp(p.timeline, kTlReduceStart);
         sm90::cluster_arrive_release();
         sm90::cluster_wait_acquire();
         if (threadIdx.x % 128 == 0) tl_stamp(p.timeline, kTlReduceGo);
