@@ -68,7 +68,7 @@ P_ENTRY, P_PDL, P_LENS, P_SCAN1, P_SCAN2, P_WRITTEN, P_FENCED = range(7)
 def test_plan_timeline_keeps_tables_and_orders_steps(hkv, monkeypatch):
     """With DIAG["plan_timeline"] set the planner (diagnostics build) writes the same tables as the
     library build, and each warp of CTA 0 stamps its steps in order. Batch 256 at 64/8 takes the
-    aligned row plan on a grid of CTAs; 8/1 the row plan on one (decode_plan_rows.cuh)."""
+    aligned plan on a grid of CTAs; 8/1 the row plan (decode_plan_rows.cuh) on one."""
     kv_lens = torch.full((256,), 4096, dtype=torch.int32, device="cuda")
     kv_lens[::7] = 100
     ws = ha.DecodeWorkspace(256, hkv, 8 * hkv, 4096)
@@ -85,8 +85,8 @@ def test_plan_timeline_keeps_tables_and_orders_steps(hkv, monkeypatch):
     assert used > 0 and got.bin_first[:used] == base.bin_first[:used]
     for name in ("tasks", "bin_start", "combine", "counters", "slot_meta"):
         assert getattr(got, name) == getattr(base, name), name
-    # CTA 0's warps that planned requests (the row plans leave warps past the batch's 8 rows idle)
-    rows = [r for r in tl.view(-1, PLAN_SLOTS).cpu().tolist()[:PLAN_WARPS] if r[P_SCAN1]]
+    # CTA 0's warps that planned requests (the row plan at 8/1 leaves warps past the batch's 8 rows idle)
+    rows = [r for r in tl.view(-1, PLAN_SLOTS).cpu().tolist()[:PLAN_WARPS] if r[P_LENS]]
     assert len(rows) >= 8
     for w, r in enumerate(rows):
         steps = [r[s] for s in (P_ENTRY, P_PDL, P_LENS, P_SCAN1, P_SCAN2, P_WRITTEN, P_FENCED)]

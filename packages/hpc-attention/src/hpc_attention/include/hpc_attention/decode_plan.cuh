@@ -96,10 +96,7 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
     // that the general plan runs every item on a thread of its own, as parallel as the aligned plan
     // (which measured up to ~1 us slower there on the skewed per-case plans, H200).
     if (plan_may_align(p)) {
-      // Batches of up to 256 requests: the aligned plan without block scans (decode_plan_rows.cuh).
-      const bool aligned = plan_aligned_rows_applies(p) ? plan_aligned_rows(p, by_floor)
-                                                        : plan_head_major_aligned(p, by_floor);
-      if (aligned) {
+      if (plan_head_major_aligned(p, by_floor)) {
         plan_tl_end(p);
         if (p.page_table != nullptr) write_first_pages(p);  // block-uniform; this CTA's bins only
         return;

@@ -74,24 +74,100 @@ __device__ __noinline__ int4 write_long_request_aligned(const DecodePlanParams& 
   return after;
 }
 
-// Pass 3 of the aligned plans: this thread's requests [r0, r1) (`chunk` per thread, block-uniform:
-// loop bounds are warp-uniform for the ballots), heads [h0, h1) of the CTA's [ch0, ch1) (sub: the
-// thread's index among its request's threads; sub 0 flags a long request for its warp), head-0
-// line position line0, head-0 counters task / slot / comb before this thread's requests; an item
-// of n tiles is charged `ovh` units iff 1 <= n and n * nb0 <= total (all heads' tiles).
-__device__ __forceinline__ void aligned_write(const DecodePlanParams& p, const FastCut& cut, const AlignedHeads& A,
-                                              int r0, int r1, int chunk, int h0, int h1, int sub, int len0,
-                                              unsigned line0, unsigned ovh, unsigned nb0, unsigned total, int task,
-                                              int slot, int comb, int ch0, int ch1) {
-  const int H = A.heads;
+// The aligned head-major plan (see above) for a dynamic plan without claimable tail. by_floor:
+// the reciprocal of the work floor. Returns false, block-uniform and with nothing written to the
+// tables, when the plan is not aligned (fewer bins than cut_bins: only lines shorter than cut_bins
+// floors) or not a fast plan (line >= 2^31 units); the caller then runs the general plan
+// (after a barrier: this plan's scans used the shared scan buffers).
+__device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& p, const FastDiv& by_floor) {
+  const int H = p.line_heads, B = p.line_batch;
   const int lane = threadIdx.x & 31;
+  // Work per thread (plan_work over the real requests, heads split): the per-request plan is
+  // computed by each of the request's threads alike, and each writes the copies of its heads (one
+  // thread writing all Hkv copies of the 128K request's ~8 parts made the 64/8 1x128K+31x4K plan
+  // 7.6 -> 11.3 us). Only the request's last thread carries its values into the scans, so all of
+  // them get the request's exclusive prefixes.
+  // This CTA's heads [ch0, ch1) (the grid's CTAs split the heads, plan_ctas), then its threads split
+  // those.
+  const int ch0 = static_cast<int>(blockIdx.x) * H / static_cast<int>(gridDim.x);
+  const int ch1 = static_cast<int>(blockIdx.x + 1) * H / static_cast<int>(gridDim.x);
+  const PlanWork w = plan_work(B, ch1 - ch0, true);
+  const int chunk = w.chunk, r0 = w.r0, r1 = w.r1, h0 = ch0 + w.h0, h1 = ch0 + w.h1, sub = w.sub;
+  const int mine = sub == (1 << w.k) - 1 ? 1 : 0;  // this thread's values go into the scans
+  PlanShared& sh = plan_shared();
+
+  // Pass 1 over head 0's stretch: tiles, non-empty items, clamped lengths (block sum), longest
+  // request (block max).
+  int v[4] = {0, 0, 0, 0};
+  int len0 = 0;
+#pragma unroll 1
+  for (int b = r0; b < r1; ++b) {
+    const int raw = p.kv_lens[b];
+    const int len = clamp_len(p, raw);
+    if (b == r0) len0 = len;
+    const int n = tiles_of(len);
+    v[0] += n * mine;
+    v[1] += n > 0 ? mine : 0;
+    v[2] += (raw < 0 || raw > p.max_len) ? mine : 0;
+    v[3] = max(v[3], n);
+  }
+  plan_tl(p, kPtLens, v[0]);
+  int tot[4];
+  block_scan<2, true>(v, tot, sh.scan[0]);
+  plan_tl(p, kPtScan1, tot[0]);
+  const long long total_ll = static_cast<long long>(H) * tot[0];
+  if (total_ll > 0x7fffffffll) return false;
+  const unsigned total = static_cast<unsigned>(total_ll);
+  const unsigned ovh = p.task_cost > 0 ? p.task_cost : 0;
+  const int nb0 = bins_for(by_floor, total, p.cut_bins);
+  // real requests: the request-major reads
+  const int2 charged = charged_items<false>(p, r0, r1, mine, len0, nb0, total, tot[3], v[1], tot[1]);
+  const int pre_charged = charged.x, charged1 = charged.y;
+  const long long line1_ll = tot[0] + static_cast<long long>(ovh) * charged1;
+  const long long line_ll = line1_ll * H;
+  if (line_ll > 0x7fffffffll) return false;
+  const unsigned line = static_cast<unsigned>(line_ll);
+  const int nb = bins_for(by_floor, line, p.cut_bins);
+  // Aligned: nb a multiple of Hkv. Tested as nb == cut_bins (a multiple of Hkv when num_bins >= Hkv,
+  // set_line_order) instead of nb % Hkv: a division less on the critical path; lines shorter than
+  // cut_bins floors (tiny plans) take the general plan.
+  if ((line_ll + 1) * nb + line_ll >= 0xFFFFFFFFll || nb != p.cut_bins || p.num_bins < H) return false;
+
   auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, p.kv_lens[b]); };
   auto cost_of = [&](int n) {
-    return n > 0 && static_cast<unsigned long long>(n) * nb0 <= total ? ovh : 0u;
+    return n > 0 && static_cast<unsigned long long>(n) * static_cast<unsigned>(nb0) <= total ? ovh : 0u;
   };
+  FastCut cut;
+  cut.init(line, static_cast<unsigned>(nb));
   const FastLine& L = cut.L;
-  const unsigned long_units = cut.long_units;
+  const unsigned budget = cut.budget, long_units = cut.long_units;
   const bool nest = cut.nests(ovh);
+  const unsigned line0 = static_cast<unsigned>(v[0]) + ovh * static_cast<unsigned>(pre_charged);
+
+  // Pass 2: head 0's tasks, slots and combine entries of my requests.
+  int cnt[4] = {0, 0, 0, 0};
+  count_requests(cnt, L, r0, r1, line0, 1, mine, length, cost_of);
+  int tot2[4];
+  block_scan<3, false>(cnt, tot2, sh.scan[2]);
+  plan_tl(p, kPtScan2, tot2[0]);
+  AlignedHeads A;
+  A.heads = H;
+  A.batch = B;
+  A.nb1 = nb / H;
+  A.line1 = static_cast<unsigned>(line1_ll);
+  A.tasks1 = tot2[0];
+  A.slots1 = tot2[1];
+  A.comb1 = tot2[2];
+  const int num_tasks = H * A.tasks1;
+
+  if (blockIdx.x == 0) {
+    close_unused_bins(p, nb, num_tasks);
+    write_totals(p, {num_tasks, H * A.comb1, static_cast<int>(budget), static_cast<int>(total), H * A.slots1, nb,
+                     tot[2], 0});
+  }
+
+  // Pass 3: write this CTA's heads' copies. Loop bounds are warp-uniform (chunk iterations) for the ballots.
+  int task = cnt[0], slot = cnt[1], comb = cnt[2];
   unsigned pos = line0;
 #pragma unroll 1
   for (int i = 0; i < chunk; ++i) {
@@ -152,101 +228,6 @@ __device__ __forceinline__ void aligned_write(const DecodePlanParams& p, const F
     }
     pos += units;
   }
-}
-
-// The aligned head-major plan (see above) for a dynamic plan without claimable tail. by_floor:
-// the reciprocal of the work floor. Returns false, block-uniform and with nothing written to the
-// tables, when the plan is not aligned (fewer bins than cut_bins: only lines shorter than cut_bins
-// floors) or not a fast plan (line >= 2^31 units); the caller then runs the general plan
-// (after a barrier: this plan's scans used the shared scan buffers).
-__device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& p, const FastDiv& by_floor) {
-  const int H = p.line_heads, B = p.line_batch;
-  // Work per thread (plan_work over the real requests, heads split): the per-request plan is
-  // computed by each of the request's threads alike, and each writes the copies of its heads (one
-  // thread writing all Hkv copies of the 128K request's ~8 parts made the 64/8 1x128K+31x4K plan
-  // 7.6 -> 11.3 us). Only the request's last thread carries its values into the scans, so all of
-  // them get the request's exclusive prefixes.
-  // This CTA's heads [ch0, ch1) (the grid's CTAs split the heads, plan_ctas), then its threads split
-  // those.
-  const int ch0 = static_cast<int>(blockIdx.x) * H / static_cast<int>(gridDim.x);
-  const int ch1 = static_cast<int>(blockIdx.x + 1) * H / static_cast<int>(gridDim.x);
-  const PlanWork w = plan_work(B, ch1 - ch0, true);
-  const int chunk = w.chunk, r0 = w.r0, r1 = w.r1, h0 = ch0 + w.h0, h1 = ch0 + w.h1, sub = w.sub;
-  const int mine = sub == (1 << w.k) - 1 ? 1 : 0;  // this thread's values go into the scans
-  PlanShared& sh = plan_shared();
-
-  // Pass 1 over head 0's stretch: tiles, non-empty items, clamped lengths (block sum), longest
-  // request (block max).
-  int v[4] = {0, 0, 0, 0};
-  int len0 = 0;
-#pragma unroll 1
-  for (int b = r0; b < r1; ++b) {
-    const int raw = p.kv_lens[b];
-    const int len = clamp_len(p, raw);
-    if (b == r0) len0 = len;
-    const int n = tiles_of(len);
-    v[0] += n * mine;
-    v[1] += n > 0 ? mine : 0;
-    v[2] += (raw < 0 || raw > p.max_len) ? mine : 0;
-    v[3] = max(v[3], n);
-  }
-  plan_tl(p, kPtLens, v[0]);
-  int tot[4];
-  block_scan<2, true>(v, tot, sh.scan[0]);
-  plan_tl(p, kPtScan1, tot[0]);
-  const long long total_ll = static_cast<long long>(H) * tot[0];
-  if (total_ll > 0x7fffffffll) return false;
-  const unsigned total = static_cast<unsigned>(total_ll);
-  const unsigned ovh = p.task_cost > 0 ? p.task_cost : 0;
-  const int nb0 = bins_for(by_floor, total, p.cut_bins);
-  // real requests: the request-major reads
-  const int2 charged = charged_items<false>(p, r0, r1, mine, len0, nb0, total, tot[3], v[1], tot[1]);
-  const int pre_charged = charged.x, charged1 = charged.y;
-  const long long line1_ll = tot[0] + static_cast<long long>(ovh) * charged1;
-  const long long line_ll = line1_ll * H;
-  if (line_ll > 0x7fffffffll) return false;
-  const unsigned line = static_cast<unsigned>(line_ll);
-  const int nb = bins_for(by_floor, line, p.cut_bins);
-  // Aligned: nb a multiple of Hkv. Tested as nb == cut_bins (a multiple of Hkv when num_bins >= Hkv,
-  // set_line_order) instead of nb % Hkv: a division less on the critical path; lines shorter than
-  // cut_bins floors (tiny plans) take the general plan.
-  if ((line_ll + 1) * nb + line_ll >= 0xFFFFFFFFll || nb != p.cut_bins || p.num_bins < H) return false;
-
-  auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, p.kv_lens[b]); };
-  auto cost_of = [&](int n) {
-    return n > 0 && static_cast<unsigned long long>(n) * static_cast<unsigned>(nb0) <= total ? ovh : 0u;
-  };
-  FastCut cut;
-  cut.init(line, static_cast<unsigned>(nb));
-  const FastLine& L = cut.L;
-  const unsigned budget = cut.budget;
-  const unsigned line0 = static_cast<unsigned>(v[0]) + ovh * static_cast<unsigned>(pre_charged);
-
-  // Pass 2: head 0's tasks, slots and combine entries of my requests.
-  int cnt[4] = {0, 0, 0, 0};
-  count_requests(cnt, L, r0, r1, line0, 1, mine, length, cost_of);
-  int tot2[4];
-  block_scan<3, false>(cnt, tot2, sh.scan[2]);
-  plan_tl(p, kPtScan2, tot2[0]);
-  AlignedHeads A;
-  A.heads = H;
-  A.batch = B;
-  A.nb1 = nb / H;
-  A.line1 = static_cast<unsigned>(line1_ll);
-  A.tasks1 = tot2[0];
-  A.slots1 = tot2[1];
-  A.comb1 = tot2[2];
-  const int num_tasks = H * A.tasks1;
-
-  if (blockIdx.x == 0) {
-    close_unused_bins(p, nb, num_tasks);
-    write_totals(p, {num_tasks, H * A.comb1, static_cast<int>(budget), static_cast<int>(total), H * A.slots1, nb,
-                     tot[2], 0});
-  }
-
-  // Pass 3: write this CTA's heads' copies.
-  aligned_write(p, cut, A, r0, r1, chunk, h0, h1, sub, len0, line0, ovh, static_cast<unsigned>(nb0), total, cnt[0],
-                cnt[1], cnt[2], ch0, ch1);
   return true;
 }
 

@@ -8,7 +8,6 @@
 
 #include "hpc_attention/decode_params.h"
 #include "hpc_attention/decode_plan_common.cuh"
-#include "hpc_attention/decode_plan_aligned.cuh"
 #include "hpc_attention/decode_plan_fast.cuh"
 #include "hpc_attention/decode_plan_timeline.cuh"
 #include "hpc_common/sm90.cuh"
@@ -131,109 +130,6 @@ __device__ __forceinline__ void plan_fast_rows(const DecodePlanParams& p, const 
   const bool mine = b < B;
   plan_fast_write<false>(p, cut, mine ? b : B, mine ? b + 1 : B, 0, 1, 1, my_len, line0, ovh, nb0, total, task, slot,
                          comb);
-}
-
-// The aligned head-major plan (decode_plan_aligned.cuh) by rows: the same head-0 arithmetic as
-// plan_fast_rows (every warp reads all B <= kRowMax * 32 real lengths; warp w owns requests
-// 32 w + lane), with the line = Hkv copies of head 0's stretch, then aligned_write for this CTA's
-// heads. Applies (parameters only, so block-uniform) when plan_may_align holds, B is small enough
-// and the line cannot leave 32 bits; the aligned test itself (the line cut into cut_bins bins)
-// depends on the lengths: every warp, the idle ones too, computes it, so a false return (nothing
-// written) is block-uniform and the caller's general plan finds every thread.
-__device__ __forceinline__ bool plan_aligned_rows_applies(const DecodePlanParams& p) {
-  if (p.line_batch > kRowMax * 32) return false;
-  const long long bound = static_cast<long long>(p.line_batch) * p.line_heads *
-                          (tiles_of(p.max_len) + (p.task_cost > 0 ? p.task_cost : 0));
-  return bound <= 0x7fffffffll && (bound + 1) * p.cut_bins + bound < 0xFFFFFFFFll;
-}
-
-__device__ __forceinline__ bool plan_aligned_rows(const DecodePlanParams& p, const FastDiv& by_floor) {
-  const int H = p.line_heads, B = p.line_batch, rows = (B + 31) >> 5;
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  const unsigned ovh = p.task_cost > 0 ? p.task_cost : 0;
-
-  // Pass 1 (every warp alike): head 0's lengths, tiles and clamped flags of all requests.
-  int raw[kRowMax];
-#pragma unroll
-  for (int k = 0; k < kRowMax; ++k) raw[k] = k < rows && 32 * k + lane < B ? p.kv_lens[32 * k + lane] : 0;
-  int n[kRowMax];
-  int lane_tiles = 0, lane_clamped = 0;
-#pragma unroll
-  for (int k = 0; k < kRowMax; ++k) {
-    n[k] = tiles_of(clamp_len(p, raw[k]));
-    lane_tiles += n[k];
-    lane_clamped += raw[k] < 0 || raw[k] > p.max_len ? 1 : 0;
-  }
-  plan_tl(p, kPtLens, lane_tiles);
-  const unsigned total = static_cast<unsigned>(H * warp_sum(lane_tiles));  // every head's tiles
-  const unsigned nb0 = static_cast<unsigned>(bins_for(by_floor, total, p.cut_bins));
-  int lane_charged = 0, lane_before = 0, my_len = 0, my_n = 0;
-  unsigned my_ovh = 0;
-#pragma unroll
-  for (int k = 0; k < kRowMax; ++k) {
-    const bool charged = n[k] > 0 && static_cast<unsigned long long>(n[k]) * nb0 <= total;
-    lane_charged += charged ? 1 : 0;
-    const int span = n[k] + (charged ? static_cast<int>(ovh) : 0);
-    if (k < w) lane_before += span;
-    if (k == w) {
-      my_len = clamp_len(p, raw[k]);
-      my_n = n[k];
-      my_ovh = charged ? ovh : 0u;
-    }
-  }
-  const unsigned line1 = total / static_cast<unsigned>(H) + ovh * static_cast<unsigned>(warp_sum(lane_charged));
-  const unsigned line = line1 * static_cast<unsigned>(H);
-  const unsigned nb = static_cast<unsigned>(bins_for(by_floor, line, p.cut_bins));
-  // Aligned: the line cut into cut_bins bins (a multiple of Hkv, set_line_order), as the aligned plan.
-  if (static_cast<int>(nb) != p.cut_bins || p.num_bins < H) return false;
-  if (w >= rows) return true;  // idle warps: nothing to write (the caller's first pages need them)
-  const unsigned line0 = static_cast<unsigned>(warp_sum(lane_before) + warp_exclusive_scan(my_n + static_cast<int>(my_ovh)));
-  plan_tl(p, kPtScan1, static_cast<int>(line0));
-  FastCut cut;
-  cut.init(line, nb);
-
-  // Pass 2: head 0's tasks, slots and combine entries of my request; row sums across warps.
-  const int b = w * 32 + lane;
-  int cnt[4] = {0, 0, 0, 0};
-  if (b < B) {
-    if (my_n == 0) {
-      cnt[2] = 1;
-    } else {
-      count_parts(cnt, cut.L.parts(line0 + my_ovh, static_cast<unsigned>(my_n)), 1);
-    }
-  }
-  int4* row_sums = plan_shared().scan[2];
-  const int r_tasks = warp_sum(cnt[0]), r_slots = warp_sum(cnt[1]), r_comb = warp_sum(cnt[2]);
-  if (lane == 0) row_sums[w] = make_int4(r_tasks, r_slots, r_comb, 0);
-  const int e_tasks = warp_exclusive_scan(cnt[0]), e_slots = warp_exclusive_scan(cnt[1]),
-            e_comb = warp_exclusive_scan(cnt[2]);
-  hpc::sm90::named_barrier(1, rows * 32);
-  const int4 r = lane < rows ? row_sums[lane] : make_int4(0, 0, 0, 0);
-  const bool before = lane < w;
-  const int task = warp_sum(before ? r.x : 0) + e_tasks, slot = warp_sum(before ? r.y : 0) + e_slots,
-            comb = warp_sum(before ? r.z : 0) + e_comb;
-  AlignedHeads A;
-  A.heads = H;
-  A.batch = B;
-  A.nb1 = static_cast<int>(nb) / H;
-  A.line1 = line1;
-  A.tasks1 = warp_sum(r.x);
-  A.slots1 = warp_sum(r.y);
-  A.comb1 = warp_sum(r.z);
-  plan_tl(p, kPtScan2, task);
-  if (blockIdx.x == 0) {
-    const int clamped = warp_sum(lane_clamped);
-    close_unused_bins(p, static_cast<int>(nb), H * A.tasks1, rows * 32);
-    write_totals(p, {H * A.tasks1, H * A.comb1, static_cast<int>(cut.budget), static_cast<int>(total), H * A.slots1,
-                     static_cast<int>(nb), clamped, 0});
-  }
-  // Pass 3: this CTA's heads (the grid's CTAs split them, plan_ctas) of my request.
-  const int ch0 = static_cast<int>(blockIdx.x) * H / static_cast<int>(gridDim.x);
-  const int ch1 = static_cast<int>(blockIdx.x + 1) * H / static_cast<int>(gridDim.x);
-  const bool mine = b < B;
-  aligned_write(p, cut, A, mine ? b : B, mine ? b + 1 : B, 1, ch0, ch1, 0, my_len, line0, ovh, nb0, total, task, slot,
-                comb, ch0, ch1);
-  return true;
 }
 
 }  // namespace hpc::attn
