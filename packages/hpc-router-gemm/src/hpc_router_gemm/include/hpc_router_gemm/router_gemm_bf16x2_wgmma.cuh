@@ -25,7 +25,10 @@
 //
 // Split-K: gridDim.x CTAs along K form one cluster; each writes its FP32 tile to its own shared
 // memory and CTA r sums rows [r * BM / S, (r + 1) * BM / S) over the cluster in rank order
-// through distributed shared memory (deterministic; no atomics, no workspace). With a
+// through distributed shared memory (deterministic; no atomics, no workspace). With S = 2 and two
+// consumer warpgroups (kPushReduce) the rows of rank r are warpgroup r's, so the other warpgroup
+// pushes its partial into the peer's receive buffer instead and one cluster barrier suffices
+// (same sum; see the epilogue). With a
 // workspace (ws_mode 1 or 2, splitk_workspace.cuh) the S CTAs are not a cluster: each writes
 // its tile to global memory and the sum is formed in the same rank order (same bits).
 //
