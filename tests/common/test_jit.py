@@ -116,3 +116,14 @@ def test_two_processes_build_the_same_key_at_once(tmp_path, cache):
     assert builds == 1, "the lock must make the second process reuse the first one's build"
     finals = [d for d in cache.iterdir() if d.is_dir() and d.name.startswith("_tiny_g-")]
     assert len(finals) == 1
+
+
+def test_variant_spec_is_named_after_its_switches_and_cached(tmp_path):
+    # The diagnostics / A/B builds (hpc_attention._ext, hpc_router_gemm._ext) are modules of their own.
+    from hpc_common.jit import ExtensionSpec
+
+    base = ExtensionSpec(name="_hpc_demo_C", sources=[tmp_path / "a.cu"], include_dirs=[tmp_path], cuda_flags=["-DX=1"])
+    v = base.variant("-DHPC_DEMO_TIMELINE=1")
+    assert v.name == "_hpc_demo_HPC_DEMO_TIMELINE_1_C"
+    assert v.cuda_flags == ["-DX=1", "-DHPC_DEMO_TIMELINE=1"] and v.sources == base.sources
+    assert base.variant("-DHPC_DEMO_TIMELINE=1") is v and base.name == "_hpc_demo_C"

@@ -1,9 +1,8 @@
 """The CUDA extension of hpc_attention, built on first use (see hpc_common.jit)."""
 
-import re
 from pathlib import Path
 
-from hpc_common.jit import ExtensionSpec
+from hpc_common.jit import ExtensionSpec, variant_tag  # noqa: F401 (variant_tag: tools/compile_variants.py)
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 SPEC = ExtensionSpec.for_package("_hpc_attention_C", _PACKAGE_DIR)
@@ -26,21 +25,8 @@ def load_timeline():
 NO_LOOKAHEAD = ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",)
 BUILD_VARIANTS = (NO_LOOKAHEAD,)
 
-_VARIANTS: dict[tuple[str, ...], ExtensionSpec] = {}
-
-
-def variant_tag(defines: tuple[str, ...]) -> str:
-    """A name for a switch set, e.g. ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",) -> HPC_ATTN_SCORE_LOOKAHEAD_0."""
-    return re.sub(r"\W+", "_", "_".join(d.removeprefix("-D") for d in defines)).strip("_")
-
 
 def load_variant(*defines: str):
-    """The same sources built with extra -D switches (diagnostics and A/B rows of the benchmark:
-    e.g. the decode consumer's previous schedule). Made on first use, cached per switch set (the
-    module is named after it); not listed for `hpc_common.jit.prebuild`."""
-    spec = _VARIANTS.get(defines)
-    if spec is None:
-        spec = ExtensionSpec(name=f"_hpc_attention_{variant_tag(defines)}_C", sources=SPEC.sources, include_dirs=SPEC.include_dirs,
-                             cuda_flags=list(defines))
-        _VARIANTS[defines] = spec
-    return spec.load()
+    """The same sources built with extra -D switches (ExtensionSpec.variant: diagnostics and A/B rows
+    of the benchmark, e.g. the decode consumer's previous schedule)."""
+    return SPEC.variant(*defines).load()

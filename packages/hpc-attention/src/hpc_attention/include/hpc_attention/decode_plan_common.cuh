@@ -148,6 +148,21 @@ __device__ __forceinline__ void block_scan(int (&v)[4], int (&tot)[4], int4* buf
   }
 }
 
+// Warp-level pieces of the scans above, for plans that cross warps without a block scan
+// (decode_plan_rows.cuh): the warp's sum, and an exclusive scan over its lanes.
+__device__ __forceinline__ int warp_sum(int v) { return __reduce_add_sync(0xffffffffu, v); }
+
+__device__ __forceinline__ int warp_exclusive_scan(int v) {
+  const int lane = threadIdx.x & 31;
+  int inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int t = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += t;
+  }
+  return inc - v;
+}
+
 // a / b for a >= 0, b > 0: a 32-bit division whenever a fits (a 64-bit division is a long
 // inlined routine, and every instruction of this one-CTA kernel is fetched cold after an L2
 // flush: the planner measured ~50 % of its stall cycles on instruction fetch).

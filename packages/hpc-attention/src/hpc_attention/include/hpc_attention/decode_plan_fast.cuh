@@ -157,6 +157,12 @@ __device__ __noinline__ void write_nested_bins(const DecodePlanParams& p, const 
   }
 }
 
+// An item of n tiles is charged the fixed cost iff 1 <= n and n * nb0 <= total tiles (n <= total /
+// nb0 without that division).
+__device__ __forceinline__ bool item_charged(int n, unsigned nb0, unsigned total_tiles) {
+  return n > 0 && static_cast<unsigned long long>(n) * nb0 <= total_tiles;
+}
+
 // Pass 3 of the common dynamic plan: write the tasks, slots, combine entries and bin entries of
 // this thread's items. This thread owns heads [h0, h1) of requests [r0, r1); `chunk` is the
 // block-uniform number of requests per thread (loop bounds are warp-uniform for the ballots);

@@ -38,20 +38,6 @@ __device__ __forceinline__ bool plan_rows_applies(const DecodePlanParams& p, boo
   return bound <= 0x7fffffffll && (bound + 1) * p.cut_bins + bound < 0xFFFFFFFFll;
 }
 
-__device__ __forceinline__ int warp_sum(int v) { return __reduce_add_sync(0xffffffffu, v); }
-
-// Exclusive scan of v over the warp's lanes.
-__device__ __forceinline__ int warp_exclusive_scan(int v) {
-  const int lane = threadIdx.x & 31;
-  int inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int t = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += t;
-  }
-  return inc - v;
-}
-
 // The row plan (plan_rows_applies holds). Warps past the last row return at once.
 __device__ __forceinline__ void plan_fast_rows(const DecodePlanParams& p, const FastDiv& by_floor) {
   const int B = p.batch, rows = (B + 31) >> 5;
@@ -74,14 +60,14 @@ __device__ __forceinline__ void plan_fast_rows(const DecodePlanParams& p, const 
   plan_tl(p, kPtLens, lane_tiles);
   const int total = warp_sum(lane_tiles);
   const int clamped = warp_sum(lane_clamped);
-  // Charged items (1 <= n, n * nb0 <= total: as plan_fast's cost_of) and each request's span on the
+  // Charged items (item_charged, as plan_fast's cost_of) and each request's span on the
   // line; my line position = the spans of the rows before mine + a scan of my row.
   const unsigned nb0 = static_cast<unsigned>(bins_for(by_floor, static_cast<unsigned>(total), p.cut_bins));
   int lane_charged = 0, lane_before = 0, my_len = 0, my_n = 0;
   unsigned my_ovh = 0;
 #pragma unroll
   for (int k = 0; k < kRowMax; ++k) {
-    const bool charged = n[k] > 0 && static_cast<unsigned long long>(n[k]) * nb0 <= static_cast<unsigned>(total);
+    const bool charged = item_charged(n[k], nb0, static_cast<unsigned>(total));
     lane_charged += charged ? 1 : 0;
     const int span = n[k] + (charged ? static_cast<int>(ovh) : 0);
     if (k < w) lane_before += span;

@@ -6,7 +6,7 @@
 // With Bf16x2DevParams::timeline set, each CTA writes kTimelineSlots 64-bit words at
 // timeline[linear CTA id * kTimelineSlots + slot] (linear over the 3-D grid): %globaltimer
 // stamps (ns, one clock for every SM) of the events below, plus a few counts. The code exists
-// only in the diagnostics build (HPC_ROUTER_TIMELINE=1, `_ext.load_timeline()`, used while
+// only in the diagnostics build (HPC_ROUTER_TIMELINE=1, `_ext.load_variant(...)`, used while
 // router_gemm.DIAG["timeline"] is set): the library's kernels are compiled without it and carry
 // no stamp, branch or register for it (the pattern of hpc_attention/decode_timeline.cuh). The
 // kernel only stores, and the buffer must be zero before the call (the script zeroes it inside
@@ -76,29 +76,27 @@ __device__ __forceinline__ void tl_stamp(uint64_t* tl, int slot) {
   }
 }
 
+// %globaltimer, clock64 and one more word, at three slots (tl_entry / tl_exit; the caller has tested
+// kTimelineBuild and the buffer).
+__device__ __forceinline__ void tl_put_event(uint64_t* tl, int ns_slot, int clock_slot, int word_slot, uint64_t word) {
+  const uint64_t ns = hpc::sm90::global_timer_ns();
+  const uint64_t clk = static_cast<uint64_t>(clock64());
+  tl_put(tl, ns_slot, ns);
+  tl_put(tl, clock_slot, clk);
+  tl_put(tl, word_slot, word);
+}
+
 // Entry: %globaltimer, clock64 and %smid (thread 0).
 __device__ __forceinline__ void tl_entry(uint64_t* tl) {
   if constexpr (kTimelineBuild) {
-    if (tl != nullptr) {
-      const uint64_t ns = hpc::sm90::global_timer_ns();
-      const uint64_t clk = static_cast<uint64_t>(clock64());
-      tl_put(tl, kTlEntry, ns);
-      tl_put(tl, kTlClockEntry, clk);
-      tl_put(tl, kTlSmid, hpc::sm90::sm_id());
-    }
+    if (tl != nullptr) tl_put_event(tl, kTlEntry, kTlClockEntry, kTlSmid, hpc::sm90::sm_id());
   }
 }
 
 // Exit: %globaltimer, clock64 and the CTA's K block count (same thread as tl_entry).
 __device__ __forceinline__ void tl_exit(uint64_t* tl, int nk) {
   if constexpr (kTimelineBuild) {
-    if (tl != nullptr) {
-      const uint64_t ns = hpc::sm90::global_timer_ns();
-      const uint64_t clk = static_cast<uint64_t>(clock64());
-      tl_put(tl, kTlExit, ns);
-      tl_put(tl, kTlClockExit, clk);
-      tl_put(tl, kTlBlocks, static_cast<uint64_t>(nk));
-    }
+    if (tl != nullptr) tl_put_event(tl, kTlExit, kTlClockExit, kTlBlocks, static_cast<uint64_t>(nk));
   }
 }
 
