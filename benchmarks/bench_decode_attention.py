@@ -48,7 +48,8 @@ from hpc_attention import _ext, heuristics
 from hpc_attention import paged_decode as pd
 from hpc_attention.reference import decode_reference
 
-DIAG_ROW_SETS = ("all", "tail", "first_page", "lookahead", "line_order", "min_tiles", "code_warm", "task_cost")
+DIAG_ROW_SETS = ("all", "tail", "first_page", "lookahead", "line_order", "min_tiles", "code_warm", "task_cost",
+                 "page_order")
 CASES = ["64x0.5K", "64x4K", "32x128+32x4K", "2x32K+30x4K", "1x64K+15x4K", "1x128K+31x4K"]
 HEADS = [(8, 1), (64, 8)]
 PAGE = 64
@@ -140,6 +141,27 @@ def flash_attn_fn(q, k, v, pt, kv_lens):
 
     fn = lambda: flash_attn_with_kvcache(q.unsqueeze(1), k, v, cache_seqlens=kv_lens, page_table=pt)  # noqa: E731
     return bench_us(fn)
+
+
+def page_order_rows(q, k, v, kv_lens, lens, hkv, hq, max_len, ks, vs, kv_torch, reps, add):
+    """Diagnosis: the same pages in physical order (request b's pages contiguous, in line order)
+    instead of the benchmark's random permutation: whole call, decode only and stream only. Does
+    the DRAM side care which pages neighbouring CTAs read at once? (A 64/8 tile spans 8 heads' rows
+    of a page, read by 8 neighbouring CTAs; an 8/1 tile is one 8-16 KB page read by one CTA.)"""
+    need = [(L + PAGE - 1) // PAGE for L in lens]
+    pt = torch.zeros(len(lens), max(need), dtype=torch.int32, device=q.device)
+    pos = 0
+    for b, n in enumerate(need):
+        pt[b, :n] = torch.arange(pos, pos + n, dtype=torch.int32, device=q.device)
+        pos += n
+    ws = ha.DecodeWorkspace(len(lens), hkv, hq, max_len)
+    plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, kv_dtype=kv_torch, page_table=pt, page_size=PAGE)
+    out = torch.empty(len(lens), hq, 128, dtype=torch.bfloat16, device=q.device)
+    fn = (lambda: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out))
+    add("diag_seq_pages", bench_us(fn, reps=reps))
+    for name, flags in (("diag_seq_pages_decode_only", 0), ("diag_seq_pages_stream_only", 1)):
+        with overrides(skip_combine=True, flags=flags):
+            add(name, bench_us(fn, reps=reps))
 
 
 def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="all"):
@@ -241,6 +263,8 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                     time_call("diag_request_major_in_order", plan_rm)
             if diag and diag_rows == "code_warm":
                 code_warm_rows(q, k, v, pt, kv_lens, plan, ks, vs, kv_dtype, gen, reps, time_call, add)
+            if diag and diag_rows == "page_order":
+                page_order_rows(q, k, v, kv_lens, lens, hkv, hq, max_len, ks, vs, kv_torch, reps, add)
             if diag and diag_rows != "all":  # every narrow row set also gets decode only / stream only
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
                     time_mode(name, plan, flags)

@@ -158,6 +158,39 @@ __device__ __forceinline__ void st_dsmem_f4(uint32_t cluster_addr, float4 v) {
                : "memory");
 }
 
+// Store to another CTA's shared memory that completes `bytes` on an mbarrier of that CTA
+// (st.async: the completion is a release at cluster scope, so a waiter that acquires at cluster
+// scope, mbar_wait_cluster, sees the data). Both addresses from map_to_rank. The barrier must be
+// initialised before the first store (order its init with a cluster barrier).
+__device__ __forceinline__ void st_async_f4(uint32_t cluster_addr, float4 v, uint32_t cluster_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+                   cluster_addr),
+               "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(cluster_bar)
+               : "memory");
+}
+
+// The barrier half that only publishes, without ordering memory (e.g. after
+// fence.mbarrier_init, which releases the barrier initialisation itself).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+
+// mbar_wait with acquire at cluster scope: for phases completed by other CTAs (st_async_f4,
+// remote arrivals), whose writes this thread reads next.
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = smem_u32(bar);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n"
+        " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
 __device__ __forceinline__ float ld_dsmem_f32(uint32_t cluster_addr) {
   float v;
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(cluster_addr) : "memory");

@@ -27,8 +27,8 @@
 // memory and CTA r sums rows [r * BM / S, (r + 1) * BM / S) over the cluster in rank order
 // through distributed shared memory (deterministic; no atomics, no workspace). With S = 2 and two
 // consumer warpgroups (kPushReduce) the rows of rank r are warpgroup r's, so the other warpgroup
-// pushes its partial into the peer's receive buffer instead and one cluster barrier suffices
-// (same sum; see the epilogue). With a
+// pushes its partial into the peer's receive buffer instead (st.async, completing bytes on the
+// peer's mbarrier: no barrier at the end; same sum; see the epilogue). With a
 // workspace (ws_mode 1 or 2, splitk_workspace.cuh) the S CTAs are not a cluster: each writes
 // its tile to global memory and the sum is formed in the same rank order (same bits).
 //
@@ -192,6 +192,9 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kTileBytes + C::kRecvBytes);
   uint64_t* empty = full + STAGES;
+  // Push reduction: completes when the peer's partial (kRecvTileBytes) has landed in `recv`. In
+  // the 16 bytes after the ring barriers, beside the workspace flag (a mode of its own).
+  uint64_t* recv_bar = empty + STAGES + 1;
 
   const int wg = threadIdx.x / 128;
   const bool mc = p.multicast != 0;
@@ -215,6 +218,10 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
       sm90::mbar_init(&full[s], 1);
       sm90::mbar_init(&empty[s], WGS * 4 * (mc ? 2 : 1));  // one arrival per consumer warp (of both CTAs)
     }
+    if (push) {  // one phase: this arrival arms it, the peer's stores complete its bytes
+      sm90::mbar_init(recv_bar, 1);
+      sm90::mbar_arrive_expect_tx(recv_bar, C::kRecvTileBytes);
+    }
     sm90::mbar_init_fence();
   }
   if (threadIdx.x == WGS * 128) {
@@ -226,6 +233,10 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
     sm90::cluster_sync();  // the peer's multicast must find this CTA's barriers initialised
   } else {
     __syncthreads();
+    // The peer stores into recv and completes recv_bar only after a cluster wait that this
+    // arrival (every thread, after the barrier's initialisation fence) lets through; no thread
+    // of this CTA waits on this barrier phase, and none arrives again.
+    if (push) sm90::cluster_arrive_relaxed();
   }
   hpc::pdl_wait();
   if (threadIdx.x == 0) tl_stamp(p.timeline, kTlSetup);
@@ -293,10 +304,7 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
       __syncwarp();
       sm90::cluster_sync();  // pairs with the consumers' barrier after their main loop
     }
-    if (push) {
-      __syncwarp();  // the .aligned cluster barrier needs converged warps (the TMA thread diverged)
-      sm90::cluster_arrive_release();  // nothing to publish; the peer's wait counts every thread
-    } else if (cluster_split) {
+    if (cluster_split && !push) {
       cluster_reduce_store<C>(p, smem, splits, rank, m0, n0);
     }
   } else {
@@ -437,30 +445,36 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
       // Push reduction (S = 2, two warpgroups): rank r owns rows [64 r, 64 r + 64), exactly the
       // rows warpgroup r holds. So warpgroup 1 - r stores its partial tile straight into the peer's
       // receive buffer (in this thread layout: the peer's thread of the same index reads its own
-      // values back) and arrives; warpgroup r arrives, waits, adds the peer's partial to its
-      // registers and stores. Against cluster_reduce_store (every thread writes its tile to its
-      // own shared memory, cluster barrier, reads both halves back over DSMEM, second barrier
-      // before exit): one barrier, remote stores that do not wait instead of dependent remote
-      // loads, no shared-memory round trip of the CTA's own rows. Timeline at K=4096 N=192
-      // M=4096 (scripts/timeline_large_m.py, H200): that epilogue took ~2.9 us per CTA from the
-      // main loop's end to exit. Same sum: t_0 + t_1 of the two ranks' partials (IEEE addition
-      // is commutative, so rank 1's acc + recv is bitwise rank 0's order).
+      // values back) with st.async, whose bytes complete the peer's recv_bar; warpgroup r waits
+      // on its own recv_bar, adds the peer's partial to its registers and stores. Against
+      // cluster_reduce_store (every thread writes its tile to its own shared memory, cluster
+      // barrier, reads both halves back over DSMEM, second barrier before exit): remote stores
+      // that do not wait instead of dependent remote loads, no shared-memory round trip of the
+      // CTA's own rows, and the owner waits only for the bytes it needs, not for every thread of
+      // both CTAs (the first version ended with a cluster barrier: ~0.3 us even without skew).
+      // Timeline at K=4096 N=192 M=4096 (scripts/timeline_large_m.py, H200): the two-barrier
+      // epilogue took ~2.9 us per CTA from the main loop's end to exit, the push with a cluster
+      // barrier 2.0. Same sum: t_0 + t_1 of the two ranks' partials (IEEE addition is
+      // commutative, so rank 1's acc + recv is bitwise rank 0's order). Exit safety: a CTA's
+      // shared memory is written only by its peer's pushers, and its owner warpgroup waits for
+      // all of those bytes before it exits.
       float4* recv = reinterpret_cast<float4*>(smem + C::kTileBytes);
       const int t = threadIdx.x % 128;
       // Stamps: the reduction's start by thread 0 (after its own loop end, in either role), the
       // go and the exit by the owner warpgroup's first thread.
       if (threadIdx.x == 0) tl_stamp(p.timeline, kTlReduceStart);
       if (wg != static_cast<int>(rank)) {
+        sm90::cluster_wait_acquire();  // the peer's recv_bar is initialised and armed (prologue)
         const uint32_t peer = sm90::map_to_rank(sm90::smem_u32(recv), rank ^ 1u);
+        const uint32_t peer_bar = sm90::map_to_rank(sm90::smem_u32(recv_bar), rank ^ 1u);
 #pragma unroll
         for (int i = 0; i < R / 4; ++i) {
-          sm90::st_dsmem_f4(peer + static_cast<uint32_t>(i * 128 + t) * 16u,
-                            make_float4(acc_hi[4 * i], acc_hi[4 * i + 1], acc_hi[4 * i + 2], acc_hi[4 * i + 3]));
+          sm90::st_async_f4(peer + static_cast<uint32_t>(i * 128 + t) * 16u,
+                            make_float4(acc_hi[4 * i], acc_hi[4 * i + 1], acc_hi[4 * i + 2], acc_hi[4 * i + 3]),
+                            peer_bar);
         }
-        sm90::cluster_arrive_release();  // the stores above are the peer's after its wait
       } else {
-        sm90::cluster_arrive_release();
-        sm90::cluster_wait_acquire();
+        sm90::mbar_wait_cluster(recv_bar, 0);  // the peer's whole partial has landed
         if (threadIdx.x % 128 == 0) tl_stamp(p.timeline, kTlReduceGo);
         if (active) {
 #pragma unroll
