@@ -11,8 +11,9 @@ kernel with three tiles: `narrow` (64 x 32, for skinny M), `wide` (128 x 192) an
 (128 x 96); `wide96rs` / `widers` are the two wide tiles with the x fragments loaded into
 registers once per K block for both products (wgmma with A from registers; same bits);
 FUSED_TWIN lists the tiles that run both products as one wgmma over the W_hi and W_lo tiles
-side by side (`wide96f`, `wide96rsf`, `wide96f4` with a 4-stage ring, and the 128 x 128
-`wide128f`; same bits as `wide96` / `wide96rs`). A
+side by side (`wide96f`, `wide96rsf`, `wide96f4` with a 4-stage ring, the 128 x 128
+`wide128f`, and the 64 x 48 `narrow48f` for Chat's small M; same bits as `wide96` / `wide96rs` /
+`narrow`). A
 `pf` after a tile name (`wide96pf`, `widerspf`, ...) adds an L2 prefetch of the x (and weight)
 boxes PREFETCH_BLOCKS K blocks ahead of the TMA loads (same bits as without). Each is combined with a split-K count S (CTAs per cluster along K). The same
 three tiles also split K without a cluster, through a global workspace (splitk_workspace.cuh):
@@ -53,12 +54,16 @@ TILE_WIDE96_F, TILE_WIDE96_RSF = 6, 7
 TILE_WIDE96_F4 = 8
 # 128 x 128 with both products in one m64n256k16 (thirteenth session): Lite's N = 384 in 3 tiles
 TILE_WIDE128_F = 9
+# 64 x 48 with both products in one m64n96k16 (sixteenth session): Chat's N = 768 in 16 tiles, so
+# a small-M cluster split of 8 is 128 CTAs (narrow: 192 on 132 SMs)
+TILE_NARROW48_F = 10
 TILES = {"narrow": TILE_NARROW, "wide": TILE_WIDE, "wide96": TILE_WIDE96, "wide96rs": TILE_WIDE96_RS,
          "widers": TILE_WIDE_RS, "wide96f": TILE_WIDE96_F, "wide96rsf": TILE_WIDE96_RSF,
-         "wide96f4": TILE_WIDE96_F4, "wide128f": TILE_WIDE128_F}
+         "wide96f4": TILE_WIDE96_F4, "wide128f": TILE_WIDE128_F, "narrow48f": TILE_NARROW48_F}
 RS_TWIN = {"wide96rs": "wide96", "widers": "wide"}  # same math, x tile read from shared memory per product
 # same math per element, one wgmma for both products (wide128f: also 128 columns per tile)
-FUSED_TWIN = {"wide96f": "wide96", "wide96rsf": "wide96rs", "wide96f4": "wide96", "wide128f": "wide96"}
+FUSED_TWIN = {"wide96f": "wide96", "wide96rsf": "wide96rs", "wide96f4": "wide96", "wide128f": "wide96",
+              "narrow48f": "narrow"}
 PREFETCH_BLOCKS = 8  # K blocks of L2 prefetch ahead of the loads (`pf` paths)
 PF_TILES = {f"{name}pf": TILES[name] for name in ("wide", "wide96", "wide96rs", "widers")}
 CLUSTER_PATHS = {**TILES, **PF_TILES}  # wgmma paths split over a cluster (or not at all)
@@ -70,7 +75,8 @@ WS_PATHS.update({f"{name}_{suffix}": (CLUSTER_PATHS[name], mode, 1) for name in 
                  for suffix, mode in (("wsm", 1), ("wspm", 2))})
 TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 96),  # (BM, BN)
                TILE_WIDE96_RS: (128, 96), TILE_WIDE_RS: (128, 192), TILE_WIDE96_F: (128, 96),
-               TILE_WIDE96_RSF: (128, 96), TILE_WIDE96_F4: (128, 96), TILE_WIDE128_F: (128, 128)}
+               TILE_WIDE96_RSF: (128, 96), TILE_WIDE96_F4: (128, 96), TILE_WIDE128_F: (128, 128),
+               TILE_NARROW48_F: (64, 48)}
 SPLIT_CHOICES = (1, 2, 4, 8)
 FP32_PATHS = ("fp32", "fp32pf")  # one kernel; "fp32pf" adds the L2 bulk prefetch
 # gemvr and its sweep-only variants (router_gemv_fp32_window.cuh; same bits as gemvr): path ->
@@ -178,7 +184,12 @@ TABLE: dict[tuple[int, int], list[tuple]] = {
     # Thirteenth session, two sweeps (router_gemm_wide128f_sweep.*, router_gemm_wide128f_sweep2.*): 256
     # wide128f S=8 20.08 / 19.76 [wide96_wsp S=8 20.58 / 20.32, the old row]: N = 768 in 6 tiles of
     # 128, 12 clusters of 8 (15 fit), no workspace.
-    (6144, 768): [(1, "gemvrw2", 1, "ef"), (8, "fp32", 2, "ef"), (16, "narrow", 8), (64, "narrow", 8, "ef"),
+    # Sixteenth session (sweep of narrow / narrow48f, one process with cuBLAS; HISTORY.md "Chat M=16"):
+    # 16 narrow48f S=8 ef 13.92 [narrow S=8 14.56, ef 14.62; TF32 16.46]: N = 768 in 16 tiles of 48 is
+    # 128 CTAs of two per SM where narrow's 24 tiles made 192; 64 keeps narrow S=8 ef (13.73 against
+    # narrow48f S=8 ef 14.18). A 6-stage narrow48f (one CTA per SM, 15 clusters of 8 resident for 16)
+    # read 19.1-19.5.
+    (6144, 768): [(1, "gemvrw2", 1, "ef"), (8, "fp32", 2, "ef"), (16, "narrow48f", 8, "ef"), (64, "narrow", 8, "ef"),
                   (128, "wide96", 8), (256, "wide128f", 8), (512, "wide96f_wsp", 4), (1024, "wide96f", 2),
                   (1 << 30, "widers", 1)],
     # K=3072 N=384. M=1: fp32 S=2 9.2-9.8 [narrow S=8 9.6]; 16, 64, 128: narrow S=8 9.5,

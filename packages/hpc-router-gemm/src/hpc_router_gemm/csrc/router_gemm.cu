@@ -10,6 +10,9 @@
 // WIDE128_F: the fused 128 x 128 tile (one m64n256k16 per K step, 4 stages; thirteenth session):
 // N = 384 in 3 tiles, so Lite M = 1024 is 24 tiles and a 4-CTA cluster split fits in one wave
 // (30 such clusters are resident, 32 of the 96-column tile's were needed).
+// NARROW48_F: a fused 64 x 48 tile (one m64n96k16 per K step, 5 stages: two CTAs per SM; sixteenth session): N = 768
+// in 16 tiles, so Chat's small-M cluster split S = 8 is 128 CTAs, one per SM, where NARROW's 24
+// tiles made 192 (60 SMs running two, the split waiting for its slowest CTAs).
 #include "hpc_router_gemm/router_gemm_bf16x2_wgmma.cuh"
 #include "hpc_router_gemm/router_gemm_fp32_splitk.cuh"
 #include "hpc_router_gemm/router_gemv_fp32.cuh"
@@ -27,6 +30,7 @@ using Wide96F = Bf16x2Config<96, 2, 5, false, true>;
 using Wide96RsF = Bf16x2Config<96, 2, 5, true, true>;
 using Wide96F4 = Bf16x2Config<96, 2, 4, false, true>;
 using Wide128F = Bf16x2Config<128, 2, 4, false, true>;
+using Narrow48F = Bf16x2Config<48, 1, 5, false, true>;
 
 cudaError_t run_fp32_splitk(const Fp32SplitKParams& p, cudaStream_t stream, bool pdl) {
   return launch_router_gemm_fp32_splitk(p, stream, pdl);
@@ -69,6 +73,8 @@ R with_tile(int tile, R unknown, F&& f) {
       return f(Wide96F4{});
     case 9:
       return f(Wide128F{});
+    case 10:
+      return f(Narrow48F{});
     default:
       return unknown;
   }
