@@ -122,6 +122,11 @@ def _router_weight(K: int, N: int):
 @example(shape=SHAPES[0], M=4096, path="wide96_wspm", splits=2, seed=10)
 @example(shape=SHAPES[0], M=4096, path="widers_wspm", splits=4, seed=11)
 @example(shape=SHAPES[2], M=1000, path="widers_wsm", splits=8, seed=12)
+# One-warpgroup tiles (narrow, narrow48f) at S = 2, 4 and 8 against their cluster twins
+@example(shape=SHAPES[1], M=16, path="narrow48f_wsp", splits=8, seed=13)
+@example(shape=SHAPES[0], M=40, path="narrow_ws", splits=4, seed=14)
+@example(shape=SHAPES[2], M=64, path="narrow_wsp", splits=2, seed=15)
+@example(shape=SHAPES[1], M=77, path="narrow48f_ws", splits=4, seed=16)
 def test_ws_matches_fp64_and_cluster_bits(shape, M, path, splits, seed):
     K, N = shape
     rw = _router_weight(K, N)
