@@ -22,14 +22,16 @@ run orders (`diag_request_major`: plan_decode(head_major=False); `diag_head_majo
 head-major line cut into all C bins, heuristics.HEAD_MAJOR_CUT_TO_HEADS off; `diag_bins_in_cta_order`:
 CTA c runs bin c, heuristics.BINS_BY_HEAD off; `diag_bins_by_head_far_pairs`: dealt by head, but
 CTAs 2k / 2k + 1 (one TPC) on heads h and h + Hkv / 2; `diag_bin_in_order`: a bin's tasks
-run in line order; `diag_request_major_in_order`: both, the order before the eighth session), and FlashInfer /
+run in line order; `diag_request_major_in_order`: both, the order before the eighth session),
+`diag_seq_pages*` (`--diag-rows page_order`: the same pages in physical order instead of the random
+permutation; whole call, decode only, stream only), and FlashInfer /
 FlashAttention when importable. Every row carries the bandwidth floor (KV + q + out bytes over
 4.27 TB/s) and the achieved TB/s; `ours*` rows carry the error against float32 attention on
 the dequantised inputs. Results: `decode_attention.{json,md}` holds `ours`, `ours_static`,
 `ours_plan` and the baselines; `decode_attention_diag.{json,md}` the `diag_*` rows.
 
     python benchmarks/bench_decode_attention.py [--out-dir benchmarks/results] [--quick]
-        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order|min_tiles|code_warm]
+        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order|min_tiles|code_warm|task_cost|page_order]
 """
 
 from __future__ import annotations
@@ -157,7 +159,9 @@ def page_order_rows(q, k, v, kv_lens, lens, hkv, hq, max_len, ks, vs, kv_torch, 
     ws = ha.DecodeWorkspace(len(lens), hkv, hq, max_len)
     plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, kv_dtype=kv_torch, page_table=pt, page_size=PAGE)
     out = torch.empty(len(lens), hq, 128, dtype=torch.bfloat16, device=q.device)
-    fn = (lambda: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out))
+    def fn():
+        ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out)
+
     add("diag_seq_pages", bench_us(fn, reps=reps))
     for name, flags in (("diag_seq_pages_decode_only", 0), ("diag_seq_pages_stream_only", 1)):
         with overrides(skip_combine=True, flags=flags):
@@ -401,7 +405,8 @@ def main() -> None:
                          "the first-page rows (with and without, cp.async and TMA + helpers), the rows "
                          "without the score look-ahead, the line and run order rows (diag_request_major*, "
                          "diag_bin_in_order), higher work floors (diag_min_tiles*) or the cold-code rows "
-                         "(diag_code_warm, diag_after_spin, diag_pdl_off)")
+                         "(diag_code_warm, diag_after_spin, diag_pdl_off), the task-cost sweep, or the pages "
+                         "in physical order (diag_seq_pages*)")
     args = ap.parse_args()
     reps = 30 if args.quick else 100
     heads = HEADS[:1] if args.quick else HEADS
