@@ -188,8 +188,9 @@ TABLE: dict[tuple[int, int], list[tuple]] = {
     # 16 narrow48f S=8 ef 13.92 [narrow S=8 14.56, ef 14.62; TF32 16.46]: N = 768 in 16 tiles of 48 is
     # 128 CTAs of two per SM where narrow's 24 tiles made 192; 64 keeps narrow S=8 ef (13.73 against
     # narrow48f S=8 ef 14.18). A 6-stage narrow48f (one CTA per SM, 15 clusters of 8 resident for 16)
-    # read 19.1-19.5.
-    (6144, 768): [(1, "gemvrw2", 1, "ef"), (8, "fp32", 2, "ef"), (16, "narrow48f", 8, "ef"), (64, "narrow", 8, "ef"),
+    # read 19.1-19.5. Crossover (router_gemm_narrow48f_sweep2.*, one process): 24 narrow48f S=8 ef 13.97
+    # [narrow S=8 ef 14.91]; 32 a tie (14.00 against 14.08); 48 narrow S=8 ef 13.74 [14.08].
+    (6144, 768): [(1, "gemvrw2", 1, "ef"), (8, "fp32", 2, "ef"), (24, "narrow48f", 8, "ef"), (64, "narrow", 8, "ef"),
                   (128, "wide96", 8), (256, "wide128f", 8), (512, "wide96f_wsp", 4), (1024, "wide96f", 2),
                   (1 << 30, "widers", 1)],
     # K=3072 N=384. M=1: fp32 S=2 9.2-9.8 [narrow S=8 9.6]; 16, 64, 128: narrow S=8 9.5,
