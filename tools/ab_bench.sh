@@ -19,8 +19,12 @@ paths() {  # PYTHONPATH of the packages under $1
 }
 export PYTHONUNBUFFERED=1 HPC_JIT_CACHE_DIR=${HPC_JIT_CACHE_DIR:-/tmp/hpc_jit}
 mkdir -p "$OUT"
+# Each run's results name its tree (the device copy's .git, if any, is not this checkout's):
+# A = ab_old/REV, B = tools/gpu_commit.txt (carry it) with "+wip" for uncommitted changes.
+B_REV="$(cat tools/gpu_commit.txt 2>/dev/null || echo unknown)+wip"
 for run in A1 B A2; do
-  src="$ROOT"; [ "$run" != B ] && src="$ROOT/ab_old"
-  echo "== $run ($src)" | tee -a "$OUT/ab.log"
-  PYTHONPATH="$(paths "$src")" python3 "benchmarks/$SCRIPT" --out-dir "$OUT/$run" "$@" 2>&1 | tee -a "$OUT/ab.log" | tail -3
+  src="$ROOT"; rev="$B_REV"
+  if [ "$run" != B ]; then src="$ROOT/ab_old"; rev="$(cat ab_old/REV)"; fi
+  echo "== $run ($src, $rev)" | tee -a "$OUT/ab.log"
+  HPC_GIT_COMMIT="$rev" PYTHONPATH="$(paths "$src")" python3 "benchmarks/$SCRIPT" --out-dir "$OUT/$run" "$@" 2>&1 | tee -a "$OUT/ab.log" | tail -3
 done
