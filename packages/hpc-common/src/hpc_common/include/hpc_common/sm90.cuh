@@ -1,7 +1,8 @@
 // SM90 building blocks shared by the hpc-ops kernels, as inline PTX (no CUTLASS/CuTe):
 // shared-memory addresses, mbarriers, named barriers, 1-D bulk copies with an optional L2 cache
 // policy, proxy fences, the global timer, and the thread-block-cluster barrier with
-// distributed-shared-memory loads. Each wrapper compiles to one or two instructions.
+// distributed-shared-memory loads and st.async stores. Each wrapper compiles to one or two
+// instructions.
 // Operator-specific primitives (TMA boxes, wgmma descriptors, mma.sync fragments) stay with
 // their operator.
 #pragma once
@@ -124,12 +125,9 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-// The two halves of cluster_sync, for threads that only publish (arrive, then may exit) and
-// threads that only consume what the others published (arrive, then wait). .aligned: every
-// thread of the warp executes them together.
-__device__ __forceinline__ void cluster_arrive_release() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
+// The waiting half of cluster_sync (after an arrival, e.g. cluster_arrive_relaxed in the
+// prologue): acquire, so what the other threads released before arriving is visible. .aligned:
+// every thread of the warp executes it together.
 __device__ __forceinline__ void cluster_wait_acquire() {
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
@@ -148,14 +146,6 @@ __device__ __forceinline__ float4 ld_dsmem_f4(uint32_t cluster_addr) {
                : "r"(cluster_addr)
                : "memory");
   return v;
-}
-
-// Store to the shared memory of any CTA of the cluster (address from map_to_rank); visible to
-// that CTA after a cluster barrier (release here, acquire there).
-__device__ __forceinline__ void st_dsmem_f4(uint32_t cluster_addr, float4 v) {
-  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(cluster_addr), "f"(v.x), "f"(v.y), "f"(v.z),
-               "f"(v.w)
-               : "memory");
 }
 
 // Store to another CTA's shared memory that completes `bytes` on an mbarrier of that CTA
