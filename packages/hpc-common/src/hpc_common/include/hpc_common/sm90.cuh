@@ -40,19 +40,31 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 // Spin until the phase with `parity` completes. With kWatchdog, a wait of 2^26 polls
 // (seconds) can only be a protocol bug and traps, so the caller gets a launch error instead of
 // a hung GPU (kernels whose waits sit next to large accumulators may leave it off: the extra
-// live registers can make ptxas spill).
-template <bool kWatchdog = false>
+// live registers can make ptxas spill). kClusterAcquire: acquire at cluster scope, for phases
+// completed by other CTAs (st_async_f4, remote arrivals) whose writes this thread reads next;
+// the default is the instruction's own (.acquire.cta).
+template <bool kWatchdog = false, bool kClusterAcquire = false>
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   const uint32_t addr = smem_u32(bar);
   uint32_t done = 0, polls = 0;
   do {
-    asm volatile(
-        "{\n .reg .pred p;\n"
-        " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
+    if constexpr (kClusterAcquire) {
+      asm volatile(
+          "{\n .reg .pred p;\n"
+          " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+          " selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(addr), "r"(parity)
+          : "memory");
+    } else {
+      asm volatile(
+          "{\n .reg .pred p;\n"
+          " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+          " selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(addr), "r"(parity)
+          : "memory");
+    }
     if (kWatchdog && !done && ++polls == (1u << 26)) __trap();
   } while (!done);
 }
@@ -150,7 +162,7 @@ __device__ __forceinline__ float4 ld_dsmem_f4(uint32_t cluster_addr) {
 
 // Store to another CTA's shared memory that completes `bytes` on an mbarrier of that CTA
 // (st.async: the completion is a release at cluster scope, so a waiter that acquires at cluster
-// scope, mbar_wait_cluster, sees the data). Both addresses from map_to_rank. The barrier must be
+// scope, mbar_wait<.., true>, sees the data). Both addresses from map_to_rank. The barrier must be
 // initialised before the first store (order its init with a cluster barrier).
 __device__ __forceinline__ void st_async_f4(uint32_t cluster_addr, float4 v, uint32_t cluster_bar) {
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
@@ -163,22 +175,6 @@ __device__ __forceinline__ void st_async_f4(uint32_t cluster_addr, float4 v, uin
 // fence.mbarrier_init, which releases the barrier initialisation itself).
 __device__ __forceinline__ void cluster_arrive_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-
-// mbar_wait with acquire at cluster scope: for phases completed by other CTAs (st_async_f4,
-// remote arrivals), whose writes this thread reads next.
-__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
-  const uint32_t addr = smem_u32(bar);
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n"
-        " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-  } while (!done);
 }
 
 __device__ __forceinline__ float ld_dsmem_f32(uint32_t cluster_addr) {

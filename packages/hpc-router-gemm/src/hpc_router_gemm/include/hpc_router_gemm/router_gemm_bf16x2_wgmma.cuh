@@ -474,7 +474,7 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
                             peer_bar);
         }
       } else {
-        sm90::mbar_wait_cluster(recv_bar, 0);  // the peer's whole partial has landed
+        sm90::mbar_wait<false, true>(recv_bar, 0);  // the peer's whole partial has landed (cluster acquire)
         if (threadIdx.x % 128 == 0) tl_stamp(p.timeline, kTlReduceGo);
         if (active) {
 #pragma unroll
