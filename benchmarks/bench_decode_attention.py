@@ -92,6 +92,16 @@ def parse_case(case: str) -> list[int]:
     return lens
 
 
+def page_table_of(need, pages):
+    """[B, max pages] int32 table whose row b holds the next need[b] ids of `pages`, in order."""
+    pt = torch.zeros(len(need), max(need), dtype=torch.int32, device=pages.device)
+    pos = 0
+    for b, n in enumerate(need):
+        pt[b, :n] = pages[pos:pos + n]
+        pos += n
+    return pt
+
+
 def make_inputs(lens, hq, hkv, kv_dtype, gen):
     dev = torch.device("cuda")
     need = [(L + PAGE - 1) // PAGE for L in lens]
@@ -105,12 +115,7 @@ def make_inputs(lens, hq, hkv, kv_dtype, gen):
         k = torch.randn(shape, device=dev, generator=gen, dtype=torch.bfloat16)
         v = torch.randn(shape, device=dev, generator=gen, dtype=torch.bfloat16)
         scales = (1.0, 1.0)
-    perm = torch.randperm(num_pages, device=dev, generator=gen).int()
-    pt = torch.zeros(len(lens), max(need), dtype=torch.int32, device=dev)
-    pos = 0
-    for b, n in enumerate(need):
-        pt[b, :n] = perm[pos:pos + n]
-        pos += n
+    pt = page_table_of(need, torch.randperm(num_pages, device=dev, generator=gen).int())
     q = torch.randn(len(lens), hq, 128, device=dev, generator=gen, dtype=torch.bfloat16)
     kv_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
     return q, k, v, pt, kv_lens, scales
@@ -145,27 +150,19 @@ def flash_attn_fn(q, k, v, pt, kv_lens):
     return bench_us(fn)
 
 
-def page_order_rows(q, k, v, kv_lens, lens, hkv, hq, max_len, ks, vs, kv_torch, reps, add):
+def page_order_rows(kv_lens, lens, hkv, hq, kv_torch, time_call, time_mode):
     """Diagnosis: the same pages in physical order (request b's pages contiguous, in line order)
     instead of the benchmark's random permutation: whole call, decode only and stream only. Does
     the DRAM side care which pages neighbouring CTAs read at once? (A 64/8 tile spans 8 heads' rows
-    of a page, read by 8 neighbouring CTAs; an 8/1 tile is one 8-16 KB page read by one CTA.)"""
+    of a page, read by 8 neighbouring CTAs; an 8/1 tile is one 8-16 KB page read by one CTA.) The
+    outputs are not checked: the reference was built for the random table."""
     need = [(L + PAGE - 1) // PAGE for L in lens]
-    pt = torch.zeros(len(lens), max(need), dtype=torch.int32, device=q.device)
-    pos = 0
-    for b, n in enumerate(need):
-        pt[b, :n] = torch.arange(pos, pos + n, dtype=torch.int32, device=q.device)
-        pos += n
-    ws = ha.DecodeWorkspace(len(lens), hkv, hq, max_len)
-    plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, kv_dtype=kv_torch, page_table=pt, page_size=PAGE)
-    out = torch.empty(len(lens), hq, 128, dtype=torch.bfloat16, device=q.device)
-    def fn():
-        ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out)
-
-    add("diag_seq_pages", bench_us(fn, reps=reps))
+    pt = page_table_of(need, torch.arange(sum(need), dtype=torch.int32, device=kv_lens.device))
+    plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ha.DecodeWorkspace(len(lens), hkv, hq, max(lens)),
+                          kv_dtype=kv_torch, page_table=pt, page_size=PAGE)
+    time_call("diag_seq_pages", plan, correct=False, table=pt)
     for name, flags in (("diag_seq_pages_decode_only", 0), ("diag_seq_pages_stream_only", 1)):
-        with overrides(skip_combine=True, flags=flags):
-            add(name, bench_us(fn, reps=reps))
+        time_mode(name, plan, flags, table=pt)
 
 
 def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="all"):
@@ -185,25 +182,26 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
         print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {provider:>12}: {t:8.2f} us  floor {floor:7.2f}"
               f"  {row['tbps']:.2f} TB/s" + (f"  rel_err {extra['rel_err']:.2e}" if extra else ""), flush=True)
 
-    def time_call(provider, plan, correct=True):
-        """Time decode with `plan` under the current overrides; rows with correct outputs carry
-        their error (diagnostics that skip work do not)."""
+    def time_call(provider, plan, correct=True, table=None):
+        """Time decode with `plan` under the current overrides (on page table `table`, default the
+        case's); rows with correct outputs carry their error (diagnostics that skip work do not)."""
         out = torch.empty(B, hq, 128, dtype=torch.bfloat16, device="cuda")
-        fn = (lambda: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out))
+        tbl = pt if table is None else table
+        fn = (lambda: ha.decode(q, k, v, tbl, kv_lens, plan, k_scale=ks, v_scale=vs, out=out))
         fn()
         torch.cuda.synchronize()
         add(provider, bench_us(fn, reps=reps), out.clone() if correct else None)
 
-    def time_mode(provider, plan, flags, **ov):
+    def time_mode(provider, plan, flags, table=None, **ov):
         """One row under `overrides(**ov)`: the whole call (flags None, outputs checked) or the
         decode kernel alone with paged_decode.DIAG flags (0 decode only, 1 stream only, 2 / 3 the
         same two with the TMA maps' 256-byte L2 promotion)."""
         if flags is None:
             with overrides(**ov):
-                time_call(provider, plan)
+                time_call(provider, plan, table=table)
         else:
             with overrides(skip_combine=True, flags=flags, **ov):
-                time_call(provider, plan, correct=False)
+                time_call(provider, plan, correct=False, table=table)
 
     kv_torch = torch.float8_e4m3fn if kv_dtype == "fp8" else torch.bfloat16
     # (provider, static splits, task cost, tail arguments of plan_decode, producer, merge on helpers).
@@ -268,7 +266,7 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
             if diag and diag_rows == "code_warm":
                 code_warm_rows(q, k, v, pt, kv_lens, plan, ks, vs, kv_dtype, gen, reps, time_call, add)
             if diag and diag_rows == "page_order":
-                page_order_rows(q, k, v, kv_lens, lens, hkv, hq, max_len, ks, vs, kv_torch, reps, add)
+                page_order_rows(kv_lens, lens, hkv, hq, kv_torch, time_call, time_mode)
             if diag and diag_rows != "all":  # every narrow row set also gets decode only / stream only
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
                     time_mode(name, plan, flags)
