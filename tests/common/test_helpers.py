@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from hpc_common.bench import BenchResults, floor_us
+from hpc_common.bench import BenchResults, dump_doc, floor_us
 from hpc_common.checks import check_tensor
 from hpc_common.testing import assert_bitwise_equal, assert_close, error_stats, poison_
 
@@ -91,6 +91,15 @@ def test_results_split_off(tmp_path):
     assert [row["provider"] for row in d.rows] == ["diag_x"] and d.meta == r.meta
     d.write()
     assert json.loads((tmp_path / "h200" / "demo_op_diag.json").read_text())["rows"][0]["provider"] == "diag_x"
+
+
+def test_dump_doc_keeps_the_data_and_puts_scalar_lists_on_one_line():
+    doc = {"slots": ["a", "b"], "cases": [{"stamps": [[1, 2, None], [3, 4.5, 6]], "empty": {}, "none": []}]}
+    text = dump_doc(doc)
+    assert json.loads(text) == doc
+    lines = text.splitlines()
+    assert '"slots": ["a", "b"],' in [line.strip() for line in lines]
+    assert "[1, 2, null]," in [line.strip() for line in lines] and "[3, 4.5, 6]" in [line.strip() for line in lines]
 
 
 def test_back_to_back_needs_functions():

@@ -23,13 +23,13 @@ times that shrink are instruction fetch.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
+from pathlib import Path
 
 import hpc_attention as ha
 import torch
 from hpc_attention import paged_decode as pd
-from hpc_common.bench import timing
+from hpc_common.bench import dump_doc, timing
 from hpc_common.bench.timing import bench_us
 
 SLOTS, WARPS, MAX_CTAS = 16, 16, 16
@@ -123,8 +123,7 @@ def main() -> None:
             print(f"  {name:>8}: p50 {s['p50']:6.3f}  max {s['max']:6.3f}  (+{s['p50'] - prev:6.3f} p50)")
             prev = s["p50"]
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+        Path(args.json).write_text(dump_doc(out))
 
 
 if __name__ == "__main__":

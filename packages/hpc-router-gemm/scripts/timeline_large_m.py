@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import re
 import statistics
 from pathlib import Path
 
 import torch
-from hpc_common.bench import timing
+from hpc_common.bench import dump_doc, timing
 from hpc_router_gemm import RouterWeight, plan_for, router_gemm
 from hpc_router_gemm.heuristics import Plan, bf16x2_tiles
 from hpc_router_gemm.router_gemm import DIAG, TIMELINE_SLOTS, launch
@@ -241,7 +240,7 @@ def main() -> None:
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         doc = dict(device=torch.cuda.get_device_name(), reps=args.reps, slots=SLOT_NAMES, cases=summaries)
-        args.json.write_text(json.dumps(_no_nan(doc), indent=1) + "\n")
+        args.json.write_text(dump_doc(_no_nan(doc)))
         print(f"wrote {args.json}")
 
 

@@ -1,7 +1,7 @@
 """Benchmark helpers shared by every operator: one timing method, one results format."""
 
-from .results import BenchResults, gpu_slug, run_meta
+from .results import BenchResults, dump_doc, gpu_slug, run_meta
 from .timing import COPY_BANDWIDTH_TBPS, bench_back_to_back_us, bench_us, empty_l2, floor_us, replay_in_graph
 
-__all__ = ["BenchResults", "COPY_BANDWIDTH_TBPS", "bench_back_to_back_us", "bench_us", "empty_l2", "floor_us",
-           "gpu_slug", "replay_in_graph", "run_meta"]
+__all__ = ["BenchResults", "COPY_BANDWIDTH_TBPS", "bench_back_to_back_us", "bench_us", "dump_doc", "empty_l2",
+           "floor_us", "gpu_slug", "replay_in_graph", "run_meta"]
