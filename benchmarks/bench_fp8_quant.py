@@ -3,14 +3,18 @@
 Cases: every mode on bf16 inputs of 1 MB to 256 MB (rows of 4096: the hidden size of Qwen3 /
 Hy3; per-token-per-head as [T, 32, 128]), plus at 64 MB an odd row length (scalar path) and
 fp32 input. Providers (PROVIDERS below): `ours` (the default dispatch), `ours_old` (the
-dispatch of 8fdf820: segment-team amax pass, store before refill), `ours_store_first` (the
-bulk kernel's store-then-refill order of 8fdf820), `ours_bulk` / `ours_register` (the bulk-copy
-kernel forced on / off; off: the register kernels), `ours_generic_kernel` (group / per-head
+dispatch of 8fdf820: segment-team amax pass, ring kernel storing before refilling), `ours_ring`
+(the bulk-copy ring kernel where the default takes the one-tile-per-CTA or flat kernel: the default
+before the seventeenth session), `ours_store_first` (the ring's store-then-refill order of 8fdf820),
+`ours_bulk` / `ours_register` (the tile kernels forced on / off for every mode; off: the register
+kernels), `ours_generic_kernel` (group / per-head
 modes: the generic register kernel) and `torch_ref` (hpc_common.fp8.reference run on the GPU,
 the same float32 operations in eager torch ops). Timing: hpc_common.bench.bench_us
 (CUDA-graph replay, L2 emptied before each replay, median). From 64 MB up also
 `torch_copy` (a device copy of the input's bytes, timed like the other rows: what the per-call
-method lets a plain copy reach), `ours_back_to_back` (the default dispatch) and
+method lets a plain copy reach), for 2-byte inputs `torch_add_same_bytes` (torch.add of the input's
+two halves into a third tensor: one plain elementwise kernel with the quantiser's byte mix, the
+input's bytes read and half of them written), `ours_back_to_back` (the default dispatch) and
 `torch_copy_back_to_back` (the same copy), the last two timed by hpc_common.bench.bench_back_to_back_us: calls back to back in one
 graph on rotating inputs (> 512 MB in all), per-call time, i.e. steady-state throughput measured
 the way the 4.27 TB/s copy ceiling was; rows carry `timing="back_to_back"`.
@@ -92,11 +96,13 @@ def _cases(quick: bool, sizes=None, modes=MODES):
 OLD_BULK_KERNEL_MODES = frozenset({"per_tensor_static", "per_token", "group", "per_head"})
 PROVIDERS = {
     "ours": {},
-    "ours_old": dict(FLAT_AMAX_KERNEL=False, BULK_KERNEL_MODES=OLD_BULK_KERNEL_MODES, BULK_VARIANT=1),
+    "ours_old": dict(FLAT_AMAX_KERNEL=False, BULK_KERNEL_MODES=OLD_BULK_KERNEL_MODES, BULK_VARIANT=1,
+                     USE_TILE_KERNEL=False),
+    "ours_ring": dict(USE_TILE_KERNEL=False),  # the default before the seventeenth session
     "ours_bulk": dict(USE_BULK_KERNEL=True),
     "ours_register": dict(USE_BULK_KERNEL=False),
     "ours_generic_kernel": dict(USE_BULK_KERNEL=False, USE_SHORT_SEGMENT_KERNEL=False),
-    "ours_store_first": dict(BULK_VARIANT=1),  # fifth pass: the bulk kernel's 8fdf820 order
+    "ours_store_first": dict(BULK_VARIANT=1, USE_TILE_KERNEL=False),  # fifth pass: the ring's 8fdf820 order
     "torch_ref": None,
 }
 
@@ -140,6 +146,11 @@ def _back_to_back_rows(res, ours_on, x, params, nbytes, reps) -> None:
     # The same device copy timed like every other row (one cold call after the L2 flush): how
     # close to 4.27 TB/s a plain copy of this size gets under the per-call method.
     _add_row(res, "torch_copy", bench_us(copies[0], reps=reps), copy_bytes, x, params)
+    if x.element_size() == 2:  # the quantiser's byte mix (2n read, n written) in one elementwise kernel
+        flat, n2 = xs[0].reshape(-1), x.numel() // 2
+        a, b, dst = flat[:n2], flat[n2:2 * n2], torch.empty(n2, dtype=x.dtype, device=x.device)
+        _add_row(res, "torch_add_same_bytes", bench_us(lambda: torch.add(a, b, out=dst), reps=reps), 6 * n2, x, params)
+        del a, b, dst
     for provider, fns, nb in (("ours_back_to_back", [ours_on(xi) for xi in xs], nbytes),
                               ("torch_copy_back_to_back", copies, copy_bytes)):
         _add_row(res, provider, bench_back_to_back_us(fns, reps=max(5, reps // 5)), nb, x, params,

@@ -400,27 +400,28 @@ def test_torch_compile_functionalises_the_mutating_op_cpu():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["bulk", "short_segment", "generic"])
+@pytest.mark.parametrize("kernel", ["tile", "ring", "short_segment", "generic"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("mode,group_size", [("group", 128), ("group_col", 128), ("group", 256), ("group", 64),
                                              ("group", 32), ("per_head", 128)])
 @pytest.mark.parametrize("m", [1, 37, 1000])
 def test_short_segment_and_generic_kernels_match_reference(cuda, kernel, dtype, mode, group_size, m):
-    """Every kernel that serves group/per-head scales gives the reference's bits: the bulk-copy
-    kernel, the short-segment kernel (16- and 32-vector segments) and the generic kernel (shapes a
+    """Every kernel that serves group/per-head scales gives the reference's bits: the one-tile-per-CTA
+    kernel, the bulk-copy ring kernel, the short-segment kernel (16- and 32-vector segments) and the generic kernel (shapes a
     kernel does not take fall back to the next)."""
     from hpc_common.fp8 import quant
 
     x = make_input(shape_for(mode, m, 512 if mode != "per_head" else 128), dtype, seed=m * 7 + group_size)
     xg = x.to(cuda)
-    before = (quant.USE_SHORT_SEGMENT_KERNEL, quant.USE_BULK_KERNEL)
+    before = (quant.USE_SHORT_SEGMENT_KERNEL, quant.USE_BULK_KERNEL, quant.USE_TILE_KERNEL)
     quant.USE_SHORT_SEGMENT_KERNEL = kernel == "short_segment"
-    quant.USE_BULK_KERNEL = kernel == "bulk"
+    quant.USE_BULK_KERNEL = kernel in ("tile", "ring")
+    quant.USE_TILE_KERNEL = kernel == "tile"
     try:
         kw = {} if mode == "per_head" else {"group_size": group_size}
         got = run(mode, xg, **kw)
     finally:
-        quant.USE_SHORT_SEGMENT_KERNEL, quant.USE_BULK_KERNEL = before
+        quant.USE_SHORT_SEGMENT_KERNEL, quant.USE_BULK_KERNEL, quant.USE_TILE_KERNEL = before
     assert_same(got, run_ref(mode, x, **kw), what=f"{mode} g{group_size} {dtype} kernel={kernel}")
 
 

@@ -1,5 +1,6 @@
-"""The bulk-copy ring kernel (fp8_quant_bulk.cuh) against the reference, bit for bit, on the shapes that exercise
-their tile geometry: dense tensors tiled across rows (last tile short), rows with a pitch and
+"""The tile kernels against the reference, bit for bit: the one-tile-per-CTA and flat kernels
+(fp8_quant_tile.cuh, the default) and the bulk-copy ring kernel (fp8_quant_bulk.cuh, USE_TILE_KERNEL
+off), on the shapes that exercise their tile geometry: dense tensors tiled across rows (last tile short), rows with a pitch and
 Q slices of a fused QKV buffer (tiles inside a row or a token), teams of 1 to 256 lanes
 (group-16 fp32 .. per-token 8192 bf16, the cross-warp reduction), the per-tensor modes
 (static; dynamic with the reversed visit), and tensors of many tiles per CTA so that the
@@ -19,12 +20,13 @@ from _fp8_cases import assert_same, make_input, run, run_ref
 import hpc_common
 from hpc_common.fp8 import quant
 
-# name -> quant switches; every variant forces the bulk kernel on except "register".
+# name -> quant switches; every variant forces the tile kernels on except "register".
 VARIANTS = {
-    "default": dict(USE_BULK_KERNEL=True),
-    "old": dict(USE_BULK_KERNEL=True, FLAT_AMAX_KERNEL=False, BULK_VARIANT=1),  # the 8fdf820 dispatch
+    "default": dict(USE_BULK_KERNEL=True),  # one tile per CTA; flat for per-tensor static, contiguous
+    "ring": dict(USE_BULK_KERNEL=True, USE_TILE_KERNEL=False),  # the bulk-copy ring (default before 17th session)
+    "old": dict(USE_BULK_KERNEL=True, USE_TILE_KERNEL=False, FLAT_AMAX_KERNEL=False, BULK_VARIANT=1),  # 8fdf820
     "register": dict(USE_BULK_KERNEL=False),
-    "store_first": dict(USE_BULK_KERNEL=True, BULK_VARIANT=1),  # the bulk kernel's 8fdf820 order
+    "store_first": dict(USE_BULK_KERNEL=True, USE_TILE_KERNEL=False, BULK_VARIANT=1),  # the ring's 8fdf820 order
 }
 
 
@@ -166,7 +168,7 @@ def test_bulk_timeline_changes_nothing(cuda, variant):
     want = run_ref("per_token", x.cpu())
     tl = torch.zeros(8 * torch.cuda.get_device_properties(cuda).multi_processor_count, quant.TIMELINE_SLOTS,
                      dtype=torch.int64, device=cuda)
-    with switches(USE_BULK_KERNEL=True, BULK_VARIANT=variant, BULK_TIMELINE=tl):
+    with switches(USE_BULK_KERNEL=True, USE_TILE_KERNEL=False, BULK_VARIANT=variant, BULK_TIMELINE=tl):
         got = run("per_token", x)
     assert_same(got, want, what=f"timeline variant {variant}")
     rows = tl.cpu()
@@ -179,5 +181,43 @@ def test_bulk_timeline_changes_nothing(cuda, variant):
 @pytest.mark.gpu
 def test_bulk_variant_unknown_is_an_error(cuda):
     x = make_input((64, 4096), torch.bfloat16, 17, device=cuda)
-    with switches(USE_BULK_KERNEL=True, BULK_VARIANT=2), pytest.raises(RuntimeError):
+    with switches(USE_BULK_KERNEL=True, USE_TILE_KERNEL=False, BULK_VARIANT=2), pytest.raises(RuntimeError):
         run("per_token", x)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("shape", [(1, 5), (3, 4001), (7, 1029), (64, 4096), (1, 8 * 4096 + 3), (513, 2048)])
+def test_flat_static_kernel_matches_reference(cuda, dtype, shape):
+    """Per-tensor static on a contiguous tensor takes the flat kernel: whole vectors on every CTA,
+    the elements after the last whole vector (odd sizes) on the last CTA, a last CTA with fewer
+    than 1024 vectors; saturating, NaN and signed-zero inputs come from make_input."""
+    x = make_input(shape, dtype, 19 + shape[1], device=cuda)
+    x.view(-1)[-1] = -1e6  # saturates, in the scalar tail when the size is odd
+    want = run_ref("per_tensor_static", x.cpu())
+    for name in ("default", "ring", "register"):
+        with switches(**VARIANTS[name]):
+            assert_same(run("per_tensor_static", x), want, what=f"{name} static {shape} {dtype}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["per_token", "group", "per_tensor_static"])
+def test_tile_kernels_under_pdl_and_graph_replay(cuda, mode):
+    """The short-lived-CTA kernels launched with PDL after a kernel that writes their input, eagerly
+    and replayed from a CUDA graph with new input values, equal the reference."""
+    x = make_input((300, 4096), torch.bfloat16, 23, device=cuda)
+    src = make_input((300, 4096), torch.bfloat16, 29, device=cuda)
+    kw = {} if mode != "group" else {"group_size": 128}
+    with hpc_common.pdl_enabled(True):
+        def step():
+            x.copy_(src.mul(2.0))  # the producer kernel the quantiser depends on
+            return run(mode, x, **kw)
+
+        assert_same(step(), run_ref(mode, (src * 2.0).cpu(), **kw), what=f"{mode} eager pdl")
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = step()
+        src.copy_(make_input((300, 4096), torch.bfloat16, 31, device=cuda))
+        g.replay()
+        torch.cuda.synchronize()
+        assert_same(out, run_ref(mode, (src * 2.0).cpu(), **kw), what=f"{mode} graph replay pdl")

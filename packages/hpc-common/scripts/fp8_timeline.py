@@ -1,4 +1,5 @@
-"""Per-CTA timeline of the FP8 bulk quantisation kernel (fp8_quant_bulk.cuh) on one call.
+"""Per-CTA timeline of the FP8 bulk ring quantisation kernel (fp8_quant_bulk.cuh) on one call (the
+ring is not the default since the seventeenth session: this script turns quant.USE_TILE_KERNEL off).
 
 Each CTA's thread 0 writes stamps when quant.BULK_TIMELINE is set: entry, first loads issued, every
 tile seen in shared memory ("landed") and its bulk store issued ("stored"), exit (slot layout:
@@ -156,6 +157,7 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="per_tensor_static,per_token")
     ap.add_argument("--conditions", default="write,read,warm")
     args = ap.parse_args(argv)
+    quant.USE_TILE_KERNEL = False  # only the ring kernel writes the timeline
 
     dev = torch.device("cuda", 0)
     stream = torch.cuda.Stream(dev)

@@ -37,7 +37,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
          int64_t segs_per_row, int64_t x_stride_t, int64_t x_stride_h, int64_t q_stride_t,
          int64_t q_stride_h, int64_t scale_stride_row, int64_t scale_stride_seg, int dtype,
          int scale_source, bool per_tensor_dynamic, bool ue8m0, bool vectorized, bool short_segments, int num_sms, bool pdl,
-         uintptr_t stream, bool bulk, bool peel, bool flat_amax, int bulk_variant, uintptr_t timeline) {
+         uintptr_t stream, bool bulk, bool peel, bool flat_amax, int bulk_variant, uintptr_t timeline, bool tile) {
         hpc::fp8::QuantParams p{};
         p.x = hpc::as_ptr<const void>(x);
         p.q = hpc::as_ptr<uint8_t>(q);
@@ -63,6 +63,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.vectorized = vectorized;
         p.short_segments = short_segments;
         p.bulk = bulk;
+        p.tile = tile;
         p.peel = peel;
         p.flat_amax = flat_amax;
         p.num_sms = num_sms;
@@ -77,5 +78,5 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       py::arg("q_stride_h"), py::arg("scale_stride_row"), py::arg("scale_stride_seg"), py::arg("dtype"),
       py::arg("scale_source"), py::arg("per_tensor_dynamic"), py::arg("ue8m0"), py::arg("vectorized"), py::arg("short_segments"),
       py::arg("num_sms"), py::arg("pdl"), py::arg("stream"), py::arg("bulk") = false, py::arg("peel") = false,
-      py::arg("flat_amax") = false, py::arg("bulk_variant") = 0, py::arg("timeline") = 0);
+      py::arg("flat_amax") = false, py::arg("bulk_variant") = 0, py::arg("timeline") = 0, py::arg("tile") = false);
 }

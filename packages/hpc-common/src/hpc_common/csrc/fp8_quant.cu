@@ -1,10 +1,13 @@
 // FP8 E4M3 quantisation: dispatch on input dtype and on the vectorised / scalar path.
 // Generic and amax kernels: 3 dtypes x 2 paths (flat amax kernel: vector path); short-segment
-// kernel: 3 dtypes x (4 unmasked + 3 masked); bulk kernel: 3 dtypes (vector path only).
+// kernel: 3 dtypes x (4 unmasked + 3 masked); bulk ring kernel: 3 dtypes; tile kernel (the
+// default where the ring applies): 3 dtypes x (dynamic, per-tensor scale); flat kernel: 3 dtypes
+// (vector path only).
 // The mode is runtime geometry.
 #include "hpc_common/fp8_quant.cuh"
 #include "hpc_common/fp8_quant_bulk.cuh"
 #include "hpc_common/fp8_quant_small_seg.cuh"
+#include "hpc_common/fp8_quant_tile.cuh"
 
 using hpc::fp8::BulkOptions;
 using hpc::fp8::QuantParams;
@@ -13,6 +16,14 @@ namespace {
 template <int DT, int VEC>
 cudaError_t launch_vector_path(const QuantParams& p, cudaStream_t stream, bool pdl, const BulkOptions& bulk) {
   using namespace hpc::fp8;
+  switch (tile_kernel_for(p, VEC)) {
+    case 2:
+      return launch_fp8_quant_flat<DT, VEC>(p, stream, pdl);
+    case 1:
+      return launch_fp8_quant_tile<DT, VEC>(p, stream, pdl);
+    default:
+      break;
+  }
   if (bulk_applicable(p, VEC)) return launch_fp8_quant_bulk<DT, VEC>(p, stream, pdl, bulk);
   switch (small_seg_vectors_per_lane(p, VEC)) {
     case 1:

@@ -93,17 +93,26 @@ USE_PEELED_VECTOR_PATH = True
 # N = 4095: 54.9 us against 69.6 on the generic kernel's peeled path); benchmarks/bench_fp8_quant.py
 # turns this off to time the generic kernel beside it.
 USE_SHORT_SEGMENT_KERNEL = True
-# Bulk-copy kernel (fp8_quant_bulk.cuh): serves shapes whose segments are whole, 16-element
-# multiples and at most 16 KB (the launcher checks; other shapes keep the register kernels
-# above). BULK_KERNEL_MODES lists the modes where it is the default (see FP8_HISTORY.md for the
-# measurements); USE_BULK_KERNEL = True / False forces it on / off for every mode (tests and
-# benchmarks time and check both), None follows BULK_KERNEL_MODES.
-# H200 run of aeb24f7 (bf16 N=4096, % of the 4.27 TB/s copy bandwidth, bulk / register kernels):
+# Tile kernels (16 KB tiles of whole segments: the short-lived-CTA kernels of fp8_quant_tile.cuh,
+# USE_TILE_KERNEL below, or the bulk-copy ring of fp8_quant_bulk.cuh): serve shapes whose segments
+# are whole, 16-element multiples and at most 16 KB (the launcher checks; other shapes keep the
+# register kernels above). BULK_KERNEL_MODES lists the modes where they are the default (see
+# FP8_HISTORY.md for the measurements); USE_BULK_KERNEL = True / False forces them on / off for
+# every mode (tests and benchmarks time and check both), None follows BULK_KERNEL_MODES.
+# H200 run of aeb24f7 (bf16 N=4096, % of the 4.27 TB/s copy bandwidth, bulk ring / register kernels):
 # per-tensor static 75.6 / 72.3 (64 MB), 91.0 / 89.3 (256 MB); group-128 71.4 / 67.5, 87.0 / 87.6;
 # per-head 71.9 / 67.7, 87.4 / 87.5; per-token 71.6 / 70.6, 87.8 / 89.0 (fp32 128 MB: 77.8 / 71.5);
 # per-tensor dynamic 78.0 / 78.9, 92.8 / 92.3 and 53.7 / 58.5 at 16 MB: the register kernels.
 BULK_KERNEL_MODES = frozenset({"per_tensor_static", "per_token", "group", "per_head"})
 USE_BULK_KERNEL: Optional[bool] = None
+# Where the bulk ring kernel applies, short-lived CTAs instead (fp8_quant_tile.cuh): one 16 KB tile
+# per CTA, straight into registers; a per-tensor static scale on a contiguous tensor takes the
+# flat kernel. Same bits as the ring. H200, one process, written flush, 64 MB bf16 (us, ring ->
+# these): per-tensor static 30.2 -> 29.4 (80.1 % of 4.27 TB/s), per-token 32.1 -> 29.9, group-128
+# 32.5 -> 30.8, group-128 column-major 33.3 -> 32.6, per-head 32.5 -> 30.9; at 16, 128 and 256 MB
+# and for fp32 input faster too (FP8_HISTORY.md, seventeenth session). False: the ring (the
+# benchmark's `ours_ring` row, the timeline script).
+USE_TILE_KERNEL = True
 
 # Per-tensor dynamic on a contiguous tensor: the amax pass is a flat, evenly split streaming
 # kernel (fp8_amax_flat_kernel) instead of segment teams (whose last of ~4 block waves ran partly
@@ -114,13 +123,15 @@ USE_BULK_KERNEL: Optional[bool] = None
 # were removed after commit 59a5220, where their code and switches remain.
 FLAT_AMAX_KERNEL = True
 
-# Bulk kernel order after a tile's block barrier (FP8_HISTORY.md, fifth pass): 0 = the default,
+# Bulk ring kernel order after a tile's block barrier (FP8_HISTORY.md, fifth pass; only with
+# USE_TILE_KERNEL off): 0 = the default,
 # thread 0 refills the tile's stage, then stores the tile (H200: 64 MB calls 0.3-0.8 us faster);
 # 1 = the 8fdf820 order (store, then refill). Same bits out either way. (2, a refill at the
 # row-max barrier for per-token rows, measured 1-1.5 % slower in the ninth session: removed.)
 BULK_VARIANT = 0
 # Diagnosis only (scripts/fp8_timeline.py): a CUDA int64 tensor of at least
-# grid * TIMELINE_SLOTS elements; the bulk kernel then writes per-CTA %globaltimer stamps into it
+# grid * TIMELINE_SLOTS elements; the bulk ring kernel (USE_TILE_KERNEL off) then writes per-CTA
+# %globaltimer stamps into it
 # (slot layout: TimelineSlot in fp8_quant.cuh). None in normal calls.
 BULK_TIMELINE: Optional[torch.Tensor] = None
 TIMELINE_SLOTS = 8 + 2 * 32  # kTimelineSlots
@@ -161,7 +172,7 @@ def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor
         vectorized=vectorized, short_segments=USE_SHORT_SEGMENT_KERNEL, num_sms=num_sms, pdl=get_pdl(),
         stream=stream_ptr(x.device), bulk=_bulk_for(mode, scale_source), peel=peel,
         flat_amax=FLAT_AMAX_KERNEL, bulk_variant=BULK_VARIANT,
-        timeline=BULK_TIMELINE.data_ptr() if BULK_TIMELINE is not None else 0, **geo)
+        timeline=BULK_TIMELINE.data_ptr() if BULK_TIMELINE is not None else 0, tile=USE_TILE_KERNEL, **geo)
 
 
 # No argument may be called `mode`: torch.compile's auto_functionalized_v2 passes its own

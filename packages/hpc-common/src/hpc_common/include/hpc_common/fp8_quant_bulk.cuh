@@ -264,10 +264,10 @@ inline bool bulk_applicable(const QuantParams& p, int vec) {
   return true;
 }
 
-template <int DT, int VEC>
-inline cudaError_t launch_fp8_quant_bulk(QuantParams p, cudaStream_t stream, bool pdl, const BulkOptions& opt) {
+// The tile geometry of p (team, runs, tiles; see BulkTile), shared by the bulk kernel and the
+// one-tile-per-CTA kernel (fp8_quant_tile.cuh).
+inline void set_tile_geometry(QuantParams& p, int VEC) {
   const int64_t nseg = p.rows * p.segs_per_row;
-  if (nseg == 0) return cudaSuccess;
   const int64_t sv = p.seg_len / VEC;
   p.team = int(sv / kBulkVecPerThread);
   const int64_t per_tile = kBulkTileVectors / sv;
@@ -281,6 +281,12 @@ inline cudaError_t launch_fp8_quant_bulk(QuantParams p, cudaStream_t stream, boo
   p.tiles_per_run = (p.run_segs + p.tile_segs - 1) / p.tile_segs;
   p.num_tiles = (nseg / p.run_segs) * p.tiles_per_run;
   p.reverse = false;
+}
+
+template <int DT, int VEC>
+inline cudaError_t launch_fp8_quant_bulk(QuantParams p, cudaStream_t stream, bool pdl, const BulkOptions& opt) {
+  if (p.rows * p.segs_per_row == 0) return cudaSuccess;
+  set_tile_geometry(p, VEC);
   using Kernel = void (*)(const QuantParams, unsigned long long*);
   Kernel kernel = nullptr;
   switch (opt.variant) {

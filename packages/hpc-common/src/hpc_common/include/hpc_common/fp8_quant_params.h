@@ -49,7 +49,8 @@ struct QuantParams {
   bool vectorized;             // caller checked the alignment of every segment start
   bool peel;                   // vectorized with a scalar head per segment (x, q misaligned alike)
   bool short_segments;         // allow fp8_quant_small_seg.cuh (off: generic kernel, for comparison)
-  bool bulk;                   // allow fp8_quant_bulk.cuh (bulk-copy ring) where it applies
+  bool bulk;                   // allow the tile kernels (fp8_quant_bulk.cuh's geometry) where they apply
+  bool tile;                   // with bulk: one tile per CTA (fp8_quant_tile.cuh), else the bulk-copy ring
   bool flat_amax;              // per-tensor dynamic, contiguous x: fp8_amax_flat_kernel for the amax pass
   int num_sms;
   // Filled by the launcher:

@@ -1,0 +1,172 @@
+// FP8 quantisation with short-lived CTAs: the default wherever the bulk ring kernel
+// (fp8_quant_bulk.cuh) applies.
+//
+// fp8_quant_tile_kernel: one 16 KB tile per CTA, the ring kernel's tiles and thread layout
+// (BulkTile; a team of seg_vectors / 4 lanes per segment, 4 vectors per thread) without its
+// shared-memory ring and one-wave grid. A CTA loads its tile straight into registers (a warp's
+// load is 512 contiguous bytes), reduces each segment's amax in its team, stores its FP8 bytes
+// (256 contiguous bytes per warp for 2-byte input) and its scales, and exits; the next CTA takes
+// its place. fp8_quant_flat_kernel: a per-tensor scale on a contiguous tensor, the same CTA
+// shape over a flat index (no segment geometry at all).
+//
+// Why (H200, seventeenth session, FP8_HISTORY.md): under the per-call method (written L2 flush,
+// one cold call) torch.add of two 32 MB bf16 tensors into a third, the quantiser's byte mix (64 MB
+// read, 32 MB written) in one plain elementwise kernel, read 28.9 us where the ring kernel's
+// per-tensor static call read 30.2: the ring starts streaming ~1.5 us after entry (barrier init,
+// one thread issuing the first copies) and each CTA then waits on its own ring, where short-lived
+// CTAs have their loads out at once and the tail is one 16 KB tile. Measured in one process,
+// 64 MB bf16, us (ring -> these kernels): per-tensor static 30.2 -> 29.4 (flat), per-token 32.1 ->
+// 29.9, group-128 32.5 -> 30.8, per-head 32.5 -> 30.9; 256 MB 103.6-111.6 -> 98.3-106.0.
+//
+// Occupancy: the loads in flight per SM are the registers holding them, so the kernels are
+// compiled for 5 (dynamic scales: 48 registers) and 6 (per-tensor scale: 38-40) CTAs per SM; 6
+// CTAs of the dynamic kernel spill 16 bytes and measured slower (per-token 64 MB 31.1 vs 29.9 us).
+//
+// Semantics are exactly those of fp8_quant_kernel and the ring kernel (same device primitives):
+// same bits out.
+#pragma once
+
+#include "hpc_common/fp8_quant.cuh"
+#include "hpc_common/fp8_quant_bulk.cuh"
+
+namespace hpc {
+namespace fp8 {
+
+#if defined(__CUDACC__)
+
+constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 KB tile per CTA
+
+// kDynamic: one scale per segment from its amax (p.scale_source == kScaleDynamic); else the
+// per-tensor scale (static, or the amax pass's partials).
+template <int DT, int VEC, bool kDynamic>
+__global__ void __launch_bounds__(kTileThreads, kDynamic ? 5 : 6) fp8_quant_tile_kernel(const QuantParams p) {
+  using P = Pack<DT, VEC>;
+  using raw = typename Elem<DT>::raw;
+  __shared__ uint32_t red[kTileThreads / 32];
+  hpc::pdl_wait();
+  hpc::pdl_launch_dependents();
+
+  const BulkTile t = bulk_tile(p, blockIdx.x);
+  const int team = p.team;  // seg_vectors / 4, a power of two in [1, 256]
+  const int seg_local = threadIdx.x / team, lane = threadIdx.x & (team - 1);
+  const int seg_vecs = team * kBulkVecPerThread;
+  const bool active = seg_local < t.count;
+  const Segment first = locate(p, t.s0);  // the tile's segments follow each other in x and q
+  const raw* x = static_cast<const raw*>(p.x) + first.x_off;
+  uint8_t* q = p.q + first.q_off;
+
+  P pk[kBulkVecPerThread];
+  int vidx[kBulkVecPerThread];
+#pragma unroll
+  for (int j = 0; j < kBulkVecPerThread; ++j) {
+    vidx[j] = seg_local * seg_vecs + lane + team * j;
+    if (active) pk[j].load(x + int64_t(vidx[j]) * VEC);
+  }
+
+  float scale;
+  if constexpr (kDynamic) {
+    uint32_t m = 0;
+    if (active) {
+      AmaxAcc<DT, VEC> acc;
+#pragma unroll
+      for (int j = 0; j < kBulkVecPerThread; ++j) acc.add(pk[j]);
+      m = acc.bits();
+    }
+    if (team <= 32) {
+      for (int off = team >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+    } else {  // the team spans team / 32 warps (uniform per CTA: every thread reaches the barrier)
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+      if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+      __syncthreads();
+      const int wpt = team >> 5, w0 = (threadIdx.x / team) * wpt;
+      m = 0;
+      for (int w = 0; w < wpt; ++w) m = max(m, red[w0 + w]);
+    }
+    scale = scale_from_amax_bits(m, p.ue8m0);
+  } else {
+    scale = per_tensor_scale(p, red);
+  }
+  const float inv = div_rn(1.0f, scale);
+  if (active) {
+#pragma unroll
+    for (int j = 0; j < kBulkVecPerThread; ++j) pk[j].store_quantised(q + int64_t(vidx[j]) * VEC, inv);
+  }
+  // After the stores, when the tile's vectors are dead: the scale's address arithmetic then
+  // needs no registers of its own (written before the stores, the kernel spilled at 48).
+  if constexpr (kDynamic) {
+    if (active && lane == 0) write_segment_scale(p, t.s0 + seg_local, scale);
+  }
+}
+
+// Per-tensor static scale, contiguous tensor (p.rows == 1: the launcher made it one flat row).
+// CTA b quantises vectors [b * 1024, (b + 1) * 1024): thread k vectors b * 1024 + k + 256 j; the
+// elements after the last whole vector go to the last CTA.
+constexpr int kFlatVecs = kBulkVecPerThread;
+template <int DT, int VEC>
+__global__ void __launch_bounds__(kTileThreads, 6) fp8_quant_flat_kernel(const QuantParams p) {
+  using P = Pack<DT, VEC>;
+  using raw = typename Elem<DT>::raw;
+  __shared__ uint32_t red[kTileThreads / 32];
+  hpc::pdl_wait();
+  hpc::pdl_launch_dependents();
+  const raw* x = static_cast<const raw*>(p.x);
+  const int64_t n = p.row_len, nvec = n / VEC;
+  const int64_t v0 = int64_t(blockIdx.x) * (kTileThreads * kFlatVecs) + threadIdx.x;
+  P pk[kFlatVecs];
+#pragma unroll
+  for (int j = 0; j < kFlatVecs; ++j) {
+    if (v0 + j * kTileThreads < nvec) pk[j].load(x + (v0 + j * kTileThreads) * VEC);
+  }
+  const float inv = div_rn(1.0f, per_tensor_scale(p, red));  // the scale's load overlaps x's
+#pragma unroll
+  for (int j = 0; j < kFlatVecs; ++j) {
+    const int64_t v = v0 + j * kTileThreads;
+    if (v < nvec) pk[j].store_quantised(p.q + v * VEC, inv);
+  }
+  if (blockIdx.x == gridDim.x - 1) {
+    for (int64_t e = nvec * VEC + threadIdx.x; e < n; e += kTileThreads) store_quantised_element<DT>(x + e, p.q + e, 0, inv);
+  }
+}
+
+// Which short-lived kernel serves p (the caller checked p.vectorized): 2 = the flat kernel, 1 =
+// the tile kernel, 0 = neither (p.tile off, the ring kernel does not apply, or more CTAs than one
+// grid dimension holds: the ring kernel then serves).
+inline int tile_kernel_for(const QuantParams& p, int vec) {
+  if (!p.tile || !p.bulk) return 0;
+  constexpr int64_t kMaxGrid = 0x7fffffff;
+  if (p.rows == 1 && !p.peel && p.scale_source == kScaleStatic && !p.per_tensor_dynamic) {
+    const int64_t ctas = (p.row_len / vec + kTileThreads * kFlatVecs - 1) / (kTileThreads * kFlatVecs);
+    return ctas <= kMaxGrid ? 2 : 0;
+  }
+  if (!bulk_applicable(p, vec)) return 0;
+  QuantParams g = p;
+  set_tile_geometry(g, vec);
+  return g.num_tiles <= kMaxGrid ? 1 : 0;
+}
+
+template <int DT, int VEC>
+inline cudaError_t launch_fp8_quant_flat(const QuantParams& p, cudaStream_t stream, bool pdl) {
+  const int64_t per_cta = int64_t(kTileThreads) * kFlatVecs;
+  const int64_t ctas = (p.row_len / VEC + per_cta - 1) / per_cta;
+  return hpc::launch_kernel(fp8_quant_flat_kernel<DT, VEC>, dim3(unsigned(ctas > 0 ? ctas : 1)), dim3(kTileThreads), 0,
+                            stream, pdl, p);
+}
+
+template <int DT, int VEC>
+inline cudaError_t launch_fp8_quant_tile(QuantParams p, cudaStream_t stream, bool pdl) {
+  if (p.rows * p.segs_per_row == 0) return cudaSuccess;
+  set_tile_geometry(p, VEC);
+  if (p.per_tensor_dynamic) {
+    cudaError_t e = launch_amax_pass<DT, VEC>(p, stream, pdl);  // p now reads the partials
+    if (e != cudaSuccess) return e;
+  }
+  const auto kernel = p.scale_source == kScaleDynamic ? fp8_quant_tile_kernel<DT, VEC, true>
+                                                      : fp8_quant_tile_kernel<DT, VEC, false>;
+  return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(kTileThreads), 0, stream, pdl, p);
+}
+
+#endif  // __CUDACC__
+
+}  // namespace fp8
+}  // namespace hpc
