@@ -35,11 +35,25 @@ namespace fp8 {
 #if defined(__CUDACC__)
 
 constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 KB tile per CTA
+// Minimum CTAs per SM the kernels are compiled for (register cap: 65536 / (256 x this), rounded
+// down to ptxas' 8-register granularity). Build switches for the A/B runs of FP8_HISTORY.md.
+#ifndef HPC_FP8_TILE_MIN_BLOCKS
+#define HPC_FP8_TILE_MIN_BLOCKS 5
+#endif
+#ifndef HPC_FP8_FLAT_MIN_BLOCKS
+#define HPC_FP8_FLAT_MIN_BLOCKS 7
+#endif
 
 // kDynamic: one scale per segment from its amax (p.scale_source == kScaleDynamic); else the
 // per-tensor scale (static, or the amax pass's partials).
+// Column-major group scales: the last row's CTA zeroes the padding rows of column g (out of line:
+// one CTA per column runs it).
+__device__ __noinline__ void zero_scale_padding(float* scale, int64_t rows, int64_t pitch, int64_t g) {
+  for (int64_t r = rows; r < pitch; ++r) scale[r + g * pitch] = 0.0f;
+}
+
 template <int DT, int VEC, bool kDynamic>
-__global__ void __launch_bounds__(kTileThreads, kDynamic ? 5 : 6) fp8_quant_tile_kernel(const QuantParams p) {
+__global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_tile_kernel(const QuantParams p) {
   using P = Pack<DT, VEC>;
   using raw = typename Elem<DT>::raw;
   __shared__ uint32_t red[kTileThreads / 32];
@@ -51,9 +65,18 @@ __global__ void __launch_bounds__(kTileThreads, kDynamic ? 5 : 6) fp8_quant_tile
   const int seg_local = threadIdx.x / team, lane = threadIdx.x & (team - 1);
   const int seg_vecs = team * kBulkVecPerThread;
   const bool active = seg_local < t.count;
-  const Segment first = locate(p, t.s0);  // the tile's segments follow each other in x and q
-  const raw* x = static_cast<const raw*>(p.x) + first.x_off;
-  uint8_t* q = p.q + first.q_off;
+  // The tile's segments follow each other in x and q from its first one. A dense tensor (one run:
+  // every row, head and token back to back in both) puts segment s at s * seg_len in both, so the
+  // loads need no index division (locate's two, on the path to the first load of every CTA).
+  const bool dense = p.tiles_per_run == p.num_tiles;
+  int64_t x_off = t.s0 * p.seg_len, q_off = x_off;
+  if (!dense) {
+    const Segment first = locate(p, t.s0);
+    x_off = first.x_off;
+    q_off = first.q_off;
+  }
+  const raw* x = static_cast<const raw*>(p.x) + x_off;
+  uint8_t* q = p.q + q_off;
 
   P pk[kBulkVecPerThread];
   int vidx[kBulkVecPerThread];
@@ -92,10 +115,14 @@ __global__ void __launch_bounds__(kTileThreads, kDynamic ? 5 : 6) fp8_quant_tile
 #pragma unroll
     for (int j = 0; j < kBulkVecPerThread; ++j) pk[j].store_quantised(q + int64_t(vidx[j]) * VEC, inv);
   }
-  // After the stores, when the tile's vectors are dead: the scale's address arithmetic then
-  // needs no registers of its own (written before the stores, the kernel spilled at 48).
+  // After the stores, when the tile's vectors are dead (the scale's index arithmetic then costs no
+  // registers of its own; before the stores the kernel spilled at 48).
   if constexpr (kDynamic) {
-    if (active && lane == 0) write_segment_scale(p, t.s0 + seg_local, scale);
+    if (active && lane == 0) {
+      const int64_t sg = t.s0 + seg_local, row = div_index(sg, p.segs_per_row), g = sg - row * p.segs_per_row;
+      p.scale[row * p.scale_stride_row + g * p.scale_stride_seg] = scale;
+      if (p.scale_stride_row == 1 && row == p.rows - 1) zero_scale_padding(p.scale, p.rows, p.scale_stride_seg, g);
+    }
   }
 }
 
@@ -104,7 +131,7 @@ __global__ void __launch_bounds__(kTileThreads, kDynamic ? 5 : 6) fp8_quant_tile
 // elements after the last whole vector go to the last CTA.
 constexpr int kFlatVecs = kBulkVecPerThread;
 template <int DT, int VEC>
-__global__ void __launch_bounds__(kTileThreads, 6) fp8_quant_flat_kernel(const QuantParams p) {
+__global__ void __launch_bounds__(kTileThreads, HPC_FP8_FLAT_MIN_BLOCKS) fp8_quant_flat_kernel(const QuantParams p) {
   using P = Pack<DT, VEC>;
   using raw = typename Elem<DT>::raw;
   __shared__ uint32_t red[kTileThreads / 32];
