@@ -60,7 +60,9 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();
 
-  const BulkTile t = bulk_tile(p, blockIdx.x);
+  // Per-tensor dynamic (p.reverse): CTAs start at the last tile, which the amax pass read last (CTAs
+  // launch in index order, so the tensor's end is quantised while it is still in the L2).
+  const BulkTile t = bulk_tile(p, p.reverse ? p.num_tiles - 1 - blockIdx.x : blockIdx.x);
   const int team = p.team;  // seg_vectors / 4, a power of two in [1, 256]
   const int seg_local = threadIdx.x / team, lane = threadIdx.x & (team - 1);
   const int seg_vecs = team * kBulkVecPerThread;
@@ -185,7 +187,7 @@ inline cudaError_t launch_fp8_quant_tile(QuantParams p, cudaStream_t stream, boo
   if (p.rows * p.segs_per_row == 0) return cudaSuccess;
   set_tile_geometry(p, VEC);
   if (p.per_tensor_dynamic) {
-    cudaError_t e = launch_amax_pass<DT, VEC>(p, stream, pdl);  // p now reads the partials
+    cudaError_t e = launch_amax_pass<DT, VEC>(p, stream, pdl);  // p now reads the partials, reversed
     if (e != cudaSuccess) return e;
   }
   const auto kernel = p.scale_source == kScaleDynamic ? fp8_quant_tile_kernel<DT, VEC, true>
