@@ -88,17 +88,19 @@ def _cases(quick: bool, sizes=None, modes=MODES):
 # Provider -> quant-module switches (anything not named keeps its default). `ours` is the default
 # dispatch; `ours_old` the dispatch of 8fdf820 (segment-team amax pass for per-tensor dynamic,
 # bulk kernel storing a tile before refilling its stage);
-# `ours_bulk` / `ours_register` force the bulk kernel on / off (off: the register kernels,
-# short-segment kernel for groups); `ours_generic_kernel` uses neither the bulk nor the
-# short-segment kernel (group / per-head rows only).
-# `ours_store_first`: the bulk kernel's 8fdf820 order (a tile's store, then its stage's refill;
-# the default refills first since the fifth pass). Rows of modes that do not take the bulk kernel (per-tensor dynamic, odd N) equal `ours`.
+# `ours_ring` the default before the seventeenth session (bulk-copy ring, per-tensor dynamic on the
+# register kernel); `ours_bulk` / `ours_register` force the tile kernels on / off for every mode
+# (off: the register kernels, short-segment kernel for groups); `ours_generic_kernel` uses neither
+# the tile nor the short-segment kernel (group / per-head rows only).
+# `ours_store_first`: the ring's 8fdf820 order (a tile's store, then its stage's refill; the ring
+# refills first since the fifth pass). Rows no tile kernel serves (odd N) equal `ours`.
 OLD_BULK_KERNEL_MODES = frozenset({"per_tensor_static", "per_token", "group", "per_head"})
 PROVIDERS = {
     "ours": {},
     "ours_old": dict(FLAT_AMAX_KERNEL=False, BULK_KERNEL_MODES=OLD_BULK_KERNEL_MODES, BULK_VARIANT=1,
                      USE_TILE_KERNEL=False),
-    "ours_ring": dict(USE_TILE_KERNEL=False),  # the default before the seventeenth session
+    # the default before the seventeenth session: the ring, per-tensor dynamic on the register kernel
+    "ours_ring": dict(USE_TILE_KERNEL=False, BULK_KERNEL_MODES=OLD_BULK_KERNEL_MODES),
     "ours_bulk": dict(USE_BULK_KERNEL=True),
     "ours_register": dict(USE_BULK_KERNEL=False),
     "ours_generic_kernel": dict(USE_BULK_KERNEL=False, USE_SHORT_SEGMENT_KERNEL=False),
@@ -146,7 +148,10 @@ def _back_to_back_rows(res, ours_on, x, params, nbytes, reps) -> None:
     # The same device copy timed like every other row (one cold call after the L2 flush): how
     # close to 4.27 TB/s a plain copy of this size gets under the per-call method.
     _add_row(res, "torch_copy", bench_us(copies[0], reps=reps), copy_bytes, x, params)
-    if x.element_size() == 2:  # the quantiser's byte mix (2n read, n written) in one elementwise kernel
+    # The quantiser's byte mix (2n read, n written) in one elementwise kernel; only where both
+    # halves start 16-byte aligned (torch's vectorised path), else the control measures torch's
+    # scalar fallback.
+    if x.element_size() == 2 and (x.numel() // 2) % 8 == 0:
         flat, n2 = xs[0].reshape(-1), x.numel() // 2
         a, b, dst = flat[:n2], flat[n2:2 * n2], torch.empty(n2, dtype=x.dtype, device=x.device)
         _add_row(res, "torch_add_same_bytes", bench_us(lambda: torch.add(a, b, out=dst), reps=reps), 6 * n2, x, params)
