@@ -1,5 +1,5 @@
-"""The tile kernels against the reference, bit for bit: the one-tile-per-CTA and flat kernels
-(fp8_quant_tile.cuh, the default) and the bulk-copy ring kernel (fp8_quant_bulk.cuh, USE_TILE_KERNEL
+"""The tile kernels against the reference, bit for bit: the one-tile-per-CTA, column-tile and flat
+kernels (fp8_quant_tile.cuh, the default) and the bulk-copy ring kernel (fp8_quant_bulk.cuh, USE_TILE_KERNEL
 off), on the shapes that exercise their tile geometry: dense tensors tiled across rows (last tile short), rows with a pitch and
 Q slices of a fused QKV buffer (tiles inside a row or a token), teams of 1 to 256 lanes
 (group-16 fp32 .. per-token 8192 bf16, the cross-warp reduction), the per-tensor modes
@@ -19,6 +19,7 @@ from _fp8_cases import STATIC_SCALE, assert_same, make_input, run, run_ref
 
 import hpc_common
 from hpc_common.fp8 import quant
+from hpc_common.testing import assert_bitwise_equal
 
 # name -> quant switches; every variant forces the tile kernels on except "register".
 VARIANTS = {
@@ -224,3 +225,29 @@ def test_tile_kernels_under_pdl_and_graph_replay(cuda, mode):
         g.replay()
         torch.cuda.synchronize()
         assert_same(out, run_ref(mode, (src * 2.0).cpu(), **ref_kw), what=f"{mode} graph replay pdl")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("m,n,group_size,pitch", [(45, 4096, 128, 64), (8, 2048, 64, 8), (3, 1024, 32, 4),
+                                                  (1000, 1024, 128, 1000), (17, 8192, 16, 20)])
+def test_column_major_scales_into_a_callers_pitch(cuda, dtype, m, n, group_size, pitch):
+    """Column-major group scales written into the caller's scale_out of any pitch >= M (the
+    column-tile kernel: 8-row blocks, the last one partial; padding rows past the last row block as
+    well as inside it are zeroed), from rows with a pitch of their own; every tile kernel and the
+    register kernels agree with the reference, whose padding rows are zeros too."""
+    big = make_input((m, n + 256), dtype, 41 + m, device=cuda)
+    x = big[:, 128:128 + n]
+    want_q, want_s = run_ref("group", x.cpu(), group_size=group_size)
+    g = n // group_size
+    for name in ("default", "ring", "register"):
+        storage = torch.full((g, pitch), float("nan"), dtype=torch.float32, device=cuda)
+        scale_out = storage.t()[:m]
+        with switches(**VARIANTS[name]):
+            q, s = run("group_col", x, group_size=group_size, scale_out=scale_out)
+        assert s.data_ptr() == storage.data_ptr()
+        what = f"{name} col pitch {pitch} {dtype}"
+        assert_bitwise_equal(q.view(torch.uint8).cpu(), want_q.view(torch.uint8), name=f"{what} q")
+        assert_bitwise_equal(s.contiguous().cpu(), want_s.contiguous(), name=f"{what} scale")
+        pad = storage[:, m:].cpu()
+        assert bool((pad == 0).all()), f"{name}: padding rows {m}..{pitch} not zeroed: {pad}"

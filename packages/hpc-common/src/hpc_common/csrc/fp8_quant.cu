@@ -17,6 +17,8 @@ template <int DT, int VEC>
 cudaError_t launch_vector_path(const QuantParams& p, cudaStream_t stream, bool pdl, const BulkOptions& bulk) {
   using namespace hpc::fp8;
   switch (tile_kernel_for(p, VEC)) {
+    case 3:
+      return launch_fp8_quant_col_tile<DT, VEC>(p, stream, pdl);
     case 2:
       return launch_fp8_quant_flat<DT, VEC>(p, stream, pdl);
     case 1:
