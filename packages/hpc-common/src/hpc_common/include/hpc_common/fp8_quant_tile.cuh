@@ -1,26 +1,27 @@
 // FP8 quantisation with short-lived CTAs: the default wherever the bulk ring kernel
-// (fp8_quant_bulk.cuh) applies.
-//
-// fp8_quant_tile_kernel: one 16 KB tile per CTA, the ring kernel's tiles and thread layout
-// (BulkTile; a team of seg_vectors / 4 lanes per segment, 4 vectors per thread) without its
-// shared-memory ring and one-wave grid. A CTA loads its tile straight into registers (a warp's
-// load is 512 contiguous bytes), reduces each segment's amax in its team, stores its FP8 bytes
-// (256 contiguous bytes per warp for 2-byte input) and its scales, and exits; the next CTA takes
-// its place. fp8_quant_flat_kernel: a per-tensor scale on a contiguous tensor, the same CTA
-// shape over a flat index (no segment geometry at all).
+// (fp8_quant_bulk.cuh) applies. Three kernels, each CTA one 16 KB tile (256 threads x 4 vectors)
+// loaded straight into registers, quantised, stored, and gone; the next CTA takes its place:
+//   fp8_quant_tile_kernel      the ring kernel's tiles and thread layout (BulkTile; a team of
+//                              seg_vectors / 4 lanes per segment) without its shared-memory ring and
+//                              one-wave grid: per-token rows, per-tensor scales on strided rows,
+//                              group / per-head shapes the column tiles do not take;
+//   fp8_quant_col_tile_kernel  group scales (row- or column-major) and dense per-head inputs in
+//                              8-row tiles, so each CTA writes whole 32-byte runs of scales;
+//   fp8_quant_flat_kernel      a per-tensor static scale on a contiguous tensor (a flat index).
 //
 // Why (H200, seventeenth session, FP8_HISTORY.md): under the per-call method (written L2 flush,
 // one cold call) torch.add of two 32 MB bf16 tensors into a third, the quantiser's byte mix (64 MB
 // read, 32 MB written) in one plain elementwise kernel, read 28.9 us where the ring kernel's
 // per-tensor static call read 30.2: the ring starts streaming ~1.5 us after entry (barrier init,
 // one thread issuing the first copies) and each CTA then waits on its own ring, where short-lived
-// CTAs have their loads out at once and the tail is one 16 KB tile. Measured in one process,
-// 64 MB bf16, us (ring -> these kernels): per-tensor static 30.2 -> 29.4 (flat), per-token 32.1 ->
-// 29.9, group-128 32.5 -> 30.8, per-head 32.5 -> 30.9; 256 MB 103.6-111.6 -> 98.3-106.0.
+// CTAs have their loads out at once and the tail is one 16 KB tile. Same process, 64 MB bf16, us
+// (ring -> these kernels, run of 5c0a6f4): per-tensor static 30.5 -> 29.0, dynamic 48.5 -> 46.3,
+// per-token 32.2 -> 29.8, group-128 32.4 -> 30.1 (column-major 33.1 -> 30.1), per-head 32.1 -> 30.0.
 //
-// Occupancy: the loads in flight per SM are the registers holding them, so the kernels are
-// compiled for 5 (dynamic scales: 48 registers) and 6 (per-tensor scale: 38-40) CTAs per SM; 6
-// CTAs of the dynamic kernel spill 16 bytes and measured slower (per-token 64 MB 31.1 vs 29.9 us).
+// Occupancy: the loads in flight per SM are the registers holding them. The tile kernels are
+// compiled for 5 CTAs per SM (45-48 registers): capped at 40 the dynamic kernel spilled and read
+// 31.1 us per-token, at 32 (no spill) 29.7-29.8 against 29.5-29.6. The flat kernel: 32 registers
+// (7-8 CTAs per SM), 0.2-0.3 us faster than at 38.
 //
 // Semantics are exactly those of fp8_quant_kernel and the ring kernel (same device primitives):
 // same bits out.
@@ -44,14 +45,14 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #define HPC_FP8_FLAT_MIN_BLOCKS 7
 #endif
 
-// kDynamic: one scale per segment from its amax (p.scale_source == kScaleDynamic); else the
-// per-tensor scale (static, or the amax pass's partials).
 // Column-major group scales: the last row's CTA zeroes the padding rows of column g (out of line:
 // one CTA per column runs it).
 __device__ __noinline__ void zero_scale_padding(float* scale, int64_t rows, int64_t pitch, int64_t g) {
   for (int64_t r = rows; r < pitch; ++r) scale[r + g * pitch] = 0.0f;
 }
 
+// kDynamic: one scale per segment from its amax (p.scale_source == kScaleDynamic); else the
+// per-tensor scale (static, or the amax pass's partials).
 template <int DT, int VEC, bool kDynamic>
 __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_tile_kernel(const QuantParams p) {
   using P = Pack<DT, VEC>;
