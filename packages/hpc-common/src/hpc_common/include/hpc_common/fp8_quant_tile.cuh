@@ -100,11 +100,11 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
     }
     if (team <= 32) {
       for (int off = team >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
-    } else {  // the team spans team / 32 warps: a named barrier per team (ids 1..), not the CTA's
+    } else {  // the team spans team / 32 warps (uniform per CTA: every thread reaches the barrier)
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
       if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
-      hpc::sm90::named_barrier(1 + threadIdx.x / team, team);
+      __syncthreads();
       const int wpt = team >> 5, w0 = (threadIdx.x / team) * wpt;
       m = 0;
       for (int w = 0; w < wpt; ++w) m = max(m, red[w0 + w]);
