@@ -109,11 +109,12 @@ USE_SHORT_SEGMENT_KERNEL = True
 BULK_KERNEL_MODES = frozenset({"per_tensor_static", "per_tensor_dynamic", "per_token", "group", "per_head"})
 USE_BULK_KERNEL: Optional[bool] = None
 # Where the bulk ring kernel applies, short-lived CTAs instead (fp8_quant_tile.cuh): one 16 KB tile
-# per CTA, straight into registers; a per-tensor static scale on a contiguous tensor takes the
+# per CTA, straight into registers; group scales and dense per-head inputs in 8-row column tiles
+# (whole 32-byte runs of scales per CTA); a per-tensor static scale on a contiguous tensor takes the
 # flat kernel. Same bits as the ring. H200, one process, written flush, 64 MB bf16 (us, ring ->
-# these): per-tensor static 30.2 -> 29.4 (80.1 % of 4.27 TB/s), per-token 32.1 -> 29.9, group-128
-# 32.5 -> 30.8, group-128 column-major 33.3 -> 32.6, per-head 32.5 -> 30.9; at 16, 128 and 256 MB
-# and for fp32 input faster too (FP8_HISTORY.md, seventeenth session). False: the ring (the
+# these, run of 5c0a6f4): per-tensor static 30.5 -> 29.0 (81.3 % of 4.27 TB/s), dynamic 48.5 -> 46.3,
+# per-token 32.2 -> 29.8, group-128 32.4 -> 30.1 (column-major scales 33.1 -> 30.1), per-head 32.1 ->
+# 30.0; 256 MB and fp32 input faster too (FP8_HISTORY.md, seventeenth session). False: the ring (the
 # benchmark's `ours_ring` row, the timeline script).
 USE_TILE_KERNEL = True
 
