@@ -16,14 +16,15 @@ namespace {
 template <int DT, int VEC>
 cudaError_t launch_vector_path(const QuantParams& p, cudaStream_t stream, bool pdl, const BulkOptions& bulk) {
   using namespace hpc::fp8;
-  switch (tile_kernel_for(p, VEC)) {
-    case 3:
-      return launch_fp8_quant_col_tile<DT, VEC>(p, stream, pdl);
-    case 2:
-      return launch_fp8_quant_flat<DT, VEC>(p, stream, pdl);
-    case 1:
-      return launch_fp8_quant_tile<DT, VEC>(p, stream, pdl);
-    default:
+  QuantParams t = p;
+  switch (prepare_tile_kernel(t, VEC)) {
+    case TileKernel::kColumns:
+      return launch_fp8_quant_col_tile<DT, VEC>(t, stream, pdl);
+    case TileKernel::kFlat:
+      return launch_fp8_quant_flat<DT, VEC>(t, stream, pdl);
+    case TileKernel::kTiles:
+      return launch_fp8_quant_tile<DT, VEC>(t, stream, pdl);
+    case TileKernel::kNone:
       break;
   }
   if (bulk_applicable(p, VEC)) return launch_fp8_quant_bulk<DT, VEC>(p, stream, pdl, bulk);

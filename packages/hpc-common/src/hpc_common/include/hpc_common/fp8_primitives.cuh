@@ -247,7 +247,11 @@ __device__ __forceinline__ uint32_t Pack<DT, VEC>::amax_bits() const {
 
 // Max over the `team` threads that share a segment. team <= 32: shuffles inside the warp.
 // team > 32: whole warps, through shared memory; every thread of the block must call it
-// (the launcher guarantees uniform trip counts).
+// (the launcher guarantees uniform trip counts). kRedInUse: an earlier call's readers may still
+// read red[] (a loop over segments), so the block first waits for them; false when a block barrier
+// already separates them (the tile kernels: one call per CTA, or one per tile after its closing
+// barrier).
+template <bool kRedInUse = true>
 __device__ __forceinline__ uint32_t team_max(uint32_t v, int team, uint32_t* red) {
   if (team <= 32) {
     for (int off = team >> 1; off > 0; off >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, off));
@@ -256,7 +260,7 @@ __device__ __forceinline__ uint32_t team_max(uint32_t v, int team, uint32_t* red
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, off));
   const int warp = threadIdx.x >> 5;
-  __syncthreads();  // the previous call's readers are done with red[]
+  if constexpr (kRedInUse) __syncthreads();  // the previous call's readers are done with red[]
   if ((threadIdx.x & 31) == 0) red[warp] = v;
   __syncthreads();
   const int wpt = team >> 5, first = (threadIdx.x / team) * wpt;
@@ -322,6 +326,15 @@ __device__ __forceinline__ void load_pass(Pack<DT, VEC> (&pk)[vec_per_thread(VEC
     const int v = first + k * team;
     if (v < nvec) pk[k].load(xs + v * VEC);
   }
+}
+
+// Amax bits (AmaxAcc::bits) of all N packs a thread holds.
+template <int DT, int VEC, int N>
+__device__ __forceinline__ uint32_t amax_bits(const Pack<DT, VEC> (&pk)[N]) {
+  AmaxAcc<DT, VEC> acc;
+#pragma unroll
+  for (int k = 0; k < N; ++k) acc.add(pk[k]);
+  return acc.bits();
 }
 
 template <int DT, int VEC>

@@ -204,24 +204,8 @@ __global__ void __launch_bounds__(kBulkThreads) fp8_quant_bulk_kernel(const Quan
 
     float scale = fixed_scale, inv = fixed_inv;
     if (dynamic) {
-      uint32_t m = 0;
-      if (active) {
-        AmaxAcc<DT, VEC> acc;
-#pragma unroll
-        for (int j = 0; j < kBulkVecPerThread; ++j) acc.add(pk[j]);
-        m = acc.bits();
-      }
-      if (team <= 32) {
-        for (int off = team >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
-      } else {
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
-        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
-        __syncthreads();  // red[] was last read before the previous tile's closing barrier
-        const int wpt = team >> 5, first = (threadIdx.x / team) * wpt;
-        m = 0;
-        for (int w = 0; w < wpt; ++w) m = max(m, red[first + w]);
-      }
+      // red[] was last read before the previous tile's closing barrier
+      const uint32_t m = team_max<false>(active ? amax_bits(pk) : 0u, team, red);
       scale = scale_from_amax_bits(m, p.ue8m0);
       inv = div_rn(1.0f, scale);
       if (active && lane == 0) write_segment_scale(p, t.s0 + seg_local, scale);

@@ -91,25 +91,8 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
 
   float scale;
   if constexpr (kDynamic) {
-    uint32_t m = 0;
-    if (active) {
-      AmaxAcc<DT, VEC> acc;
-#pragma unroll
-      for (int j = 0; j < kBulkVecPerThread; ++j) acc.add(pk[j]);
-      m = acc.bits();
-    }
-    if (team <= 32) {
-      for (int off = team >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
-    } else {  // the team spans team / 32 warps (uniform per CTA: every thread reaches the barrier)
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
-      if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
-      __syncthreads();
-      const int wpt = team >> 5, w0 = (threadIdx.x / team) * wpt;
-      m = 0;
-      for (int w = 0; w < wpt; ++w) m = max(m, red[w0 + w]);
-    }
-    scale = scale_from_amax_bits(m, p.ue8m0);
+    // red[] is unused before this point: one call per CTA, no barrier in front
+    scale = scale_from_amax_bits(team_max<false>(active ? amax_bits(pk) : 0u, team, red), p.ue8m0);
   } else {
     scale = per_tensor_scale(p, red);
   }
@@ -197,14 +180,8 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
   for (int j = 0; j < kBulkVecPerThread; ++j) {
     if (active) pk[j].load(x + int64_t(lane + team * j) * VEC);
   }
-  uint32_t m = 0;
-  if (active) {
-    AmaxAcc<DT, VEC> acc;
-#pragma unroll
-    for (int j = 0; j < kBulkVecPerThread; ++j) acc.add(pk[j]);
-    m = acc.bits();
-  }
-  for (int off = team >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+  uint32_t m = active ? amax_bits(pk) : 0u;
+  for (int off = team >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));  // team <= 32
   const float scale = scale_from_amax_bits(m, p.ue8m0);
   const float inv = div_rn(1.0f, scale);
   if (active) {
@@ -264,39 +241,46 @@ inline void set_col_tile_geometry(QuantParams& p, int vec) {
   p.reverse = false;
 }
 
-// Which short-lived kernel serves p (the caller checked p.vectorized): 3 = the column-tile kernel,
-// 2 = the flat kernel, 1 = the tile kernel, 0 = neither (p.tile off, the ring kernel does not apply, or more CTAs than one
-// grid dimension holds: the ring kernel then serves).
-inline int tile_kernel_for(const QuantParams& p, int vec) {
-  if (!p.tile || !p.bulk) return 0;
+enum class TileKernel { kNone, kTiles, kFlat, kColumns };
+
+// Which short-lived kernel serves p (the caller checked p.vectorized), with p's geometry set for it
+// (grid size in p.num_tiles) so the launch derives nothing again. kNone (p unchanged): p.tile off, the
+// ring kernel does not apply, or more CTAs than one grid dimension holds (the ring kernel then serves).
+inline TileKernel prepare_tile_kernel(QuantParams& p, int vec) {
+  if (!p.tile || !p.bulk || p.rows * p.segs_per_row == 0) return TileKernel::kNone;
   constexpr int64_t kMaxGrid = 0x7fffffff;
   if (p.rows == 1 && !p.peel && p.scale_source == kScaleStatic && !p.per_tensor_dynamic) {
-    const int64_t ctas = (p.row_len / vec + kTileThreads * kFlatVecs - 1) / (kTileThreads * kFlatVecs);
-    return ctas <= kMaxGrid ? 2 : 0;
+    const int64_t per_cta = int64_t(kTileThreads) * kFlatVecs;
+    const int64_t ctas = (p.row_len / vec + per_cta - 1) / per_cta;
+    if (ctas > kMaxGrid) return TileKernel::kNone;
+    p.num_tiles = ctas > 0 ? ctas : 1;  // a tensor of fewer elements than one vector: the scalar tail
+    return TileKernel::kFlat;
   }
-  if (!bulk_applicable(p, vec)) return 0;
+  if (!bulk_applicable(p, vec)) return TileKernel::kNone;
   QuantParams g = p;
   if (as_col_tiles(g, vec)) {
     set_col_tile_geometry(g, vec);
-    if (g.num_tiles <= kMaxGrid) return 3;
+    if (g.num_tiles <= kMaxGrid) {
+      p = g;
+      return TileKernel::kColumns;
+    }
     g = p;
   }
   set_tile_geometry(g, vec);
-  return g.num_tiles <= kMaxGrid ? 1 : 0;
+  if (g.num_tiles > kMaxGrid) return TileKernel::kNone;
+  p = g;
+  return TileKernel::kTiles;
 }
 
+// The launches of a p that prepare_tile_kernel set up for them.
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_flat(const QuantParams& p, cudaStream_t stream, bool pdl) {
-  const int64_t per_cta = int64_t(kTileThreads) * kFlatVecs;
-  const int64_t ctas = (p.row_len / VEC + per_cta - 1) / per_cta;
-  return hpc::launch_kernel(fp8_quant_flat_kernel<DT, VEC>, dim3(unsigned(ctas > 0 ? ctas : 1)), dim3(kTileThreads), 0,
-                            stream, pdl, p);
+  return hpc::launch_kernel(fp8_quant_flat_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(kTileThreads), 0, stream,
+                            pdl, p);
 }
 
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_tile(QuantParams p, cudaStream_t stream, bool pdl) {
-  if (p.rows * p.segs_per_row == 0) return cudaSuccess;
-  set_tile_geometry(p, VEC);
   if (p.per_tensor_dynamic) {
     cudaError_t e = launch_amax_pass<DT, VEC>(p, stream, pdl);  // p now reads the partials, reversed
     if (e != cudaSuccess) return e;
@@ -307,10 +291,7 @@ inline cudaError_t launch_fp8_quant_tile(QuantParams p, cudaStream_t stream, boo
 }
 
 template <int DT, int VEC>
-inline cudaError_t launch_fp8_quant_col_tile(QuantParams p, cudaStream_t stream, bool pdl) {
-  if (p.rows * p.segs_per_row == 0) return cudaSuccess;
-  as_col_tiles(p, VEC);  // tile_kernel_for said it applies
-  set_col_tile_geometry(p, VEC);
+inline cudaError_t launch_fp8_quant_col_tile(const QuantParams& p, cudaStream_t stream, bool pdl) {
   return hpc::launch_kernel(fp8_quant_col_tile_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(kTileThreads), 0,
                             stream, pdl, p);
 }
