@@ -115,22 +115,24 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
   const int head = int(e0 - v0 * VEC);  // cover elements before the CTA's first
   const int nvec = (head + E + VEC - 1) / VEC;
 
+  const int stride = blockDim.x;  // the launcher sizes the CTA to its rows' cover (p.team threads)
   P pk[kBulkVecPerThread];
 #pragma unroll
   for (int j = 0; j < kBulkVecPerThread; ++j) {
-    const int i = threadIdx.x + j * kTileThreads;
+    const int i = threadIdx.x + j * stride;
     if (i < nvec) pk[j].load(xa + (v0 + i) * VEC);
   }
-  for (int s = threadIdx.x; s < nseg; s += kTileThreads) seg_word[s] = 0u;
+  for (int s = threadIdx.x; s < nseg; s += stride) seg_word[s] = 0u;
   __syncthreads();
 
   const float rcp_n = 1.0f / float(N), rcp_l = 1.0f / float(L);
   const int lane = threadIdx.x & 31;
-  uint32_t meta[kBulkVecPerThread];  // PackedVector::packed() of each vector
+  uint32_t meta[kBulkVecPerThread] = {};  // PackedVector::packed() of each vector
 #pragma unroll
   for (int j = 0; j < kBulkVecPerThread; ++j) {
-    const int i = threadIdx.x + j * kTileThreads;
+    const int i = threadIdx.x + j * stride;
     const bool live = i < nvec;
+    if (!__any_sync(0xffffffffu, live)) continue;  // warp-uniform: the cover ended before this slice
     const PackedVector v = packed_vector<VEC>(i * VEC - head, E, N, L, G, rcp_n, rcp_l);
     meta[j] = v.packed();
     uint32_t ma = 0u, mb = 0u;
@@ -146,24 +148,19 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
         mb = part.amax_bits();
       }
     }
-    // B of lane l - 1 is A of lane l (segments of at least VEC elements run on into the next vector).
-    const uint32_t carried = __shfl_up_sync(0xffffffffu, mb, 1);
-    if (lane > 0) ma = max(ma, carried);
-    // Segmented inclusive max along the lanes; keys never decrease, dead lanes (the end) key -1.
-    const int key = live ? v.a : -1;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const uint32_t m_up = __shfl_up_sync(0xffffffffu, ma, off);
-      const int k_up = __shfl_up_sync(0xffffffffu, key, off);
-      if (lane >= off && k_up == key) ma = max(ma, m_up);
+    // The slice's 32 consecutive vectors hold a few consecutive segments (each at least a vector
+    // long): one warp max (redux) per segment over the lanes' A and B parts, one shared atomic each.
+    const uint32_t key = uint32_t(v.a);
+    const uint32_t first = __reduce_min_sync(0xffffffffu, live ? key : 0xffffffffu);
+    const uint32_t last = __reduce_max_sync(0xffffffffu, live ? key + uint32_t(mb != 0u) : 0u);
+    for (uint32_t s = first; s <= last; ++s) {
+      const uint32_t m = __reduce_max_sync(0xffffffffu, s == key ? ma : s == key + 1 ? mb : 0u);
+      if (lane == 0 && m != 0u) atomicMax(&seg_word[s], m);
     }
-    const int key_next = __shfl_down_sync(0xffffffffu, key, 1);
-    if (live && (lane == 31 || key_next != key) && ma != 0u) atomicMax(&seg_word[key], ma);
-    if (live && lane == 31 && mb != 0u) atomicMax(&seg_word[key + 1], mb);  // B not carried to a lane
   }
   __syncthreads();
 
-  for (int s = threadIdx.x; s < nseg; s += kTileThreads) {
+  for (int s = threadIdx.x; s < nseg; s += stride) {
     const float scale = scale_from_amax_bits(seg_word[s], p.ue8m0);
     seg_word[s] = __float_as_uint(div_rn(1.0f, scale));
     const int lr = G == 1 ? s : s / G, g = s - lr * G;
@@ -175,13 +172,21 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
 
 #pragma unroll
   for (int j = 0; j < kBulkVecPerThread; ++j) {
-    const int i = threadIdx.x + j * kTileThreads;
-    if (i >= nvec) continue;
+    const int i = threadIdx.x + j * stride;
+    const bool live = i < nvec;
     const PackedVector v = unpack_vector<VEC>(meta[j], i * VEC - head, E);
+    const bool split = live && v.k < v.hi;
+    // Warp-uniform choice: per-token slices rarely hold a row end, and the per-element choice of
+    // reciprocal costs a compare and a select per element.
+    const bool any_split = __any_sync(0xffffffffu, split);
+    if (!live) continue;
     const float inv_a = __uint_as_float(seg_word[v.a]);
-    const float inv_b = v.k < v.hi ? __uint_as_float(seg_word[v.a + 1]) : inv_a;
     uint32_t w[VEC / 4];
-    quantised_words_split(pk[j], inv_a, inv_b, v.k, w);
+    if (any_split) {
+      quantised_words_split(pk[j], inv_a, split ? __uint_as_float(seg_word[v.a + 1]) : inv_a, v.k, w);
+    } else {
+      pk[j].quantised_words(inv_a, w);
+    }
     uint8_t* qv = qa + (v0 + i) * VEC;
     if (v.lo == 0 && v.hi == VEC) {
       P::store_words(qv, w);
@@ -215,16 +220,21 @@ inline bool prepare_packed_kernel(QuantParams& p, int vec) {
   if (rows_per_cta < 1) return false;
   const int64_t ctas = (p.rows + rows_per_cta - 1) / rows_per_cta;
   if (ctas > 0x7fffffff) return false;
+  // Threads: the cover's vectors (with up to vec - 1 elements before the first row) over 4 per
+  // thread, in whole warps. N = 4095 bf16 is one row per CTA, 513 vectors: 160 threads, not 256 with
+  // half of them idle (bytes in flight per SM are what the short-lived CTAs live on).
+  const int64_t cover = (rows_per_cta * p.row_len + 2 * (vec - 1)) / vec;
+  const int64_t threads = ((cover + kBulkVecPerThread - 1) / kBulkVecPerThread + 31) / 32 * 32;
   p.tile_segs = int(rows_per_cta);
   p.num_tiles = ctas;
-  p.team = 0;
+  p.team = int(threads);  // the CTA size
   p.reverse = false;
   return true;
 }
 
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_packed(const QuantParams& p, cudaStream_t stream, bool pdl) {
-  return hpc::launch_kernel(fp8_quant_packed_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(kTileThreads), 0,
+  return hpc::launch_kernel(fp8_quant_packed_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(unsigned(p.team)), 0,
                             stream, pdl, p);
 }
 
