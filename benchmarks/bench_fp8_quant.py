@@ -1,8 +1,8 @@
 """Bandwidth of the FP8 E4M3 quantisers against the 4.27 TB/s copy ceiling of an H200.
 
 Cases: every mode on bf16 inputs of 1 MB to 256 MB (rows of 4096: the hidden size of Qwen3 /
-Hy3; per-token-per-head as [T, 32, 128]), plus at 64 MB an odd row length (scalar path) and
-fp32 input. Providers (PROVIDERS below): `ours` (the default dispatch), `ours_old` (the
+Hy3; per-token-per-head as [T, 32, 128]), plus at 64 MB an odd row length (scalar path), fp32
+input and per-token rows of hidden sizes 2880 / 5120 / 7168. Providers (PROVIDERS below): `ours` (the default dispatch), `ours_old` (the
 dispatch of 8fdf820: segment-team amax pass, ring kernel storing before refilling), `ours_ring`
 (the bulk-copy ring kernel where the default takes the one-tile-per-CTA or flat kernel: the default
 before the seventeenth session), `ours_store_first` (the ring's store-then-refill order of 8fdf820),
@@ -67,6 +67,10 @@ def _calls(mode: str, x: torch.Tensor, static: torch.Tensor):
     raise KeyError(mode)
 
 
+# Per-token rows of other models' hidden sizes at 64 MB (gpt-oss 2880; Llama / Qwen 14B 5120;
+# DeepSeek-V3 7168): 360 / 640 / 896 vectors, the row tile kernel's shapes.
+HIDDEN_ROWS = (2880, 5120, 7168)
+
 MODES = ("per_tensor_static", "per_tensor_dynamic", "per_token", "group128", "group128_col",
          "group128_ue8m0", "per_token_head")
 
@@ -83,6 +87,9 @@ def _cases(quick: bool, sizes=None, modes=MODES):
         for mode in ("per_token", "group128"):
             if mode in modes:
                 yield mode, 64, N, torch.float32
+        if "per_token" in modes:  # hidden sizes whose rows are no power-of-two vector count
+            for n in HIDDEN_ROWS:
+                yield "per_token", 64, n, torch.bfloat16
 
 
 # Provider -> quant-module switches (anything not named keeps its default). `ours` is the default

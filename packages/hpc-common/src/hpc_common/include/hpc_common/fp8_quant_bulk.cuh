@@ -248,13 +248,9 @@ inline bool bulk_applicable(const QuantParams& p, int vec) {
   return true;
 }
 
-// The tile geometry of p (team, runs, tiles; see BulkTile), shared by the bulk kernel and the
-// one-tile-per-CTA kernel (fp8_quant_tile.cuh).
-inline void set_tile_geometry(QuantParams& p, int VEC) {
+// Runs and tiles of up to per_tile segments (see BulkTile).
+inline void set_tile_runs(QuantParams& p, int64_t per_tile) {
   const int64_t nseg = p.rows * p.segs_per_row;
-  const int64_t sv = p.seg_len / VEC;
-  p.team = int(sv / kBulkVecPerThread);
-  const int64_t per_tile = kBulkTileVectors / sv;
   // Longest gap-free run of segments: heads of a token follow each other when their stride is
   // the row length; tokens follow each other when theirs is heads * row_len.
   const bool heads_dense = p.heads == 1 || (p.x_stride_h == p.row_len && p.q_stride_h == p.row_len);
@@ -265,6 +261,15 @@ inline void set_tile_geometry(QuantParams& p, int VEC) {
   p.tiles_per_run = (p.run_segs + p.tile_segs - 1) / p.tile_segs;
   p.num_tiles = (nseg / p.run_segs) * p.tiles_per_run;
   p.reverse = false;
+}
+
+// The tile geometry of p (team, runs, tiles; see BulkTile), shared by the bulk kernel and the
+// one-tile-per-CTA kernel (fp8_quant_tile.cuh).
+inline void set_tile_geometry(QuantParams& p, int VEC) {
+  const int64_t sv = p.seg_len / VEC;
+  p.team = int(sv / kBulkVecPerThread);
+  p.seg_vecs = int(sv);
+  set_tile_runs(p, kBulkTileVectors / sv);
 }
 
 template <int DT, int VEC>

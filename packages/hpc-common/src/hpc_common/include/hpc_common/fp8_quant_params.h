@@ -61,6 +61,7 @@ struct QuantParams {
   // tiles_per_run tiles of up to tile_segs segments.
   int tile_segs;
   int64_t run_segs, tiles_per_run, num_tiles;
+  int seg_vecs;                // row tile kernel (fp8_quant_tile.cuh): vectors per segment, up to 4 x team
 };
 
 }  // namespace fp8

@@ -52,21 +52,22 @@ __device__ __noinline__ void zero_scale_padding(float* scale, int64_t rows, int6
 }
 
 // kDynamic: one scale per segment from its amax (p.scale_source == kScaleDynamic); else the
-// per-tensor scale (static, or the amax pass's partials).
-template <int DT, int VEC, bool kDynamic>
-__global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_tile_kernel(const QuantParams p) {
+// per-tensor scale (static, or the amax pass's partials). kRagged: segments of p.seg_vecs vectors,
+// at most 4 x team (fp8_quant_row_tile_kernel below), so a lane's last vectors may lie past its
+// segment's end; otherwise exactly 4 x team (a power of two).
+template <int DT, int VEC, bool kDynamic, bool kRagged>
+__device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) {
   using P = Pack<DT, VEC>;
   using raw = typename Elem<DT>::raw;
-  __shared__ uint32_t red[kTileThreads / 32];
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();
 
   // Per-tensor dynamic (p.reverse): CTAs start at the last tile, which the amax pass read last (CTAs
   // launch in index order, so the tensor's end is quantised while it is still in the L2).
   const BulkTile t = bulk_tile(p, p.reverse ? p.num_tiles - 1 - blockIdx.x : blockIdx.x);
-  const int team = p.team;  // seg_vectors / 4, a power of two in [1, 256]
-  const int seg_local = threadIdx.x / team, lane = threadIdx.x & (team - 1);
-  const int seg_vecs = team * kBulkVecPerThread;
+  const int team = p.team;  // seg_vectors / 4, a power of two in [1, 256]; kRagged: see row_tile_team
+  const int seg_local = threadIdx.x / team, lane = kRagged ? threadIdx.x - seg_local * team : threadIdx.x & (team - 1);
+  const int seg_vecs = kRagged ? p.seg_vecs : team * kBulkVecPerThread;
   const bool active = seg_local < t.count;
   // The tile's segments follow each other in x and q from its first one. A dense tensor (one run:
   // every row, head and token back to back in both) puts segment s at s * seg_len in both, so the
@@ -83,23 +84,36 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
 
   P pk[kBulkVecPerThread];
   int vidx[kBulkVecPerThread];
+  bool live[kBulkVecPerThread];
 #pragma unroll
   for (int j = 0; j < kBulkVecPerThread; ++j) {
     vidx[j] = seg_local * seg_vecs + lane + team * j;
-    if (active) pk[j].load(x + int64_t(vidx[j]) * VEC);
+    live[j] = active && (!kRagged || lane + team * j < seg_vecs);
+    if (live[j]) pk[j].load(x + int64_t(vidx[j]) * VEC);
   }
 
   float scale;
   if constexpr (kDynamic) {
+    uint32_t m = 0u;
+    if constexpr (kRagged) {
+      AmaxAcc<DT, VEC> acc;
+#pragma unroll
+      for (int j = 0; j < kBulkVecPerThread; ++j) {
+        if (live[j]) acc.add(pk[j]);
+      }
+      m = active ? acc.bits() : 0u;
+    } else {
+      m = active ? amax_bits(pk) : 0u;
+    }
     // red[] is unused before this point: one call per CTA, no barrier in front
-    scale = scale_from_amax_bits(team_max<false>(active ? amax_bits(pk) : 0u, team, red), p.ue8m0);
+    scale = scale_from_amax_bits(team_max<false>(m, team, red), p.ue8m0);
   } else {
     scale = per_tensor_scale(p, red);
   }
   const float inv = div_rn(1.0f, scale);
-  if (active) {
 #pragma unroll
-    for (int j = 0; j < kBulkVecPerThread; ++j) pk[j].store_quantised(q + int64_t(vidx[j]) * VEC, inv);
+  for (int j = 0; j < kBulkVecPerThread; ++j) {
+    if (live[j]) pk[j].store_quantised(q + int64_t(vidx[j]) * VEC, inv);
   }
   // After the stores, when the tile's vectors are dead (the scale's index arithmetic then costs no
   // registers of its own; before the stores the kernel spilled at 48).
@@ -110,6 +124,25 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
       if (p.scale_stride_row == 1 && row == p.rows - 1) zero_scale_padding(p.scale, p.rows, p.scale_stride_seg, g);
     }
   }
+}
+
+template <int DT, int VEC, bool kDynamic>
+__global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_tile_kernel(const QuantParams p) {
+  __shared__ uint32_t red[kTileThreads / 32];
+  quant_tile<DT, VEC, kDynamic, false>(p, red);
+}
+
+// One segment per row (per-token, per-head) of any number of vectors up to 1024: rows the tile kernel
+// does not take because their vector count is no power of two (hidden sizes 2880, 5120, 7168 bf16:
+// 360, 640, 896 vectors). A team is the vectors / 4 lanes rounded up to a power of two up to 32, else
+// to whole warps; the CTA holds as many teams as fit 256 threads (7168: one row, 224 threads).
+// Why: those rows took the register kernels, H200, 64 MB bf16 per-token, written flush: 33.5 /
+// 35.3 / 34.0 us (70.5 / 66.9 / 69.3 % of 4.27 TB/s) at N = 2880 / 5120 / 7168, where the tile
+// kernel reads N = 4096 at 29.1-29.7 us (FP8_HISTORY.md, eighteenth session).
+template <int DT, int VEC>
+__global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_row_tile_kernel(const QuantParams p) {
+  __shared__ uint32_t red[kTileThreads / 32];
+  quant_tile<DT, VEC, true, true>(p, red);
 }
 
 // Per-tensor static scale, contiguous tensor (p.rows == 1: the launcher made it one flat row).
@@ -241,7 +274,34 @@ inline void set_col_tile_geometry(QuantParams& p, int vec) {
   p.reverse = false;
 }
 
-enum class TileKernel { kNone, kTiles, kFlat, kColumns };
+// Lanes per row for the row tile kernel: vectors / 4, rounded up to a power of two up to 32 (the
+// team's shuffle reduction), else to whole warps (team_max through shared memory).
+inline int row_tile_team(int64_t seg_vecs) {
+  int64_t team = (seg_vecs + kBulkVecPerThread - 1) / kBulkVecPerThread;
+  if (team <= 32) {
+    int64_t t = 1;
+    while (t < team) t *= 2;
+    return int(t);
+  }
+  return int((team + 31) / 32 * 32);
+}
+
+// Whether the row tile kernel serves p (dynamic scales, one segment per row, 16-byte aligned rows of
+// 4 to 1024 vectors; bulk_applicable(p) does not hold), with its geometry set. False: p unchanged.
+inline bool prepare_row_tiles(QuantParams& p, int vec) {
+  if (!p.bulk || vec == 1 || p.peel || p.scale_source != kScaleDynamic || p.per_tensor_dynamic) return false;
+  if (p.segs_per_row != 1 || p.seg_len % vec != 0) return false;
+  const int64_t sv = p.seg_len / vec;
+  if (sv < kBulkVecPerThread || sv > kBulkTileVectors) return false;
+  QuantParams g = p;
+  g.team = row_tile_team(sv);
+  g.seg_vecs = int(sv);
+  set_tile_runs(g, kTileThreads / g.team);
+  p = g;
+  return true;
+}
+
+enum class TileKernel { kNone, kTiles, kFlat, kColumns, kRows };
 
 // Which short-lived kernel serves p (the caller checked p.vectorized), with p's geometry set for it
 // (grid size in p.num_tiles) so the launch derives nothing again. kNone (p unchanged): p.tile off, the
@@ -256,7 +316,12 @@ inline TileKernel prepare_tile_kernel(QuantParams& p, int vec) {
     p.num_tiles = ctas > 0 ? ctas : 1;  // a tensor of fewer elements than one vector: the scalar tail
     return TileKernel::kFlat;
   }
-  if (!bulk_applicable(p, vec)) return TileKernel::kNone;
+  if (!bulk_applicable(p, vec)) {
+    QuantParams r = p;
+    if (!prepare_row_tiles(r, vec) || r.num_tiles > kMaxGrid) return TileKernel::kNone;
+    p = r;
+    return TileKernel::kRows;
+  }
   QuantParams g = p;
   if (as_col_tiles(g, vec)) {
     set_col_tile_geometry(g, vec);
@@ -288,6 +353,14 @@ inline cudaError_t launch_fp8_quant_tile(QuantParams p, cudaStream_t stream, boo
   const auto kernel = p.scale_source == kScaleDynamic ? fp8_quant_tile_kernel<DT, VEC, true>
                                                       : fp8_quant_tile_kernel<DT, VEC, false>;
   return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(kTileThreads), 0, stream, pdl, p);
+}
+
+// Whole warps of teams: a short last run (or a small tensor) still fills each warp's shuffles.
+template <int DT, int VEC>
+inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t stream, bool pdl) {
+  const unsigned threads = unsigned((int64_t(p.tile_segs) * p.team + 31) / 32 * 32);
+  return hpc::launch_kernel(fp8_quant_row_tile_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream,
+                            pdl, p);
 }
 
 template <int DT, int VEC>

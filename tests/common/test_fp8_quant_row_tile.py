@@ -1,0 +1,95 @@
+"""The row tile kernel (fp8_quant_row_tile_kernel in fp8_quant_tile.cuh) against the reference, bit for
+bit: per-token and per-head rows whose vector count is no power of two (hidden sizes 2880, 5120, 7168),
+so a lane's last vectors may lie past its row's end; teams of 2 lanes to 8 warps (power-of-two teams
+reduce by shuffles, warp multiples through shared memory); several rows per CTA and one; dense
+tensors and rows with a pitch; NaN / Inf and zero rows. Each case also runs on the register kernels
+that served it before (USE_TILE_KERNEL off). A profiler trace checks which kernel ran, so a shape
+that silently fell back would fail here."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+import torch
+from _fp8_cases import assert_same, make_input, run, run_ref
+from test_fp8_quant_bulk import switches
+
+KERNEL = "fp8_quant_row_tile_kernel"
+
+# (mode, shape) per vector width: bf16 / fp16 hold 8 elements per vector, fp32 4.
+ROW_CASES_16BIT = [
+    ("per_token", (37, 2880)),      # 360 vectors: 96-lane teams, 2 rows per CTA
+    ("per_token", (9, 5120)),       # 640 vectors: 160 lanes, one row per CTA
+    ("per_token", (5, 7168)),       # 896 vectors: 224 lanes
+    ("per_token", (3, 8184)),       # 1023 vectors: 256 lanes
+    ("per_token", (70, 1000)),      # 125 vectors: 32-lane teams, 8 rows per CTA
+    ("per_token", (300, 40)),       # 5 vectors: 2-lane teams, 128 rows per CTA
+    ("per_token", (1, 2880)),
+    ("per_head", (20, 6, 96)),      # 12 vectors per head: 4-lane teams
+    ("per_head", (7, 3, 200)),      # 25 vectors: 8-lane teams
+]
+ROW_CASES_FP32 = [
+    ("per_token", (37, 2880)),      # 720 vectors: 192 lanes
+    ("per_token", (11, 3580)),      # 895 vectors: 224 lanes
+    ("per_token", (70, 1000)),      # 250 vectors: 64 lanes
+    ("per_token", (300, 20)),       # 5 vectors
+    ("per_head", (20, 6, 96)),      # 24 vectors: 8-lane teams
+]
+CASES = ([(m, s, d) for m, s in ROW_CASES_16BIT for d in (torch.bfloat16, torch.float16)]
+         + [(m, s, torch.float32) for m, s in ROW_CASES_FP32])
+
+
+def _kernel_names(fn) -> list[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def _check(mode, x, ue8m0, what):
+    expected = run_ref(mode, x, ue8m0=ue8m0)
+    names = _kernel_names(lambda: run(mode, x, ue8m0=ue8m0))
+    assert any(KERNEL in n for n in names), names
+    assert_same(run(mode, x, ue8m0=ue8m0), expected, what=f"row tile {what}")
+    with switches(USE_TILE_KERNEL=False):
+        assert_same(run(mode, x, ue8m0=ue8m0), expected, what=f"register kernels {what}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ue8m0", [False, True], ids=["fp32_scale", "ue8m0"])
+@pytest.mark.parametrize("mode,shape,dtype", CASES, ids=lambda c: str(c).replace("torch.", ""))
+def test_row_tile_kernel_matches_reference(cuda, mode, shape, dtype, ue8m0):
+    x = make_input(shape, dtype, seed=zlib.crc32(repr((mode, shape)).encode()) % 10_000, device=cuda)
+    _check(mode, x, ue8m0, f"{mode} {shape} {dtype}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=lambda d: str(d).replace("torch.", ""))
+def test_row_tile_kernel_on_rows_with_a_pitch(cuda, dtype):
+    """Rows of 2880 inside a 3072-wide buffer and the Q heads of a fused QKV buffer: tiles located
+    through the geometry (one run per row / per token), not the dense fast path."""
+    big = make_input((33, 3072), dtype, seed=3, device=cuda)
+    _check("per_token", big[:, :2880], False, "pitched rows")
+    qkv = make_input((21, 8 * 96), dtype, seed=4, device=cuda)
+    _check("per_head", qkv.view(21, 8, 96)[:, :4], False, "QKV slice")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode,shape", [("per_token", (3, 8200)), ("per_token", (5, 4095)), ("per_token", (4, 4096))])
+def test_rows_outside_the_row_tile_kernel_keep_their_kernels(cuda, mode, shape):
+    """Rows of more than 1024 vectors, odd rows (not 16-byte aligned) and power-of-two rows (the
+    tile kernel) do not take the row tile kernel."""
+    x = make_input(shape, torch.bfloat16, seed=5, device=cuda)
+    names = _kernel_names(lambda: run(mode, x))
+    assert names and not any(KERNEL in n for n in names), names
+    assert_same(run(mode, x), run_ref(mode, x), what=f"{mode} {shape}")
+
+
+@pytest.mark.gpu
+def test_row_tile_kernel_poisoned_output_fully_overwritten(cuda):
+    x = make_input((64, 7168), torch.bfloat16, seed=11, device=cuda)
+    out = torch.full((64, 7168), 0x7F, dtype=torch.uint8, device=cuda).view(torch.float8_e4m3fn)
+    scale = torch.full((64, 1), float("nan"), device=cuda)
+    q, s = run("per_token", x, out=out, scale_out=scale)
+    assert_same((q, s), run_ref("per_token", x), what="poisoned per-token 7168")
