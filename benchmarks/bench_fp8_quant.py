@@ -2,7 +2,7 @@
 
 Cases: every mode on bf16 inputs of 1 MB to 256 MB (rows of 4096: the hidden size of Qwen3 /
 Hy3; per-token-per-head as [T, 32, 128]), plus at 64 MB an odd row length (scalar path), fp32
-input and per-token rows of hidden sizes 2880 / 5120 / 7168. Providers (PROVIDERS below): `ours` (the default dispatch), `ours_old` (the
+input and per-token rows of hidden sizes 2880 / 5120 / 7168 and intermediate sizes 14336 / 28672. Providers (PROVIDERS below): `ours` (the default dispatch), `ours_old` (the
 dispatch of 8fdf820: segment-team amax pass, ring kernel storing before refilling), `ours_ring`
 (the bulk-copy ring kernel where the default takes the one-tile-per-CTA or flat kernel: the default
 before the seventeenth session), `ours_store_first` (the ring's store-then-refill order of 8fdf820),
@@ -68,8 +68,9 @@ def _calls(mode: str, x: torch.Tensor, static: torch.Tensor):
 
 
 # Per-token rows of other models' hidden sizes at 64 MB (gpt-oss 2880; Llama / Qwen 14B 5120;
-# DeepSeek-V3 7168): 360 / 640 / 896 vectors, the row tile kernel's shapes.
-HIDDEN_ROWS = (2880, 5120, 7168)
+# DeepSeek-V3 7168: 360 / 640 / 896 vectors, the row tile kernel's shapes) and MLP intermediates
+# (Llama-3 8B 14336, 70B 28672: 1792 / 3584 vectors, the row cluster kernel's).
+HIDDEN_ROWS = (2880, 5120, 7168, 14336, 28672)
 
 MODES = ("per_tensor_static", "per_tensor_dynamic", "per_token", "group128", "group128_col",
          "group128_ue8m0", "per_token_head")
