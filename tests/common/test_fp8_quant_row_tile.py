@@ -2,9 +2,8 @@
 (fp8_quant_row_tile_kernel in fp8_quant_tile.cuh): per-token and per-head rows whose vector count is
 no power of two (hidden sizes 2880, 5120, 7168), so a lane's last vectors may lie past its row's end;
 teams of 2 lanes to 8 warps (power-of-two teams reduce by shuffles, warp multiples through shared
-memory); several rows per CTA and one. The row cluster kernel (fp8_quant_row_cluster.cuh): rows of
-1025 to 8192 vectors (MLP intermediates 12288-28672) split over clusters of 2 to 8 CTAs, the last
-piece shorter. Dense tensors and rows with a pitch; NaN / Inf and zero rows. Each case also runs on
+memory); several rows per CTA and one. The long row kernel (fp8_quant_long_row_kernel, same body):
+rows of 1025 to 4096 vectors (MLP intermediates 12288-28672), one per CTA, 8 or 16 vectors per lane. Dense tensors and rows with a pitch; NaN / Inf and zero rows. Each case also runs on
 the register kernels that served it before (USE_TILE_KERNEL off). A profiler trace checks which
 kernel ran, so a shape that silently fell back would fail here."""
 
@@ -18,7 +17,7 @@ from _fp8_cases import assert_same, make_input, run, run_ref
 from test_fp8_quant_bulk import switches
 
 KERNEL = "fp8_quant_row_tile_kernel"
-CLUSTER_KERNEL = "fp8_quant_row_cluster_kernel"
+LONG_KERNEL = "fp8_quant_long_row_kernel"
 
 # (mode, shape) per vector width: bf16 / fp16 hold 8 elements per vector, fp32 4.
 ROW_CASES_16BIT = [
@@ -39,23 +38,23 @@ ROW_CASES_FP32 = [
     ("per_token", (300, 20)),       # 5 vectors
     ("per_head", (20, 6, 96)),      # 24 vectors: 8-lane teams
 ]
-# Rows of more than 1024 vectors: clusters of C CTAs.
-CLUSTER_CASES_16BIT = [
-    ("per_token", (3, 8200)),       # 1025 vectors: C = 2, pieces of 513 and 512
-    ("per_token", (5, 14336)),      # 1792: C = 2 x 896
-    ("per_token", (4, 18432)),      # 2304: C = 3 x 768
-    ("per_token", (2, 28672)),      # 3584: C = 4 x 896
-    ("per_token", (2, 65536)),      # 8192: C = 8 x 1024
+# Rows of more than 1024 vectors: 8 vectors per lane up to 2048, then 16.
+LONG_CASES_16BIT = [
+    ("per_token", (3, 8200)),       # 1025 vectors: 8 per lane, 129 -> 160 lanes
+    ("per_token", (5, 14336)),      # 1792: 8 per lane, 224 lanes
+    ("per_token", (4, 18432)),      # 2304: 16 per lane, 144 -> 160 lanes
+    ("per_token", (2, 28672)),      # 3584: 16 per lane, 224 lanes
+    ("per_token", (2, 32768)),      # 4096: 16 per lane, 256 lanes
     ("per_head", (3, 2, 9000)),     # 1125 per head
 ]
-CLUSTER_CASES_FP32 = [
+LONG_CASES_FP32 = [
     ("per_token", (3, 4100)),       # 1025 vectors
-    ("per_token", (2, 14336)),      # 3584: C = 4
+    ("per_token", (2, 14336)),      # 3584
 ]
 CASES = ([(m, s, d, KERNEL) for m, s in ROW_CASES_16BIT for d in (torch.bfloat16, torch.float16)]
          + [(m, s, torch.float32, KERNEL) for m, s in ROW_CASES_FP32]
-         + [(m, s, d, CLUSTER_KERNEL) for m, s in CLUSTER_CASES_16BIT for d in (torch.bfloat16, torch.float16)]
-         + [(m, s, torch.float32, CLUSTER_KERNEL) for m, s in CLUSTER_CASES_FP32])
+         + [(m, s, d, LONG_KERNEL) for m, s in LONG_CASES_16BIT for d in (torch.bfloat16, torch.float16)]
+         + [(m, s, torch.float32, LONG_KERNEL) for m, s in LONG_CASES_FP32])
 
 
 def _kernel_names(fn) -> list[str]:
@@ -92,17 +91,17 @@ def test_row_tile_kernel_on_rows_with_a_pitch(cuda, dtype):
     qkv = make_input((21, 8 * 96), dtype, seed=4, device=cuda)
     _check("per_head", qkv.view(21, 8, 96)[:, :4], False, "QKV slice")
     long = make_input((5, 16384 + 512), dtype, seed=6, device=cuda)
-    _check("per_token", long[:, :16384], False, "pitched long rows", CLUSTER_KERNEL)  # 2048 / 4096 vectors
+    _check("per_token", long[:, :16384], False, "pitched long rows", LONG_KERNEL)  # 2048 / 4096 vectors
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode,shape", [("per_token", (2, 65544)), ("per_token", (5, 4095)), ("per_token", (4, 4096))])
+@pytest.mark.parametrize("mode,shape", [("per_token", (2, 32776)), ("per_token", (5, 4095)), ("per_token", (4, 4096))])
 def test_rows_outside_the_row_kernels_keep_their_kernels(cuda, mode, shape):
-    """Rows of more than 8192 vectors, odd rows (not 16-byte aligned) and power-of-two rows (the
+    """Rows of more than 4096 vectors, odd rows (not 16-byte aligned) and power-of-two rows (the
     tile kernel) take neither row form."""
     x = make_input(shape, torch.bfloat16, seed=5, device=cuda)
     names = _kernel_names(lambda: run(mode, x))
-    assert names and not any(KERNEL in n or CLUSTER_KERNEL in n for n in names), names
+    assert names and not any(KERNEL in n or LONG_KERNEL in n for n in names), names
     assert_same(run(mode, x), run_ref(mode, x), what=f"{mode} {shape}")
 
 

@@ -2,12 +2,11 @@
 // Generic and amax kernels: 3 dtypes x 2 paths (flat amax kernel: vector path); short-segment
 // kernel: 3 dtypes x (4 unmasked + 3 masked); bulk ring kernel: 3 dtypes; tile kernel (the
 // default where the ring applies): 3 dtypes x (dynamic, per-tensor scale); flat kernel: 3 dtypes
-// (vector path only); row tile kernel (one segment per row of any vector count): 3 dtypes; row
-// cluster kernel (rows of 2-8 tiles split over a cluster): 3 dtypes.
+// (vector path only); row tile kernel (one segment per row of any vector count): 3 dtypes x 4, 8
+// or 16 vectors per lane.
 // The mode is runtime geometry.
 #include "hpc_common/fp8_quant.cuh"
 #include "hpc_common/fp8_quant_bulk.cuh"
-#include "hpc_common/fp8_quant_row_cluster.cuh"
 #include "hpc_common/fp8_quant_small_seg.cuh"
 #include "hpc_common/fp8_quant_tile.cuh"
 
@@ -31,7 +30,6 @@ cudaError_t launch_vector_path(const QuantParams& p, cudaStream_t stream, bool p
     case TileKernel::kNone:
       break;
   }
-  if (prepare_row_clusters(t, VEC)) return launch_fp8_quant_row_cluster<DT, VEC>(t, stream, pdl);
   if (bulk_applicable(p, VEC)) return launch_fp8_quant_bulk<DT, VEC>(p, stream, pdl, bulk);
   switch (small_seg_vectors_per_lane(p, VEC)) {
     case 1:

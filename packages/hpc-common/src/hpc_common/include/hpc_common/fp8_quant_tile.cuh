@@ -53,9 +53,10 @@ __device__ __noinline__ void zero_scale_padding(float* scale, int64_t rows, int6
 
 // kDynamic: one scale per segment from its amax (p.scale_source == kScaleDynamic); else the
 // per-tensor scale (static, or the amax pass's partials). kRagged: segments of p.seg_vecs vectors,
-// at most 4 x team (fp8_quant_row_tile_kernel below), so a lane's last vectors may lie past its
-// segment's end; otherwise exactly 4 x team (a power of two).
-template <int DT, int VEC, bool kDynamic, bool kRagged>
+// at most VPT x team (fp8_quant_row_tile_kernel below), so a lane's last vectors may lie past its
+// segment's end; otherwise exactly VPT x team (a power of two). VPT: vectors per lane (4, or 8 / 16
+// for the long rows of fp8_quant_long_row_kernel).
+template <int DT, int VEC, bool kDynamic, bool kRagged, int VPT = kBulkVecPerThread>
 __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) {
   using P = Pack<DT, VEC>;
   using raw = typename Elem<DT>::raw;
@@ -67,7 +68,7 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
   const BulkTile t = bulk_tile(p, p.reverse ? p.num_tiles - 1 - blockIdx.x : blockIdx.x);
   const int team = p.team;  // seg_vectors / 4, a power of two in [1, 256]; kRagged: see row_tile_team
   const int seg_local = threadIdx.x / team, lane = kRagged ? threadIdx.x - seg_local * team : threadIdx.x & (team - 1);
-  const int seg_vecs = kRagged ? p.seg_vecs : team * kBulkVecPerThread;
+  const int seg_vecs = kRagged ? p.seg_vecs : team * VPT;
   const bool active = seg_local < t.count;
   // The tile's segments follow each other in x and q from its first one. A dense tensor (one run:
   // every row, head and token back to back in both) puts segment s at s * seg_len in both, so the
@@ -82,11 +83,11 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
   const raw* x = static_cast<const raw*>(p.x) + x_off;
   uint8_t* q = p.q + q_off;
 
-  P pk[kBulkVecPerThread];
-  int vidx[kBulkVecPerThread];
-  bool live[kBulkVecPerThread];
+  P pk[VPT];
+  int vidx[VPT];
+  bool live[VPT];
 #pragma unroll
-  for (int j = 0; j < kBulkVecPerThread; ++j) {
+  for (int j = 0; j < VPT; ++j) {
     vidx[j] = seg_local * seg_vecs + lane + team * j;
     live[j] = active && (!kRagged || lane + team * j < seg_vecs);
     if (live[j]) pk[j].load(x + int64_t(vidx[j]) * VEC);
@@ -98,7 +99,7 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
     if constexpr (kRagged) {
       AmaxAcc<DT, VEC> acc;
 #pragma unroll
-      for (int j = 0; j < kBulkVecPerThread; ++j) {
+      for (int j = 0; j < VPT; ++j) {
         if (live[j]) acc.add(pk[j]);
       }
       m = active ? acc.bits() : 0u;
@@ -112,7 +113,7 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
   }
   const float inv = div_rn(1.0f, scale);
 #pragma unroll
-  for (int j = 0; j < kBulkVecPerThread; ++j) {
+  for (int j = 0; j < VPT; ++j) {
     if (live[j]) pk[j].store_quantised(q + int64_t(vidx[j]) * VEC, inv);
   }
   // After the stores, when the tile's vectors are dead (the scale's index arithmetic then costs no
@@ -143,6 +144,17 @@ template <int DT, int VEC>
 __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_row_tile_kernel(const QuantParams p) {
   __shared__ uint32_t red[kTileThreads / 32];
   quant_tile<DT, VEC, true, true>(p, red);
+}
+
+// Rows of 1025 to 4096 vectors (bf16 N = 8200..32768: MLP intermediates such as 14336 and 28672 that
+// per-token quantisation sees before a down projection), one row per CTA with 8 (up to 2048 vectors)
+// or 16 vectors per lane: the register kernels read them at 63.5-70 % of 4.27 TB/s (64 MB bf16, H200,
+// eighteenth session). A row split over a cluster of CTAs exchanging their amax through distributed
+// shared memory was slower still (FP8_HISTORY.md).
+template <int DT, int VEC, int VPT>
+__global__ void __launch_bounds__(kTileThreads, VPT == 8 ? 3 : 2) fp8_quant_long_row_kernel(const QuantParams p) {
+  __shared__ uint32_t red[kTileThreads / 32];
+  quant_tile<DT, VEC, true, true, VPT>(p, red);
 }
 
 // Per-tensor static scale, contiguous tensor (p.rows == 1: the launcher made it one flat row).
@@ -276,8 +288,8 @@ inline void set_col_tile_geometry(QuantParams& p, int vec) {
 
 // Lanes per row for the row tile kernel: vectors / 4, rounded up to a power of two up to 32 (the
 // team's shuffle reduction), else to whole warps (team_max through shared memory).
-inline int row_tile_team(int64_t seg_vecs) {
-  int64_t team = (seg_vecs + kBulkVecPerThread - 1) / kBulkVecPerThread;
+inline int row_tile_team(int64_t seg_vecs, int vpt = kBulkVecPerThread) {
+  int64_t team = (seg_vecs + vpt - 1) / vpt;
   if (team <= 32) {
     int64_t t = 1;
     while (t < team) t *= 2;
@@ -286,15 +298,21 @@ inline int row_tile_team(int64_t seg_vecs) {
   return int((team + 31) / 32 * 32);
 }
 
+// Vectors per lane of the row kernels: 4 for rows of one tile (fp8_quant_row_tile_kernel), 8 / 16
+// for longer ones (fp8_quant_long_row_kernel).
+inline int row_tile_vpt(int64_t seg_vecs) {
+  return seg_vecs <= kBulkTileVectors ? kBulkVecPerThread : seg_vecs <= 2 * kBulkTileVectors ? 8 : 16;
+}
+
 // Whether the row tile kernel serves p (dynamic scales, one segment per row, 16-byte aligned rows of
-// 4 to 1024 vectors; bulk_applicable(p) does not hold), with its geometry set. False: p unchanged.
+// 4 to 4096 vectors; bulk_applicable(p) does not hold), with its geometry set. False: p unchanged.
 inline bool prepare_row_tiles(QuantParams& p, int vec) {
   if (!p.bulk || vec == 1 || p.peel || p.scale_source != kScaleDynamic || p.per_tensor_dynamic) return false;
   if (p.segs_per_row != 1 || p.seg_len % vec != 0) return false;
   const int64_t sv = p.seg_len / vec;
-  if (sv < kBulkVecPerThread || sv > kBulkTileVectors) return false;
+  if (sv < kBulkVecPerThread || sv > 4 * kBulkTileVectors) return false;
   QuantParams g = p;
-  g.team = row_tile_team(sv);
+  g.team = row_tile_team(sv, row_tile_vpt(sv));
   g.seg_vecs = int(sv);
   set_tile_runs(g, kTileThreads / g.team);
   p = g;
@@ -359,8 +377,11 @@ inline cudaError_t launch_fp8_quant_tile(QuantParams p, cudaStream_t stream, boo
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t stream, bool pdl) {
   const unsigned threads = unsigned((int64_t(p.tile_segs) * p.team + 31) / 32 * 32);
-  return hpc::launch_kernel(fp8_quant_row_tile_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream,
-                            pdl, p);
+  void (*kernel)(const QuantParams) = fp8_quant_row_tile_kernel<DT, VEC>;
+  const int vpt = row_tile_vpt(p.seg_vecs);
+  if (vpt == 8) kernel = fp8_quant_long_row_kernel<DT, VEC, 8>;
+  if (vpt == 16) kernel = fp8_quant_long_row_kernel<DT, VEC, 16>;
+  return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream, pdl, p);
 }
 
 template <int DT, int VEC>
