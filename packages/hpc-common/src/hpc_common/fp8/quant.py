@@ -112,8 +112,9 @@ USE_BULK_KERNEL: Optional[bool] = None
 # per CTA, straight into registers; group scales and dense per-head inputs in 8-row column tiles
 # (whole 32-byte runs of scales per CTA); a per-tensor static scale on a contiguous tensor takes the
 # flat kernel; per-token / per-head rows of a vector count that is no power of two (hidden 2880 / 5120 /
-# 7168) a row form of the tile kernel (eighteenth session: 64 MB per-token 34.2-35.4 -> 29.9-30.1 us, where
-# the register kernels served them). Same bits as the ring. H200, one process, written flush, 64 MB bf16 (us, ring ->
+# 7168) or of 1025-4096 vectors (intermediates 14336 / 28672) row forms of the tile kernel (eighteenth
+# session: 64 MB per-token 34.1-35.1 -> 29.7-30.2 us, 28672 34.5 -> 32.3, where the register kernels
+# served them). Same bits as the ring. H200, one process, written flush, 64 MB bf16 (us, ring ->
 # these, run of 5c0a6f4): per-tensor static 30.5 -> 29.0 (81.3 % of 4.27 TB/s), dynamic 48.5 -> 46.3,
 # per-token 32.2 -> 29.8, group-128 32.4 -> 30.1 (column-major scales 33.1 -> 30.1), per-head 32.1 ->
 # 30.0; 256 MB and fp32 input faster too (FP8_HISTORY.md, seventeenth session). False: the ring (the
