@@ -2,7 +2,8 @@
 
 Cases: every mode on bf16 inputs of 1 MB to 256 MB (rows of 4096: the hidden size of Qwen3 /
 Hy3; per-token-per-head as [T, 32, 128]), plus at 64 MB an odd row length (scalar path), fp32
-input and per-token rows of hidden sizes 2880 / 5120 / 7168 and intermediate sizes 14336 / 28672. Providers (PROVIDERS below): `ours` (the default dispatch), `ours_old` (the
+input, per-token rows of hidden sizes 2880 / 5120 / 7168 and intermediate sizes 14336 / 28672, and
+column-major group-128 scales at N = 1536. Providers (PROVIDERS below): `ours` (the default dispatch), `ours_old` (the
 dispatch of 8fdf820: segment-team amax pass, ring kernel storing before refilling), `ours_ring`
 (the bulk-copy ring kernel where the default takes the one-tile-per-CTA or flat kernel: the default
 before the seventeenth session), `ours_store_first` (the ring's store-then-refill order of 8fdf820),
@@ -91,6 +92,8 @@ def _cases(quick: bool, sizes=None, modes=MODES):
         if "per_token" in modes:  # hidden sizes whose rows are no power-of-two vector count
             for n in HIDDEN_ROWS:
                 yield "per_token", 64, n, torch.bfloat16
+        if "group128_col" in modes:  # 12 groups per row (Qwen3-235B's MoE intermediate): 4-group column tiles
+            yield "group128_col", 64, 1536, torch.bfloat16
 
 
 # Provider -> quant-module switches (anything not named keeps its default). `ours` is the default

@@ -94,3 +94,12 @@ def assert_same(actual, expected, *, what: str = "") -> None:
     assert tuple(s.shape) == tuple(sr.shape), f"{what} scale shape {tuple(s.shape)} != {tuple(sr.shape)}"
     assert s.stride() == sr.stride() or s.numel() <= 1, f"{what} scale strides {s.stride()} != {sr.stride()}"
     assert_bitwise_equal(scale_storage(s).cpu(), scale_storage(sr).cpu(), name=f"{what} scale")
+
+
+def kernel_names(fn) -> list[str]:
+    """Names of the CUDA kernels `fn` launched (torch profiler): tests check which kernel served a shape."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+

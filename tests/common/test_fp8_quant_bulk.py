@@ -15,7 +15,7 @@ import contextlib
 
 import pytest
 import torch
-from _fp8_cases import STATIC_SCALE, assert_same, make_input, run, run_ref
+from _fp8_cases import STATIC_SCALE, assert_same, kernel_names, make_input, run, run_ref
 
 import hpc_common
 from hpc_common.fp8 import quant
@@ -230,11 +230,14 @@ def test_tile_kernels_under_pdl_and_graph_replay(cuda, mode):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("m,n,group_size,pitch", [(45, 4096, 128, 64), (8, 2048, 64, 8), (3, 1024, 32, 4),
-                                                  (1000, 1024, 128, 1000), (17, 8192, 16, 20)])
+                                                  (1000, 1024, 128, 1000), (17, 8192, 16, 20),
+                                                  (37, 1536, 128, 40), (9, 768, 128, 12), (20, 1280, 64, 24),
+                                                  (5, 384, 128, 8)])
 def test_column_major_scales_into_a_callers_pitch(cuda, dtype, m, n, group_size, pitch):
     """Column-major group scales written into the caller's scale_out of any pitch >= M (the
     column-tile kernel: 8-row blocks, the last one partial; padding rows past the last row block as
-    well as inside it are zeroed), from rows with a pitch of their own; every tile kernel and the
+    well as inside it are zeroed; 12, 6 and 20 groups per row take tiles of 4, 2 and 4 groups, 3
+    groups the tile kernel), from rows with a pitch of their own; every tile kernel and the
     register kernels agree with the reference, whose padding rows are zeros too."""
     big = make_input((m, n + 256), dtype, 41 + m, device=cuda)
     x = big[:, 128:128 + n]
@@ -251,3 +254,15 @@ def test_column_major_scales_into_a_callers_pitch(cuda, dtype, m, n, group_size,
         assert_bitwise_equal(s.contiguous().cpu(), want_s.contiguous(), name=f"{what} scale")
         pad = storage[:, m:].cpu()
         assert bool((pad == 0).all()), f"{name}: padding rows {m}..{pitch} not zeroed: {pad}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("column_major,kernel", [(True, "fp8_quant_col_tile_kernel"), (False, "fp8_quant_tile_kernel")])
+def test_group_counts_off_the_full_column_tile(cuda, column_major, kernel):
+    """12 groups of 128 per row (N = 1536): column-major scales take column tiles of 4 groups, row-major
+    scales the tile kernel (the profiler names the kernel that ran)."""
+    x = make_input((50, 1536), torch.bfloat16, seed=8, device=cuda)
+    mode = "group_col" if column_major else "group"
+    names = kernel_names(lambda: run(mode, x, group_size=128))
+    assert any(kernel + "<" in n for n in names), names
+    assert_same(run(mode, x, group_size=128), run_ref(mode, x, group_size=128), what=f"{mode} 1536")

@@ -13,7 +13,7 @@ import zlib
 
 import pytest
 import torch
-from _fp8_cases import assert_same, make_input, run, run_ref
+from _fp8_cases import assert_same, kernel_names, make_input, run, run_ref
 from test_fp8_quant_bulk import switches
 
 KERNEL = "fp8_quant_row_tile_kernel"
@@ -57,16 +57,9 @@ CASES = ([(m, s, d, KERNEL) for m, s in ROW_CASES_16BIT for d in (torch.bfloat16
          + [(m, s, torch.float32, LONG_KERNEL) for m, s in LONG_CASES_FP32])
 
 
-def _kernel_names(fn) -> list[str]:
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-
-
 def _check(mode, x, ue8m0, what, kernel=KERNEL):
     expected = run_ref(mode, x, ue8m0=ue8m0)
-    names = _kernel_names(lambda: run(mode, x, ue8m0=ue8m0))
+    names = kernel_names(lambda: run(mode, x, ue8m0=ue8m0))
     assert any(kernel in n for n in names), names
     assert_same(run(mode, x, ue8m0=ue8m0), expected, what=f"row tile {what}")
     with switches(USE_TILE_KERNEL=False):
@@ -100,7 +93,7 @@ def test_rows_outside_the_row_kernels_keep_their_kernels(cuda, mode, shape):
     """Rows of more than 4096 vectors, odd rows (not 16-byte aligned) and power-of-two rows (the
     tile kernel) take neither row form."""
     x = make_input(shape, torch.bfloat16, seed=5, device=cuda)
-    names = _kernel_names(lambda: run(mode, x))
+    names = kernel_names(lambda: run(mode, x))
     assert names and not any(KERNEL in n or LONG_KERNEL in n for n in names), names
     assert_same(run(mode, x), run_ref(mode, x), what=f"{mode} {shape}")
 

@@ -251,6 +251,21 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
   }
 }
 
+// Groups per column tile: 128 / seg_vectors (a full 16 KB tile) when G is a multiple of it. Column-major
+// scales also take halves of it down to 2 groups (whole warps of lanes) when G is not (N = 1536 bf16,
+// 12 groups of 128: 4 per tile, an 8 KB tile): their 32-byte runs are 8 rows of one group either way,
+// where the tile kernel would write each sector 4 bytes at a time from several CTAs (72 % at 64 MB,
+// eighteenth session). Row-major scales keep the tile kernel then. 0: no column tiles.
+inline int col_tile_groups(const QuantParams& g, int64_t sv) {
+  const int64_t team = sv / kBulkVecPerThread;
+  int64_t gpt = kBulkTileVectors / kColTileRows / sv;
+  if (g.segs_per_row % gpt == 0) return int(gpt);
+  if (g.scale_stride_row != 1) return 0;  // row-major
+  while (gpt > 2 && g.segs_per_row % gpt != 0) gpt /= 2;
+  if (g.segs_per_row % gpt != 0 || (gpt * kColTileRows * team) % 32 != 0) return 0;
+  return int(gpt);
+}
+
 // Whether the column-tile kernel serves p (dynamic group scales in 8-row blocks; bulk_applicable(p)
 // holds), after turning a dense per-head input [T, H, D] into its 2-D form (row t, group h of D, scale
 // [T, H] row-major) in place. False leaves p as it was.
@@ -272,7 +287,7 @@ inline bool as_col_tiles(QuantParams& p, int vec) {
   if (!col_major && !row_major) return false;
   const int64_t sv = g.seg_len / vec;
   if (sv > kBulkTileVectors / kColTileRows) return false;
-  if (g.segs_per_row % (kBulkTileVectors / kColTileRows / sv) != 0) return false;
+  if (col_tile_groups(g, sv) == 0) return false;
   p = g;
   return true;
 }
@@ -280,7 +295,7 @@ inline bool as_col_tiles(QuantParams& p, int vec) {
 inline void set_col_tile_geometry(QuantParams& p, int vec) {
   const int64_t sv = p.seg_len / vec;
   p.team = int(sv / kBulkVecPerThread);
-  p.tile_segs = int(kBulkTileVectors / kColTileRows / sv);
+  p.tile_segs = col_tile_groups(p, sv);
   p.tiles_per_run = p.segs_per_row / p.tile_segs;
   p.num_tiles = (p.rows + kColTileRows - 1) / kColTileRows * p.tiles_per_run;
   p.reverse = false;
@@ -386,8 +401,9 @@ inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t 
 
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_col_tile(const QuantParams& p, cudaStream_t stream, bool pdl) {
-  return hpc::launch_kernel(fp8_quant_col_tile_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(kTileThreads), 0,
-                            stream, pdl, p);
+  const unsigned threads = unsigned(p.tile_segs * kColTileRows * p.team);  // 256 for a full tile
+  return hpc::launch_kernel(fp8_quant_col_tile_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream,
+                            pdl, p);
 }
 
 #endif  // __CUDACC__
