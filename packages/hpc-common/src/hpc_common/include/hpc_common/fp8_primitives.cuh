@@ -250,10 +250,8 @@ __device__ __forceinline__ uint32_t Pack<DT, VEC>::amax_bits() const {
 // (the launcher guarantees uniform trip counts). kRedInUse: an earlier call's readers may still
 // read red[] (a loop over segments), so the block first waits for them; false when a block barrier
 // already separates them (the tile kernels: one call per CTA, or one per tile after its closing
-// barrier). kTeamBarrier: teams of whole warps meet at a named barrier of their own (id 1 + team
-// index) instead of the CTA's, so a team does not wait for the other teams' loads (the tile kernels:
-// two 4-warp per-token teams per CTA).
-template <bool kRedInUse = true, bool kTeamBarrier = false>
+// barrier).
+template <bool kRedInUse = true>
 __device__ __forceinline__ uint32_t team_max(uint32_t v, int team, uint32_t* red) {
   if (team <= 32) {
     for (int off = team >> 1; off > 0; off >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, off));
@@ -264,11 +262,7 @@ __device__ __forceinline__ uint32_t team_max(uint32_t v, int team, uint32_t* red
   const int warp = threadIdx.x >> 5;
   if constexpr (kRedInUse) __syncthreads();  // the previous call's readers are done with red[]
   if ((threadIdx.x & 31) == 0) red[warp] = v;
-  if constexpr (kTeamBarrier) {
-    asm volatile("bar.sync %0, %1;" ::"r"(1 + int(threadIdx.x) / team), "r"(team) : "memory");
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
   const int wpt = team >> 5, first = (threadIdx.x / team) * wpt;
   v = 0;
   for (int w = 0; w < wpt; ++w) v = max(v, red[first + w]);

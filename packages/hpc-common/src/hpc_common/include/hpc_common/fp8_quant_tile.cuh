@@ -107,7 +107,7 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
       m = active ? amax_bits(pk) : 0u;
     }
     // red[] is unused before this point: one call per CTA, no barrier in front
-    scale = scale_from_amax_bits(team_max<false, true>(m, team, red), p.ue8m0);
+    scale = scale_from_amax_bits(team_max<false>(m, team, red), p.ue8m0);
   } else {
     scale = per_tensor_scale(p, red);
   }
