@@ -3,7 +3,9 @@
 no power of two (hidden sizes 2880, 5120, 7168), so a lane's last vectors may lie past its row's end;
 teams of 2 lanes to 8 warps (power-of-two teams reduce by shuffles, warp multiples through shared
 memory); several rows per CTA and one. The long row kernel (fp8_quant_long_row_kernel, same body):
-rows of 1025 to 4096 vectors (MLP intermediates 12288-28672), one per CTA, 8 or 16 vectors per lane. Dense tensors and rows with a pitch; NaN / Inf and zero rows. Each case also runs on
+rows of 1025 to 4096 vectors (MLP intermediates 12288-28672), one per CTA, 8 or 16 vectors per lane.
+Odd row lengths (rows not 16-byte aligned, x and out misaligned alike) take both in their peeled
+form: each row read as its aligned cover, the cover's end vectors masked and stored byte-exact. Dense tensors and rows with a pitch; NaN / Inf and zero rows. Each case also runs on
 the register kernels that served it before (USE_TILE_KERNEL off). A profiler trace checks which
 kernel ran, so a shape that silently fell back would fail here."""
 
@@ -51,10 +53,25 @@ LONG_CASES_FP32 = [
     ("per_token", (3, 4100)),       # 1025 vectors
     ("per_token", (2, 14336)),      # 3584
 ]
+# Odd rows (peeled covers): one more vector than the row at most.
+PEEL_CASES_16BIT = [
+    ("per_token", (7, 4095)),       # covers of 512 / 513 vectors: 160 lanes
+    ("per_token", (40, 101)),       # 13-14 vectors: 4-lane teams, 64 rows per CTA
+    ("per_token", (3, 8191)),       # 1024-1025: the long row kernel, 8 per lane
+    ("per_token", (2, 28671)),      # 3584-3585: 16 per lane
+    ("per_head", (20, 6, 97)),      # heads back to back at odd offsets
+]
+PEEL_CASES_FP32 = [
+    ("per_token", (5, 2047)),       # 512-513 vectors of 4
+    ("per_token", (3, 4095)),       # 1024-1025: 8 per lane
+]
 CASES = ([(m, s, d, KERNEL) for m, s in ROW_CASES_16BIT for d in (torch.bfloat16, torch.float16)]
          + [(m, s, torch.float32, KERNEL) for m, s in ROW_CASES_FP32]
          + [(m, s, d, LONG_KERNEL) for m, s in LONG_CASES_16BIT for d in (torch.bfloat16, torch.float16)]
-         + [(m, s, torch.float32, LONG_KERNEL) for m, s in LONG_CASES_FP32])
+         + [(m, s, torch.float32, LONG_KERNEL) for m, s in LONG_CASES_FP32]
+         + [(m, s, d, LONG_KERNEL if s[-1] > 8000 else KERNEL) for m, s in PEEL_CASES_16BIT
+            for d in (torch.bfloat16, torch.float16)]
+         + [(m, s, torch.float32, LONG_KERNEL if s[-1] > 4000 else KERNEL) for m, s in PEEL_CASES_FP32])
 
 
 def _check(mode, x, ue8m0, what, kernel=KERNEL):
@@ -88,10 +105,11 @@ def test_row_tile_kernel_on_rows_with_a_pitch(cuda, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode,shape", [("per_token", (2, 32776)), ("per_token", (5, 4095)), ("per_token", (4, 4096))])
+@pytest.mark.parametrize("mode,shape", [("per_token", (2, 32776)), ("per_token", (2, 32775)), ("per_token", (300, 9)),
+                                        ("per_token", (4, 4096))])
 def test_rows_outside_the_row_kernels_keep_their_kernels(cuda, mode, shape):
-    """Rows of more than 4096 vectors, odd rows (not 16-byte aligned) and power-of-two rows (the
-    tile kernel) take neither row form."""
+    """Rows of more than 4096 vectors (aligned, or odd with their cover), odd rows of fewer than 4
+    vectors and power-of-two rows (the tile kernel) take neither row form."""
     x = make_input(shape, torch.bfloat16, seed=5, device=cuda)
     names = kernel_names(lambda: run(mode, x))
     assert names and not any(KERNEL in n or LONG_KERNEL in n for n in names), names
@@ -105,3 +123,25 @@ def test_row_tile_kernel_poisoned_output_fully_overwritten(cuda):
     scale = torch.full((64, 1), float("nan"), device=cuda)
     q, s = run("per_token", x, out=out, scale_out=scale)
     assert_same((q, s), run_ref("per_token", x), what="poisoned per-token 7168")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("offset", [1, 3, 7])
+def test_peeled_rows_on_views_misaligned_alike(cuda, offset, dtype):
+    """x and out start `offset` elements / bytes into their buffers (every row start misaligned alike):
+    the first row's cover starts before the tensor and the last one ends after it, inside their
+    16-byte words; the bytes around out stay as they were."""
+    m, n = 13, 2047
+    if dtype == torch.float32:
+        offset %= 4
+    src = make_input((m * n + 64,), dtype, seed=offset, device=cuda)
+    x = src[offset:offset + m * n].view(m, n)
+    out_buf = torch.full((m * n + 64,), 0x5A, dtype=torch.uint8, device=cuda)
+    out = out_buf[offset:offset + m * n].view(torch.float8_e4m3fn).view(m, n)
+    names = kernel_names(lambda: run("per_token", x, out=out))
+    assert any(KERNEL in n for n in names), names
+    q, s = run("per_token", x, out=out)
+    assert_same((q, s), run_ref("per_token", x), what=f"view offset {offset}")
+    assert bool((out_buf[:offset] == 0x5A).all()) and bool((out_buf[offset + m * n:] == 0x5A).all())
+

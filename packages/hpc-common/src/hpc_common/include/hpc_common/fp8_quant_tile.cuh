@@ -55,8 +55,12 @@ __device__ __noinline__ void zero_scale_padding(float* scale, int64_t rows, int6
 // per-tensor scale (static, or the amax pass's partials). kRagged: segments of p.seg_vecs vectors,
 // at most VPT x team (fp8_quant_row_tile_kernel below), so a lane's last vectors may lie past its
 // segment's end; otherwise exactly VPT x team (a power of two). VPT: vectors per lane (4, or 8 / 16
-// for the long rows of fp8_quant_long_row_kernel).
-template <int DT, int VEC, bool kDynamic, bool kRagged, int VPT = kBulkVecPerThread>
+// for the long rows of fp8_quant_long_row_kernel). kPeel (with kRagged; p.peel): segment starts are
+// not 16-byte aligned (odd N) but x and q are misaligned alike; a segment is read as its cover, the
+// aligned vectors from the one holding its first element, and only the cover's first and last
+// vectors mask elements of the neighbouring segments (out of the amax, not stored: a byte-exact
+// store of their part of the shared word).
+template <int DT, int VEC, bool kDynamic, bool kRagged, int VPT = kBulkVecPerThread, bool kPeel = false>
 __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) {
   using P = Pack<DT, VEC>;
   using raw = typename Elem<DT>::raw;
@@ -86,12 +90,30 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
   P pk[VPT];
   int vidx[VPT];
   bool live[VPT];
+  // kPeel: the cover of this lane's segment starts `mis` elements before it, at element cover_base.
+  int mis = 0, len = 0;
+  int64_t cover_base = 0;
+  if constexpr (kPeel) {
+    len = int(p.seg_len);
+    const int64_t start = int64_t(seg_local) * p.seg_len;
+    mis = int((reinterpret_cast<uintptr_t>(x) / sizeof(raw) + uint64_t(start)) & (VEC - 1));
+    cover_base = start - mis;
+  }
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
-    vidx[j] = seg_local * seg_vecs + lane + team * j;
-    live[j] = active && (!kRagged || lane + team * j < seg_vecs);
-    if (live[j]) pk[j].load(x + int64_t(vidx[j]) * VEC);
+    if constexpr (kPeel) {
+      vidx[j] = lane + team * j;  // cover vector
+      live[j] = active && vidx[j] * VEC < mis + len;
+      if (live[j]) pk[j].load(x + cover_base + int64_t(vidx[j]) * VEC);
+    } else {
+      vidx[j] = seg_local * seg_vecs + lane + team * j;
+      live[j] = active && (!kRagged || lane + team * j < seg_vecs);
+      if (live[j]) pk[j].load(x + int64_t(vidx[j]) * VEC);
+    }
   }
+  // kPeel: the elements [lo, hi) of cover vector c are the segment's.
+  auto cover_lo = [&](int c) { return c == 0 ? mis : 0; };
+  auto cover_hi = [&](int c) { return min(VEC, mis + len - c * VEC); };
 
   float scale;
   if constexpr (kDynamic) {
@@ -100,7 +122,17 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
       AmaxAcc<DT, VEC> acc;
 #pragma unroll
       for (int j = 0; j < VPT; ++j) {
-        if (live[j]) acc.add(pk[j]);
+        if (!live[j]) continue;
+        if constexpr (kPeel) {
+          const int lo = cover_lo(vidx[j]), hi = cover_hi(vidx[j]);
+          if (lo > 0 || hi < VEC) {
+            P part = pk[j];
+            part.keep_range(lo, hi);
+            acc.add(part);
+            continue;
+          }
+        }
+        acc.add(pk[j]);
       }
       m = active ? acc.bits() : 0u;
     } else {
@@ -114,7 +146,20 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
   const float inv = div_rn(1.0f, scale);
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
-    if (live[j]) pk[j].store_quantised(q + int64_t(vidx[j]) * VEC, inv);
+    if (!live[j]) continue;
+    if constexpr (kPeel) {
+      uint8_t* qv = q + cover_base + int64_t(vidx[j]) * VEC;
+      const int lo = cover_lo(vidx[j]), hi = cover_hi(vidx[j]);
+      if (lo > 0 || hi < VEC) {
+        uint32_t w[VEC / 4];
+        pk[j].quantised_words(inv, w);
+        P::store_words_range(qv, w, lo, hi);
+      } else {
+        pk[j].store_quantised(qv, inv);
+      }
+    } else {
+      pk[j].store_quantised(q + int64_t(vidx[j]) * VEC, inv);
+    }
   }
   // After the stores, when the tile's vectors are dead (the scale's index arithmetic then costs no
   // registers of its own; before the stores the kernel spilled at 48).
@@ -140,10 +185,11 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
 // Why: those rows took the register kernels, H200, 64 MB bf16 per-token, written flush: 33.5 /
 // 35.3 / 34.0 us (70.5 / 66.9 / 69.3 % of 4.27 TB/s) at N = 2880 / 5120 / 7168, where the tile
 // kernel reads N = 4096 at 29.1-29.7 us (FP8_HISTORY.md, eighteenth session).
-template <int DT, int VEC>
+// kPeel: odd row lengths (rows misaligned alike in x and q), read as aligned covers (quant_tile).
+template <int DT, int VEC, bool kPeel>
 __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_row_tile_kernel(const QuantParams p) {
   __shared__ uint32_t red[kTileThreads / 32];
-  quant_tile<DT, VEC, true, true>(p, red);
+  quant_tile<DT, VEC, true, true, kBulkVecPerThread, kPeel>(p, red);
 }
 
 // Rows of 1025 to 4096 vectors (bf16 N = 8200..32768: MLP intermediates such as 14336 and 28672 that
@@ -151,10 +197,10 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
 // or 16 vectors per lane: the register kernels read them at 63.5-70 % of 4.27 TB/s (64 MB bf16, H200,
 // eighteenth session). A row split over a cluster of CTAs exchanging their amax through distributed
 // shared memory was slower still (FP8_HISTORY.md).
-template <int DT, int VEC, int VPT>
+template <int DT, int VEC, int VPT, bool kPeel>
 __global__ void __launch_bounds__(kTileThreads, VPT == 8 ? 3 : 2) fp8_quant_long_row_kernel(const QuantParams p) {
   __shared__ uint32_t red[kTileThreads / 32];
-  quant_tile<DT, VEC, true, true, VPT>(p, red);
+  quant_tile<DT, VEC, true, true, VPT, kPeel>(p, red);
 }
 
 // Per-tensor static scale, contiguous tensor (p.rows == 1: the launcher made it one flat row).
@@ -319,12 +365,14 @@ inline int row_tile_vpt(int64_t seg_vecs) {
   return seg_vecs <= kBulkTileVectors ? kBulkVecPerThread : seg_vecs <= 2 * kBulkTileVectors ? 8 : 16;
 }
 
-// Whether the row tile kernel serves p (dynamic scales, one segment per row, 16-byte aligned rows of
-// 4 to 4096 vectors; bulk_applicable(p) does not hold), with its geometry set. False: p unchanged.
+// Whether the row tile kernel serves p (dynamic scales, one segment per row of 4 to 4096 vectors,
+// 16-byte aligned or, p.peel, misaligned alike in x and q; bulk_applicable(p) does not hold), with
+// its geometry set (p.seg_vecs: the most vectors a row covers). False: p unchanged.
 inline bool prepare_row_tiles(QuantParams& p, int vec) {
-  if (!p.bulk || vec == 1 || p.peel || p.scale_source != kScaleDynamic || p.per_tensor_dynamic) return false;
-  if (p.segs_per_row != 1 || p.seg_len % vec != 0) return false;
-  const int64_t sv = p.seg_len / vec;
+  if (!p.bulk || vec == 1 || p.scale_source != kScaleDynamic || p.per_tensor_dynamic) return false;
+  if (p.segs_per_row != 1 || (!p.peel && p.seg_len % vec != 0)) return false;
+  // Vectors a row covers (p.peel: from the vector holding its first element, at most one more).
+  const int64_t sv = p.peel ? (p.seg_len + 2 * (vec - 1)) / vec : p.seg_len / vec;
   if (sv < kBulkVecPerThread || sv > 4 * kBulkTileVectors) return false;
   QuantParams g = p;
   g.team = row_tile_team(sv, row_tile_vpt(sv));
@@ -392,10 +440,10 @@ inline cudaError_t launch_fp8_quant_tile(QuantParams p, cudaStream_t stream, boo
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t stream, bool pdl) {
   const unsigned threads = unsigned((int64_t(p.tile_segs) * p.team + 31) / 32 * 32);
-  void (*kernel)(const QuantParams) = fp8_quant_row_tile_kernel<DT, VEC>;
   const int vpt = row_tile_vpt(p.seg_vecs);
-  if (vpt == 8) kernel = fp8_quant_long_row_kernel<DT, VEC, 8>;
-  if (vpt == 16) kernel = fp8_quant_long_row_kernel<DT, VEC, 16>;
+  void (*kernel)(const QuantParams) = p.peel ? fp8_quant_row_tile_kernel<DT, VEC, true> : fp8_quant_row_tile_kernel<DT, VEC, false>;
+  if (vpt == 8) kernel = p.peel ? fp8_quant_long_row_kernel<DT, VEC, 8, true> : fp8_quant_long_row_kernel<DT, VEC, 8, false>;
+  if (vpt == 16) kernel = p.peel ? fp8_quant_long_row_kernel<DT, VEC, 16, true> : fp8_quant_long_row_kernel<DT, VEC, 16, false>;
   return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream, pdl, p);
 }
 
