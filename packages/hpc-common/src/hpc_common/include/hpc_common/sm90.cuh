@@ -171,12 +171,6 @@ __device__ __forceinline__ void st_async_f4(uint32_t cluster_addr, float4 v, uin
                : "memory");
 }
 
-// The barrier half that publishes this thread's earlier memory accesses (release: e.g. its reads of
-// a peer's shared memory are done before the peer, waiting on the barrier, may exit).
-__device__ __forceinline__ void cluster_arrive_release() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-
 // The barrier half that only publishes, without ordering memory (e.g. after
 // fence.mbarrier_init, which releases the barrier initialisation itself).
 __device__ __forceinline__ void cluster_arrive_relaxed() {
