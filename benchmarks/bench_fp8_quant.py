@@ -3,7 +3,7 @@
 Cases: every mode on bf16 inputs of 1 MB to 256 MB (rows of 4096: the hidden size of Qwen3 /
 Hy3; per-token-per-head as [T, 32, 128]), plus at 64 MB an odd row length (scalar path), fp32
 input, per-token rows of hidden sizes 2880 / 5120 / 7168 and intermediate sizes 14336 / 28672, and
-column-major group-128 scales at N = 1536. Providers (PROVIDERS below): `ours` (the default dispatch), `ours_old` (the
+column-major group-128 scales at N = 1536, group-128 at N = 2880 (a shorter last group). Providers (PROVIDERS below): `ours` (the default dispatch), `ours_old` (the
 dispatch of 8fdf820: segment-team amax pass, ring kernel storing before refilling), `ours_ring`
 (the bulk-copy ring kernel where the default takes the one-tile-per-CTA or flat kernel: the default
 before the seventeenth session), `ours_store_first` (the ring's store-then-refill order of 8fdf820),
@@ -94,6 +94,8 @@ def _cases(quick: bool, sizes=None, modes=MODES):
                 yield "per_token", 64, n, torch.bfloat16
         if "group128_col" in modes:  # 12 groups per row (Qwen3-235B's MoE intermediate): 4-group column tiles
             yield "group128_col", 64, 1536, torch.bfloat16
+        if "group128" in modes:  # 22.5 groups per row (gpt-oss hidden size): the row tile kernel's covers
+            yield "group128", 64, 2880, torch.bfloat16
 
 
 # Provider -> quant-module switches (anything not named keeps its default). `ours` is the default

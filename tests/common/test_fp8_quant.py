@@ -435,10 +435,11 @@ def test_short_segment_and_generic_kernels_match_reference(cuda, kernel, dtype, 
 def test_masked_short_segment_kernel_matches_reference(cuda, monkeypatch, dtype, mode, seg, n, shift):
     """Segments whose starts are not 16-byte aligned (odd N, group lengths that are not a vector
     multiple, per-head rows of odd length, x and out shifted alike) or whose row ends in a short
-    segment take the masked short-segment kernel: neighbouring segments share their boundary
-    vector, so a huge value just before each boundary would leak into the next segment's scale,
-    and a poisoned output byte left unwritten would show. Equal, bit for bit, to the reference and
-    to the generic kernel's peeled path."""
+    segment take the row tile kernel's cover form (the masked short-segment kernel before):
+    neighbouring segments share their boundary vector, so a huge value just before each boundary
+    would leak into the next segment's scale, and a poisoned output byte left unwritten would show.
+    Equal, bit for bit, to the reference, to the masked short-segment kernel and to the generic
+    kernel's peeled path."""
     from hpc_common.fp8 import quant
 
     shape = shape_for(mode, 37, n, heads=3)
@@ -450,8 +451,9 @@ def test_masked_short_segment_kernel_matches_reference(cuda, monkeypatch, dtype,
     xg = x.to(cuda)[shift:].view(shape)
     kw = {} if mode == "per_head" else {"group_size": seg}
     want = run_ref(mode, xv, **kw)
-    monkeypatch.setattr(quant, "USE_BULK_KERNEL", False)
-    for kernel in ("short_segment", "generic"):
+    for kernel in ("cover", "short_segment", "generic"):
+        # "cover": the row tile kernel's cover form (the default since the eighteenth session)
+        monkeypatch.setattr(quant, "USE_BULK_KERNEL", None if kernel == "cover" else False)
         monkeypatch.setattr(quant, "USE_SHORT_SEGMENT_KERNEL", kernel == "short_segment")
         out = poisoned_empty(numel + shift, dtype=FP8, device=cuda)[shift:].view(shape)
         assert_same(run(mode, xg, out=out, **kw), want, what=f"{kernel} {mode} seg {seg} n {n} {dtype} shift {shift}")

@@ -4,8 +4,10 @@ no power of two (hidden sizes 2880, 5120, 7168), so a lane's last vectors may li
 teams of 2 lanes to 8 warps (power-of-two teams reduce by shuffles, warp multiples through shared
 memory); several rows per CTA and one. The long row kernel (fp8_quant_long_row_kernel, same body):
 rows of 1025 to 4096 vectors (MLP intermediates 12288-28672), one per CTA, 8 or 16 vectors per lane.
-Odd row lengths (rows not 16-byte aligned, x and out misaligned alike) take both in their peeled
-form: each row read as its aligned cover, the cover's end vectors masked and stored byte-exact. Dense tensors and rows with a pitch; NaN / Inf and zero rows. Each case also runs on
+Odd row lengths (rows not 16-byte aligned, x and out misaligned alike) and group rows the tile
+kernels do not take (a shorter last group, group lengths that are no power-of-two vector count, odd
+N) take both in their cover form: each team locates its segment and reads its aligned cover, the
+cover's end vectors masked and stored byte-exact. Dense tensors and rows with a pitch; NaN / Inf and zero rows. Each case also runs on
 the register kernels that served it before (USE_TILE_KERNEL off). A profiler trace checks which
 kernel ran, so a shape that silently fell back would fail here."""
 
@@ -144,4 +146,37 @@ def test_peeled_rows_on_views_misaligned_alike(cuda, offset, dtype):
     q, s = run("per_token", x, out=out)
     assert_same((q, s), run_ref("per_token", x), what=f"view offset {offset}")
     assert bool((out_buf[:offset] == 0x5A).all()) and bool((out_buf[offset + m * n:] == 0x5A).all())
+
+
+# Group rows on the cover form: (mode, shape, group_size) per vector width.
+GROUP_CASES_16BIT = [
+    ("group", (11, 2880, 128)),     # 22 groups and a 64-element one (gpt-oss hidden size)
+    ("group_col", (11, 2880, 128)),
+    ("group", (9, 4095, 128)),      # odd N: covers of 16-17 vectors, 8-lane teams; a 127-element tail
+    ("group_col", (9, 4095, 128)),
+    ("group", (37, 1000, 96)),      # 12-vector groups and a 40-element tail
+    ("group", (13, 777, 64)),       # odd N, a 9-element tail
+    ("group", (6, 135, 128)),       # odd N, a 7-element tail (less than a vector)
+]
+GROUP_CASES_FP32 = [
+    ("group", (11, 2880, 128)),     # 32-vector groups: 8-lane teams
+    ("group_col", (9, 2047, 128)),  # odd N
+]
+GROUP_CASES = ([(m, s, d) for m, s in GROUP_CASES_16BIT for d in (torch.bfloat16, torch.float16)]
+               + [(m, s, torch.float32) for m, s in GROUP_CASES_FP32])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ue8m0", [False, True], ids=["fp32_scale", "ue8m0"])
+@pytest.mark.parametrize("mode,shape,dtype", GROUP_CASES, ids=lambda c: str(c).replace("torch.", ""))
+def test_group_rows_on_covers_match_reference(cuda, mode, shape, dtype, ue8m0):
+    m, n, group_size = shape
+    x = make_input((m, n), dtype, seed=zlib.crc32(repr((mode, shape)).encode()) % 10_000, device=cuda)
+    kw = dict(group_size=group_size, ue8m0=ue8m0)
+    expected = run_ref(mode, x, **kw)
+    names = kernel_names(lambda: run(mode, x, **kw))
+    assert any(KERNEL in n for n in names), names
+    assert_same(run(mode, x, **kw), expected, what=f"covers {mode} {shape} {dtype}")
+    with switches(USE_TILE_KERNEL=False):
+        assert_same(run(mode, x, **kw), expected, what=f"register kernels {mode} {shape} {dtype}")
 

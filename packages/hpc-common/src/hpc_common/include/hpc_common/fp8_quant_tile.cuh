@@ -55,12 +55,12 @@ __device__ __noinline__ void zero_scale_padding(float* scale, int64_t rows, int6
 // per-tensor scale (static, or the amax pass's partials). kRagged: segments of p.seg_vecs vectors,
 // at most VPT x team (fp8_quant_row_tile_kernel below), so a lane's last vectors may lie past its
 // segment's end; otherwise exactly VPT x team (a power of two). VPT: vectors per lane (4, or 8 / 16
-// for the long rows of fp8_quant_long_row_kernel). kPeel (with kRagged; p.peel): segment starts are
-// not 16-byte aligned (odd N) but x and q are misaligned alike; a segment is read as its cover, the
-// aligned vectors from the one holding its first element, and only the cover's first and last
-// vectors mask elements of the neighbouring segments (out of the amax, not stored: a byte-exact
-// store of their part of the shared word).
-template <int DT, int VEC, bool kDynamic, bool kRagged, int VPT = kBulkVecPerThread, bool kPeel = false>
+// for the long rows of fp8_quant_long_row_kernel). kCover (with kRagged): each team locates its own
+// segment (rows whose starts are not 16-byte aligned, p.peel: x and q misaligned alike; rows ending
+// in a shorter segment) and reads it as its cover, the aligned vectors from the one holding its
+// first element; only the cover's first and last vectors mask elements of the neighbouring segments
+// (out of the amax, not stored: a byte-exact store of their part of the shared word).
+template <int DT, int VEC, bool kDynamic, bool kRagged, int VPT = kBulkVecPerThread, bool kCover = false>
 __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) {
   using P = Pack<DT, VEC>;
   using raw = typename Elem<DT>::raw;
@@ -77,41 +77,45 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
   // The tile's segments follow each other in x and q from its first one. A dense tensor (one run:
   // every row, head and token back to back in both) puts segment s at s * seg_len in both, so the
   // loads need no index division (locate's two, on the path to the first load of every CTA).
-  const bool dense = p.tiles_per_run == p.num_tiles;
-  int64_t x_off = t.s0 * p.seg_len, q_off = x_off;
-  if (!dense) {
-    const Segment first = locate(p, t.s0);
-    x_off = first.x_off;
-    q_off = first.q_off;
+  const raw* x;
+  uint8_t* q;
+  // kCover: this team's segment has len elements; its cover (x, q) starts mis elements before it.
+  int mis = 0, len = 0;
+  if constexpr (kCover) {
+    const Segment sg = locate(p, t.s0 + (active ? seg_local : 0));
+    len = int(sg.len);
+    const raw* xs = static_cast<const raw*>(p.x) + sg.x_off;
+    mis = int((reinterpret_cast<uintptr_t>(xs) / sizeof(raw)) & (VEC - 1));
+    x = xs - mis;
+    q = p.q + sg.q_off - mis;
+  } else {
+    const bool dense = p.tiles_per_run == p.num_tiles;
+    int64_t x_off = t.s0 * p.seg_len, q_off = x_off;
+    if (!dense) {
+      const Segment first = locate(p, t.s0);
+      x_off = first.x_off;
+      q_off = first.q_off;
+    }
+    x = static_cast<const raw*>(p.x) + x_off;
+    q = p.q + q_off;
   }
-  const raw* x = static_cast<const raw*>(p.x) + x_off;
-  uint8_t* q = p.q + q_off;
 
   P pk[VPT];
   int vidx[VPT];
   bool live[VPT];
-  // kPeel: the cover of this lane's segment starts `mis` elements before it, at element cover_base.
-  int mis = 0, len = 0;
-  int64_t cover_base = 0;
-  if constexpr (kPeel) {
-    len = int(p.seg_len);
-    const int64_t start = int64_t(seg_local) * p.seg_len;
-    mis = int((reinterpret_cast<uintptr_t>(x) / sizeof(raw) + uint64_t(start)) & (VEC - 1));
-    cover_base = start - mis;
-  }
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
-    if constexpr (kPeel) {
+    if constexpr (kCover) {
       vidx[j] = lane + team * j;  // cover vector
       live[j] = active && vidx[j] * VEC < mis + len;
-      if (live[j]) pk[j].load(x + cover_base + int64_t(vidx[j]) * VEC);
+      if (live[j]) pk[j].load(x + int64_t(vidx[j]) * VEC);
     } else {
       vidx[j] = seg_local * seg_vecs + lane + team * j;
       live[j] = active && (!kRagged || lane + team * j < seg_vecs);
       if (live[j]) pk[j].load(x + int64_t(vidx[j]) * VEC);
     }
   }
-  // kPeel: the elements [lo, hi) of cover vector c are the segment's.
+  // kCover: the elements [lo, hi) of cover vector c are the segment's.
   auto cover_lo = [&](int c) { return c == 0 ? mis : 0; };
   auto cover_hi = [&](int c) { return min(VEC, mis + len - c * VEC); };
 
@@ -123,7 +127,7 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
 #pragma unroll
       for (int j = 0; j < VPT; ++j) {
         if (!live[j]) continue;
-        if constexpr (kPeel) {
+        if constexpr (kCover) {
           const int lo = cover_lo(vidx[j]), hi = cover_hi(vidx[j]);
           if (lo > 0 || hi < VEC) {
             P part = pk[j];
@@ -147,8 +151,8 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
     if (!live[j]) continue;
-    if constexpr (kPeel) {
-      uint8_t* qv = q + cover_base + int64_t(vidx[j]) * VEC;
+    if constexpr (kCover) {
+      uint8_t* qv = q + int64_t(vidx[j]) * VEC;
       const int lo = cover_lo(vidx[j]), hi = cover_hi(vidx[j]);
       if (lo > 0 || hi < VEC) {
         uint32_t w[VEC / 4];
@@ -185,11 +189,12 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
 // Why: those rows took the register kernels, H200, 64 MB bf16 per-token, written flush: 33.5 /
 // 35.3 / 34.0 us (70.5 / 66.9 / 69.3 % of 4.27 TB/s) at N = 2880 / 5120 / 7168, where the tile
 // kernel reads N = 4096 at 29.1-29.7 us (FP8_HISTORY.md, eighteenth session).
-// kPeel: odd row lengths (rows misaligned alike in x and q), read as aligned covers (quant_tile).
-template <int DT, int VEC, bool kPeel>
+// kCover: odd row lengths (rows misaligned alike in x and q) and rows of several segments ending in a
+// shorter one, each segment located by its team and read as its aligned cover (quant_tile).
+template <int DT, int VEC, bool kCover>
 __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_row_tile_kernel(const QuantParams p) {
   __shared__ uint32_t red[kTileThreads / 32];
-  quant_tile<DT, VEC, true, true, kBulkVecPerThread, kPeel>(p, red);
+  quant_tile<DT, VEC, true, true, kBulkVecPerThread, kCover>(p, red);
 }
 
 // Rows of 1025 to 4096 vectors (bf16 N = 8200..32768: MLP intermediates such as 14336 and 28672 that
@@ -197,10 +202,10 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
 // or 16 vectors per lane: the register kernels read them at 63.5-70 % of 4.27 TB/s (64 MB bf16, H200,
 // eighteenth session). A row split over a cluster of CTAs exchanging their amax through distributed
 // shared memory was slower still (FP8_HISTORY.md).
-template <int DT, int VEC, int VPT, bool kPeel>
+template <int DT, int VEC, int VPT, bool kCover>
 __global__ void __launch_bounds__(kTileThreads, VPT == 8 ? 3 : 2) fp8_quant_long_row_kernel(const QuantParams p) {
   __shared__ uint32_t red[kTileThreads / 32];
-  quant_tile<DT, VEC, true, true, VPT, kPeel>(p, red);
+  quant_tile<DT, VEC, true, true, VPT, kCover>(p, red);
 }
 
 // Per-tensor static scale, contiguous tensor (p.rows == 1: the launcher made it one flat row).
@@ -365,19 +370,34 @@ inline int row_tile_vpt(int64_t seg_vecs) {
   return seg_vecs <= kBulkTileVectors ? kBulkVecPerThread : seg_vecs <= 2 * kBulkTileVectors ? 8 : 16;
 }
 
-// Whether the row tile kernel serves p (dynamic scales, one segment per row of 4 to 4096 vectors,
-// 16-byte aligned or, p.peel, misaligned alike in x and q; bulk_applicable(p) does not hold), with
-// its geometry set (p.seg_vecs: the most vectors a row covers). False: p unchanged.
+// Whether the row kernels read p's segments as covers (quant_tile's kCover): rows misaligned alike in x
+// and q (p.peel), or rows of several segments that the tile kernels did not take (a shorter last one,
+// lengths that are no power-of-two number of vectors).
+inline bool row_tile_covers(const QuantParams& p) { return p.peel || p.segs_per_row > 1; }
+
+// Whether the row tile kernel serves p (dynamic scales, segments of 4 to 4096 vectors: one per row
+// 16-byte aligned, or covers, row_tile_covers; bulk_applicable(p) does not hold), with its geometry set
+// (p.seg_vecs: the most vectors a segment covers). False: p unchanged.
 inline bool prepare_row_tiles(QuantParams& p, int vec) {
   if (!p.bulk || vec == 1 || p.scale_source != kScaleDynamic || p.per_tensor_dynamic) return false;
-  if (p.segs_per_row != 1 || (!p.peel && p.seg_len % vec != 0)) return false;
-  // Vectors a row covers (p.peel: from the vector holding its first element, at most one more).
-  const int64_t sv = p.peel ? (p.seg_len + 2 * (vec - 1)) / vec : p.seg_len / vec;
+  const bool cover = row_tile_covers(p);
+  if (!cover && p.seg_len % vec != 0) return false;
+  // Vectors a segment covers: from the vector holding its first element (p.peel: at most one more).
+  const int64_t sv = p.peel ? (p.seg_len + 2 * (vec - 1)) / vec : (p.seg_len + vec - 1) / vec;
   if (sv < kBulkVecPerThread || sv > 4 * kBulkTileVectors) return false;
   QuantParams g = p;
   g.team = row_tile_team(sv, row_tile_vpt(sv));
   g.seg_vecs = int(sv);
-  set_tile_runs(g, kTileThreads / g.team);
+  const int64_t per_tile = kTileThreads / g.team;
+  if (cover) {  // each team locates its segment: one run of every segment
+    const int64_t nseg = g.rows * g.segs_per_row;
+    g.run_segs = nseg;
+    g.tile_segs = int(per_tile < nseg ? per_tile : nseg);
+    g.tiles_per_run = g.num_tiles = (nseg + g.tile_segs - 1) / g.tile_segs;
+    g.reverse = false;
+  } else {
+    set_tile_runs(g, per_tile);
+  }
   p = g;
   return true;
 }
@@ -441,9 +461,10 @@ template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t stream, bool pdl) {
   const unsigned threads = unsigned((int64_t(p.tile_segs) * p.team + 31) / 32 * 32);
   const int vpt = row_tile_vpt(p.seg_vecs);
-  void (*kernel)(const QuantParams) = p.peel ? fp8_quant_row_tile_kernel<DT, VEC, true> : fp8_quant_row_tile_kernel<DT, VEC, false>;
-  if (vpt == 8) kernel = p.peel ? fp8_quant_long_row_kernel<DT, VEC, 8, true> : fp8_quant_long_row_kernel<DT, VEC, 8, false>;
-  if (vpt == 16) kernel = p.peel ? fp8_quant_long_row_kernel<DT, VEC, 16, true> : fp8_quant_long_row_kernel<DT, VEC, 16, false>;
+  const bool cover = row_tile_covers(p);
+  void (*kernel)(const QuantParams) = cover ? fp8_quant_row_tile_kernel<DT, VEC, true> : fp8_quant_row_tile_kernel<DT, VEC, false>;
+  if (vpt == 8) kernel = cover ? fp8_quant_long_row_kernel<DT, VEC, 8, true> : fp8_quant_long_row_kernel<DT, VEC, 8, false>;
+  if (vpt == 16) kernel = cover ? fp8_quant_long_row_kernel<DT, VEC, 16, true> : fp8_quant_long_row_kernel<DT, VEC, 16, false>;
   return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream, pdl, p);
 }
 
