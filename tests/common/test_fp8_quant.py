@@ -435,7 +435,8 @@ def test_short_segment_and_generic_kernels_match_reference(cuda, kernel, dtype, 
 def test_masked_short_segment_kernel_matches_reference(cuda, monkeypatch, dtype, mode, seg, n, shift):
     """Segments whose starts are not 16-byte aligned (odd N, group lengths that are not a vector
     multiple, per-head rows of odd length, x and out shifted alike) or whose row ends in a short
-    segment take the row tile kernel's cover form (the masked short-segment kernel before):
+    segment take the masked short-segment kernel (aligned rows ending in a shorter group: the row tile
+    kernel's covers, the default):
     neighbouring segments share their boundary vector, so a huge value just before each boundary
     would leak into the next segment's scale, and a poisoned output byte left unwritten would show.
     Equal, bit for bit, to the reference, to the masked short-segment kernel and to the generic
@@ -451,9 +452,9 @@ def test_masked_short_segment_kernel_matches_reference(cuda, monkeypatch, dtype,
     xg = x.to(cuda)[shift:].view(shape)
     kw = {} if mode == "per_head" else {"group_size": seg}
     want = run_ref(mode, xv, **kw)
-    for kernel in ("cover", "short_segment", "generic"):
-        # "cover": the row tile kernel's cover form (the default since the eighteenth session)
-        monkeypatch.setattr(quant, "USE_BULK_KERNEL", None if kernel == "cover" else False)
+    for kernel in ("default", "short_segment", "generic"):
+        # "default": the dispatch (the row tile kernel's covers for aligned rows ending in a shorter group)
+        monkeypatch.setattr(quant, "USE_BULK_KERNEL", None if kernel == "default" else False)
         monkeypatch.setattr(quant, "USE_SHORT_SEGMENT_KERNEL", kernel == "short_segment")
         out = poisoned_empty(numel + shift, dtype=FP8, device=cuda)[shift:].view(shape)
         assert_same(run(mode, xg, out=out, **kw), want, what=f"{kernel} {mode} seg {seg} n {n} {dtype} shift {shift}")

@@ -4,10 +4,10 @@ no power of two (hidden sizes 2880, 5120, 7168), so a lane's last vectors may li
 teams of 2 lanes to 8 warps (power-of-two teams reduce by shuffles, warp multiples through shared
 memory); several rows per CTA and one. The long row kernel (fp8_quant_long_row_kernel, same body):
 rows of 1025 to 4096 vectors (MLP intermediates 12288-28672), one per CTA, 8 or 16 vectors per lane.
-Odd row lengths (rows not 16-byte aligned, x and out misaligned alike) and group rows the tile
-kernels do not take (a shorter last group, group lengths that are no power-of-two vector count, odd
-N) take both in their cover form: each team locates its segment and reads its aligned cover, the
-cover's end vectors masked and stored byte-exact. Dense tensors and rows with a pitch; NaN / Inf and zero rows. Each case also runs on
+Group rows the tile kernels do not take (a shorter last group, group lengths that are no
+power-of-two vector count) take the cover form: each team locates its segment and reads its aligned
+cover, a partial last vector masked and stored byte-exact. Odd rows (not 16-byte aligned) keep the
+register kernels. Dense tensors and rows with a pitch; NaN / Inf and zero rows. Each case also runs on
 the register kernels that served it before (USE_TILE_KERNEL off). A profiler trace checks which
 kernel ran, so a shape that silently fell back would fail here."""
 
@@ -55,25 +55,10 @@ LONG_CASES_FP32 = [
     ("per_token", (3, 4100)),       # 1025 vectors
     ("per_token", (2, 14336)),      # 3584
 ]
-# Odd rows (peeled covers): one more vector than the row at most.
-PEEL_CASES_16BIT = [
-    ("per_token", (7, 4095)),       # covers of 512 / 513 vectors: 160 lanes
-    ("per_token", (40, 101)),       # 13-14 vectors: 4-lane teams, 64 rows per CTA
-    ("per_token", (3, 8191)),       # 1024-1025: the long row kernel, 8 per lane
-    ("per_token", (2, 28671)),      # 3584-3585: 16 per lane
-    ("per_head", (20, 6, 97)),      # heads back to back at odd offsets
-]
-PEEL_CASES_FP32 = [
-    ("per_token", (5, 2047)),       # 512-513 vectors of 4
-    ("per_token", (3, 4095)),       # 1024-1025: 8 per lane
-]
 CASES = ([(m, s, d, KERNEL) for m, s in ROW_CASES_16BIT for d in (torch.bfloat16, torch.float16)]
          + [(m, s, torch.float32, KERNEL) for m, s in ROW_CASES_FP32]
          + [(m, s, d, LONG_KERNEL) for m, s in LONG_CASES_16BIT for d in (torch.bfloat16, torch.float16)]
-         + [(m, s, torch.float32, LONG_KERNEL) for m, s in LONG_CASES_FP32]
-         + [(m, s, d, LONG_KERNEL if s[-1] > 8000 else KERNEL) for m, s in PEEL_CASES_16BIT
-            for d in (torch.bfloat16, torch.float16)]
-         + [(m, s, torch.float32, LONG_KERNEL if s[-1] > 4000 else KERNEL) for m, s in PEEL_CASES_FP32])
+         + [(m, s, torch.float32, LONG_KERNEL) for m, s in LONG_CASES_FP32])
 
 
 def _check(mode, x, ue8m0, what, kernel=KERNEL):
@@ -96,22 +81,27 @@ def test_row_kernels_match_reference(cuda, mode, shape, dtype, kernel, ue8m0):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=lambda d: str(d).replace("torch.", ""))
 def test_row_tile_kernel_on_rows_with_a_pitch(cuda, dtype):
-    """Rows of 2880 inside a 3072-wide buffer and the Q heads of a fused QKV buffer: tiles located
+    """Rows of 2880 inside a 3072-wide buffer (per-token, and group-128 with a 64-element last group)
+    and the Q heads of a fused QKV buffer: tiles located
     through the geometry (one run per row / per token), not the dense fast path."""
     big = make_input((33, 3072), dtype, seed=3, device=cuda)
     _check("per_token", big[:, :2880], False, "pitched rows")
     qkv = make_input((21, 8 * 96), dtype, seed=4, device=cuda)
     _check("per_head", qkv.view(21, 8, 96)[:, :4], False, "QKV slice")
+    rows = make_input((9, 3072), dtype, seed=7, device=cuda)[:, :2880]
+    expected = run_ref("group", rows, group_size=128)
+    assert any(KERNEL in n for n in kernel_names(lambda: run("group", rows, group_size=128)))
+    assert_same(run("group", rows, group_size=128), expected, what="pitched group rows")
     long = make_input((5, 16384 + 512), dtype, seed=6, device=cuda)
     _check("per_token", long[:, :16384], False, "pitched long rows", LONG_KERNEL)  # 2048 / 4096 vectors
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode,shape", [("per_token", (2, 32776)), ("per_token", (2, 32775)), ("per_token", (300, 9)),
-                                        ("per_token", (4, 4096))])
+@pytest.mark.parametrize("mode,shape", [("per_token", (2, 32776)), ("per_token", (7, 4095)), ("per_token", (3, 8191)),
+                                        ("per_head", (20, 6, 97)), ("per_token", (4, 4096))])
 def test_rows_outside_the_row_kernels_keep_their_kernels(cuda, mode, shape):
-    """Rows of more than 4096 vectors (aligned, or odd with their cover), odd rows of fewer than 4
-    vectors and power-of-two rows (the tile kernel) take neither row form."""
+    """Rows of more than 4096 vectors, odd rows (not 16-byte aligned: the register kernels' peeled
+    path) and power-of-two rows (the tile kernel) take neither row form."""
     x = make_input(shape, torch.bfloat16, seed=5, device=cuda)
     names = kernel_names(lambda: run(mode, x))
     assert names and not any(KERNEL in n or LONG_KERNEL in n for n in names), names
@@ -127,40 +117,17 @@ def test_row_tile_kernel_poisoned_output_fully_overwritten(cuda):
     assert_same((q, s), run_ref("per_token", x), what="poisoned per-token 7168")
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("offset", [1, 3, 7])
-def test_peeled_rows_on_views_misaligned_alike(cuda, offset, dtype):
-    """x and out start `offset` elements / bytes into their buffers (every row start misaligned alike):
-    the first row's cover starts before the tensor and the last one ends after it, inside their
-    16-byte words; the bytes around out stay as they were."""
-    m, n = 13, 2047
-    if dtype == torch.float32:
-        offset %= 4
-    src = make_input((m * n + 64,), dtype, seed=offset, device=cuda)
-    x = src[offset:offset + m * n].view(m, n)
-    out_buf = torch.full((m * n + 64,), 0x5A, dtype=torch.uint8, device=cuda)
-    out = out_buf[offset:offset + m * n].view(torch.float8_e4m3fn).view(m, n)
-    names = kernel_names(lambda: run("per_token", x, out=out))
-    assert any(KERNEL in n for n in names), names
-    q, s = run("per_token", x, out=out)
-    assert_same((q, s), run_ref("per_token", x), what=f"view offset {offset}")
-    assert bool((out_buf[:offset] == 0x5A).all()) and bool((out_buf[offset + m * n:] == 0x5A).all())
-
-
 # Group rows on the cover form: (mode, shape, group_size) per vector width.
 GROUP_CASES_16BIT = [
     ("group", (11, 2880, 128)),     # 22 groups and a 64-element one (gpt-oss hidden size)
     ("group_col", (11, 2880, 128)),
-    ("group", (9, 4095, 128)),      # odd N: covers of 16-17 vectors, 8-lane teams; a 127-element tail
-    ("group_col", (9, 4095, 128)),
     ("group", (37, 1000, 96)),      # 12-vector groups and a 40-element tail
-    ("group", (13, 777, 64)),       # odd N, a 9-element tail
-    ("group", (6, 135, 128)),       # odd N, a 7-element tail (less than a vector)
+    ("group_col", (37, 1000, 96)),
+    ("group", (20, 1032, 128)),     # an 8-element last group: one vector
 ]
 GROUP_CASES_FP32 = [
     ("group", (11, 2880, 128)),     # 32-vector groups: 8-lane teams
-    ("group_col", (9, 2047, 128)),  # odd N
+    ("group_col", (9, 1000, 128)),  # a 104-element tail: 26 vectors
 ]
 GROUP_CASES = ([(m, s, d) for m, s in GROUP_CASES_16BIT for d in (torch.bfloat16, torch.float16)]
                + [(m, s, torch.float32) for m, s in GROUP_CASES_FP32])

@@ -370,20 +370,21 @@ inline int row_tile_vpt(int64_t seg_vecs) {
   return seg_vecs <= kBulkTileVectors ? kBulkVecPerThread : seg_vecs <= 2 * kBulkTileVectors ? 8 : 16;
 }
 
-// Whether the row kernels read p's segments as covers (quant_tile's kCover): rows misaligned alike in x
-// and q (p.peel), or rows of several segments that the tile kernels did not take (a shorter last one,
-// lengths that are no power-of-two number of vectors).
-inline bool row_tile_covers(const QuantParams& p) { return p.peel || p.segs_per_row > 1; }
+// Whether the row kernels read p's segments as covers (quant_tile's kCover): rows of several segments
+// that the tile kernels did not take (a shorter last one, lengths that are no power-of-two number of
+// vectors). Odd rows (p.peel) keep the register kernels: on the covers they read slower (H200, 64 MB
+// bf16 N = 4095: per-token 35.0 us against 33.8, group-128 57.0 against 54.4; run of 8cdeaa6).
+inline bool row_tile_covers(const QuantParams& p) { return p.segs_per_row > 1; }
 
-// Whether the row tile kernel serves p (dynamic scales, segments of 4 to 4096 vectors: one per row
-// 16-byte aligned, or covers, row_tile_covers; bulk_applicable(p) does not hold), with its geometry set
-// (p.seg_vecs: the most vectors a segment covers). False: p unchanged.
+// Whether the row tile kernel serves p (dynamic scales, 16-byte aligned rows, segments of 4 to 4096
+// vectors: one per row, or several read as covers, row_tile_covers; bulk_applicable(p) does not hold),
+// with its geometry set (p.seg_vecs: the most vectors a segment covers). False: p unchanged.
 inline bool prepare_row_tiles(QuantParams& p, int vec) {
-  if (!p.bulk || vec == 1 || p.scale_source != kScaleDynamic || p.per_tensor_dynamic) return false;
+  if (!p.bulk || vec == 1 || p.peel || p.scale_source != kScaleDynamic || p.per_tensor_dynamic) return false;
   const bool cover = row_tile_covers(p);
   if (!cover && p.seg_len % vec != 0) return false;
-  // Vectors a segment covers: from the vector holding its first element (p.peel: at most one more).
-  const int64_t sv = p.peel ? (p.seg_len + 2 * (vec - 1)) / vec : (p.seg_len + vec - 1) / vec;
+  // Vectors a segment covers (16-byte aligned rows: its own, the last one possibly partial).
+  const int64_t sv = (p.seg_len + vec - 1) / vec;
   if (sv < kBulkVecPerThread || sv > 4 * kBulkTileVectors) return false;
   QuantParams g = p;
   g.team = row_tile_team(sv, row_tile_vpt(sv));
