@@ -14,6 +14,8 @@ using hpc::fp8::BulkOptions;
 using hpc::fp8::QuantParams;
 
 namespace {
+// The order of tries below is mirrored by tests/common/fp8_dispatch_probe.cu, which a CPU test runs to
+// check which kernel each shape takes: change both together.
 template <int DT, int VEC>
 cudaError_t launch_vector_path(const QuantParams& p, cudaStream_t stream, bool pdl, const BulkOptions& bulk) {
   using namespace hpc::fp8;

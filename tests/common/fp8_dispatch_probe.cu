@@ -1,0 +1,69 @@
+// Host-only probe of the FP8 vector-path dispatch (test_fp8_dispatch.py builds it with nvcc and runs it
+// on the CPU: no GPU, no CUDA call). Each input line holds the QuantParams fields the Python launcher
+// sets (see FIELDS in the test); each output line names the kernel csrc/fp8_quant.cu's
+// launch_vector_path would launch, in the same order of tries. Keep the two in step.
+#include <cstdio>
+#include <string>
+
+#include "hpc_common/fp8_quant.cuh"
+#include "hpc_common/fp8_quant_bulk.cuh"
+#include "hpc_common/fp8_quant_small_seg.cuh"
+#include "hpc_common/fp8_quant_tile.cuh"
+
+using namespace hpc::fp8;
+
+static std::string choose(const QuantParams& p, int vec) {
+  if (!p.vectorized) return "scalar";
+  QuantParams t = p;
+  switch (prepare_tile_kernel(t, vec)) {
+    case TileKernel::kColumns:
+      return "col_tile";
+    case TileKernel::kFlat:
+      return "flat";
+    case TileKernel::kTiles:
+      return "tile";
+    case TileKernel::kRows:
+      if (row_tile_covers(t)) return "row_tile_cover";
+      return row_tile_vpt(t.seg_vecs) == kBulkVecPerThread ? "row_tile" : "long_row";
+    case TileKernel::kNone:
+      break;
+  }
+  if (bulk_applicable(p, vec)) return "ring";
+  if (small_seg_vectors_per_lane(p, vec)) return "small_seg";
+  if (small_seg_masked_slots(p, vec)) return "small_seg_masked";
+  return "generic";
+}
+
+int main() {
+  constexpr int kFields = 21;
+  long long v[kFields];
+  while (true) {
+    int n = 0;
+    while (n < kFields && scanf("%lld", &v[n]) == 1) ++n;
+    if (n < kFields) break;
+    QuantParams p{};
+    p.rows = v[0];
+    p.heads = v[1];
+    p.row_len = v[2];
+    p.seg_len = v[3];
+    p.segs_per_row = v[4];
+    p.x_stride_t = v[5];
+    p.x_stride_h = v[6];
+    p.q_stride_t = v[7];
+    p.q_stride_h = v[8];
+    p.scale_stride_row = v[9];
+    p.scale_stride_seg = v[10];
+    p.dtype = int(v[11]);
+    p.vectorized = v[12] != 0;
+    p.peel = v[13] != 0;
+    p.q = reinterpret_cast<uint8_t*>(v[14]);
+    p.scale_source = int(v[15]);
+    p.per_tensor_dynamic = v[16] != 0;
+    p.bulk = v[17] != 0;
+    p.tile = v[18] != 0;
+    p.short_segments = v[19] != 0;
+    p.num_sms = int(v[20]);
+    printf("%s\n", choose(p, p.dtype == kFP32 ? 4 : 8).c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,118 @@
+"""Which FP8 kernel each shape takes, checked on the CPU: fp8_dispatch_probe.cu (built here with nvcc,
+host code only) runs the launcher's own geometry functions on the parameters the Python launcher
+would pass (quant._geometry / _vectorizable on CPU tensors of the same shapes and strides) and names
+the kernel launch_vector_path would pick. A change that silently sends a shape to a slower kernel
+(e.g. rows of hidden size 7168 back to the register kernels) fails in CI, without a GPU; the GPU
+suite checks the same through the profiler where it matters for bits (test_fp8_quant_row_tile.py)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from hpc_common import _ext
+from hpc_common.fp8 import quant
+from hpc_common.jit.toolchain import find_nvcc
+
+PROBE = Path(__file__).with_name("fp8_dispatch_probe.cu")
+MODE = {"per_tensor_static": quant.PER_TENSOR, "per_tensor": quant.PER_TENSOR, "per_token": quant.PER_TOKEN,
+        "group": quant.PER_TOKEN_GROUP, "group_col": quant.PER_TOKEN_GROUP, "per_head": quant.PER_TOKEN_HEAD}
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory) -> Path:
+    exe = tmp_path_factory.mktemp("fp8_dispatch") / "probe"
+    cmd = [str(find_nvcc()), "-std=c++17", "-O1", *(f"-I{d}" for d in _ext.SPEC.include_dirs), str(PROBE), "-o",
+           str(exe)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return exe
+
+
+def _fields(mode: str, x: torch.Tensor, group_size: int = 128) -> list[int]:
+    """The QuantParams fields _launch would pass for `mode` on x (a CPU tensor), default switches."""
+    out = torch.empty(x.shape, dtype=torch.uint8)
+    geo = quant._geometry(x, out, MODE[mode], group_size)
+    vectorized, peel = quant._vectorizable(x, out, geo)
+    static = mode == "per_tensor_static"
+    if mode == "group_col":
+        s_row, s_seg = 1, (x.shape[0] + 3) // 4 * 4
+    elif mode == "group":
+        s_row, s_seg = geo["segs_per_row"], 1
+    else:
+        s_row, s_seg = 1, 0
+    scale_source = quant._SCALE_STATIC if static else quant._SCALE_DYNAMIC
+    return [geo["rows"], geo["heads"], geo["row_len"], geo["seg_len"], geo["segs_per_row"], geo["x_stride_t"],
+            geo["x_stride_h"], geo["q_stride_t"], geo["q_stride_h"], s_row, s_seg, quant._DTYPE_CODE[x.dtype],
+            int(vectorized), int(peel), out.data_ptr(), scale_source, int(mode == "per_tensor"),
+            int(quant._bulk_for(MODE[mode], scale_source)), int(quant.USE_TILE_KERNEL),
+            int(quant.USE_SHORT_SEGMENT_KERNEL), 132]
+
+
+def _choose(probe: Path, rows: list[list[int]]) -> list[str]:
+    text = "\n".join(" ".join(str(v) for v in r) for r in rows) + "\n"
+    r = subprocess.run([str(probe)], input=text, capture_output=True, text=True, check=True)
+    return r.stdout.split()
+
+
+BF16, F32 = torch.bfloat16, torch.float32
+# (mode, shape, dtype, group_size, expected kernel); shapes [M, N] or [T, H, D].
+CASES = [
+    ("per_tensor_static", (8192, 4096), BF16, 128, "flat"),
+    ("per_tensor", (8192, 4096), BF16, 128, "tile"),
+    ("per_token", (8192, 4096), BF16, 128, "tile"),
+    ("group", (8192, 4096), BF16, 128, "col_tile"),
+    ("group_col", (8192, 4096), BF16, 128, "col_tile"),
+    ("per_head", (8192, 32, 128), BF16, 128, "col_tile"),
+    ("per_token", (8192, 4096), F32, 128, "tile"),
+    ("per_token", (11650, 2880), BF16, 128, "row_tile"),
+    ("per_token", (6553, 5120), BF16, 128, "row_tile"),
+    ("per_token", (4681, 7168), BF16, 128, "row_tile"),
+    ("per_token", (64, 2880), F32, 128, "row_tile"),
+    ("per_token", (2340, 14336), BF16, 128, "long_row"),
+    ("per_token", (1170, 28672), BF16, 128, "long_row"),
+    ("per_token", (4, 32776), BF16, 128, "generic"),
+    ("per_token", (8194, 4095), BF16, 128, "generic"),
+    ("group", (11650, 2880), BF16, 128, "row_tile_cover"),
+    ("group_col", (11650, 2880), BF16, 128, "row_tile_cover"),
+    ("group", (37, 1000), BF16, 96, "row_tile_cover"),
+    ("group_col", (21845, 1536), BF16, 128, "col_tile"),
+    ("group", (21845, 1536), BF16, 128, "tile"),
+    ("group", (8194, 4095), BF16, 128, "small_seg_masked"),
+    ("per_head", (20, 6, 97), BF16, 128, "small_seg_masked"),
+    ("per_head", (20, 6, 96), BF16, 128, "row_tile"),
+]
+
+
+def test_probe_parses_what_it_is_given(probe):
+    """Sanity of the probe itself: one answer per parameter line, none for a short line."""
+    x = torch.empty((8, 4096), dtype=BF16)
+    assert _choose(probe, [_fields("per_token", x)] * 3) == ["tile"] * 3
+
+
+@pytest.mark.parametrize("mode,shape,dtype,group_size,expected", CASES, ids=lambda c: str(c).replace("torch.", ""))
+def test_default_dispatch(probe, mode, shape, dtype, group_size, expected):
+    x = torch.empty(shape, dtype=dtype)
+    assert math.prod(x.shape) > 0
+    assert _choose(probe, [_fields(mode, x, group_size)]) == [expected]
+
+
+def test_rows_with_a_pitch(probe):
+    """Rows of 2880 inside a 3072-wide buffer keep the row tile kernel (located per tile, not dense)."""
+    x = torch.empty((33, 3072), dtype=BF16)[:, :2880]
+    assert _choose(probe, [_fields("per_token", x), _fields("group", x)]) == ["row_tile", "row_tile_cover"]
+
+
+def test_switches_return_to_the_kernels_they_name(probe, monkeypatch):
+    """USE_TILE_KERNEL off: the bulk-copy ring where it applies, the register kernels elsewhere
+    (the benchmark's `ours_ring` rows); USE_BULK_KERNEL off: the register kernels everywhere."""
+    x, wide = torch.empty((64, 4096), dtype=BF16), torch.empty((64, 2880), dtype=BF16)
+    monkeypatch.setattr(quant, "USE_TILE_KERNEL", False)
+    assert _choose(probe, [_fields("per_token", x), _fields("per_token", wide), _fields("group", wide)]) == [
+        "ring", "generic", "small_seg_masked"]
+    monkeypatch.setattr(quant, "USE_TILE_KERNEL", True)
+    monkeypatch.setattr(quant, "USE_BULK_KERNEL", False)
+    assert _choose(probe, [_fields("per_token", x), _fields("group", x)]) == ["generic", "small_seg"]
