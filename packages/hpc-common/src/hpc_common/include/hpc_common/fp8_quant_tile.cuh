@@ -1,13 +1,19 @@
 // FP8 quantisation with short-lived CTAs: the default wherever the bulk ring kernel
-// (fp8_quant_bulk.cuh) applies. Three kernels, each CTA one 16 KB tile (256 threads x 4 vectors)
-// loaded straight into registers, quantised, stored, and gone; the next CTA takes its place:
+// (fp8_quant_bulk.cuh) applies, and for the aligned rows it does not take. Each CTA holds one tile
+// (at most 16 KB: 256 threads x 4 vectors, or one long row) loaded straight into registers,
+// quantised, stored, and gone; the next CTA takes its place:
 //   fp8_quant_tile_kernel      the ring kernel's tiles and thread layout (BulkTile; a team of
 //                              seg_vectors / 4 lanes per segment) without its shared-memory ring and
 //                              one-wave grid: per-token rows, per-tensor scales on strided rows,
 //                              group / per-head shapes the column tiles do not take;
+//   fp8_quant_row_tile_kernel  the same body with ragged teams (eighteenth session): rows of 4-1024
+//                              vectors that are no power of two (hidden 2880 / 5120 / 7168), and in
+//                              its cover form rows of several segments ending in a shorter one;
+//   fp8_quant_long_row_kernel  the same body with 8 / 16 vectors per lane: rows of 1025-4096 vectors;
 //   fp8_quant_col_tile_kernel  group scales (row- or column-major) and dense per-head inputs in
 //                              8-row tiles, so each CTA writes whole 32-byte runs of scales;
 //   fp8_quant_flat_kernel      a per-tensor static scale on a contiguous tensor (a flat index).
+// Which shape takes which kernel: FP8_NOTES.md (checked on the CPU by tests/common/test_fp8_dispatch.py).
 //
 // Why (H200, seventeenth session, FP8_HISTORY.md): under the per-call method (written L2 flush,
 // one cold call) torch.add of two 32 MB bf16 tensors into a third, the quantiser's byte mix (64 MB
