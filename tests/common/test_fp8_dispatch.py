@@ -32,24 +32,24 @@ def probe(tmp_path_factory) -> Path:
     return exe
 
 
+# The probe's input line: QuantParams fields in fp8_dispatch_probe.cu's order.
+FIELDS = ("rows", "heads", "row_len", "seg_len", "segs_per_row", "x_stride_t", "x_stride_h", "q_stride_t",
+          "q_stride_h", "scale_stride_row", "scale_stride_seg", "dtype", "vectorized", "peel", "q", "scale_source",
+          "per_tensor_dynamic", "bulk", "tile", "short_segments", "num_sms")
+
+
 def _fields(mode: str, x: torch.Tensor, group_size: int = 128) -> list[int]:
-    """The QuantParams fields _launch would pass for `mode` on x (a CPU tensor), default switches."""
+    """What _launch would pass for `mode` on x (a CPU tensor): quant._shape_params itself, with the
+    scale tensor the public function would allocate."""
     out = torch.empty(x.shape, dtype=torch.uint8)
-    geo = quant._geometry(x, out, MODE[mode], group_size)
-    vectorized, peel = quant._vectorizable(x, out, geo)
-    static = mode == "per_tensor_static"
-    if mode == "group_col":
-        s_row, s_seg = 1, (x.shape[0] + 3) // 4 * 4
-    elif mode == "group":
-        s_row, s_seg = geo["segs_per_row"], 1
-    else:
-        s_row, s_seg = 1, 0
-    scale_source = quant._SCALE_STATIC if static else quant._SCALE_DYNAMIC
-    return [geo["rows"], geo["heads"], geo["row_len"], geo["seg_len"], geo["segs_per_row"], geo["x_stride_t"],
-            geo["x_stride_h"], geo["q_stride_t"], geo["q_stride_h"], s_row, s_seg, quant._DTYPE_CODE[x.dtype],
-            int(vectorized), int(peel), out.data_ptr(), scale_source, int(mode == "per_tensor"),
-            int(quant._bulk_for(MODE[mode], scale_source)), int(quant.USE_TILE_KERNEL),
-            int(quant.USE_SHORT_SEGMENT_KERNEL), 132]
+    scale_out = None
+    if mode in ("group", "group_col"):
+        m, g = x.shape[0], math.ceil(x.shape[1] / group_size)
+        scale_out = torch.empty(g, (m + 3) // 4 * 4).t()[:m] if mode == "group_col" else torch.empty(m, g)
+    scale_source = quant._SCALE_STATIC if mode == "per_tensor_static" else quant._SCALE_DYNAMIC
+    params = quant._shape_params(x, out, scale_out, MODE[mode], group_size, scale_source)
+    params.update(q=out.data_ptr(), num_sms=132)
+    return [int(params[f]) for f in FIELDS]
 
 
 def _choose(probe: Path, rows: list[list[int]]) -> list[str]:

@@ -61,13 +61,15 @@ CASES = ([(m, s, d, KERNEL) for m, s in ROW_CASES_16BIT for d in (torch.bfloat16
          + [(m, s, torch.float32, LONG_KERNEL) for m, s in LONG_CASES_FP32])
 
 
-def _check(mode, x, ue8m0, what, kernel=KERNEL):
-    expected = run_ref(mode, x, ue8m0=ue8m0)
-    names = kernel_names(lambda: run(mode, x, ue8m0=ue8m0))
+def _check(mode, x, ue8m0, what, kernel=KERNEL, **kw):
+    """`kernel` ran (profiler), and it and the register kernels equal the reference bit for bit."""
+    kw["ue8m0"] = ue8m0
+    expected = run_ref(mode, x, **kw)
+    names = kernel_names(lambda: run(mode, x, **kw))
     assert any(kernel in n for n in names), names
-    assert_same(run(mode, x, ue8m0=ue8m0), expected, what=f"row tile {what}")
+    assert_same(run(mode, x, **kw), expected, what=f"row tile {what}")
     with switches(USE_TILE_KERNEL=False):
-        assert_same(run(mode, x, ue8m0=ue8m0), expected, what=f"register kernels {what}")
+        assert_same(run(mode, x, **kw), expected, what=f"register kernels {what}")
 
 
 @pytest.mark.gpu
@@ -139,11 +141,5 @@ GROUP_CASES = ([(m, s, d) for m, s in GROUP_CASES_16BIT for d in (torch.bfloat16
 def test_group_rows_on_covers_match_reference(cuda, mode, shape, dtype, ue8m0):
     m, n, group_size = shape
     x = make_input((m, n), dtype, seed=zlib.crc32(repr((mode, shape)).encode()) % 10_000, device=cuda)
-    kw = dict(group_size=group_size, ue8m0=ue8m0)
-    expected = run_ref(mode, x, **kw)
-    names = kernel_names(lambda: run(mode, x, **kw))
-    assert any(KERNEL in n for n in names), names
-    assert_same(run(mode, x, **kw), expected, what=f"covers {mode} {shape} {dtype}")
-    with switches(USE_TILE_KERNEL=False):
-        assert_same(run(mode, x, **kw), expected, what=f"register kernels {mode} {shape} {dtype}")
+    _check(mode, x, ue8m0, f"covers {mode} {shape} {dtype}", group_size=group_size)
 

@@ -2,8 +2,8 @@
 // Generic and amax kernels: 3 dtypes x 2 paths (flat amax kernel: vector path); short-segment
 // kernel: 3 dtypes x (4 unmasked + 3 masked); bulk ring kernel: 3 dtypes; tile kernel (the
 // default where the ring applies): 3 dtypes x (dynamic, per-tensor scale); flat kernel: 3 dtypes
-// (vector path only); row tile kernel (one segment per row of any vector count): 3 dtypes x 4, 8
-// or 16 vectors per lane.
+// (vector path only); row tile / long row kernels (rows of 4-4096 vectors; rows of several segments
+// ending in a shorter one in their per-team-located form): 3 dtypes x 4, 8 or 16 vectors per lane x 2.
 // The mode is runtime geometry.
 #include "hpc_common/fp8_quant.cuh"
 #include "hpc_common/fp8_quant_bulk.cuh"

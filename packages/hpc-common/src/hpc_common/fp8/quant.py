@@ -153,33 +153,41 @@ def _bulk_for(mode: int, scale_source: int) -> bool:
     return name in BULK_KERNEL_MODES
 
 
+def _shape_params(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor], mode: int,
+                  group_size: int, scale_source: int) -> dict:
+    """The launch arguments that decide which kernel runs: geometry, alignment, scale layout, the
+    module switches (no pointers, so tests/common/test_fp8_dispatch.py checks the choice on CPU
+    tensors with these very values)."""
+    geo = _geometry(x, out, mode, group_size)
+    vectorized, peel = _vectorizable(x, out, geo)
+    if mode == PER_TOKEN_GROUP and scale_out is not None:
+        s_row, s_seg = scale_out.stride(0), scale_out.stride(1)
+    else:
+        s_row, s_seg = 1, 0  # per-token [M, 1], per-head [T, H, 1]: scale index = row
+    return dict(scale_stride_row=s_row, scale_stride_seg=s_seg, dtype=_DTYPE_CODE[x.dtype],
+                scale_source=scale_source, per_tensor_dynamic=mode == PER_TENSOR and scale_source == _SCALE_DYNAMIC,
+                vectorized=vectorized, short_segments=USE_SHORT_SEGMENT_KERNEL, bulk=_bulk_for(mode, scale_source),
+                peel=peel, tile=USE_TILE_KERNEL, **geo)
+
+
 def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor], mode: int,
             group_size: int, ue8m0: bool, scale_source: int, static_scale: Optional[torch.Tensor],
             static_value: float) -> None:
     from .. import _ext
 
     ext = _ext.load()
-    geo = _geometry(x, out, mode, group_size)
-    vectorized, peel = _vectorizable(x, out, geo)
+    params = _shape_params(x, out, scale_out, mode, group_size, scale_source)
     num_sms = get_num_sms(x.device)
-    per_tensor_dynamic = mode == PER_TENSOR and scale_source == _SCALE_DYNAMIC
     workspace = None
-    if per_tensor_dynamic:
+    if params["per_tensor_dynamic"]:
         workspace = torch.empty(ext.FP8_AMAX_BLOCKS_PER_SM * num_sms, dtype=torch.int32, device=x.device)
-    if mode == PER_TOKEN_GROUP and scale_out is not None:
-        s_row, s_seg = scale_out.stride(0), scale_out.stride(1)
-    else:
-        s_row, s_seg = 1, 0  # per-token [M, 1], per-head [T, H, 1]: scale index = row
     ext.fp8_quant(
         x=x.data_ptr(), q=out.data_ptr(), scale=scale_out.data_ptr() if scale_out is not None else 0,
         static_scale=static_scale.data_ptr() if static_scale is not None else 0,
         static_value=float(static_value), workspace=workspace.data_ptr() if workspace is not None else 0,
-        scale_stride_row=s_row, scale_stride_seg=s_seg, dtype=_DTYPE_CODE[x.dtype],
-        scale_source=scale_source, per_tensor_dynamic=per_tensor_dynamic, ue8m0=bool(ue8m0),
-        vectorized=vectorized, short_segments=USE_SHORT_SEGMENT_KERNEL, num_sms=num_sms, pdl=get_pdl(),
-        stream=stream_ptr(x.device), bulk=_bulk_for(mode, scale_source), peel=peel,
+        ue8m0=bool(ue8m0), num_sms=num_sms, pdl=get_pdl(), stream=stream_ptr(x.device),
         flat_amax=FLAT_AMAX_KERNEL, bulk_variant=BULK_VARIANT,
-        timeline=BULK_TIMELINE.data_ptr() if BULK_TIMELINE is not None else 0, tile=USE_TILE_KERNEL, **geo)
+        timeline=BULK_TIMELINE.data_ptr() if BULK_TIMELINE is not None else 0, **params)
 
 
 # No argument may be called `mode`: torch.compile's auto_functionalized_v2 passes its own

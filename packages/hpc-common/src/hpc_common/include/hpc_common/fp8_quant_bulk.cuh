@@ -93,14 +93,18 @@ __device__ __forceinline__ void quantise_to_smem(const Pack<DT, VEC>& pk, uint8_
   }
 }
 
+// Column-major group scales: zero the padding rows [rows, pitch) of column g (out of line: one
+// thread per column runs it, on the CTA of the last row).
+__device__ __noinline__ void zero_scale_padding(float* scale, int64_t rows, int64_t pitch, int64_t g) {
+  for (int64_t r = rows; r < pitch; ++r) scale[r + g * pitch] = 0.0f;
+}
+
 // Dynamic scale of segment sg (flat index); the last row of a column-major layout also zeroes
 // the padding rows of its column.
 __device__ __forceinline__ void write_segment_scale(const QuantParams& p, int64_t sg, float scale) {
   const int64_t row = div_index(sg, p.segs_per_row), g = sg - row * p.segs_per_row;
   p.scale[row * p.scale_stride_row + g * p.scale_stride_seg] = scale;
-  if (p.scale_stride_row == 1 && row == p.rows - 1) {
-    for (int64_t r = p.rows; r < p.scale_stride_seg; ++r) p.scale[r + g * p.scale_stride_seg] = 0.0f;
-  }
+  if (p.scale_stride_row == 1 && row == p.rows - 1) zero_scale_padding(p.scale, p.rows, p.scale_stride_seg, g);
 }
 
 // Tile geometry. A "run" is a stretch of segments that follow each other with no gap in x and

@@ -51,21 +51,14 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #define HPC_FP8_FLAT_MIN_BLOCKS 7
 #endif
 
-// Column-major group scales: the last row's CTA zeroes the padding rows of column g (out of line:
-// one CTA per column runs it).
-__device__ __noinline__ void zero_scale_padding(float* scale, int64_t rows, int64_t pitch, int64_t g) {
-  for (int64_t r = rows; r < pitch; ++r) scale[r + g * pitch] = 0.0f;
-}
-
 // kDynamic: one scale per segment from its amax (p.scale_source == kScaleDynamic); else the
 // per-tensor scale (static, or the amax pass's partials). kRagged: segments of p.seg_vecs vectors,
 // at most VPT x team (fp8_quant_row_tile_kernel below), so a lane's last vectors may lie past its
 // segment's end; otherwise exactly VPT x team (a power of two). VPT: vectors per lane (4, or 8 / 16
-// for the long rows of fp8_quant_long_row_kernel). kCover (with kRagged): each team locates its own
-// segment (rows whose starts are not 16-byte aligned, p.peel: x and q misaligned alike; rows ending
-// in a shorter segment) and reads it as its cover, the aligned vectors from the one holding its
-// first element; only the cover's first and last vectors mask elements of the neighbouring segments
-// (out of the amax, not stored: a byte-exact store of their part of the shared word).
+// for the long rows of fp8_quant_long_row_kernel). kCover (with kRagged): segments of unequal length
+// (rows ending in a shorter one), so each team locates its own; segment starts are 16-byte aligned
+// (p.vectorized without p.peel), and only a segment's last vector may hold elements of the next one
+// (out of the amax, not stored: a byte-exact store of the segment's part of the shared word).
 template <int DT, int VEC, bool kDynamic, bool kRagged, int VPT = kBulkVecPerThread, bool kCover = false>
 __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) {
   using P = Pack<DT, VEC>;
@@ -85,15 +78,12 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
   // loads need no index division (locate's two, on the path to the first load of every CTA).
   const raw* x;
   uint8_t* q;
-  // kCover: this team's segment has len elements; its cover (x, q) starts mis elements before it.
-  int mis = 0, len = 0;
+  int len = 0;  // kCover: this team's segment's elements, from (x, q)
   if constexpr (kCover) {
     const Segment sg = locate(p, t.s0 + (active ? seg_local : 0));
     len = int(sg.len);
-    const raw* xs = static_cast<const raw*>(p.x) + sg.x_off;
-    mis = int((reinterpret_cast<uintptr_t>(xs) / sizeof(raw)) & (VEC - 1));
-    x = xs - mis;
-    q = p.q + sg.q_off - mis;
+    x = static_cast<const raw*>(p.x) + sg.x_off;
+    q = p.q + sg.q_off;
   } else {
     const bool dense = p.tiles_per_run == p.num_tiles;
     int64_t x_off = t.s0 * p.seg_len, q_off = x_off;
@@ -112,8 +102,8 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
     if constexpr (kCover) {
-      vidx[j] = lane + team * j;  // cover vector
-      live[j] = active && vidx[j] * VEC < mis + len;
+      vidx[j] = lane + team * j;  // vector of the segment
+      live[j] = active && vidx[j] * VEC < len;
       if (live[j]) pk[j].load(x + int64_t(vidx[j]) * VEC);
     } else {
       vidx[j] = seg_local * seg_vecs + lane + team * j;
@@ -121,9 +111,8 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
       if (live[j]) pk[j].load(x + int64_t(vidx[j]) * VEC);
     }
   }
-  // kCover: the elements [lo, hi) of cover vector c are the segment's.
-  auto cover_lo = [&](int c) { return c == 0 ? mis : 0; };
-  auto cover_hi = [&](int c) { return min(VEC, mis + len - c * VEC); };
+  // kCover: the elements [0, end) of vector c are the segment's (end < VEC only for its last vector).
+  auto cover_end = [&](int c) { return min(VEC, len - c * VEC); };
 
   float scale;
   if constexpr (kDynamic) {
@@ -134,10 +123,10 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
       for (int j = 0; j < VPT; ++j) {
         if (!live[j]) continue;
         if constexpr (kCover) {
-          const int lo = cover_lo(vidx[j]), hi = cover_hi(vidx[j]);
-          if (lo > 0 || hi < VEC) {
+          const int end = cover_end(vidx[j]);
+          if (end < VEC) {
             P part = pk[j];
-            part.keep_range(lo, hi);
+            part.keep_range(0, end);
             acc.add(part);
             continue;
           }
@@ -159,11 +148,11 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
     if (!live[j]) continue;
     if constexpr (kCover) {
       uint8_t* qv = q + int64_t(vidx[j]) * VEC;
-      const int lo = cover_lo(vidx[j]), hi = cover_hi(vidx[j]);
-      if (lo > 0 || hi < VEC) {
+      const int end = cover_end(vidx[j]);
+      if (end < VEC) {
         uint32_t w[VEC / 4];
         pk[j].quantised_words(inv, w);
-        P::store_words_range(qv, w, lo, hi);
+        P::store_words_range(qv, w, 0, end);
       } else {
         pk[j].store_quantised(qv, inv);
       }
@@ -174,11 +163,7 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
   // After the stores, when the tile's vectors are dead (the scale's index arithmetic then costs no
   // registers of its own; before the stores the kernel spilled at 48).
   if constexpr (kDynamic) {
-    if (active && lane == 0) {
-      const int64_t sg = t.s0 + seg_local, row = div_index(sg, p.segs_per_row), g = sg - row * p.segs_per_row;
-      p.scale[row * p.scale_stride_row + g * p.scale_stride_seg] = scale;
-      if (p.scale_stride_row == 1 && row == p.rows - 1) zero_scale_padding(p.scale, p.rows, p.scale_stride_seg, g);
-    }
+    if (active && lane == 0) write_segment_scale(p, t.s0 + seg_local, scale);
   }
 }
 
@@ -195,8 +180,8 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
 // Why: those rows took the register kernels, H200, 64 MB bf16 per-token, written flush: 33.5 /
 // 35.3 / 34.0 us (70.5 / 66.9 / 69.3 % of 4.27 TB/s) at N = 2880 / 5120 / 7168, where the tile
 // kernel reads N = 4096 at 29.1-29.7 us (FP8_HISTORY.md, eighteenth session).
-// kCover: odd row lengths (rows misaligned alike in x and q) and rows of several segments ending in a
-// shorter one, each segment located by its team and read as its aligned cover (quant_tile).
+// kCover: rows of several segments ending in a shorter one, each segment located by its team
+// (quant_tile).
 template <int DT, int VEC, bool kCover>
 __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_row_tile_kernel(const QuantParams p) {
   __shared__ uint32_t red[kTileThreads / 32];
