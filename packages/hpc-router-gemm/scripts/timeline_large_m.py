@@ -85,9 +85,10 @@ def parse_plan(spec: str, M: int, N: int, K: int, dev) -> Plan | None:
     return plan_for(M, N, K, dev, path=spec)
 
 
-def run_case(x, rw, plan: Plan | None, reps: int):
+def run_case(x, rw, plan: Plan | None, reps: int, flush: bool = True):
     """(chosen plan, CTAs, [(event us, stamps [CTA][slot])] per replay, library-build event us per
-    replay, timeline output == library output)."""
+    replay, timeline output == library output). flush=False: no L2 flush before the call, so x and
+    the split weight stay L2-resident from the previous replay (--warm)."""
     M, K = x.shape
     N = rw.weight.shape[0]
     dev = x.device
@@ -113,7 +114,8 @@ def run_case(x, rw, plan: Plan | None, reps: int):
             call(ref)
         timing.empty_l2(dev)  # allocates the flush buffer outside the capture
         stream.synchronize()
-        lib = [t for t, _ in timing.replay_in_graph(lambda: call(ref), reps, stream, pre=lambda: timing.empty_l2(dev))]
+        lib = [t for t, _ in timing.replay_in_graph(lambda: call(ref), reps, stream,
+                                                    pre=(lambda: timing.empty_l2(dev)) if flush else None)]
         DIAG["timeline"] = tl
         try:
             for _ in range(WARMUP):
@@ -122,7 +124,8 @@ def run_case(x, rw, plan: Plan | None, reps: int):
 
             def pre():
                 tl.zero_()
-                timing.empty_l2(dev)
+                if flush:
+                    timing.empty_l2(dev)
 
             runs = timing.replay_in_graph(lambda: call(out), reps, stream, pre=pre,
                                           each=lambda: tl.view(ctas, TIMELINE_SLOTS).cpu().tolist())
@@ -203,6 +206,9 @@ def main() -> None:
                     help="semicolon-separated -D switch sets to compare in this process (empty = the library's "
                          "build), e.g. ';-DHPC_ROUTER_FIRST_STAGES=2'")
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--warm", action="store_true",
+                    help="no L2 flush before each call: x and the split weight stay L2-resident (separates the "
+                         "main loop's DRAM supply from its in-SM cost)")
     ap.add_argument("--json", type=Path, default=None, help="write the per-case summaries here")
     args = ap.parse_args()
     dev = torch.device("cuda")
@@ -219,10 +225,11 @@ def main() -> None:
             for spec, defines in ((p, d) for p in args.paths.split(",") for d in args.defines.split(";")):
                 DIAG["defines"] = tuple(d for d in defines.split() if d)
                 try:
-                    plan, ctas, runs, lib, same = run_case(x, rw, parse_plan(spec, M, N, K, dev), args.reps)
+                    plan, ctas, runs, lib, same = run_case(x, rw, parse_plan(spec, M, N, K, dev), args.reps,
+                                                            flush=not args.warm)
                 finally:
                     DIAG["defines"] = ()
-                spec = f"{spec} {defines}".strip()
+                spec = f"{spec} {defines}{' warm' if args.warm else ''}".strip()
                 done = sorted(((analyse(rows, ev), rows) for ev, rows in runs), key=lambda d: d[0]["span_us"])
                 s, stamps = done[len(done) // 2]
                 done = [d for d, _ in done]
