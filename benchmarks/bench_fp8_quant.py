@@ -25,8 +25,12 @@ twice (amax pass, then quantising pass), and its floor counts both reads (a tens
 than L2 cannot be quantised with one dynamic scale in one read). `bitwise` says whether this
 run's output equalled the reference's, byte for byte (q and scales).
 
+`--flush read` times every row after a read L2 flush instead of the written one (hpc_common.bench's
+FLUSH_MODE: the written flush leaves the L2 full of dirty lines whose write-back lands inside the timed
+call) and writes fp8_quant_read_flush.{json,md}.
+
     python benchmarks/bench_fp8_quant.py [--quick] [--sizes 64,256] [--modes per_token,group128] [--no-ref]
-                                         [--providers ours,ours_old] [--out-dir benchmarks/results]
+                                         [--providers ours,ours_old] [--out-dir benchmarks/results] [--flush read]
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from pathlib import Path
 import torch
 
 from hpc_common import fp8
-from hpc_common.bench import COPY_BANDWIDTH_TBPS, BenchResults, bench_back_to_back_us, bench_us, floor_us, gpu_slug
+from hpc_common.bench import (COPY_BANDWIDTH_TBPS, BenchResults, bench_back_to_back_us, bench_us, floor_us, gpu_slug,
+                              timing)
 from hpc_common.fp8 import quant
 from hpc_common.fp8 import reference as ref
 
@@ -187,12 +192,16 @@ def main(argv=None) -> int:
     ap.add_argument("--no-ref", action="store_true", help="skip the torch_ref provider (saves time)")
     ap.add_argument("--providers", type=lambda v: tuple(v.split(",")), default=tuple(PROVIDERS),
                     help="comma-separated subset of: " + ", ".join(PROVIDERS))
+    ap.add_argument("--flush", default="write", choices=("write", "read"),
+                    help="the L2 flush before each timed call (default written); read writes fp8_quant_read_flush.*")
     args = ap.parse_args(argv)
+    timing.FLUSH_MODE = args.flush
     if args.no_ref:
         args.providers = tuple(p for p in args.providers if p != "torch_ref")
 
     dev = torch.device("cuda", torch.cuda.current_device())
-    res = BenchResults("fp8_quant", args.out_dir / gpu_slug(), copy_tbps=COPY_BANDWIDTH_TBPS)
+    res = BenchResults("fp8_quant" if args.flush == "write" else "fp8_quant_read_flush", args.out_dir / gpu_slug(),
+                       copy_tbps=COPY_BANDWIDTH_TBPS, flush=args.flush)
     static = torch.tensor([0.02], device=dev)
     gen = torch.Generator(dev).manual_seed(0)
     for mode, mb, n, dtype in _cases(args.quick, args.sizes, args.modes):

@@ -10,9 +10,10 @@ in --paths), and from
 M=128 the cluster-free split-K paths <tile>_ws / <tile>_wsp) at every split count, the
 measurement behind heuristics.py. At M <= 64 every swept plan is also timed with the L2
 evict_first policy on its weight loads (rows `<path>_s<S>_ef`; Plan.evict_first), and the main
-table gets `ours_ef_twin`: the chosen plan with that policy flipped. --read-flush adds `ours`,
-its twin and FP32 cuBLAS timed after a *read* L2 flush (clean lines: no write-back inside the
-call), rows `*_read_flush`; in the sweep it adds the same for every gemvr-family plan at M=1.
+table gets `ours_ef_twin`: the chosen plan with that policy flipped. --read-flush adds `ours` (and
+at M <= 64 its twin) and every cuBLAS provider but the cast one timed after a *read* L2 flush (clean
+lines: no write-back inside the call), rows `*_read_flush`, at every M; in the sweep it adds the same
+for every gemvr-family plan at M=1.
 
     python benchmarks/bench_router_gemm.py [--out-dir benchmarks/results] [--quick] [--no-sweep] [--m 1,2,4]
         [--shapes longcat_chat:512,longcat_lite:1024] [--paths wide96,wide96rs,wide96rs_wsp] [--read-flush]
@@ -112,10 +113,10 @@ def bench_shape(res: BenchResults, paths: BenchResults | None, name: str, K: int
         }
         if M <= EF_MAX_M:
             providers["ours_ef_twin"] = (ours_twin, lambda: twin_out, False)
-        flushes = ("write", "read") if READ_FLUSH[0] and M <= EF_MAX_M else ("write",)
+        flushes = ("write", "read") if READ_FLUSH[0] else ("write",)
         for flush in flushes:
             for prov, (fn, result, use_tf32) in providers.items():
-                if flush == "read" and prov not in ("ours", "ours_ef_twin", "cublas_fp32"):
+                if flush == "read" and prov == "cublas_fp32_cast":
                     continue
                 with tf32(use_tf32), flush_mode(flush):
                     t = bench_us(fn, reps=reps)
@@ -180,7 +181,8 @@ def main() -> None:
     ap.add_argument("--skip-paths", default="", help="comma-separated path suffixes to leave out of the sweep, e.g. wsm,wspm")
     ap.add_argument("--paths", default="", help="comma-separated paths: the sweep runs only these, e.g. wide96,wide96rs")
     ap.add_argument("--read-flush", action="store_true",
-                    help=f"M <= {EF_MAX_M}: also time ours, its evict_first twin and FP32 cuBLAS after a read L2 flush")
+                    help="also time ours (M <= 64: and its evict_first twin) and the FP32 / TF32 / BF16 cuBLAS "
+                         "providers after a read L2 flush")
     args = ap.parse_args()
     READ_FLUSH[0] = args.read_flush
     SKIP_PATHS.extend(p for p in args.skip_paths.split(",") if p)
