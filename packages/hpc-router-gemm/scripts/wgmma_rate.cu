@@ -25,6 +25,7 @@
 //   kFeedTmaRowsWidePf   the same, and N tile 0's CTA asks L2 for its x rows 512 bytes at a time
 //              (cp.async.bulk.prefetch.tensor of a [rows, 256] box, no swizzle) every 4 K blocks,
 //              8 blocks ahead: DRAM sees 512-byte runs per row instead of the loads' 256-byte ones
+// run_split: kFeedTmaRows's loads into separate x and weight rings (split_ring_kernel), x deeper.
 //   kFeedTmaRowsSkew     as kFeedTmaRows, but M tile m walks its K half from block 7 m (mod 32): the CTAs'
 //              concurrent x requests no longer share their address bits below the 8 KB row pitch
 // Prints one JSON line per (shape, feed, grid): median cycles per K block over the consumer
@@ -205,6 +206,95 @@ __global__ void __launch_bounds__(WGS * 128 + 128, 1)
   }
 }
 
+// The router's loads (kFeedTmaRows: x per CTA pair from DRAM, W from the L2) into two rings: XST
+// stages of x (16 KB) and WST stages of the weight (24 KB), each with its own full / empty barriers
+// and producer thread, so x (the DRAM stream) runs further ahead than the unified ring's depth allows
+// (5 stages of 40 KB fill 200 KB; 9 x stages + 3 W stages fill 216 KB). wide96f's shape: 2 consumer
+// warpgroups, m64n192k16 SS.
+template <int XST, int WST>
+__global__ void __launch_bounds__(3 * 128, 1)
+    split_ring_kernel(const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_w,
+                      long long* cycles, float* sink) {
+  constexpr int R = 48;
+  constexpr uint32_t kA = 2 * 64 * 128, kB = 192 * 128;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* xs = smem;
+  uint8_t* ws = smem + XST * kA;
+  __shared__ uint64_t fx[XST], ex[XST], fw[WST], ew[WST];
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < XST; ++s) {
+      sm90::mbar_init(&fx[s], 1);
+      sm90::mbar_init(&ex[s], 8);
+    }
+    for (int s = 0; s < WST; ++s) {
+      sm90::mbar_init(&fw[s], 1);
+      sm90::mbar_init(&ew[s], 8);
+    }
+    sm90::mbar_init_fence();
+  }
+  __syncthreads();
+  const int c = blockIdx.x;
+  const int row0 = (c / 4) * 128, kb0 = ((c / 2) % 2) * kTmaKBlocks, n0 = (c % 2) * 96;
+  if (wg == 2) {
+    if (threadIdx.x == 256) {  // x ring
+      for (int i = 0; i < kBlocks; ++i) {
+        const int s = i % XST;
+        if (i >= XST) sm90::mbar_wait(&ex[s], ((i / XST) - 1) & 1);
+        sm90::mbar_arrive_expect_tx(&fx[s], kA);
+        sm90::tma_load_2d(xs + s * kA, &tm_x, &fx[s], (kb0 + i % kTmaKBlocks) * 64, row0);
+      }
+    } else if (threadIdx.x == 288) {  // weight ring (another warp: the two rings do not wait on each other)
+      for (int i = 0; i < kBlocks; ++i) {
+        const int s = i % WST;
+        if (i >= WST) sm90::mbar_wait(&ew[s], ((i / WST) - 1) & 1);
+        sm90::mbar_arrive_expect_tx(&fw[s], kB);
+        const int kc = (kb0 + i % kTmaKBlocks) * 64;
+        sm90::tma_load_2d(ws + s * kB, &tm_w, &fw[s], kc, n0);
+        sm90::tma_load_2d(ws + s * kB + kB / 2, &tm_w, &fw[s], kc, 192 + n0);
+      }
+    }
+    return;
+  }
+  float d0[R], d1[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) d0[i] = d1[i] = 0.f;
+  const int lane = threadIdx.x % 32;
+  const uint32_t xb = sm90::smem_u32(xs), wb = sm90::smem_u32(ws);
+  const long long t0 = clock64();
+  long long t_first = t0;
+  for (int i = 0; i < kBlocks; ++i) {
+    if (i == kTmaKBlocks) t_first = clock64();
+    sm90::mbar_wait(&fx[i % XST], (i / XST) & 1);
+    sm90::mbar_wait(&fw[i % WST], (i / WST) & 1);
+    const uint32_t a = xb + (i % XST) * kA + wg * 64 * 128, b = wb + (i % WST) * kB;
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      Wgmma<192>::mma_pair(d0, d1, sm90::desc_k_major_sw128(a + kk * 32), sm90::desc_k_major_sw128(b + kk * 32));
+    }
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<1>();
+    if (i > 0 && lane == 0) {
+      sm90::mbar_arrive(&ex[(i - 1) % XST]);
+      sm90::mbar_arrive(&ew[(i - 1) % WST]);
+    }
+  }
+  sm90::wgmma_wait<0>();
+  sm90::fence_regs(d0);
+  sm90::fence_regs(d1);
+  const long long t1 = clock64();
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < R; ++i) acc += d0[i] + d1[i];
+  if (acc == 12345.678f) sink[threadIdx.x] = acc;
+  if (threadIdx.x % 128 == 0) {
+    cycles[2 * (blockIdx.x * 2 + wg)] = t1 - t0;
+    cycles[2 * (blockIdx.x * 2 + wg) + 1] = t_first - t0;
+  }
+}
+
 __global__ void clock_probe(long long* out) {
   // SM clock: clock64 ticks over %globaltimer nanoseconds across a ~20 us spin.
   uint64_t g0, g1;
@@ -284,6 +374,44 @@ void run(const char* name, const uint8_t* src, const uint8_t* xs, long long* cyc
   std::fflush(stdout);
 }
 
+template <int XST, int WST>
+void run_split(const char* name, long long* cyc, float* sink, int grid) {
+  constexpr int smem = XST * 2 * 64 * 128 + WST * 192 * 128 + 1024;
+  auto k = split_ring_kernel<XST, WST>;
+  CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  std::vector<long long> h(size_t(grid) * 4);
+  std::vector<double> per_block, first;
+  float ms = 0.f;
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int rep = 0; rep < 3; ++rep) {
+    CK(cudaMemset(g_flush, rep + 1, 256u << 20));
+    CK(cudaEventRecord(e0));
+    k<<<grid, 384, smem>>>(g_tm_x2, g_tm_w, cyc, sink);
+    CK(cudaEventRecord(e1));
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+  }
+  CK(cudaMemcpy(h.data(), cyc, h.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < h.size(); i += 2) {
+    per_block.push_back(double(h[i]) / kBlocks);
+    first.push_back(double(h[i + 1]) / kTmaKBlocks);
+  }
+  std::sort(per_block.begin(), per_block.end());
+  std::sort(first.begin(), first.end());
+  std::printf(
+      "{\"shape\": \"%s\", \"wgs\": 2, \"feed\": \"tma_rows_split_x%d_w%d\", \"grid\": %d, "
+      "\"cycles_per_block_p50\": %.1f, \"cycles_per_block_min\": %.1f, \"cycles_per_block_max\": %.1f, "
+      "\"first_32_blocks_p50\": %.1f, \"tensor_cycles\": 768.0, \"pct_of_tensor_rate\": %.1f, "
+      "\"kernel_ms\": %.4f, \"clock_ghz_in_loop\": %.3f, \"clock_ghz_idle\": 0}\n",
+      name, XST, WST, grid, per_block[per_block.size() / 2], per_block.front(), per_block.back(),
+      first[first.size() / 2], 100.0 * 768.0 / per_block[per_block.size() / 2], ms,
+      per_block[per_block.size() / 2] * kBlocks / (ms * 1e6));
+  std::fflush(stdout);
+}
+
 int main() {
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -334,6 +462,11 @@ int main() {
     run<kSS192, 2, kFeedTmaRowsWidePf>("ss192_wide96f", src, xs, cyc, sink, grid);
     run<kSS192, 2, kFeedTmaRowsSkew>("ss192_wide96f", src, xs, cyc, sink, grid);
     run<kSS192, 2, kFeedTmaRows>("ss192_wide96f", src, xs, cyc, sink, grid);
+    run_split<4, 4>("ss192_wide96f", cyc, sink, grid);
+    run_split<5, 5>("ss192_wide96f", cyc, sink, grid);
+    run_split<8, 3>("ss192_wide96f", cyc, sink, grid);
+    run_split<9, 3>("ss192_wide96f", cyc, sink, grid);
+    run_split<10, 2>("ss192_wide96f", cyc, sink, grid);
     run<kRS192, 2, kFeedNone>("rs192_wide96rsf", src, xs, cyc, sink, grid);
     run<kRS192, 2, kFeedBulk>("rs192_wide96rsf", src, xs, cyc, sink, grid);
     run<kSS256, 2, kFeedNone>("ss256_wide128f", src, xs, cyc, sink, grid);
