@@ -23,6 +23,7 @@ static std::string choose(const QuantParams& p, int vec) {
     case TileKernel::kTiles:
       return "tile";
     case TileKernel::kRows:
+      if (t.peel) return "odd_row_tile";  // launch_fp8_quant_row_tile: fp8_quant_odd_row_tile_kernel
       if (row_tile_covers(t)) return "row_tile_cover";
       return row_tile_vpt(t.seg_vecs) == kBulkVecPerThread ? "row_tile" : "long_row";
     case TileKernel::kNone:

@@ -81,7 +81,10 @@ CASES = [
     ("group", (37, 1000), BF16, 96, "row_tile_cover"),
     ("group_col", (21845, 1536), BF16, 128, "col_tile"),
     ("group", (21845, 1536), BF16, 128, "tile"),
-    ("group", (8194, 4095), BF16, 128, "small_seg_masked"),
+    ("group", (8194, 4095), BF16, 128, "odd_row_tile"),
+    ("group_col", (8194, 4095), BF16, 128, "odd_row_tile"),
+    ("group", (33, 1023), F32, 128, "odd_row_tile"),
+    ("group", (40, 1001), BF16, 64, "odd_row_tile"),
     ("per_head", (20, 6, 97), BF16, 128, "small_seg_masked"),
     ("per_head", (20, 6, 96), BF16, 128, "row_tile"),
 ]

@@ -22,6 +22,7 @@ from test_fp8_quant_bulk import switches
 
 KERNEL = "fp8_quant_row_tile_kernel"
 LONG_KERNEL = "fp8_quant_long_row_kernel"
+ODD_KERNEL = "fp8_quant_odd_row_tile_kernel"
 
 # (mode, shape) per vector width: bf16 / fp16 hold 8 elements per vector, fp32 4.
 ROW_CASES_16BIT = [
@@ -106,7 +107,7 @@ def test_rows_outside_the_row_kernels_keep_their_kernels(cuda, mode, shape):
     path) and power-of-two rows (the tile kernel) take neither row form."""
     x = make_input(shape, torch.bfloat16, seed=5, device=cuda)
     names = kernel_names(lambda: run(mode, x))
-    assert names and not any(KERNEL in n or LONG_KERNEL in n for n in names), names
+    assert names and not any(KERNEL in n or LONG_KERNEL in n or ODD_KERNEL in n for n in names), names
     assert_same(run(mode, x), run_ref(mode, x), what=f"{mode} {shape}")
 
 
@@ -143,3 +144,40 @@ def test_group_rows_on_covers_match_reference(cuda, mode, shape, dtype, ue8m0):
     x = make_input((m, n), dtype, seed=zlib.crc32(repr((mode, shape)).encode()) % 10_000, device=cuda)
     _check(mode, x, ue8m0, f"covers {mode} {shape} {dtype}", group_size=group_size)
 
+
+
+# Odd group rows (not 16-byte aligned, x and q misaligned alike): the misaligned cover form, whose
+# teams keep their lanes and give lane 0 the cover's extra vector. (mode, (M, N, group size)).
+ODD_GROUP_CASES_16BIT = [
+    ("group", (33, 4095, 128)),     # every row start misalignment 0..7; a 127-element last group
+    ("group_col", (33, 4095, 128)),
+    ("group", (40, 1001, 64)),      # 8-vector groups (2-lane teams) and a 41-element last group
+    ("group", (9, 263, 128)),       # 2 groups and a 7-element one
+    ("group_col", (5, 129, 128)),   # a one-element last group
+]
+ODD_GROUP_CASES_FP32 = [
+    ("group", (33, 1023, 128)),     # 32-vector groups (8-lane teams), 33 with the extra vector
+    ("group_col", (17, 1021, 64)),
+]
+ODD_GROUP_CASES = ([(m, s, d) for m, s in ODD_GROUP_CASES_16BIT for d in (torch.bfloat16, torch.float16)]
+                   + [(m, s, torch.float32) for m, s in ODD_GROUP_CASES_FP32])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ue8m0", [False, True], ids=["fp32_scale", "ue8m0"])
+@pytest.mark.parametrize("mode,shape,dtype", ODD_GROUP_CASES, ids=lambda c: str(c).replace("torch.", ""))
+def test_odd_group_rows_match_reference(cuda, mode, shape, dtype, ue8m0):
+    m, n, group_size = shape
+    x = make_input((m, n), dtype, seed=zlib.crc32(repr((mode, shape, "odd")).encode()) % 10_000, device=cuda)
+    _check(mode, x, ue8m0, f"odd rows {mode} {shape} {dtype}", ODD_KERNEL, group_size=group_size)
+
+
+@pytest.mark.gpu
+def test_odd_group_rows_poisoned_output_fully_overwritten(cuda):
+    """The shared first and last words of every group are written by two teams, byte-exact: with the
+    output and the scales poisoned beforehand, every byte still comes out as the reference's."""
+    x = make_input((64, 4095), torch.bfloat16, seed=12, device=cuda)
+    out = torch.full((64, 4095), 0x7F, dtype=torch.uint8, device=cuda).view(torch.float8_e4m3fn)
+    scale = torch.full((64, 32), float("nan"), device=cuda)
+    q, s = run("group", x, out=out, scale_out=scale, group_size=128)
+    assert_same((q, s), run_ref("group", x, group_size=128), what="poisoned odd group rows")

@@ -59,7 +59,13 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 // (rows ending in a shorter one), so each team locates its own; segment starts are 16-byte aligned
 // (p.vectorized without p.peel), and only a segment's last vector may hold elements of the next one
 // (out of the amax, not stored: a byte-exact store of the segment's part of the shared word).
-template <int DT, int VEC, bool kDynamic, bool kRagged, int VPT = kBulkVecPerThread, bool kCover = false>
+// kMis (with kCover): segment starts misaligned alike in x and q (p.peel: odd row lengths), so a
+// segment's aligned cover also starts with a vector shared with the previous segment and holds one
+// vector more than its length in vectors: lane 0 of each team takes that one in an extra slot (a
+// team of seg_vecs / VPT lanes stays whole, where rounding the team up to cover it would idle half
+// of it). Both shared vectors enter the amax and the stores masked to the segment's elements.
+template <int DT, int VEC, bool kDynamic, bool kRagged, int VPT = kBulkVecPerThread, bool kCover = false,
+          bool kMis = false>
 __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) {
   using P = Pack<DT, VEC>;
   using raw = typename Elem<DT>::raw;
@@ -79,11 +85,17 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
   const raw* x;
   uint8_t* q;
   int len = 0;  // kCover: this team's segment's elements, from (x, q)
+  int mis = 0;  // kMis: elements of the cover's first vector before the segment
   if constexpr (kCover) {
     const Segment sg = locate(p, t.s0 + (active ? seg_local : 0));
     len = int(sg.len);
     x = static_cast<const raw*>(p.x) + sg.x_off;
     q = p.q + sg.q_off;
+    if constexpr (kMis) {  // start at the aligned vector holding the segment's first element
+      mis = int((reinterpret_cast<uintptr_t>(x) / sizeof(raw)) & (VEC - 1));
+      x -= mis;
+      q -= mis;  // q's bytes are misaligned alike (p.peel)
+    }
   } else {
     const bool dense = p.tiles_per_run == p.num_tiles;
     int64_t x_off = t.s0 * p.seg_len, q_off = x_off;
@@ -96,14 +108,15 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
     q = p.q + q_off;
   }
 
-  P pk[VPT];
-  int vidx[VPT];
-  bool live[VPT];
+  constexpr int NS = VPT + (kMis ? 1 : 0);  // slots per lane (kMis: lane 0's extra vector)
+  P pk[NS];
+  int vidx[NS];
+  bool live[NS];
 #pragma unroll
-  for (int j = 0; j < VPT; ++j) {
+  for (int j = 0; j < NS; ++j) {
     if constexpr (kCover) {
-      vidx[j] = lane + team * j;  // vector of the segment
-      live[j] = active && vidx[j] * VEC < len;
+      vidx[j] = j < VPT ? lane + team * j : team * VPT;  // vector of the segment's cover
+      live[j] = active && vidx[j] * VEC < len + mis && (j < VPT || lane == 0);
       if (live[j]) pk[j].load(x + int64_t(vidx[j]) * VEC);
     } else {
       vidx[j] = seg_local * seg_vecs + lane + team * j;
@@ -111,8 +124,10 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
       if (live[j]) pk[j].load(x + int64_t(vidx[j]) * VEC);
     }
   }
-  // kCover: the elements [0, end) of vector c are the segment's (end < VEC only for its last vector).
-  auto cover_end = [&](int c) { return min(VEC, len - c * VEC); };
+  // kCover: the elements [begin, end) of cover vector c are the segment's (end < VEC only for its
+  // last vector; begin > 0 only for the first, with kMis).
+  auto cover_end = [&](int c) { return min(VEC, len + mis - c * VEC); };
+  auto cover_begin = [&](int c) { return kMis ? max(0, mis - c * VEC) : 0; };
 
   float scale;
   if constexpr (kDynamic) {
@@ -120,13 +135,13 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
     if constexpr (kRagged) {
       AmaxAcc<DT, VEC> acc;
 #pragma unroll
-      for (int j = 0; j < VPT; ++j) {
+      for (int j = 0; j < NS; ++j) {
         if (!live[j]) continue;
         if constexpr (kCover) {
-          const int end = cover_end(vidx[j]);
-          if (end < VEC) {
+          const int begin = cover_begin(vidx[j]), end = cover_end(vidx[j]);
+          if (begin > 0 || end < VEC) {
             P part = pk[j];
-            part.keep_range(0, end);
+            part.keep_range(begin, end);
             acc.add(part);
             continue;
           }
@@ -144,15 +159,15 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
   }
   const float inv = div_rn(1.0f, scale);
 #pragma unroll
-  for (int j = 0; j < VPT; ++j) {
+  for (int j = 0; j < NS; ++j) {
     if (!live[j]) continue;
     if constexpr (kCover) {
       uint8_t* qv = q + int64_t(vidx[j]) * VEC;
-      const int end = cover_end(vidx[j]);
-      if (end < VEC) {
+      const int begin = cover_begin(vidx[j]), end = cover_end(vidx[j]);
+      if (begin > 0 || end < VEC) {  // a word shared with the neighbouring segment: our bytes only
         uint32_t w[VEC / 4];
         pk[j].quantised_words(inv, w);
-        P::store_words_range(qv, w, 0, end);
+        P::store_words_range(qv, w, begin, end);
       } else {
         pk[j].store_quantised(qv, inv);
       }
@@ -186,6 +201,18 @@ template <int DT, int VEC, bool kCover>
 __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_row_tile_kernel(const QuantParams p) {
   __shared__ uint32_t red[kTileThreads / 32];
   quant_tile<DT, VEC, true, true, kBulkVecPerThread, kCover>(p, red);
+}
+
+// Group rows misaligned alike in x and q (odd row lengths, p.peel), read as covers one vector longer
+// than their groups (quant_tile's kMis). Compiled for HPC_FP8_MIS_MIN_BLOCKS CTAs per SM: at the row
+// tile kernel's 5 (48 registers) the extra slot spilled 24-56 bytes.
+#ifndef HPC_FP8_MIS_MIN_BLOCKS
+#define HPC_FP8_MIS_MIN_BLOCKS 4
+#endif
+template <int DT, int VEC>
+__global__ void __launch_bounds__(kTileThreads, HPC_FP8_MIS_MIN_BLOCKS) fp8_quant_odd_row_tile_kernel(const QuantParams p) {
+  __shared__ uint32_t red[kTileThreads / 32];
+  quant_tile<DT, VEC, true, true, kBulkVecPerThread, true, true>(p, red);
 }
 
 // Rows of 1025 to 4096 vectors (bf16 N = 8200..32768: MLP intermediates such as 14336 and 28672 that
@@ -363,20 +390,25 @@ inline int row_tile_vpt(int64_t seg_vecs) {
 
 // Whether the row kernels read p's segments as covers (quant_tile's kCover): rows of several segments
 // that the tile kernels did not take (a shorter last one, lengths that are no power-of-two number of
-// vectors). Odd rows (p.peel) keep the register kernels: on the covers they read slower (H200, 64 MB
-// bf16 N = 4095: per-token 35.0 us against 33.8, group-128 57.0 against 54.4; run of 8cdeaa6).
+// vectors, and odd rows: p.peel, quant_tile's kMis). Odd rows of one segment (per-token N = 4095) keep
+// the register kernels: as one cover per row they read slower (H200, 64 MB bf16: 35.0 us against 33.8;
+// run of 8cdeaa6, where odd group rows on 8-lane teams also lost, 57.0 against 54.4, before kMis's
+// extra slot kept the 4-lane teams).
 inline bool row_tile_covers(const QuantParams& p) { return p.segs_per_row > 1; }
 
 // Whether the row tile kernel serves p (dynamic scales, 16-byte aligned rows, segments of 4 to 4096
 // vectors: one per row, or several read as covers, row_tile_covers; bulk_applicable(p) does not hold),
 // with its geometry set (p.seg_vecs: the most vectors a segment covers). False: p unchanged.
 inline bool prepare_row_tiles(QuantParams& p, int vec) {
-  if (!p.bulk || vec == 1 || p.peel || p.scale_source != kScaleDynamic || p.per_tensor_dynamic) return false;
+  if (!p.bulk || vec == 1 || p.scale_source != kScaleDynamic || p.per_tensor_dynamic) return false;
   const bool cover = row_tile_covers(p);
+  if (p.peel && !cover) return false;
   if (!cover && p.seg_len % vec != 0) return false;
-  // Vectors a segment covers (16-byte aligned rows: its own, the last one possibly partial).
+  // Vectors a segment covers (16-byte aligned rows: its own, the last one possibly partial; odd rows
+  // one more, in lane 0's extra slot).
   const int64_t sv = (p.seg_len + vec - 1) / vec;
   if (sv < kBulkVecPerThread || sv > 4 * kBulkTileVectors) return false;
+  if (p.peel && row_tile_vpt(sv) != kBulkVecPerThread) return false;  // kMis: the row tile kernel only
   QuantParams g = p;
   g.team = row_tile_team(sv, row_tile_vpt(sv));
   g.seg_vecs = int(sv);
@@ -455,6 +487,7 @@ inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t 
   const int vpt = row_tile_vpt(p.seg_vecs);
   const bool cover = row_tile_covers(p);
   void (*kernel)(const QuantParams) = cover ? fp8_quant_row_tile_kernel<DT, VEC, true> : fp8_quant_row_tile_kernel<DT, VEC, false>;
+  if (p.peel) kernel = fp8_quant_odd_row_tile_kernel<DT, VEC>;  // prepare_row_tiles: covers, 4 per lane
   if (vpt == 8) kernel = cover ? fp8_quant_long_row_kernel<DT, VEC, 8, true> : fp8_quant_long_row_kernel<DT, VEC, 8, false>;
   if (vpt == 16) kernel = cover ? fp8_quant_long_row_kernel<DT, VEC, 16, true> : fp8_quant_long_row_kernel<DT, VEC, 16, false>;
   return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream, pdl, p);
