@@ -111,7 +111,7 @@ def _cases(quick: bool, sizes=None, modes=MODES):
 # (off: the register kernels, short-segment kernel for groups); `ours_generic_kernel` uses neither
 # the tile nor the short-segment kernel (group / per-head rows only).
 # `ours_store_first`: the ring's 8fdf820 order (a tile's store, then its stage's refill; the ring
-# refills first since the fifth pass). Rows no tile kernel serves (odd N) equal `ours`.
+# refills first since the fifth pass). Rows no tile kernel serves (odd per-token rows) equal `ours`.
 OLD_BULK_KERNEL_MODES = frozenset({"per_tensor_static", "per_token", "group", "per_head"})
 PROVIDERS = {
     "ours": {},
