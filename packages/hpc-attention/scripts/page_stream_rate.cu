@@ -263,13 +263,17 @@ int main() {
   CK(cudaMalloc(&b.spans, 2 * 8 * 4 * size_t(sms)));
   CK(cudaMalloc(&b.sink, 4096));
   for (int flush : {0, 1}) {
-    for (int order : {0, 2}) {
-      run("bf16_8_1", b, pages, 16384, 5, order, sms, 0, flush, false);
+    for (int order : {0, 1, 2}) {
+      for (int st : {4, 5, 6}) run("bf16_8_1", b, pages, 16384, st, order, sms, 0, flush, false);
+      for (int st : {7, 9, 12}) run("fp8_8_1", b, pages, 8192, st, order, sms, 0, flush, false);
       run("bf16_8_1", b, pages, 16384, 5, order, sms, 0, flush, true);
-      run("fp8_8_1", b, pages, 8192, 9, order, sms, 0, flush, false);
       run("fp8_8_1", b, pages, 8192, 9, order, sms, 0, flush, true);
-      run("bf16_8_1", b, pages, 16384, 0, order, sms, 1, flush);
-      run("fp8_8_1", b, pages, 8192, 0, order, sms, 1, flush);
+      run("bf16_8_1_two_ctas_per_sm", b, pages, 16384, 3, order, 2 * sms, 0, flush);
+      run("fp8_8_1_two_ctas_per_sm", b, pages, 8192, 6, order, 2 * sms, 0, flush);
+      for (int kind : {1, 2, 4}) {  // short-lived CTAs, LSU with 2 / 4 tiles ahead
+        run("bf16_8_1", b, pages, 16384, 0, order, sms, kind, flush);
+        run("fp8_8_1", b, pages, 8192, 0, order, sms, kind, flush);
+      }
     }
   }
   return 0;
