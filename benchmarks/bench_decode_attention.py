@@ -50,7 +50,7 @@ from pathlib import Path
 
 import torch
 from hpc_common import pdl_enabled
-from hpc_common.bench import BenchResults, bench_us, floor_us, gpu_slug, timing
+from hpc_common.bench import BenchResults, bench_us, floor_us, gpu_slug, use_flush
 from hpc_common.testing import error_stats
 
 import hpc_attention as ha
@@ -417,13 +417,12 @@ def main() -> None:
                     help="the L2 flush before each timed call: written (the default, as every committed run) or "
                          "read; read writes decode_attention_read_flush.{json,md}")
     args = ap.parse_args()
-    timing.FLUSH_MODE = args.flush
+    op = use_flush(args.flush, "decode_attention")
     reps = 30 if args.quick else 100
     heads = HEADS[:1] if args.quick else HEADS
     if args.heads:
         heads = [tuple(int(x) for x in h.split("/")) for h in args.heads.split(",")]
     cases = args.cases.split(",") if args.cases else CASES
-    op = "decode_attention" if args.flush == "write" else "decode_attention_read_flush"
     res = BenchResults(op, args.out_dir / gpu_slug(), flush=args.flush)
     gen = torch.Generator(device="cuda").manual_seed(0)
     bench_plan_256(res, reps)
@@ -434,8 +433,7 @@ def main() -> None:
                 torch.cuda.empty_cache()
     # The diag_* rows (A/B and diagnosis) go to decode_attention_diag.{json,md}, so the file users
     # read holds the providers of the brief's table (ours, ours_static, ours_plan, baselines).
-    diag_res = res.split_off(op + "_diag" if args.flush == "read" else "decode_attention_diag",
-                             lambda row: row["provider"].startswith("diag_"))
+    diag_res = res.split_off(op + "_diag", lambda row: row["provider"].startswith("diag_"))
     path = res.write()
     print(res.markdown())
     print(f"wrote {path}")

@@ -44,7 +44,7 @@ import torch
 
 from hpc_common import fp8
 from hpc_common.bench import (COPY_BANDWIDTH_TBPS, BenchResults, bench_back_to_back_us, bench_us, floor_us, gpu_slug,
-                              timing)
+                              use_flush)
 from hpc_common.fp8 import quant
 from hpc_common.fp8 import reference as ref
 
@@ -195,13 +195,12 @@ def main(argv=None) -> int:
     ap.add_argument("--flush", default="write", choices=("write", "read"),
                     help="the L2 flush before each timed call (default written); read writes fp8_quant_read_flush.*")
     args = ap.parse_args(argv)
-    timing.FLUSH_MODE = args.flush
+    op = use_flush(args.flush, "fp8_quant")
     if args.no_ref:
         args.providers = tuple(p for p in args.providers if p != "torch_ref")
 
     dev = torch.device("cuda", torch.cuda.current_device())
-    res = BenchResults("fp8_quant" if args.flush == "write" else "fp8_quant_read_flush", args.out_dir / gpu_slug(),
-                       copy_tbps=COPY_BANDWIDTH_TBPS, flush=args.flush)
+    res = BenchResults(op, args.out_dir / gpu_slug(), copy_tbps=COPY_BANDWIDTH_TBPS, flush=args.flush)
     static = torch.tensor([0.02], device=dev)
     gen = torch.Generator(dev).manual_seed(0)
     for mode, mb, n, dtype in _cases(args.quick, args.sizes, args.modes):

@@ -111,13 +111,20 @@ def test_rows_outside_the_row_kernels_keep_their_kernels(cuda, mode, shape):
     assert_same(run(mode, x), run_ref(mode, x), what=f"{mode} {shape}")
 
 
+# (mode, shape, scale columns, seed): the row tile kernel, and odd group rows, whose first and last
+# words of every group are written by two teams, byte-exact.
+POISON_CASES = [("per_token", (64, 7168), 1, 11), ("group", (64, 4095), 32, 12)]
+
+
 @pytest.mark.gpu
-def test_row_tile_kernel_poisoned_output_fully_overwritten(cuda):
-    x = make_input((64, 7168), torch.bfloat16, seed=11, device=cuda)
-    out = torch.full((64, 7168), 0x7F, dtype=torch.uint8, device=cuda).view(torch.float8_e4m3fn)
-    scale = torch.full((64, 1), float("nan"), device=cuda)
-    q, s = run("per_token", x, out=out, scale_out=scale)
-    assert_same((q, s), run_ref("per_token", x), what="poisoned per-token 7168")
+@pytest.mark.parametrize("mode,shape,scale_cols,seed", POISON_CASES, ids=lambda c: str(c))
+def test_row_kernels_poisoned_output_fully_overwritten(cuda, mode, shape, scale_cols, seed):
+    """With the output and the scales poisoned beforehand, every byte still comes out as the reference's."""
+    x = make_input(shape, torch.bfloat16, seed=seed, device=cuda)
+    out = torch.full(shape, 0x7F, dtype=torch.uint8, device=cuda).view(torch.float8_e4m3fn)
+    scale = torch.full((shape[0], scale_cols), float("nan"), device=cuda)
+    q, s = run(mode, x, out=out, scale_out=scale)
+    assert_same((q, s), run_ref(mode, x), what=f"poisoned {mode} {shape}")
 
 
 # Group rows on the cover form: (mode, shape, group_size) per vector width.
@@ -170,14 +177,3 @@ def test_odd_group_rows_match_reference(cuda, mode, shape, dtype, ue8m0):
     m, n, group_size = shape
     x = make_input((m, n), dtype, seed=zlib.crc32(repr((mode, shape, "odd")).encode()) % 10_000, device=cuda)
     _check(mode, x, ue8m0, f"odd rows {mode} {shape} {dtype}", ODD_KERNEL, group_size=group_size)
-
-
-@pytest.mark.gpu
-def test_odd_group_rows_poisoned_output_fully_overwritten(cuda):
-    """The shared first and last words of every group are written by two teams, byte-exact: with the
-    output and the scales poisoned beforehand, every byte still comes out as the reference's."""
-    x = make_input((64, 4095), torch.bfloat16, seed=12, device=cuda)
-    out = torch.full((64, 4095), 0x7F, dtype=torch.uint8, device=cuda).view(torch.float8_e4m3fn)
-    scale = torch.full((64, 32), float("nan"), device=cuda)
-    q, s = run("group", x, out=out, scale_out=scale, group_size=128)
-    assert_same((q, s), run_ref("group", x, group_size=128), what="poisoned odd group rows")

@@ -22,6 +22,7 @@
 #include <random>
 #include <vector>
 
+#include "hpc_common/check.h"
 #include "hpc_common/sm90.cuh"
 
 namespace sm90 = hpc::sm90;
@@ -155,14 +156,7 @@ __global__ void read_flush(const uint4* __restrict__ buf, size_t n, float* sink)
   if (acc == 0x12345u) sink[threadIdx.x] = float(acc);
 }
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e = (x);                                                              \
-    if (e != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s: %s (line %d)\n", #x, cudaGetErrorString(e), __LINE__); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+#define CK(x) HPC_CUDA_CHECK((x), #x)  // a CUDA error ends the program with the failing call named
 
 struct Bufs {
   uint8_t *k, *v, *flush;

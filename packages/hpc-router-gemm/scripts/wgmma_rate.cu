@@ -36,11 +36,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
+#include "hpc_common/check.h"
 #include "hpc_common/tma_encode.h"
-#include "hpc_router_gemm/sm90.cuh"
-#include "hpc_router_gemm/wgmma_ops.cuh"
+#include "hpc_router_gemm/router_gemm_bf16x2_wgmma.cuh"  // load_a_frags; sm90.cuh, wgmma_ops.cuh
 
 namespace sm90 = hpc::router_gemm::sm90;
 using hpc::router_gemm::Wgmma;
@@ -71,22 +72,11 @@ struct ShapeOf {
   static constexpr int R = N / 4;                                              // accumulators per product
 };
 
-__device__ __forceinline__ void load_a(uint32_t (&af)[4][4], uint32_t row_addr, uint32_t sw, uint32_t hi) {
-#pragma unroll
-  for (uint32_t kk = 0; kk < 4; ++kk) {
-    const uint32_t addr = row_addr + ((((2 * kk + hi) ^ sw)) << 4);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(af[kk][0]), "=r"(af[kk][1]), "=r"(af[kk][2]), "=r"(af[kk][3])
-                 : "r"(addr)
-                 : "memory");
-  }
-}
-
 template <int SHAPE, int R>
 __device__ __forceinline__ void block_mma(float (&d0)[R], float (&d1)[R], uint32_t a, uint32_t b, uint32_t (&af)[4][4],
                                           uint32_t row_addr, uint32_t sw, uint32_t hi) {
   constexpr int N = ShapeOf<SHAPE>::N;
-  if constexpr (SHAPE == kRS192) load_a(af, row_addr, sw, hi);
+  if constexpr (SHAPE == kRS192) hpc::router_gemm::load_a_frags(af, row_addr, sw, hi);  // as rs_block
   sm90::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
@@ -308,14 +298,7 @@ __global__ void clock_probe(long long* out) {
   out[1] = static_cast<long long>(g1 - g0);
 }
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e = (x);                                                              \
-    if (e != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s: %s (line %d)\n", #x, cudaGetErrorString(e), __LINE__); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+#define CK(x) HPC_CUDA_CHECK((x), #x)  // a CUDA error ends the program with the failing call named
 
 const char* const kFeedNames[] = {"none", "bulk", "stream_x", "stream_x_prefetch", "tma_hot", "tma_rows",
                                   "tma_rows_wide_pf", "tma_rows_skew"};
@@ -323,26 +306,25 @@ CUtensorMap g_tm_x2, g_tm_x3, g_tm_w;  // x boxes of 128 / 192 rows; W boxes of 
 CUtensorMap g_tm_xpf2, g_tm_xpf3;     // x prefetch boxes: 256 elements (512 bytes) x 128 / 192 rows
 uint8_t* g_flush = nullptr;            // 256 MB written before each run of a streaming feed: x leaves the L2
 
-template <int SHAPE, int WGS, int FEED>
-void run(const char* name, const uint8_t* src, const uint8_t* xs, long long* cyc, float* sink, int grid) {
-  constexpr int N = ShapeOf<SHAPE>::N;
-  constexpr int smem = kStages * (WGS * 64 * 128 + N * 128) + 1024;
-  auto k = rate_kernel<SHAPE, WGS, FEED>;
-  CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  std::vector<long long> h(size_t(grid) * WGS * 2);
+// Feeds that stream x from DRAM: the L2 is emptied (a 256 MB write) before each of their launches.
+constexpr bool streams_x(int feed) { return feed == kFeedStreamX || feed == kFeedStreamXPrefetch || feed >= kFeedTmaRows; }
+
+// Three launches of `launch` (the last one reported: clocks settled), each after the 256 MB write when
+// `flush`; one JSON line from the per-warpgroup cycle counts (whole loop, first kTmaKBlocks blocks) the
+// kernel left in `cyc`, against `tensor` cycles per block at the tensor rate.
+template <typename Launch>
+void measure(const char* name, int wgs, const std::string& feed, int grid, double tensor, bool flush, long long* cyc,
+             Launch launch) {
+  std::vector<long long> h(size_t(grid) * wgs * 2);
   std::vector<double> per_block, first;
   float ms = 0.f;
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  for (int rep = 0; rep < 3; ++rep) {  // the last repetition is reported (clocks settled)
-    if (FEED == kFeedStreamX || FEED == kFeedStreamXPrefetch || FEED == kFeedTmaRows || FEED == kFeedTmaRowsWidePf ||
-        FEED == kFeedTmaRowsSkew) {
-      CK(cudaMemset(g_flush, rep + 1, 256u << 20));
-    }
+  for (int rep = 0; rep < 3; ++rep) {
+    if (flush) CK(cudaMemset(g_flush, rep + 1, 256u << 20));
     CK(cudaEventRecord(e0));
-    k<<<grid, WGS * 128 + 128, smem>>>(WGS == 3 ? g_tm_x3 : g_tm_x2, g_tm_w, WGS == 3 ? g_tm_xpf3 : g_tm_xpf2, src, xs,
-                                       cyc, sink);
+    launch();
     CK(cudaEventRecord(e1));
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
@@ -356,7 +338,6 @@ void run(const char* name, const uint8_t* src, const uint8_t* xs, long long* cyc
   std::sort(per_block.begin(), per_block.end());
   std::sort(first.begin(), first.end());
   const double med = per_block[per_block.size() / 2];
-  const double tensor = double(WGS) * 64 * N * 64 / 2048.0;  // cycles at 2048 MAC/clk/SM
   const double ghz = med * kBlocks / (ms * 1e6);  // SM clock during the loop (launch overhead included)
   long long probe[2];
   long long* dprobe;
@@ -369,9 +350,22 @@ void run(const char* name, const uint8_t* src, const uint8_t* xs, long long* cyc
       "\"cycles_per_block_min\": %.1f, \"cycles_per_block_max\": %.1f, \"first_32_blocks_p50\": %.1f, "
       "\"tensor_cycles\": %.1f, "
       "\"pct_of_tensor_rate\": %.1f, \"kernel_ms\": %.4f, \"clock_ghz_in_loop\": %.3f, \"clock_ghz_idle\": %.3f}\n",
-      name, WGS, kFeedNames[FEED], grid, med, per_block.front(), per_block.back(), first[first.size() / 2], tensor,
+      name, wgs, feed.c_str(), grid, med, per_block.front(), per_block.back(), first[first.size() / 2], tensor,
       100.0 * tensor / med, ms, ghz, double(probe[0]) / double(probe[1]));
   std::fflush(stdout);
+}
+
+template <int SHAPE, int WGS, int FEED>
+void run(const char* name, const uint8_t* src, const uint8_t* xs, long long* cyc, float* sink, int grid) {
+  constexpr int N = ShapeOf<SHAPE>::N;
+  constexpr int smem = kStages * (WGS * 64 * 128 + N * 128) + 1024;
+  auto k = rate_kernel<SHAPE, WGS, FEED>;
+  CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const double tensor = double(WGS) * 64 * N * 64 / 2048.0;  // cycles at 2048 MAC/clk/SM
+  measure(name, WGS, kFeedNames[FEED], grid, tensor, streams_x(FEED), cyc, [&] {
+    k<<<grid, WGS * 128 + 128, smem>>>(WGS == 3 ? g_tm_x3 : g_tm_x2, g_tm_w, WGS == 3 ? g_tm_xpf3 : g_tm_xpf2, src, xs,
+                                       cyc, sink);
+  });
 }
 
 template <int XST, int WST>
@@ -379,37 +373,8 @@ void run_split(const char* name, long long* cyc, float* sink, int grid) {
   constexpr int smem = XST * 2 * 64 * 128 + WST * 192 * 128 + 1024;
   auto k = split_ring_kernel<XST, WST>;
   CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  std::vector<long long> h(size_t(grid) * 4);
-  std::vector<double> per_block, first;
-  float ms = 0.f;
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int rep = 0; rep < 3; ++rep) {
-    CK(cudaMemset(g_flush, rep + 1, 256u << 20));
-    CK(cudaEventRecord(e0));
-    k<<<grid, 384, smem>>>(g_tm_x2, g_tm_w, cyc, sink);
-    CK(cudaEventRecord(e1));
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-  }
-  CK(cudaMemcpy(h.data(), cyc, h.size() * sizeof(long long), cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < h.size(); i += 2) {
-    per_block.push_back(double(h[i]) / kBlocks);
-    first.push_back(double(h[i + 1]) / kTmaKBlocks);
-  }
-  std::sort(per_block.begin(), per_block.end());
-  std::sort(first.begin(), first.end());
-  std::printf(
-      "{\"shape\": \"%s\", \"wgs\": 2, \"feed\": \"tma_rows_split_x%d_w%d\", \"grid\": %d, "
-      "\"cycles_per_block_p50\": %.1f, \"cycles_per_block_min\": %.1f, \"cycles_per_block_max\": %.1f, "
-      "\"first_32_blocks_p50\": %.1f, \"tensor_cycles\": 768.0, \"pct_of_tensor_rate\": %.1f, "
-      "\"kernel_ms\": %.4f, \"clock_ghz_in_loop\": %.3f, \"clock_ghz_idle\": 0}\n",
-      name, XST, WST, grid, per_block[per_block.size() / 2], per_block.front(), per_block.back(),
-      first[first.size() / 2], 100.0 * 768.0 / per_block[per_block.size() / 2], ms,
-      per_block[per_block.size() / 2] * kBlocks / (ms * 1e6));
-  std::fflush(stdout);
+  const std::string feed = "tma_rows_split_x" + std::to_string(XST) + "_w" + std::to_string(WST);
+  measure(name, 2, feed, grid, 768.0, true, cyc, [&] { k<<<grid, 384, smem>>>(g_tm_x2, g_tm_w, cyc, sink); });
 }
 
 int main() {

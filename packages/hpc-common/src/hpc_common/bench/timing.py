@@ -28,6 +28,15 @@ _flush_buf: dict[torch.device, torch.Tensor] = {}
 FLUSH_MODE = "write"
 
 
+def use_flush(mode: str, op: str) -> str:
+    """Flush with `mode` ("write" / "read") before every later timed call; returns the name a benchmark
+    writes its results under: `op` for the written flush (every committed main table), else
+    `op`_read_flush (a benchmark's --flush option)."""
+    global FLUSH_MODE
+    FLUSH_MODE = mode
+    return op if mode == "write" else f"{op}_read_flush"
+
+
 def empty_l2(device: torch.device, mode: str | None = None) -> None:
     """Empty the L2 of `device` with a 128 MB buffer (FLUSH_MODE, or `mode`: "write" / "read").
     The first call allocates the buffer: make it outside any graph capture."""

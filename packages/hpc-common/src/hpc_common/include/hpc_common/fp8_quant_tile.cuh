@@ -9,6 +9,8 @@
 //   fp8_quant_row_tile_kernel  the same body with ragged teams (eighteenth session): rows of 4-1024
 //                              vectors that are no power of two (hidden 2880 / 5120 / 7168), and in
 //                              its cover form rows of several segments ending in a shorter one;
+//   fp8_quant_odd_row_tile_kernel  the cover form from a misaligned start (nineteenth session): group
+//                              rows misaligned alike in x and q (odd row lengths);
 //   fp8_quant_long_row_kernel  the same body with 8 / 16 vectors per lane: rows of 1025-4096 vectors;
 //   fp8_quant_col_tile_kernel  group scales (row- or column-major) and dense per-head inputs in
 //                              8-row tiles, so each CTA writes whole 32-byte runs of scales;
@@ -486,10 +488,16 @@ inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t 
   const unsigned threads = unsigned((int64_t(p.tile_segs) * p.team + 31) / 32 * 32);
   const int vpt = row_tile_vpt(p.seg_vecs);
   const bool cover = row_tile_covers(p);
-  void (*kernel)(const QuantParams) = cover ? fp8_quant_row_tile_kernel<DT, VEC, true> : fp8_quant_row_tile_kernel<DT, VEC, false>;
-  if (p.peel) kernel = fp8_quant_odd_row_tile_kernel<DT, VEC>;  // prepare_row_tiles: covers, 4 per lane
-  if (vpt == 8) kernel = cover ? fp8_quant_long_row_kernel<DT, VEC, 8, true> : fp8_quant_long_row_kernel<DT, VEC, 8, false>;
-  if (vpt == 16) kernel = cover ? fp8_quant_long_row_kernel<DT, VEC, 16, true> : fp8_quant_long_row_kernel<DT, VEC, 16, false>;
+  void (*kernel)(const QuantParams);
+  if (p.peel) {  // prepare_row_tiles took odd rows as covers of 4 vectors per lane only
+    kernel = fp8_quant_odd_row_tile_kernel<DT, VEC>;
+  } else if (vpt == 16) {
+    kernel = cover ? fp8_quant_long_row_kernel<DT, VEC, 16, true> : fp8_quant_long_row_kernel<DT, VEC, 16, false>;
+  } else if (vpt == 8) {
+    kernel = cover ? fp8_quant_long_row_kernel<DT, VEC, 8, true> : fp8_quant_long_row_kernel<DT, VEC, 8, false>;
+  } else {
+    kernel = cover ? fp8_quant_row_tile_kernel<DT, VEC, true> : fp8_quant_row_tile_kernel<DT, VEC, false>;
+  }
   return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream, pdl, p);
 }
 
