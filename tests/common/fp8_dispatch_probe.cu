@@ -35,7 +35,38 @@ static std::string choose(const QuantParams& p, int vec) {
   return "generic";
 }
 
-int main() {
+// `probe divider`: set_segment_divider's multiply-shift (locate_cover's row of a segment) against the
+// division for divisors 1..4096, a spread of larger ones up to 2^31 - 1, and segment indices at both
+// ends of [0, 2^31) and on both sides of every multiple of d in a sample. Prints the first mismatch.
+static int check_divider() {
+  auto check = [](int64_t d) {
+    QuantParams p{};
+    p.segs_per_row = d;
+    set_segment_divider(p);
+    auto test = [&](int64_t s) {
+      if (s < 0 || s >= (int64_t(1) << 31)) return true;
+      const uint64_t got = (uint64_t(s) * p.seg_div_mul) >> p.seg_div_shift;
+      if (got == uint64_t(s / d)) return true;
+      printf("mismatch d=%lld s=%lld got=%llu\n", (long long)d, (long long)s, (unsigned long long)got);
+      return false;
+    };
+    const int64_t top = (int64_t(1) << 31) - 1;
+    for (int64_t s = 0; s < 4096; ++s) if (!test(s) || !test(top - s)) return false;
+    for (int64_t k = 1; k < 2048; ++k) {
+      const int64_t m = (top / d) * k / 2047 * d;  // multiples of d spread over the range
+      if (!test(m - 1) || !test(m) || !test(m + d - 1)) return false;
+    }
+    return true;
+  };
+  for (int64_t d = 1; d <= 4096; ++d) if (!check(d)) return 1;
+  for (int64_t d = 4097; d < (int64_t(1) << 31); d = d * 5 / 3 + 7) if (!check(d)) return 1;
+  if (!check((int64_t(1) << 31) - 1) || !check(int64_t(1) << 30) || !check((int64_t(1) << 30) + 1)) return 1;
+  printf("ok\n");
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "divider") return check_divider();
   constexpr int kFields = 21;
   long long v[kFields];
   while (true) {

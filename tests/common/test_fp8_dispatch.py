@@ -119,3 +119,11 @@ def test_switches_return_to_the_kernels_they_name(probe, monkeypatch):
     monkeypatch.setattr(quant, "USE_TILE_KERNEL", True)
     monkeypatch.setattr(quant, "USE_BULK_KERNEL", False)
     assert _choose(probe, [_fields("per_token", x), _fields("group", x)]) == ["generic", "small_seg"]
+
+
+def test_segment_divider_equals_division(probe):
+    """The row tile covers find a segment's row by a multiply-shift (set_segment_divider, locate_cover);
+    the probe compares it with the division over divisors 1-4096, larger ones up to 2^31 - 1 and indices
+    at the ends of the range and around multiples of each divisor."""
+    r = subprocess.run([str(probe), "divider"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout[-2000:]

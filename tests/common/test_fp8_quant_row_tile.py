@@ -177,3 +177,23 @@ def test_odd_group_rows_match_reference(cuda, mode, shape, dtype, ue8m0):
     m, n, group_size = shape
     x = make_input((m, n), dtype, seed=zlib.crc32(repr((mode, shape, "odd")).encode()) % 10_000, device=cuda)
     _check(mode, x, ue8m0, f"odd rows {mode} {shape} {dtype}", ODD_KERNEL, group_size=group_size)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,pitch,n,group_size", [(torch.bfloat16, 4103, 4095, 128),
+                                                      (torch.float16, 1005, 997, 64),
+                                                      (torch.float32, 1027, 1023, 128)],
+                         ids=lambda c: str(c).replace("torch.", ""))
+def test_odd_group_rows_with_a_pitch(cuda, dtype, pitch, n, group_size):
+    """Odd group rows of x inside a wider buffer (pitch = n modulo a vector, so x and the contiguous out
+    are misaligned alike, but x's rows are not back to back): the odd-row kernel's teams read their
+    covers from x's own rows and merge the vectors they share in out, the last vector of one row with
+    the first of the next. Poisoned output and scales, compared with the reference."""
+    m = 37
+    x = make_input((m, pitch), dtype, seed=pitch, device=cuda)[:, :n]
+    names = kernel_names(lambda: run("group", x, group_size=group_size))
+    assert any(ODD_KERNEL in name for name in names), names
+    out = torch.full((m, n), 0x7F, dtype=torch.uint8, device=cuda).view(torch.float8_e4m3fn)
+    scale = torch.full((m, -(-n // group_size)), float("nan"), device=cuda)
+    q, s = run("group", x, group_size=group_size, out=out, scale_out=scale)
+    assert_same((q, s), run_ref("group", x, group_size=group_size), what=f"pitched odd rows {dtype}")

@@ -147,6 +147,12 @@ struct Pack {
       for (int k = 0; k < VEC; ++k) w[k] &= 0u - ((m >> k) & 1u);
     }
   }
+  // AND the vector's four 32-bit words with m (the odd-row kernel's amax masks).
+  __device__ __forceinline__ void and_words(const uint32_t (&m)[4]) {
+    uint32_t* w = reinterpret_cast<uint32_t*>(v);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] &= m[k];
+  }
   // The bytes [lo, hi) of quantised words w, stored at q (VEC > 1; q VEC-byte aligned): the other
   // bytes belong to a neighbouring segment. Naturally aligned 1-, 2- and 4-byte pieces, at most
   // 3 stores for VEC = 8 (one byte each took up to 7).
@@ -296,6 +302,21 @@ __device__ __forceinline__ Segment locate(const QuantParams& p, int64_t seg) {
   Segment s;
   s.row = div_index(seg, p.segs_per_row);
   s.g = seg - s.row * p.segs_per_row;
+  const int64_t t = div_index(s.row, p.heads), h = s.row - t * p.heads;
+  const int64_t col = s.g * p.seg_len;
+  s.x_off = t * p.x_stride_t + h * p.x_stride_h + col;
+  s.q_off = t * p.q_stride_t + h * p.q_stride_h + col;
+  s.len = min(p.seg_len, p.row_len - col);
+  return s;
+}
+
+// Segment `seg` (< 2^31) of a row tile cover launch: its row from p's SegmentDivider magic
+// (two instructions where div_index's 32-bit division took ~20 before every CTA's first load).
+__device__ __forceinline__ Segment locate_cover(const QuantParams& p, uint32_t seg) {
+  Segment s;
+  const uint32_t row = uint32_t((uint64_t(seg) * p.seg_div_mul) >> p.seg_div_shift);
+  s.row = row;
+  s.g = seg - row * uint32_t(p.segs_per_row);
   const int64_t t = div_index(s.row, p.heads), h = s.row - t * p.heads;
   const int64_t col = s.g * p.seg_len;
   s.x_off = t * p.x_stride_t + h * p.x_stride_h + col;

@@ -99,12 +99,17 @@ __device__ __noinline__ void zero_scale_padding(float* scale, int64_t rows, int6
   for (int64_t r = rows; r < pitch; ++r) scale[r + g * pitch] = 0.0f;
 }
 
-// Dynamic scale of segment sg (flat index); the last row of a column-major layout also zeroes
-// the padding rows of its column.
-__device__ __forceinline__ void write_segment_scale(const QuantParams& p, int64_t sg, float scale) {
-  const int64_t row = div_index(sg, p.segs_per_row), g = sg - row * p.segs_per_row;
+// Dynamic scale of segment g of row `row`; the last row of a column-major layout also zeroes the
+// padding rows of its column.
+__device__ __forceinline__ void write_scale(const QuantParams& p, int64_t row, int64_t g, float scale) {
   p.scale[row * p.scale_stride_row + g * p.scale_stride_seg] = scale;
   if (p.scale_stride_row == 1 && row == p.rows - 1) zero_scale_padding(p.scale, p.rows, p.scale_stride_seg, g);
+}
+
+// The same for segment sg (flat index).
+__device__ __forceinline__ void write_segment_scale(const QuantParams& p, int64_t sg, float scale) {
+  const int64_t row = div_index(sg, p.segs_per_row);
+  write_scale(p, row, sg - row * p.segs_per_row, scale);
 }
 
 // Tile geometry. A "run" is a stretch of segments that follow each other with no gap in x and

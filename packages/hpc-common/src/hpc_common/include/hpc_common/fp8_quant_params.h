@@ -62,6 +62,11 @@ struct QuantParams {
   int tile_segs;
   int64_t run_segs, tiles_per_run, num_tiles;
   int seg_vecs;                // row tile kernel (fp8_quant_tile.cuh): vectors per segment, up to 4 x team
+  // Row tile covers (fp8_quant_tile.cuh): segment s < 2^31 lies in row (s * seg_div_mul) >> seg_div_shift,
+  // a division by segs_per_row in two instructions (SegmentDivider) where div_index took ~20 on the
+  // path to every CTA's first load.
+  uint32_t seg_div_mul;
+  int seg_div_shift;
 };
 
 }  // namespace fp8

@@ -9,7 +9,7 @@
 //   fp8_quant_row_tile_kernel  the same body with ragged teams (eighteenth session): rows of 4-1024
 //                              vectors that are no power of two (hidden 2880 / 5120 / 7168), and in
 //                              its cover form rows of several segments ending in a shorter one;
-//   fp8_quant_odd_row_tile_kernel  the cover form from a misaligned start (nineteenth session): group
+//   fp8_quant_odd_row_tile_kernel  (fp8_quant_odd_rows.cuh) covers from a misaligned start: group
 //                              rows misaligned alike in x and q (odd row lengths);
 //   fp8_quant_long_row_kernel  the same body with 8 / 16 vectors per lane: rows of 1025-4096 vectors;
 //   fp8_quant_col_tile_kernel  group scales (row- or column-major) and dense per-head inputs in
@@ -37,6 +37,7 @@
 
 #include "hpc_common/fp8_quant.cuh"
 #include "hpc_common/fp8_quant_bulk.cuh"
+#include "hpc_common/fp8_quant_odd_rows.cuh"
 
 namespace hpc {
 namespace fp8 {
@@ -61,13 +62,8 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 // (rows ending in a shorter one), so each team locates its own; segment starts are 16-byte aligned
 // (p.vectorized without p.peel), and only a segment's last vector may hold elements of the next one
 // (out of the amax, not stored: a byte-exact store of the segment's part of the shared word).
-// kMis (with kCover): segment starts misaligned alike in x and q (p.peel: odd row lengths), so a
-// segment's aligned cover also starts with a vector shared with the previous segment and holds one
-// vector more than its length in vectors: lane 0 of each team takes that one in an extra slot (a
-// team of seg_vecs / VPT lanes stays whole, where rounding the team up to cover it would idle half
-// of it). Both shared vectors enter the amax and the stores masked to the segment's elements.
-template <int DT, int VEC, bool kDynamic, bool kRagged, int VPT = kBulkVecPerThread, bool kCover = false,
-          bool kMis = false>
+// Odd rows (segment starts misaligned) take quant_odd_rows (fp8_quant_odd_rows.cuh) instead.
+template <int DT, int VEC, bool kDynamic, bool kRagged, int VPT = kBulkVecPerThread, bool kCover = false>
 __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) {
   using P = Pack<DT, VEC>;
   using raw = typename Elem<DT>::raw;
@@ -87,17 +83,12 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
   const raw* x;
   uint8_t* q;
   int len = 0;  // kCover: this team's segment's elements, from (x, q)
-  int mis = 0;  // kMis: elements of the cover's first vector before the segment
+  Segment sg{};  // kCover: where it lives (its row and group give the scale's place)
   if constexpr (kCover) {
-    const Segment sg = locate(p, t.s0 + (active ? seg_local : 0));
+    sg = locate_cover(p, uint32_t(t.s0) + uint32_t(active ? seg_local : 0));
     len = int(sg.len);
     x = static_cast<const raw*>(p.x) + sg.x_off;
     q = p.q + sg.q_off;
-    if constexpr (kMis) {  // start at the aligned vector holding the segment's first element
-      mis = int((reinterpret_cast<uintptr_t>(x) / sizeof(raw)) & (VEC - 1));
-      x -= mis;
-      q -= mis;  // q's bytes are misaligned alike (p.peel)
-    }
   } else {
     const bool dense = p.tiles_per_run == p.num_tiles;
     int64_t x_off = t.s0 * p.seg_len, q_off = x_off;
@@ -110,15 +101,15 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
     q = p.q + q_off;
   }
 
-  constexpr int NS = VPT + (kMis ? 1 : 0);  // slots per lane (kMis: lane 0's extra vector)
+  constexpr int NS = VPT;
   P pk[NS];
   int vidx[NS];
   bool live[NS];
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
     if constexpr (kCover) {
-      vidx[j] = j < VPT ? lane + team * j : team * VPT;  // vector of the segment's cover
-      live[j] = active && vidx[j] * VEC < len + mis && (j < VPT || lane == 0);
+      vidx[j] = lane + team * j;  // vector of the segment's cover
+      live[j] = active && vidx[j] * VEC < len;
       if (live[j]) pk[j].load(x + int64_t(vidx[j]) * VEC);
     } else {
       vidx[j] = seg_local * seg_vecs + lane + team * j;
@@ -126,10 +117,8 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
       if (live[j]) pk[j].load(x + int64_t(vidx[j]) * VEC);
     }
   }
-  // kCover: the elements [begin, end) of cover vector c are the segment's (end < VEC only for its
-  // last vector; begin > 0 only for the first, with kMis).
-  auto cover_end = [&](int c) { return min(VEC, len + mis - c * VEC); };
-  auto cover_begin = [&](int c) { return kMis ? max(0, mis - c * VEC) : 0; };
+  // kCover: the elements [0, end) of cover vector c are the segment's (end < VEC only for its last).
+  auto cover_end = [&](int c) { return min(VEC, len - c * VEC); };
 
   float scale;
   if constexpr (kDynamic) {
@@ -140,10 +129,10 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
       for (int j = 0; j < NS; ++j) {
         if (!live[j]) continue;
         if constexpr (kCover) {
-          const int begin = cover_begin(vidx[j]), end = cover_end(vidx[j]);
-          if (begin > 0 || end < VEC) {
+          const int end = cover_end(vidx[j]);
+          if (end < VEC) {
             P part = pk[j];
-            part.keep_range(begin, end);
+            part.keep_range(0, end);
             acc.add(part);
             continue;
           }
@@ -165,11 +154,11 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
     if (!live[j]) continue;
     if constexpr (kCover) {
       uint8_t* qv = q + int64_t(vidx[j]) * VEC;
-      const int begin = cover_begin(vidx[j]), end = cover_end(vidx[j]);
-      if (begin > 0 || end < VEC) {  // a word shared with the neighbouring segment: our bytes only
+      const int end = cover_end(vidx[j]);
+      if (end < VEC) {  // a word shared with the next segment: our bytes only
         uint32_t w[VEC / 4];
         pk[j].quantised_words(inv, w);
-        P::store_words_range(qv, w, begin, end);
+        P::store_words_range(qv, w, 0, end);
       } else {
         pk[j].store_quantised(qv, inv);
       }
@@ -180,7 +169,11 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
   // After the stores, when the tile's vectors are dead (the scale's index arithmetic then costs no
   // registers of its own; before the stores the kernel spilled at 48).
   if constexpr (kDynamic) {
-    if (active && lane == 0) write_segment_scale(p, t.s0 + seg_local, scale);
+    if constexpr (kCover) {
+      if (active && lane == 0) write_scale(p, sg.row, sg.g, scale);
+    } else {
+      if (active && lane == 0) write_segment_scale(p, t.s0 + seg_local, scale);
+    }
   }
 }
 
@@ -203,18 +196,6 @@ template <int DT, int VEC, bool kCover>
 __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_row_tile_kernel(const QuantParams p) {
   __shared__ uint32_t red[kTileThreads / 32];
   quant_tile<DT, VEC, true, true, kBulkVecPerThread, kCover>(p, red);
-}
-
-// Group rows misaligned alike in x and q (odd row lengths, p.peel), read as covers one vector longer
-// than their groups (quant_tile's kMis). Compiled for HPC_FP8_MIS_MIN_BLOCKS CTAs per SM: at the row
-// tile kernel's 5 (48 registers) the extra slot spilled 24-56 bytes.
-#ifndef HPC_FP8_MIS_MIN_BLOCKS
-#define HPC_FP8_MIS_MIN_BLOCKS 4
-#endif
-template <int DT, int VEC>
-__global__ void __launch_bounds__(kTileThreads, HPC_FP8_MIS_MIN_BLOCKS) fp8_quant_odd_row_tile_kernel(const QuantParams p) {
-  __shared__ uint32_t red[kTileThreads / 32];
-  quant_tile<DT, VEC, true, true, kBulkVecPerThread, true, true>(p, red);
 }
 
 // Rows of 1025 to 4096 vectors (bf16 N = 8200..32768: MLP intermediates such as 14336 and 28672 that
@@ -392,11 +373,24 @@ inline int row_tile_vpt(int64_t seg_vecs) {
 
 // Whether the row kernels read p's segments as covers (quant_tile's kCover): rows of several segments
 // that the tile kernels did not take (a shorter last one, lengths that are no power-of-two number of
-// vectors, and odd rows: p.peel, quant_tile's kMis). Odd rows of one segment (per-token N = 4095) keep
+// vectors, and odd rows: p.peel, quant_odd_rows). Odd rows of one segment (per-token N = 4095) keep
 // the register kernels: as one cover per row they read slower (H200, 64 MB bf16: 35.0 us against 33.8;
-// run of 8cdeaa6, where odd group rows on 8-lane teams also lost, 57.0 against 54.4, before kMis's
-// extra slot kept the 4-lane teams).
+// run of 8cdeaa6, where odd group rows on 8-lane teams also lost, 57.0 against 54.4, before the odd-row
+// kernel's extra slot kept the 4-lane teams).
 inline bool row_tile_covers(const QuantParams& p) { return p.segs_per_row > 1; }
+
+// QuantParams' segment divider for d = segs_per_row in [1, 2^31): s / d == (s * mul) >> shift for every
+// s < 2^31, with shift = 31 + ceil(log2 d) and mul = ceil(2^shift / d) < 2^32. Why exact: mul * d =
+// 2^shift + e with 0 <= e < d <= 2^(shift - 31), so s * e < 2^shift and the product's excess over
+// s / d * 2^shift never reaches the next multiple of 2^shift / d (Granlund and Montgomery, 1994).
+inline void set_segment_divider(QuantParams& p) {
+  const uint64_t d = uint64_t(p.segs_per_row);
+  int log2_ceil = 0;
+  while ((uint64_t(1) << log2_ceil) < d) ++log2_ceil;
+  const int shift = 31 + log2_ceil;
+  p.seg_div_mul = uint32_t(((uint64_t(1) << shift) + d - 1) / d);
+  p.seg_div_shift = shift;
+}
 
 // Whether the row tile kernel serves p (dynamic scales, 16-byte aligned rows, segments of 4 to 4096
 // vectors: one per row, or several read as covers, row_tile_covers; bulk_applicable(p) does not hold),
@@ -410,13 +404,15 @@ inline bool prepare_row_tiles(QuantParams& p, int vec) {
   // one more, in lane 0's extra slot).
   const int64_t sv = (p.seg_len + vec - 1) / vec;
   if (sv < kBulkVecPerThread || sv > 4 * kBulkTileVectors) return false;
-  if (p.peel && row_tile_vpt(sv) != kBulkVecPerThread) return false;  // kMis: the row tile kernel only
+  if (p.peel && row_tile_vpt(sv) != kBulkVecPerThread) return false;  // quant_odd_rows: 4 vectors per lane
   QuantParams g = p;
   g.team = row_tile_team(sv, row_tile_vpt(sv));
   g.seg_vecs = int(sv);
   const int64_t per_tile = kTileThreads / g.team;
-  if (cover) {  // each team locates its segment: one run of every segment
+  if (cover) {  // each team locates its segment (locate_cover: indices below 2^31): one run of every segment
     const int64_t nseg = g.rows * g.segs_per_row;
+    if (nseg >= (int64_t(1) << 31)) return false;
+    set_segment_divider(g);
     g.run_segs = nseg;
     g.tile_segs = int(per_tile < nseg ? per_tile : nseg);
     g.tiles_per_run = g.num_tiles = (nseg + g.tile_segs - 1) / g.tile_segs;
