@@ -373,11 +373,11 @@ inline int row_tile_vpt(int64_t seg_vecs) {
 
 // Whether the row kernels read p's segments as covers (quant_tile's kCover): rows of several segments
 // that the tile kernels did not take (a shorter last one, lengths that are no power-of-two number of
-// vectors), and odd rows (p.peel: quant_odd_rows), per-token ones included since the twentieth session:
-// on the odd-row kernel a 4095-wide bf16 row (513 vectors, 128 lanes, two rows per CTA) reads faster
-// than on the register kernels' peeled path (FP8_NOTES.md). Odd per-head segments (heads > 1) keep the
-// short-segment kernel's masked form.
-inline bool row_tile_covers(const QuantParams& p) { return p.segs_per_row > 1 || (p.peel && p.heads == 1); }
+// vectors, and odd rows: p.peel, quant_odd_rows). Odd rows of one segment (per-token N = 4095) keep
+// the register kernels: as one cover per row they read slower (H200, 64 MB bf16: 35.0 us against 33.8;
+// run of 8cdeaa6, where odd group rows on 8-lane teams also lost, 57.0 against 54.4, before the odd-row
+// kernel's extra slot kept the 4-lane teams).
+inline bool row_tile_covers(const QuantParams& p) { return p.segs_per_row > 1; }
 
 // QuantParams' segment divider for d = segs_per_row in [1, 2^31): s / d == (s * mul) >> shift for every
 // s < 2^31, with shift = 31 + ceil(log2 d) and mul = ceil(2^shift / d) < 2^32. Why exact: mul * d =
