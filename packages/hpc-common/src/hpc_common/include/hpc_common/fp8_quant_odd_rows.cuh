@@ -65,20 +65,30 @@ __device__ __forceinline__ void quant_odd_rows(const QuantParams& p, OddRowsExch
   const int last = (span - 1) / VEC;        // the cover's last vector ...
   const int end = span - last * VEC;        // ... holds the segment's elements [0, end), end in [1, VEC]
 
+  // Slot j of a lane holds cover vector lane + team * j - lead: with lead > 0 the team's positions start
+  // `lead` vectors before the cover, at a 32-byte boundary of q (kSectorVecs vectors: q holds a byte per
+  // element), so each store instruction of a 4-lane team writes whole sectors and each load instruction
+  // reads 64 bytes from a 32-byte boundary of x (x's vectors are misaligned alike). The positions before
+  // the cover are dead; the fifth slot then holds the cover's last vectors on lanes up to lead (a team of
+  // at least kSectorVecs lanes has the room: its 5 x team positions cover seg_vecs + 1 + lead). Smaller
+  // teams keep lead 0 and the fifth slot on lane 0 only.
+  constexpr int kSectorVecs = 32 / VEC;
+  const int lead = team >= kSectorVecs ? int((reinterpret_cast<uintptr_t>(q) / VEC) & (kSectorVecs - 1)) : 0;
+  const int head_lane = lead;               // vector 0 lies in slot 0 of this lane (lead < team)
   P pk[NS];
   int vidx[NS];
   bool live[NS];
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
-    vidx[j] = j < VPT ? lane + team * j : team * VPT;
-    live[j] = active && vidx[j] <= last && (j < VPT || lane == 0);
+    vidx[j] = lane + team * j - lead;
+    live[j] = active && vidx[j] >= 0 && vidx[j] <= last;
     if (live[j]) pk[j].load(x + vidx[j] * VEC);
   }
 
-  // Amax over the segment's elements only: vector 0 (slot 0 of lane 0) from element mis, vector `last`
-  // up to element end; both masks are all ones where they do not apply.
+  // Amax over the segment's elements only: vector 0 (slot 0 of the head lane) from element mis, vector
+  // `last` up to element end; both masks are all ones where they do not apply.
   uint32_t head_keep[4], tail_keep[4];
-  const int head_from = lane == 0 ? mis * ES : 0;
+  const int head_from = lane == head_lane ? mis * ES : 0;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     head_keep[k] = bytes_from(head_from - 4 * k);
@@ -102,7 +112,7 @@ __device__ __forceinline__ void quant_odd_rows(const QuantParams& p, OddRowsExch
 
   // Whole vectors now; the shared ones after the exchange.
   const bool single = last == 0;                  // one vector: its bytes [mis, end), stored below
-  const bool head_shared = active && lane == 0 && mis > 0;
+  const bool head_shared = active && lane == head_lane && mis > 0;
   bool holds_tail = false;                        // this lane holds vector `last`
   uint32_t head_w[QW], tail_w[QW];
 #pragma unroll
@@ -125,7 +135,7 @@ __device__ __forceinline__ void quant_odd_rows(const QuantParams& p, OddRowsExch
   const bool tail_shared = holds_tail && end < VEC;
   const unsigned long long head_at = reinterpret_cast<unsigned long long>(q);
   const unsigned long long tail_at = reinterpret_cast<unsigned long long>(q + last * VEC);
-  if (active && lane == 0) xs.head_at[seg_local] = head_shared && !single ? head_at : 0ull;
+  if (active && lane == head_lane) xs.head_at[seg_local] = head_shared && !single ? head_at : 0ull;
   if (head_shared) {
 #pragma unroll
     for (int k = 0; k < QW; ++k) xs.head_words[seg_local][k] = head_w[k];
@@ -133,7 +143,7 @@ __device__ __forceinline__ void quant_odd_rows(const QuantParams& p, OddRowsExch
   if (holds_tail) xs.tail_at[seg_local] = tail_shared && !single ? tail_at : 0ull;
   __syncthreads();
 
-  if (single) {  // lane 0 holds the one vector in slot 0
+  if (single) {  // the head lane holds the one vector in slot 0
     if (holds_tail && (mis > 0 || end < VEC)) P::store_words_range(q, tail_w, mis, end);
   } else {
     if (tail_shared) {  // merge with the next team's head where it is the same vector
