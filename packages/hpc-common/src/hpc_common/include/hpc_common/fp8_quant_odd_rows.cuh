@@ -114,18 +114,27 @@ __device__ __forceinline__ void quant_odd_rows(const QuantParams& p, OddRowsExch
   const float scale = scale_from_amax_bits(team_max<false>(m, team, red), p.ue8m0);
   const float inv = div_rn(1.0f, scale);
 
-  // Quantise every slot, hand the head over, then store: the merged shared vector goes out with the
-  // team's other vectors of its sector (one store instruction per slot, whole sectors).
+  // Whole vectors now; the shared ones after the exchange.
   const bool single = last == 0;                  // one vector: its bytes [mis, end), stored below
   const bool head_shared = active && lane == head_lane && mis > 0;
-  uint32_t qw[NS][QW];
   bool holds_tail = false;                        // this lane holds vector `last`
-  int tail_slot = 0;
+  uint32_t head_w[QW], tail_w[QW];
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
     if (!live[j]) continue;
-    pk[j].quantised_words(inv, qw[j]);
-    if (vidx[j] == last) holds_tail = true, tail_slot = j;
+    uint32_t w[QW];
+    pk[j].quantised_words(inv, w);
+    const bool is_head = j == 0 && head_shared, is_last = vidx[j] == last;
+    if (is_head) {
+#pragma unroll
+      for (int k = 0; k < QW; ++k) head_w[k] = w[k];
+    }
+    if (is_last) {
+      holds_tail = true;
+#pragma unroll
+      for (int k = 0; k < QW; ++k) tail_w[k] = w[k];
+    }
+    if (!is_head && !(is_last && end < VEC)) P::store_words(q + vidx[j] * VEC, w);
   }
   const bool tail_shared = holds_tail && end < VEC;
   const unsigned long long head_at = reinterpret_cast<unsigned long long>(q);
@@ -133,40 +142,30 @@ __device__ __forceinline__ void quant_odd_rows(const QuantParams& p, OddRowsExch
   if (active && lane == head_lane) xs.head_at[seg_local] = head_shared && !single ? head_at : 0ull;
   if (head_shared) {
 #pragma unroll
-    for (int k = 0; k < QW; ++k) xs.head_words[seg_local][k] = qw[0][k];
+    for (int k = 0; k < QW; ++k) xs.head_words[seg_local][k] = head_w[k];
   }
   if (holds_tail) xs.tail_at[seg_local] = tail_shared && !single ? tail_at : 0ull;
   __syncthreads();
 
-  // The tail merges with the next team's head where that is the same vector (then stored whole below).
-  const bool merged = tail_shared && !single && seg_local + 1 < count && xs.head_at[seg_local + 1] == tail_at;
-  const bool head_merged = head_shared && !single && seg_local > 0 && xs.tail_at[seg_local - 1] == head_at;
-#pragma unroll
-  for (int j = 0; j < NS; ++j) {
-    if (!live[j]) continue;
-    const bool is_tail = holds_tail && j == tail_slot;
-    if (is_tail && merged) {
-#pragma unroll
-      for (int k = 0; k < QW; ++k) {
-        const uint32_t next = bytes_from(end - 4 * k);  // the next segment's bytes of word k
-        qw[j][k] = (qw[j][k] & ~next) | (xs.head_words[seg_local + 1][k] & next);
-      }
-    }
-    const bool partial = (j == 0 && head_shared) || (is_tail && end < VEC && !merged);
-    if (!partial) P::store_words(q + vidx[j] * VEC, qw[j]);
-  }
-  // Byte-exact pieces: the one vector of a single-vector segment, a tail nobody merges with, a head the
-  // previous team did not merge.
-  if (single) {
-    if (holds_tail && (mis > 0 || end < VEC)) P::store_words_range(q, qw[0], mis, end);
+  if (single) {  // the head lane holds the one vector in slot 0
+    if (holds_tail && (mis > 0 || end < VEC)) P::store_words_range(q, tail_w, mis, end);
   } else {
-    if (tail_shared && !merged) {
+    if (tail_shared) {  // merge with the next team's head where it is the same vector
+      if (seg_local + 1 < count && xs.head_at[seg_local + 1] == tail_at) {
+        uint32_t w[QW];
 #pragma unroll
-      for (int j = 0; j < NS; ++j) {
-        if (j == tail_slot) P::store_words_range(q + last * VEC, qw[j], 0, end);
+        for (int k = 0; k < QW; ++k) {
+          const uint32_t next = bytes_from(end - 4 * k);  // the next segment's bytes of word k
+          w[k] = (tail_w[k] & ~next) | (xs.head_words[seg_local + 1][k] & next);
+        }
+        P::store_words(q + last * VEC, w);
+      } else {
+        P::store_words_range(q + last * VEC, tail_w, 0, end);
       }
     }
-    if (head_shared && !head_merged) P::store_words_range(q, qw[0], mis, VEC);
+    if (head_shared && !(seg_local > 0 && xs.tail_at[seg_local - 1] == head_at)) {
+      P::store_words_range(q, head_w, mis, VEC);  // the previous team did not merge it
+    }
   }
   if (active && lane == 0) write_scale(p, sg.row, sg.g, scale);
 }
