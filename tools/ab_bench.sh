@@ -4,7 +4,8 @@
 # comparison. Prepare A here with tools/ab_prepare.sh REV (writes ab_old/, git-ignored, named in
 # the device tool's `carry`), then on the device:
 #   bash tools/ab_bench.sh OUT_DIR bench_decode_attention.py --heads 8/1 --kv fp8 --no-diag
-# Writes OUT_DIR/{A1,B,A2}/<gpu>/<op>.json and OUT_DIR/ab.log (the benchmark's console output).
+# Writes OUT_DIR/{A1,B,A2}/<gpu>/<op>.json and OUT_DIR/ab.log (the benchmark's console output), and packs
+# the three runs' results into OUT_DIR/ab_results.tgz (the device tool does not return files that deep).
 set -uo pipefail
 OUT=${1:?usage: ab_bench.sh OUT_DIR BENCH_SCRIPT [args...]}
 SCRIPT=${2:?usage: ab_bench.sh OUT_DIR BENCH_SCRIPT [args...]}
@@ -28,3 +29,4 @@ for run in A1 B A2; do
   echo "== $run ($src, $rev)" | tee -a "$OUT/ab.log"
   HPC_GIT_COMMIT="$rev" PYTHONPATH="$(paths "$src")" python3 "benchmarks/$SCRIPT" --out-dir "$OUT/$run" "$@" 2>&1 | tee -a "$OUT/ab.log" | tail -3
 done
+tar czf "$OUT/ab_results.tgz" -C "$OUT" A1 B A2 2>/dev/null || echo "ab_bench: some runs wrote no results"
