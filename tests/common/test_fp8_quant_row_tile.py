@@ -139,8 +139,13 @@ GROUP_CASES_FP32 = [
     ("group", (11, 2880, 128)),     # 32-vector groups: 8-lane teams
     ("group_col", (9, 1000, 128)),  # a 104-element tail: 26 vectors
 ]
-GROUP_CASES = ([(m, s, d) for m, s in GROUP_CASES_16BIT for d in (torch.bfloat16, torch.float16)]
-               + [(m, s, torch.float32) for m, s in GROUP_CASES_FP32])
+def _with_dtypes(cases_16bit, cases_fp32):
+    """(mode, shape, dtype) cases: the 16-bit shapes in bf16 and fp16, the fp32 shapes in fp32."""
+    return ([(m, s, d) for m, s in cases_16bit for d in (torch.bfloat16, torch.float16)]
+            + [(m, s, torch.float32) for m, s in cases_fp32])
+
+
+GROUP_CASES = _with_dtypes(GROUP_CASES_16BIT, GROUP_CASES_FP32)
 
 
 @pytest.mark.gpu
@@ -166,8 +171,7 @@ ODD_GROUP_CASES_FP32 = [
     ("group", (33, 1023, 128)),     # 32-vector groups (8-lane teams), 33 with the extra vector
     ("group_col", (17, 1021, 64)),
 ]
-ODD_GROUP_CASES = ([(m, s, d) for m, s in ODD_GROUP_CASES_16BIT for d in (torch.bfloat16, torch.float16)]
-                   + [(m, s, torch.float32) for m, s in ODD_GROUP_CASES_FP32])
+ODD_GROUP_CASES = _with_dtypes(ODD_GROUP_CASES_16BIT, ODD_GROUP_CASES_FP32)
 
 
 @pytest.mark.gpu

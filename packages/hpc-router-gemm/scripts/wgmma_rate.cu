@@ -90,6 +90,25 @@ __device__ __forceinline__ void block_mma(float (&d0)[R], float (&d1)[R], uint32
   sm90::wgmma_commit();
 }
 
+// The end of every timed loop: drain the products, keep them alive, and let each warpgroup's first
+// thread write its loop cycles and its first-pass cycles to slot[0] / slot[1].
+template <int R>
+__device__ __forceinline__ void finish_and_report(float (&d0)[R], float (&d1)[R], long long t0, long long t_first,
+                                                  float* sink, long long* slot) {
+  sm90::wgmma_wait<0>();
+  sm90::fence_regs(d0);
+  sm90::fence_regs(d1);
+  const long long t1 = clock64();
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < R; ++i) acc += d0[i] + d1[i];
+  if (acc == 12345.678f) sink[threadIdx.x] = acc;  // keep the products alive
+  if (threadIdx.x % 128 == 0) {
+    slot[0] = t1 - t0;
+    slot[1] = t_first - t0;
+  }
+}
+
 template <int SHAPE, int WGS, int FEED>
 __global__ void __launch_bounds__(WGS * 128 + 128, 1)
     rate_kernel(const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_w,
@@ -182,18 +201,7 @@ __global__ void __launch_bounds__(WGS * 128 + 128, 1)
     sm90::wgmma_wait<1>();
     if (FEED != kFeedNone && i > 0 && lane == 0) sm90::mbar_arrive(&empty[(i - 1) % kStages]);
   }
-  sm90::wgmma_wait<0>();
-  sm90::fence_regs(d0);
-  sm90::fence_regs(d1);
-  const long long t1 = clock64();
-  float acc = 0.f;
-#pragma unroll
-  for (int i = 0; i < R; ++i) acc += d0[i] + d1[i];
-  if (acc == 12345.678f) sink[threadIdx.x] = acc;  // keep the products alive
-  if (threadIdx.x % 128 == 0) {
-    cycles[2 * (blockIdx.x * WGS + wg)] = t1 - t0;
-    cycles[2 * (blockIdx.x * WGS + wg) + 1] = t_first - t0;
-  }
+  finish_and_report(d0, d1, t0, t_first, sink, cycles + 2 * (blockIdx.x * WGS + wg));
 }
 
 // The router's loads (kFeedTmaRows: x per CTA pair from DRAM, W from the L2) into two rings: XST
@@ -271,18 +279,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
       sm90::mbar_arrive(&ew[(i - 1) % WST]);
     }
   }
-  sm90::wgmma_wait<0>();
-  sm90::fence_regs(d0);
-  sm90::fence_regs(d1);
-  const long long t1 = clock64();
-  float acc = 0.f;
-#pragma unroll
-  for (int i = 0; i < R; ++i) acc += d0[i] + d1[i];
-  if (acc == 12345.678f) sink[threadIdx.x] = acc;
-  if (threadIdx.x % 128 == 0) {
-    cycles[2 * (blockIdx.x * 2 + wg)] = t1 - t0;
-    cycles[2 * (blockIdx.x * 2 + wg) + 1] = t_first - t0;
-  }
+  finish_and_report(d0, d1, t0, t_first, sink, cycles + 2 * (blockIdx.x * 2 + wg));
 }
 
 __global__ void clock_probe(long long* out) {

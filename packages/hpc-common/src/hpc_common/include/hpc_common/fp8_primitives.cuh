@@ -298,31 +298,30 @@ __device__ __forceinline__ int64_t div_index(int64_t a, int64_t b) {
   return a / b;
 }
 
-__device__ __forceinline__ Segment locate(const QuantParams& p, int64_t seg) {
+// Where segment g of row `row` lives (row = t * heads + h).
+__device__ __forceinline__ Segment segment_at(const QuantParams& p, int64_t row, int64_t g) {
   Segment s;
-  s.row = div_index(seg, p.segs_per_row);
-  s.g = seg - s.row * p.segs_per_row;
-  const int64_t t = div_index(s.row, p.heads), h = s.row - t * p.heads;
-  const int64_t col = s.g * p.seg_len;
+  s.row = row;
+  s.g = g;
+  const int64_t t = div_index(row, p.heads), h = row - t * p.heads;
+  const int64_t col = g * p.seg_len;
   s.x_off = t * p.x_stride_t + h * p.x_stride_h + col;
   s.q_off = t * p.q_stride_t + h * p.q_stride_h + col;
   s.len = min(p.seg_len, p.row_len - col);
   return s;
 }
 
-// Segment `seg` (< 2^31) of a row tile cover launch: its row from p's SegmentDivider magic
-// (two instructions where div_index's 32-bit division took ~20 before every CTA's first load).
+__device__ __forceinline__ Segment locate(const QuantParams& p, int64_t seg) {
+  const int64_t row = div_index(seg, p.segs_per_row);
+  return segment_at(p, row, seg - row * p.segs_per_row);
+}
+
+// Segment `seg` (< 2^31) of a row tile cover launch: its row from p's segment divider magic
+// (set_segment_divider: two instructions where div_index's 32-bit division took ~20 before every
+// CTA's first load).
 __device__ __forceinline__ Segment locate_cover(const QuantParams& p, uint32_t seg) {
-  Segment s;
   const uint32_t row = uint32_t((uint64_t(seg) * p.seg_div_mul) >> p.seg_div_shift);
-  s.row = row;
-  s.g = seg - row * uint32_t(p.segs_per_row);
-  const int64_t t = div_index(s.row, p.heads), h = s.row - t * p.heads;
-  const int64_t col = s.g * p.seg_len;
-  s.x_off = t * p.x_stride_t + h * p.x_stride_h + col;
-  s.q_off = t * p.q_stride_t + h * p.q_stride_h + col;
-  s.len = min(p.seg_len, p.row_len - col);
-  return s;
+  return segment_at(p, row, seg - row * uint32_t(p.segs_per_row));
 }
 
 // Elements of a segment before x's first 16-byte boundary when `peel` is set (the caller

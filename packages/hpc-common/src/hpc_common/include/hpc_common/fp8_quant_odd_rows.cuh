@@ -78,7 +78,6 @@ __device__ __forceinline__ void quant_odd_rows(const QuantParams& p, OddRowsExch
   // teams keep lead 0 and the fifth slot on lane 0 only.
   constexpr int kSectorVecs = 32 / VEC;
   const int lead = team >= kSectorVecs ? int((reinterpret_cast<uintptr_t>(q) / VEC) & (kSectorVecs - 1)) : 0;
-  const int head_lane = lead;               // vector 0 lies in slot 0 of this lane (lead < team)
   P pk[NS];
   int vidx[NS];
   bool live[NS];
@@ -89,10 +88,10 @@ __device__ __forceinline__ void quant_odd_rows(const QuantParams& p, OddRowsExch
     if (live[j]) pk[j].load(x + vidx[j] * VEC);
   }
 
-  // Amax over the segment's elements only: vector 0 (slot 0 of the head lane) from element mis, vector
+  // Amax over the segment's elements only: vector 0 (slot 0 of lane `lead`, as lead < team) from element mis, vector
   // `last` up to element end; both masks are all ones where they do not apply.
   uint32_t head_keep[4], tail_keep[4];
-  const int head_from = lane == head_lane ? mis * ES : 0;
+  const int head_from = lane == lead ? mis * ES : 0;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     head_keep[k] = bytes_from(head_from - 4 * k);
@@ -116,7 +115,7 @@ __device__ __forceinline__ void quant_odd_rows(const QuantParams& p, OddRowsExch
 
   // Whole vectors now; the shared ones after the exchange.
   const bool single = last == 0;                  // one vector: its bytes [mis, end), stored below
-  const bool head_shared = active && lane == head_lane && mis > 0;
+  const bool head_shared = active && lane == lead && mis > 0;
   bool holds_tail = false;                        // this lane holds vector `last`
   uint32_t head_w[QW], tail_w[QW];
 #pragma unroll
@@ -139,7 +138,7 @@ __device__ __forceinline__ void quant_odd_rows(const QuantParams& p, OddRowsExch
   const bool tail_shared = holds_tail && end < VEC;
   const unsigned long long head_at = reinterpret_cast<unsigned long long>(q);
   const unsigned long long tail_at = reinterpret_cast<unsigned long long>(q + last * VEC);
-  if (active && lane == head_lane) xs.head_at[seg_local] = head_shared && !single ? head_at : 0ull;
+  if (active && lane == lead) xs.head_at[seg_local] = head_shared && !single ? head_at : 0ull;
   if (head_shared) {
 #pragma unroll
     for (int k = 0; k < QW; ++k) xs.head_words[seg_local][k] = head_w[k];
@@ -147,7 +146,7 @@ __device__ __forceinline__ void quant_odd_rows(const QuantParams& p, OddRowsExch
   if (holds_tail) xs.tail_at[seg_local] = tail_shared && !single ? tail_at : 0ull;
   __syncthreads();
 
-  if (single) {  // the head lane holds the one vector in slot 0
+  if (single) {  // lane `lead` holds the one vector in slot 0
     if (holds_tail && (mis > 0 || end < VEC)) P::store_words_range(q, tail_w, mis, end);
   } else {
     if (tail_shared) {  // merge with the next team's head where it is the same vector
