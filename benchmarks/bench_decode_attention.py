@@ -10,7 +10,7 @@ in-kernel merge) and `diag_stream_only` (decode kernel streaming K/V with the co
 skipping the math; these two give wrong outputs, timing only), the same three rows with the
 other producer of the decode kernel (`diag_tma*` where `heuristics.USE_TMA_PRODUCER` picks
 cp.async, `diag_cp_async*` where it picks TMA; the full-call row has correct outputs and carries
-its error; FP8 also `diag_tma_promo256_*`, TMA maps with 256-byte L2 promotion), version 4's
+its error; `diag_tma_promo256_*`: TMA maps with 256-byte L2 promotion, also with `--diag-rows promotion`), version 4's
 kernel prologue / split-item arrival (`diag_v4_first_task_load`, `diag_v4_sc_fences`), the claimable
 tail of the plan with the TMA kernel and the in-kernel merge on its helper or its consumer warps
 (`diag_tma_{helpers,consumers}_tail{P}`: P % of the line in tail bins; `..._bin8`: tail bins of at
@@ -38,7 +38,7 @@ flush, 34.3 after a read one), which no kernel of ours controls; both are valid 
 sense, so the read rows show the kernels without that cost.
 
     python benchmarks/bench_decode_attention.py [--out-dir benchmarks/results] [--quick]
-        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order|min_tiles|code_warm|task_cost|page_order]
+        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order|min_tiles|code_warm|task_cost|page_order|promotion]
         [--flush write|read]
 """
 
@@ -59,7 +59,7 @@ from hpc_attention import paged_decode as pd
 from hpc_attention.reference import decode_reference
 
 DIAG_ROW_SETS = ("all", "tail", "first_page", "lookahead", "line_order", "min_tiles", "code_warm", "task_cost",
-                 "page_order")
+                 "page_order", "promotion")
 CASES = ["64x0.5K", "64x4K", "32x128+32x4K", "2x32K+30x4K", "1x64K+15x4K", "1x128K+31x4K"]
 HEADS = [(8, 1), (64, 8)]
 PAGE = 64
@@ -275,6 +275,13 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 code_warm_rows(q, k, v, pt, kv_lens, plan, ks, vs, kv_dtype, gen, reps, time_call, add)
             if diag and diag_rows == "page_order":
                 page_order_rows(kv_lens, lens, hkv, hq, kv_torch, time_call, time_mode)
+            if diag and diag_rows == "promotion":  # the TMA maps' 256-byte L2 promotion (the BF16 default
+                # until the twenty-first session) against the default 128 B: the whole call (outputs
+                # checked), then decode only and stream only (DIAG flags bit 1)
+                with overrides(flags=2):
+                    time_call("diag_tma_promo256", plan)
+                for name, flags in (("diag_tma_promo256_decode_only", 2), ("diag_tma_promo256_stream_only", 3)):
+                    time_mode(name, plan, flags)
             if diag and diag_rows != "all":  # every narrow row set also gets decode only / stream only
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
                     time_mode(name, plan, flags)
@@ -287,15 +294,15 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 # Diagnostics (outputs wrong while set): the decode kernel without the combine
                 # launch or the in-kernel merge, and the same with the consumers skipping the
                 # math (memory side only); the same three rows with the other producer (TMA vs
-                # cp.async), and for FP8 the TMA maps with 256-byte L2 promotion (FP8 rows are
-                # 128 B: the promotion also fetches the next head's row) against the default 128 B.
+                # cp.async), and the TMA maps with 256-byte L2 promotion against the default 128 B
+                # (FP8 rows are 128 B: the promotion also fetches the next head's row; BF16 rows are
+                # two 128-byte boxes, each of which then asks for the whole row).
                 tma_default = pd._use_tma(PAGE, hkv, kv_dtype == "fp8")
                 other = "diag_cp_async" if tma_default else "diag_tma"
                 runs = [("diag_decode_only", None, 0), ("diag_stream_only", None, 1),
                         (other, not tma_default, None), (other + "_decode_only", not tma_default, 0),
                         (other + "_stream_only", not tma_default, 1)]
-                if kv_dtype == "fp8":
-                    runs += [("diag_tma_promo256_decode_only", True, 2), ("diag_tma_promo256_stream_only", True, 3)]
+                runs += [("diag_tma_promo256_decode_only", True, 2), ("diag_tma_promo256_stream_only", True, 3)]
                 for name, tma, flags in runs:
                     time_mode(name, plan, flags, tma=tma)
                 # Version 4's kernel prologue and split-item arrival, one at a time (outputs

@@ -20,10 +20,12 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <cstring>
 #include <vector>
 
 #include "hpc_common/check.h"
 #include "hpc_common/sm90.cuh"
+#include "hpc_common/tma_encode.h"
 
 namespace sm90 = hpc::sm90;
 
@@ -71,6 +73,80 @@ __global__ void __launch_bounds__(160, 1)
     }
     spans[2 * blockIdx.x] = start;
   } else if (threadIdx.x < 128) {
+    float acc = 0.f;
+    const int lane = threadIdx.x & 31;
+    for (int i = 0; i < n; ++i) {
+      const int s = i % stages;
+      sm90::mbar_wait(&full[s], (i / stages) & 1);
+      acc += reinterpret_cast<const float*>(smem + s * stage_bytes)[threadIdx.x];  // touch the stage
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(&empty[s]);
+    }
+    if (acc == 1234.5f) sink[threadIdx.x] = acc;
+    __syncwarp();
+    if (threadIdx.x == 0) spans[2 * blockIdx.x + 1] = now_ns();
+  }
+}
+
+// The decode kernel's copy form (paged_decode_tma_producer.cuh) on the same ring: each page through a
+// 4-D tensor map (dim, head, token, page) in boxes of 128 bytes of a row x 64 tokens with the 128-byte
+// swizzle, so a BF16 page is 2 boxes (256-byte rows) and an FP8 page 1, one TMA instruction per box
+// from lanes of the producer warp, L2 evict_first. The question (twenty-first session): does this form
+// stream slower than 1-D bulk copies of the same pages? (The decode's stream-only mode reads ~26-27 GB/s
+// per CTA at 8/1, this program's bulk ring ~30.)
+__global__ void __launch_bounds__(160, 1)
+    page_stream_tmap(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
+                     const int* __restrict__ page_table, int total_tiles, int page_bytes, int stages, int rows2d,
+                     unsigned long long* spans, float* sink) {
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024u - (sm90::smem_u32(smem_raw) & 1023u)) & 1023u);  // swizzle atoms
+  __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
+  const int t0 = int(int64_t(blockIdx.x) * total_tiles / gridDim.x);
+  const int t1 = int(int64_t(blockIdx.x + 1) * total_tiles / gridDim.x);
+  const int n = t1 - t0;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      sm90::mbar_init(&full[s], 1);
+      sm90::mbar_init(&empty[s], 4);
+    }
+    sm90::mbar_init_fence();
+  }
+  __syncthreads();
+  const uint32_t stage_bytes = 2u * page_bytes;
+  const int halves = page_bytes / 8192;  // 128-byte boxes per 64-token row: 2 (BF16), 1 (FP8)
+  if (threadIdx.x >= 128) {
+    const int lane = threadIdx.x - 128;
+    const int my_kv = lane & 1, my_half = (lane >> 1) & (halves - 1);
+    const CUtensorMap* my_map = my_kv ? &v_map : &k_map;
+    const uint32_t my_dst = my_kv * page_bytes + my_half * 8192;
+    const uint64_t pol = sm90::l2_evict_first_policy();
+    const uint64_t start = now_ns();
+    for (int i = 0; i < n; ++i) {
+      const int s = i % stages;
+      if (i >= stages) sm90::mbar_wait(&empty[s], ((i / stages) - 1) & 1);
+      const int page = page_table[t0 + i];
+      if (lane == 0) sm90::mbar_arrive_expect_tx(&full[s], stage_bytes);
+      __syncwarp();
+      if (rows2d > 0) {  // forms 1 / 2: one 2-D box per page (K from lane 0, V from lane 1)
+        if (lane < 2) {
+          asm volatile(
+              "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+              " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(sm90::smem_u32(smem + s * stage_bytes + lane * page_bytes)),
+              "l"(reinterpret_cast<uint64_t>(my_map)), "r"(sm90::smem_u32(&full[s])), "r"(0), "r"(page * rows2d),
+              "l"(pol)
+              : "memory");
+        }
+      } else if (lane < 2 * halves) {
+        asm volatile(
+            "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+            " [%0], [%1, {%3, %4, %5, %6}], [%2], %7;" ::"r"(sm90::smem_u32(smem + s * stage_bytes + my_dst)),
+            "l"(reinterpret_cast<uint64_t>(my_map)), "r"(sm90::smem_u32(&full[s])), "r"(my_half * 64),
+            "r"(0), "r"(0), "r"(page), "l"(pol)
+            : "memory");
+      }
+    }
+    if (lane == 0) spans[2 * blockIdx.x] = start;
+  } else {
     float acc = 0.f;
     const int lane = threadIdx.x & 31;
     for (int i = 0; i < n; ++i) {
@@ -163,6 +239,9 @@ struct Bufs {
   int *perm, *ident, *inter;  // inter: CTA c's i-th tile reads page i * grid + c (neighbouring CTAs, neighbouring pages)
   unsigned long long* spans;
   float* sink;
+  CUtensorMap k_bf16, v_bf16, k_fp8, v_fp8;  // kind 3: page_stream_tmap
+  CUtensorMap k_p128, v_p128, k_pnone, v_pnone;  // kinds 7 / 8: the decode's BF16 form with 128-byte / no L2 promotion
+  CUtensorMap k_rows, v_rows, k_flat, v_flat;  // kinds 5 / 6: one box per BF16 page (128-byte rows swizzled / 256-byte rows, no swizzle)
 };
 
 // kind 0: the bulk-copy ring of `stages`; kind 2 / 4: page_stream_lsu with that many tiles ahead.
@@ -173,6 +252,7 @@ void run(const char* name, const Bufs& b, int pages, int page_bytes, int stages,
          int flush = 0, bool ef = false) {
   const int smem = stages * 2 * page_bytes;
   if (kind == 0) CK(cudaFuncSetAttribute(page_stream, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  if (kind == 3 || kind >= 5) CK(cudaFuncSetAttribute(page_stream_tmap, cudaFuncAttributeMaxDynamicSharedMemorySize, smem + 1024));
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
@@ -191,6 +271,15 @@ void run(const char* name, const Bufs& b, int pages, int page_bytes, int stages,
     if (kind == 2) page_stream_lsu<2><<<grid, 512>>>(b.k, b.v, pt, pages, page_bytes, b.spans, b.sink);
     if (kind == 4) page_stream_lsu<4><<<grid, 512>>>(b.k, b.v, pt, pages, page_bytes, b.spans, b.sink);
     if (kind == 1) page_stream_short<<<pages, 256>>>(b.k, b.v, pt, page_bytes, b.sink);
+    if (kind == 3) {
+      const bool bf16 = page_bytes == 16384;
+      page_stream_tmap<<<grid, 160, smem + 1024>>>(bf16 ? b.k_bf16 : b.k_fp8, bf16 ? b.v_bf16 : b.v_fp8, pt, pages,
+                                                  page_bytes, stages, 0, b.spans, b.sink);
+    }
+    if (kind == 7) page_stream_tmap<<<grid, 160, smem + 1024>>>(b.k_p128, b.v_p128, pt, pages, page_bytes, stages, 0, b.spans, b.sink);
+    if (kind == 8) page_stream_tmap<<<grid, 160, smem + 1024>>>(b.k_pnone, b.v_pnone, pt, pages, page_bytes, stages, 0, b.spans, b.sink);
+    if (kind == 5) page_stream_tmap<<<grid, 160, smem + 1024>>>(b.k_rows, b.v_rows, pt, pages, page_bytes, stages, 128, b.spans, b.sink);
+    if (kind == 6) page_stream_tmap<<<grid, 160, smem + 1024>>>(b.k_flat, b.v_flat, pt, pages, page_bytes, stages, 64, b.spans, b.sink);
     CK(cudaEventRecord(e1));
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
@@ -214,14 +303,15 @@ void run(const char* name, const Bufs& b, int pages, int page_bytes, int stages,
       "{\"case\": \"%s\", \"kind\": \"%s\", \"pages\": %d, \"page_bytes\": %d, \"stages\": %d, \"order\": \"%s\", \"grid\": %d, "
       "\"median_us\": %.2f, \"tbps\": %.3f, \"pct_of_copy\": %.1f, \"cta_gbps_p10\": %.1f, \"cta_gbps_p50\": %.1f, "
       "\"cta_gbps_p90\": %.1f, \"flush\": \"%s\", \"evict_first\": %s}\n",
-      name, kind == 0 ? "bulk_ring" : kind == 1 ? "short_lived" : kind == 2 ? "lsu_ahead2" : "lsu_ahead4", pages,
+      name, kind == 0 ? "bulk_ring" : kind == 1 ? "short_lived" : kind == 2 ? "lsu_ahead2" : kind == 3 ? "tmap_ring" : kind == 5 ? "tmap_one_box_rows128_swizzled" : kind == 6 ? "tmap_one_box_rows256_unswizzled" : kind == 7 ? "tmap_ring_promo128" : kind == 8 ? "tmap_ring_promo_none" : "lsu_ahead4", pages,
       page_bytes, stages, order == 0 ? "random" : order == 1 ? "identity" : "interleaved", grid, us, bytes / us / 1e6,
       100.0 * bytes / us / 1e6 / 4.27, rates[rates.size() / 10], rates[rates.size() / 2], rates[rates.size() * 9 / 10],
-      flush == 0 ? "written" : "read", ef ? "true" : "false");
+      flush == 0 ? "written" : "read", ef || kind >= 3 && kind != 4 ? "true" : "false");
   std::fflush(stdout);
 }
 
-int main() {
+int main(int argc, char** argv) {
+  const bool tmap_only = argc > 1 && std::strcmp(argv[1], "tmap") == 0;
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int pages = 4096;  // 64 requests x 4K tokens, 64-token pages, one KV head (the 64x4K case)
@@ -256,6 +346,58 @@ int main() {
   CK(cudaMemcpy(b.ident, ident.data(), pages * 4, cudaMemcpyHostToDevice));
   CK(cudaMalloc(&b.spans, 2 * 8 * 4 * size_t(sms)));
   CK(cudaMalloc(&b.sink, 4096));
+  {  // the decode kernel's tensor maps (paged_kv_tensor_maps.cu) over [pages, 64, 1, 128]
+    for (int fp8 = 0; fp8 < 2; ++fp8) {
+      const uint64_t e = fp8 ? 1 : 2;
+      const uint64_t dims[4] = {128, 1, 64, uint64_t(pages)};
+      const uint64_t strides[3] = {128 * e, 128 * e, 64 * 128 * e};
+      const uint32_t box[4] = {uint32_t(128 / e), 1, 64, 1};
+      const auto promo = fp8 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+      const auto dt = fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+      CK(hpc::tma::encode_tiled(fp8 ? &b.k_fp8 : &b.k_bf16, dt, 4, b.k, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, promo));
+      CK(hpc::tma::encode_tiled(fp8 ? &b.v_fp8 : &b.v_bf16, dt, 4, b.v, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, promo));
+    }
+  }
+  {  // one box per BF16 page: the page as 128 rows of 128 bytes (swizzled), or 64 rows of 256 bytes (no swizzle)
+    const uint64_t d5[2] = {64, uint64_t(pages) * 128}, s5[1] = {128};
+    const uint32_t b5[2] = {64, 128};
+    const uint64_t d6[2] = {128, uint64_t(pages) * 64}, s6[1] = {256};
+    const uint32_t b6[2] = {128, 64};
+    const auto bf = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    const auto pr = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+    CK(hpc::tma::encode_tiled(&b.k_rows, bf, 2, b.k, d5, s5, b5, CU_TENSOR_MAP_SWIZZLE_128B, pr));
+    CK(hpc::tma::encode_tiled(&b.v_rows, bf, 2, b.v, d5, s5, b5, CU_TENSOR_MAP_SWIZZLE_128B, pr));
+    CK(hpc::tma::encode_tiled(&b.k_flat, bf, 2, b.k, d6, s6, b6, CU_TENSOR_MAP_SWIZZLE_NONE, pr));
+    CK(hpc::tma::encode_tiled(&b.v_flat, bf, 2, b.v, d6, s6, b6, CU_TENSOR_MAP_SWIZZLE_NONE, pr));
+  }
+  {  // the decode's BF16 form with other L2 promotions
+    const uint64_t dims[4] = {128, 1, 64, uint64_t(pages)};
+    const uint64_t strides[3] = {256, 256, 64 * 256};
+    const uint32_t box[4] = {64, 1, 64, 1};
+    const auto bf = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    const auto sw = CU_TENSOR_MAP_SWIZZLE_128B;
+    CK(hpc::tma::encode_tiled(&b.k_p128, bf, 4, b.k, dims, strides, box, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_128B));
+    CK(hpc::tma::encode_tiled(&b.v_p128, bf, 4, b.v, dims, strides, box, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_128B));
+    CK(hpc::tma::encode_tiled(&b.k_pnone, bf, 4, b.k, dims, strides, box, sw, CU_TENSOR_MAP_L2_PROMOTION_NONE));
+    CK(hpc::tma::encode_tiled(&b.v_pnone, bf, 4, b.v, dims, strides, box, sw, CU_TENSOR_MAP_L2_PROMOTION_NONE));
+  }
+  if (tmap_only) {  // bulk against tensor-map copies, same ring, same pages, both flushes
+    for (int flush : {1, 0}) {
+      for (int order : {0, 1}) {
+        for (int rep = 0; rep < 2; ++rep) {
+          run("bf16_8_1", b, pages, 16384, 5, order, sms, 0, flush, true);
+          run("bf16_8_1", b, pages, 16384, 5, order, sms, 3, flush);
+          run("bf16_8_1", b, pages, 16384, 5, order, sms, 7, flush);
+          run("bf16_8_1", b, pages, 16384, 5, order, sms, 8, flush);
+          run("bf16_8_1", b, pages, 16384, 5, order, sms, 5, flush);
+          run("bf16_8_1", b, pages, 16384, 5, order, sms, 6, flush);
+          run("fp8_8_1", b, pages, 8192, 9, order, sms, 0, flush, true);
+          run("fp8_8_1", b, pages, 8192, 9, order, sms, 3, flush);
+        }
+      }
+    }
+    return 0;
+  }
   for (int flush : {0, 1}) {
     for (int order : {0, 1, 2}) {
       for (int st : {4, 5, 6}) run("bf16_8_1", b, pages, 16384, st, order, sms, 0, flush, false);

@@ -40,12 +40,15 @@ cudaError_t kv_map(CUtensorMap* out, const void* ptr, bool fp8, int num_pages, i
   const uint64_t strides[3] = {uint64_t(s_head) * e, uint64_t(s_tok) * e, uint64_t(s_page) * e};
   const uint32_t box[4] = {uint32_t(128 / e), 1, uint32_t(page_size < 64 ? page_size : 64), 1};
   CUtensorMap map;
-  // L2 promotion: a BF16 row is 256 B (two boxes side by side), so 256-byte promotion fetches
-  // exactly the row. An FP8 row is 128 B and, with several KV heads, the next 128 B belong to
-  // another head that another CTA reads at another time: 256-byte promotion would fetch them
-  // twice (run 1: 64/8 FP8 streamed at 2.7 TB/s with it, 3.2 with cp.async). `wide_promotion`
-  // forces 256 B (diagnostics, DIAG flags bit 1).
-  const auto promo = (fp8 && !wide_promotion) ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  // L2 promotion 128 B, the box's own row span, for both dtypes. An FP8 row is 128 B and, with several
+  // KV heads, the next 128 B belong to another head that another CTA reads at another time: 256-byte
+  // promotion would fetch them twice (run 1: 64/8 FP8 streamed at 2.7 TB/s with it, 3.2 with
+  // cp.async). A BF16 row is 256 B read as two 128-byte boxes, and 256-byte promotion (the BF16
+  // default until the twenty-first session) has each box ask the L2 for the whole row: a bare stream
+  // of the 8/1 pages (scripts/page_stream_rate.cu tmap, H200, read flush) read 36.3-37.4 us with it
+  // against 34.2-35.7 with 128-byte or no promotion and 33.7-35.5 with 1-D bulk copies.
+  // `wide_promotion` forces 256 B (diagnostics, DIAG flags bit 1).
+  const auto promo = wide_promotion ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B : CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
   cudaError_t err = hpc::tma::encode_tiled(&map, fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                                            4, ptr, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, promo);
   if (err != cudaSuccess) return err;

@@ -141,7 +141,7 @@ struct PagedDecodeParams {
   // decode_timeline.cuh); nullptr (the library's setting) records nothing.
   uint64_t* timeline;
   int diag;   // benchmark diagnostics only: bit 0 = consumers skip the math (output undefined);
-              // bit 1 (host side) = TMA maps of FP8 caches with 256-byte L2 promotion;
+              // bit 1 (host side) = TMA maps with 256-byte L2 promotion (default 128);
               // bit 2 = first task read from tasks[bin_start] (after it) instead of bin_first;
               // bit 3 = split-item arrival with a per-thread SC fence (the version-4 protocol);
               // bit 4 = a bin's tasks run in line order (see task_in_run);
