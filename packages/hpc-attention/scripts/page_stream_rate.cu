@@ -10,6 +10,11 @@
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I packages/hpc-common/src/hpc_common/include \
 //        -o /tmp/psr packages/hpc-attention/scripts/page_stream_rate.cu && /tmp/psr
 //
+// `psr tmap` runs only the copy-form comparison (twenty-first session): 1-D bulk copies against the decode
+// kernel's tensor-map copies (page_stream_tmap: 4-D map, 128-byte swizzled boxes, two per BF16 page) with
+// 256-byte (the BF16 default then), 128-byte or no L2 promotion, and two one-box-per-page forms; H200, read
+// flush: 256-byte promotion streamed ~1.5-2.5 us slower (benchmarks/results/h200/attention_page_stream_tmap.*).
+//
 // One JSON line per case: kernel time between events (a 256 MB write before each launch: cold L2),
 // the aggregate rate over the KV bytes, and per CTA p10 / p50 / p90 stream rates (first copy issued ->
 // last stage released, %globaltimer).
