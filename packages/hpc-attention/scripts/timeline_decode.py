@@ -16,7 +16,8 @@ Printed per case and variant (us, relative to the earliest CTA entry unless said
   late      the 6 CTAs that exit last: tiles, tasks, split tasks, merges, start, stream, end
 
     python3 packages/hpc-attention/scripts/timeline_decode.py [--cases ...] [--kv bf16,fp8]
-        [--variants default,first_page_off,tma_helpers,read_flush,stream_only] [--reps 5]
+        [--variants default,first_page_off,tma_helpers,read_flush,stream_only,stream_only_read,
+         decode_only_read] [--reps 5]
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ VARIANTS = {
     "tma_helpers": (dict(tma=True, helpers=True), "write", True),
     "read_flush": ({}, "read", True),
     "stream_only": (dict(skip_combine=True, flags=1), "write", True),
+    "stream_only_read": (dict(skip_combine=True, flags=1), "read", True),
+    "decode_only_read": (dict(skip_combine=True, flags=0), "read", True),
     # head-major plans: CTA c runs bin c instead of the bins dealt head by head (heuristics.BINS_BY_HEAD)
     "bins_in_cta_order": (dict(bins_by_head=False), "write", True),
 }
