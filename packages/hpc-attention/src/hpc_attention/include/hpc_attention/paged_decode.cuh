@@ -407,26 +407,6 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
     tl_put(p, kTlClockEntry, clock64());
     tl_put(p, kTlSmid, tl_smid());
   }
-  // Start-chain warm-up. After the benchmark's L2 flush (and in serving, after a step that streamed
-  // the KV cache) the parameter block's lines are in DRAM, and each SM's first use of each line
-  // stalls the warp using it for a round trip: the producer's path to its first copy touches four
-  // lines one after another. Here the last consumer warp (idle until the first tile lands) reads
-  // one word of every 32 bytes of the block at once, and the producer warp prefetches the two
-  // tensor-map descriptors, before the barrier initialisation and the bin-table reads, so those
-  // round trips overlap. The words go to shared memory after the first __syncthreads (a use keeps
-  // the loads; the barrier does not wait for them).
-  constexpr int kParamWords = static_cast<int>(sizeof(PagedDecodeParams) / 4);
-  static_assert(kParamWords <= 32 * 8, "one warp's lanes cover the parameter block");
-  const int warm_lane = static_cast<int>(threadIdx.x) - 32 * (Cfg::kConsumerWarps - 1);
-  const bool warm = warm_lane >= 0 && warm_lane < 32;
-  uint32_t warm_word = 0;
-  if (warm && warm_lane * 8 < kParamWords) {
-    warm_word = reinterpret_cast<const uint32_t*>(&p)[warm_lane * 8];
-  }
-  if constexpr (kTma) {
-    if (threadIdx.x == 32 * Cfg::kConsumerWarps) tma_prefetch_map(&p.k_map);
-    if (threadIdx.x == 32 * Cfg::kConsumerWarps + 1) tma_prefetch_map(&p.v_map);
-  }
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw;
   if constexpr (kTma) smem += (1024u - (smem_u32(smem_raw) & 1023u)) & 1023u;  // swizzle atoms
@@ -468,7 +448,6 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
     }
   }
   __syncthreads();
-  if (warm) reinterpret_cast<uint32_t*>(smem + Cfg::kParamSinkOff)[warm_lane] = warm_word;
   hpc::pdl_wait();  // plan, q and the KV cache may come from the previous kernels
   // Dependents (the combine kernel, or in merge mode the next layer's kernels) wait for our
   // completion in griddepcontrol.wait before reading the output, so the early trigger only

@@ -22,22 +22,10 @@ constexpr int kRingSlots = 4;  // claimed tail bins in flight per CTA (decode_bi
 // often a long one, and bin_first / the plan's first page id describe it.) Producer and
 // consumers use the same order; results do not depend on it (merges run in slot order).
 // Diag bit 4: the plain line order, for the benchmark's comparison.
-__device__ __forceinline__ int task_index_in_run(const PagedDecodeParams& p, int t_begin, int t_end, int pos) {
-  const bool in_order = (p.diag & 16) != 0;
-  return in_order || pos == t_begin ? pos : (pos == t_begin + 1 ? t_end - 1 : pos - 1);
-}
 __device__ __forceinline__ int4 task_in_run(const PagedDecodeParams& p, int t_begin, int t_end, int pos) {
-  return p.tasks[task_index_in_run(p, t_begin, t_end, pos)];
-}
-// The TMA producer's form (paged_decode_tma_producer.cuh): the task at run position `pos` loaded when
-// its turn comes, after an L2 prefetch of it at the previous task's start. Why not the consumers'
-// load-ahead into registers: in the producer that load's registers were reused or crossed by
-// branches before it landed, and ptxas waited for it there -- a global round trip (DRAM after the
-// flush) before the first copy of every bin with two or more tasks (SASS of 68e5c54: IMAD.IADD R7,
-// later a BRA, waiting on the scoreboard of the LDG). At the task switch the ring holds several
-// tiles, so the load from the L2 there costs the stream nothing.
-__device__ __forceinline__ void prefetch_task_in_run(const PagedDecodeParams& p, int t_begin, int t_end, int pos) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p.tasks + task_index_in_run(p, t_begin, t_end, pos)));
+  const bool in_order = (p.diag & 16) != 0;
+  const int t = in_order || pos == t_begin ? pos : (pos == t_begin + 1 ? t_end - 1 : pos - 1);
+  return p.tasks[t];
 }
 
 // The bin CTA blockIdx.x runs. A head-major line cut into a multiple of Hkv bins holds head h's
@@ -98,9 +86,7 @@ struct DecodeConfig {
   static constexpr int kMergeRingOff = (kRingBarOff + (2 * kRingSlots + 1) * 8 + 15) / 16 * 16;
   // TMA: the dynamic shared memory base is only 16-byte aligned for sure; the kernel rounds it
   // up to 1024, so ask for the slack.
-  // Where the parameter warm-up's loaded words land (paged_decode_kernel): 32 words.
-  static constexpr int kParamSinkOff = kMergeRingOff + 4 * 16 + 8 * 8;
-  static constexpr int kSmemBytes = kParamSinkOff + 128 + (kTma ? 1024 : 0);
+  static constexpr int kSmemBytes = kMergeRingOff + 4 * 16 + 8 * 8 + (kTma ? 1024 : 0);
   static constexpr int kConsumerWarps = 4;
   static constexpr int kProducerThreads = 128;
   static constexpr int kThreads = 32 * kConsumerWarps + kProducerThreads;

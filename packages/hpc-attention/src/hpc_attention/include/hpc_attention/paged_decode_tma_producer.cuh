@@ -56,11 +56,11 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   // Own bin, then the claimed tail bins (decode_bin_ring.cuh).
   for (int claimed = 0;; ++claimed) {
   bool asked = false;  // asked the scheduler for the next bin
+  int4 next = first_task;  // the bin's first task (prologue or ring)
   for (int t = t_begin; t < t_end; ++t) {
-    // t is the position in the bin's run order (task_in_run); the bin's first task comes from the
-    // prologue or the ring, a later one was prefetched into the L2 (prefetch_task_in_run)
-    const int4 task = t == t_begin ? first_task : task_in_run(p, t_begin, t_end, t);
-    if (t + 1 < t_end) prefetch_task_in_run(p, t_begin, t_end, t + 1);
+    const int4 task = next;
+    // t is the position in the bin's run order (task_in_run)
+    if (t + 1 < t_end) next = task_in_run(p, t_begin, t_end, t + 1);  // in flight while this task streams
     const int b = task.x / p.num_kv_heads, h = task.x - b * p.num_kv_heads;
     const int32_t* pt = p.page_table + b * p.page_table_stride;
     const int n_pages = (task.z + page_mask) >> ps_log2;  // table entries inside the length
