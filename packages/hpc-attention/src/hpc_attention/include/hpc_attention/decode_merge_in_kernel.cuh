@@ -64,92 +64,45 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   const int col = 8 * (tid & 15);
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + h * G * p.out_stride_h + col;
   const long long first_row = static_cast<long long>(f) * G;
-  // With the 64 helper threads a thread takes kR = 2 rows per pass (row, row + kRowStep) and issues
-  // both rows' loads before the arithmetic (merge_parts_rows): an 8-head item's merge is then one pass,
-  // one L2 round trip per batch instead of two (the merge at the end of an 8/1 call is on its critical
-  // path). The 128 consumer threads cover 8 rows per pass already (kR = 1). The per-element arithmetic
-  // is unchanged.
-  constexpr int kR = kThreads < 128 ? 2 : 1;
-  constexpr int kPass = kR * kRowStep;
   if (!grouped) {  // one level: parts 0 .. P - 1 (the combine kernel's warp units)
-    for (int row = tid >> 4; row < G; row += kPass) {
-      long long rows[kR];
-      bool live[kR];
-      float m[kR], l[kR];
-      float4 acc[kR][2] = {};
-#pragma unroll
-      for (int k = 0; k < kR; ++k) {
-        rows[k] = first_row + row + k * kRowStep;
-        live[k] = row + k * kRowStep < G;
-        m[k] = kNegInf;
-        l[k] = 0.f;
-      }
-      merge_parts_rows<2, true, kR>(p.partial_o, p.partial_lse, rows, live, G, 0, P, 1, col, m, l, acc);
-#pragma unroll
-      for (int k = 0; k < kR; ++k) {
-        if (live[k]) store_bf16_row<2>(out + (row + k * kRowStep) * p.out_stride_h, acc[k], 1.f / l[k]);
-      }
+    for (int row = tid >> 4; row < G; row += kRowStep) {
+      float m = kNegInf, l = 0.f;
+      float4 acc[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
+      merge_parts<2, true>(p.partial_o, p.partial_lse, first_row + row, G, 0, P, 1, col, m, l, acc);
+      store_bf16_row<2>(out + row * p.out_stride_h, acc, 1.f / l);
     }
     return 1;
   }
   // Level 1: group g (parts g, g + 8, ...). Its state goes to slot f + g: the partial_o columns
   // a thread writes are those it alone read (part g is in its first batch), partial_lse is kept.
-  for (int row = tid >> 4; row < G; row += kPass) {
-    long long rows[kR];
-    bool live[kR];
-    float m[kR], l[kR];
-    float4 acc[kR][2] = {};
-#pragma unroll
-    for (int k = 0; k < kR; ++k) {
-      rows[k] = first_row + row + k * kRowStep;
-      live[k] = row + k * kRowStep < G;
-      m[k] = kNegInf;
-      l[k] = 0.f;
-    }
-    merge_parts_rows<2, true, kR>(p.partial_o, p.partial_lse, rows, live, G, g, P, kMergeGroups, col, m, l, acc);
-#pragma unroll
-    for (int k = 0; k < kR; ++k) {
-      if (!live[k]) continue;
-      const long long sr = first_row + static_cast<long long>(g) * G + row + k * kRowStep;
-      float4* dst = reinterpret_cast<float4*>(p.partial_o + sr * 128 + col);
-      dst[0] = acc[k][0];
-      dst[1] = acc[k][1];
-      if ((tid & 15) == 0) p.merge_ml[sr] = make_float2(m[k], l[k]);
-    }
+  for (int row = tid >> 4; row < G; row += kRowStep) {
+    float m = kNegInf, l = 0.f;
+    float4 acc[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
+    merge_parts<2, true>(p.partial_o, p.partial_lse, first_row + row, G, g, P, kMergeGroups, col, m, l, acc);
+    const long long sr = first_row + static_cast<long long>(g) * G + row;
+    float4* dst = reinterpret_cast<float4*>(p.partial_o + sr * 128 + col);
+    dst[0] = acc[0];
+    dst[1] = acc[1];
+    if ((tid & 15) == 0) p.merge_ml[sr] = make_float2(m, l);
   }
   if (!arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, sc, tid)) return 1;
   // Level 2: the 8 group states, folded in group order (the combine kernel's phase 2).
-  for (int row = tid >> 4; row < G; row += kPass) {
-    bool live[kR];
-    float gm[kR][kMergeGroups], gl[kR][kMergeGroups];
-    float4 ga[kR][kMergeGroups][2];
+  for (int row = tid >> 4; row < G; row += kRowStep) {
+    float gm[kMergeGroups], gl[kMergeGroups];
+    float4 ga[kMergeGroups][2];
 #pragma unroll
-    for (int k = 0; k < kR; ++k) {
-      live[k] = row + k * kRowStep < G;
-#pragma unroll
-      for (int w = 0; w < kMergeGroups; ++w) {
-        const long long sr = first_row + static_cast<long long>(w) * G + row + k * kRowStep;
-        float2 ml = make_float2(kNegInf, 0.f);
-        float4 a0 = make_float4(0.f, 0.f, 0.f, 0.f), a1 = a0;
-        if (live[k]) {
-          ml = __ldcg(p.merge_ml + sr);
-          a0 = __ldcg(reinterpret_cast<const float4*>(p.partial_o + sr * 128 + col));
-          a1 = __ldcg(reinterpret_cast<const float4*>(p.partial_o + sr * 128 + col + 4));
-        }
-        gm[k][w] = ml.x;
-        gl[k][w] = ml.y;
-        ga[k][w][0] = a0;
-        ga[k][w][1] = a1;
-      }
+    for (int w = 0; w < kMergeGroups; ++w) {
+      const long long sr = first_row + static_cast<long long>(w) * G + row;
+      const float2 ml = __ldcg(p.merge_ml + sr);
+      gm[w] = ml.x;
+      gl[w] = ml.y;
+      ga[w][0] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + sr * 128 + col));
+      ga[w][1] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + sr * 128 + col + 4));
     }
-#pragma unroll
-    for (int k = 0; k < kR; ++k) {
-      if (!live[k]) continue;
-      float L;
-      float4 r[2];
-      fold_groups<2>(gm[k], gl[k], ga[k], L, r);
-      store_bf16_row<2>(out + (row + k * kRowStep) * p.out_stride_h, r, 1.f / L);
-    }
+    float L;
+    float4 r[2];
+    fold_groups<2>(gm, gl, ga, L, r);
+    store_bf16_row<2>(out + row * p.out_stride_h, r, 1.f / L);
   }
   return 2;
 }
