@@ -20,7 +20,7 @@ REASONS = ("barrier", "branch_resolving", "dispatch", "drain", "imc", "lg", "lon
 def kernels(rows):
     """(name, header, data rows) per kernel section of the CSV."""
     starts = [i for i, r in enumerate(rows) if r and r[0] == "Kernel Name"] + [len(rows)]
-    for s, e in zip(starts, starts[1:]):
+    for s, e in zip(starts, starts[1:], strict=False):
         yield rows[s][1], rows[s + 1], rows[s + 2:e]
 
 
