@@ -13,21 +13,9 @@
 //        -o /tmp/cfc packages/hpc-attention/scripts/code_fetch_cost.cu && /tmp/cfc
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <cstdint>
 #include <cstdio>
-#include <vector>
 
-#include "hpc_common/check.h"
-
-#define CK(x) HPC_CUDA_CHECK((x), #x)
-
-__global__ void flush_write(uint4* buf, size_t n) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint4 v = buf[i];
-    buf[i] = make_uint4(~v.x, ~v.y, ~v.z, ~v.w);
-  }
-}
+#include "graph_timing.cuh"
 
 template <int N>
 __global__ void straight_line(float* out, float b, float c) {
@@ -43,55 +31,24 @@ __global__ void straight_line(float* out, float b, float c) {
 }
 
 template <int N>
-void run(uint4* buf, size_t flush_bytes, float* out, cudaStream_t st, int sms) {
+void run(const FlushedStream& fs, float* out) {
   for (int warm = 0; warm < 2; ++warm) {
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    cudaGraph_t g;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    flush_write<<<4 * sms, 512, 0, st>>>(buf, flush_bytes / 16);
-    if (warm) straight_line<N><<<1, 32, 0, st>>>(out, 1.0001f, 0.5f);
-    CK(cudaEventRecordWithFlags(e0, st, cudaEventRecordExternal));
-    straight_line<N><<<1, 32, 0, st>>>(out, 1.0001f, 0.5f);
-    CK(cudaEventRecordWithFlags(e1, st, cudaEventRecordExternal));
-    CK(cudaStreamEndCapture(st, &g));
-    cudaGraphExec_t ge;
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    std::vector<float> t;
-    for (int r = 0; r < 60; ++r) {
-      CK(cudaGraphLaunch(ge, st));
-      CK(cudaStreamSynchronize(st));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      if (r >= 10) t.push_back(ms * 1000.f);
-    }
-    std::sort(t.begin(), t.end());
+    auto launch = [&] { straight_line<N><<<1, 32, 0, fs.stream>>>(out, 1.0001f, 0.5f); };
+    const GraphTiming t = fs.time([&] { if (warm) launch(); }, launch);
     std::printf("{\"case\": \"ffma_%d\", \"code_kb\": %.1f, \"code\": \"%s\", \"median_us\": %.2f, \"p10_us\": %.2f, \"p90_us\": %.2f}\n",
-                N, N * 16 / 1024.0, warm ? "warm" : "cold", t[t.size() / 2], t[t.size() / 10], t[t.size() * 9 / 10]);
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
+                N, N * 16 / 1024.0, warm ? "warm" : "cold", t.median_us, t.p10_us, t.p90_us);
   }
 }
 
 int main() {
-  const size_t flush_bytes = size_t(128) << 20;
-  uint4* buf;
+  const FlushedStream fs;
   float* out;
-  CK(cudaMalloc(&buf, flush_bytes));
-  CK(cudaMemset(buf, 0, flush_bytes));
   CK(cudaMalloc(&out, 4096));
-  cudaStream_t st;
-  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   for (int round = 0; round < 2; ++round) {
-    run<16>(buf, flush_bytes, out, st, sms);
-    run<256>(buf, flush_bytes, out, st, sms);
-    run<1024>(buf, flush_bytes, out, st, sms);
-    run<4096>(buf, flush_bytes, out, st, sms);
+    run<16>(fs, out);
+    run<256>(fs, out);
+    run<1024>(fs, out);
+    run<4096>(fs, out);
   }
   return 0;
 }

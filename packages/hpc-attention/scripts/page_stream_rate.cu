@@ -8,6 +8,7 @@
 // page_table[t] (a random permutation, or the identity: contiguous K and V streams).
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I packages/hpc-common/src/hpc_common/include \
+//        -I packages/hpc-attention/src/hpc_attention/include \
 //        -o /tmp/psr packages/hpc-attention/scripts/page_stream_rate.cu && /tmp/psr
 //
 // `psr tmap` runs only the copy-form comparison (twenty-first session): 1-D bulk copies against the decode
@@ -31,15 +32,52 @@
 #include "hpc_common/check.h"
 #include "hpc_common/sm90.cuh"
 #include "hpc_common/tma_encode.h"
+#include "hpc_attention/sm90_primitives.cuh"  // tma_load_4d: the decode producer's copy
 
 namespace sm90 = hpc::sm90;
 
 constexpr int kMaxStages = 16;
 
-__device__ __forceinline__ uint64_t now_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
+using sm90::global_timer_ns;
+
+// CTA blockIdx.x's share of a line of `total` tiles: [t0, t0 + n).
+struct LineShare {
+  int t0, n;
+};
+__device__ __forceinline__ LineShare line_share(int total) {
+  const int t0 = int(int64_t(blockIdx.x) * total / gridDim.x);
+  return {t0, int(int64_t(blockIdx.x + 1) * total / gridDim.x) - t0};
+}
+
+// The ring's barriers (thread 0; the caller synchronises): one producer arrival per full phase, one
+// arrival per consumer warp per empty phase.
+__device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty, int stages) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      sm90::mbar_init(&full[s], 1);
+      sm90::mbar_init(&empty[s], 4);
+    }
+    sm90::mbar_init_fence();
+  }
+}
+
+// Consumer warps 0-3: wait for each of the CTA's n stages, touch it, release it; thread 0 stamps the
+// CTA's end into spans[2 blockIdx.x + 1].
+__device__ __forceinline__ void consume_ring(const uint8_t* smem, uint32_t stage_bytes, int stages, int n,
+                                             uint64_t* full, uint64_t* empty, unsigned long long* spans,
+                                             float* sink) {
+  float acc = 0.f;
+  const int lane = threadIdx.x & 31;
+  for (int i = 0; i < n; ++i) {
+    const int s = i % stages;
+    sm90::mbar_wait(&full[s], (i / stages) & 1);
+    acc += reinterpret_cast<const float*>(smem + s * stage_bytes)[threadIdx.x];  // touch the stage
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(&empty[s]);
+  }
+  if (acc == 1234.5f) sink[threadIdx.x] = acc;
+  __syncwarp();
+  if (threadIdx.x == 0) spans[2 * blockIdx.x + 1] = global_timer_ns();
 }
 
 // 160 threads: warps 0-3 consume, warp 4's lane 0 produces.
@@ -48,20 +86,12 @@ __global__ void __launch_bounds__(160, 1)
                 int total_tiles, int page_bytes, int stages, bool evict_first, unsigned long long* spans, float* sink) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
-  const int t0 = int(int64_t(blockIdx.x) * total_tiles / gridDim.x);
-  const int t1 = int(int64_t(blockIdx.x + 1) * total_tiles / gridDim.x);
-  const int n = t1 - t0;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; ++s) {
-      sm90::mbar_init(&full[s], 1);
-      sm90::mbar_init(&empty[s], 4);
-    }
-    sm90::mbar_init_fence();
-  }
+  const auto [t0, n] = line_share(total_tiles);
+  init_ring(full, empty, stages);
   __syncthreads();
   const uint32_t stage_bytes = 2u * page_bytes;
   if (threadIdx.x == 128) {
-    const uint64_t start = now_ns();
+    const uint64_t start = global_timer_ns();
     for (int i = 0; i < n; ++i) {
       const int s = i % stages;
       if (i >= stages) sm90::mbar_wait(&empty[s], ((i / stages) - 1) & 1);
@@ -78,18 +108,7 @@ __global__ void __launch_bounds__(160, 1)
     }
     spans[2 * blockIdx.x] = start;
   } else if (threadIdx.x < 128) {
-    float acc = 0.f;
-    const int lane = threadIdx.x & 31;
-    for (int i = 0; i < n; ++i) {
-      const int s = i % stages;
-      sm90::mbar_wait(&full[s], (i / stages) & 1);
-      acc += reinterpret_cast<const float*>(smem + s * stage_bytes)[threadIdx.x];  // touch the stage
-      __syncwarp();
-      if (lane == 0) sm90::mbar_arrive(&empty[s]);
-    }
-    if (acc == 1234.5f) sink[threadIdx.x] = acc;
-    __syncwarp();
-    if (threadIdx.x == 0) spans[2 * blockIdx.x + 1] = now_ns();
+    consume_ring(smem, stage_bytes, stages, n, full, empty, spans, sink);
   }
 }
 
@@ -106,16 +125,8 @@ __global__ void __launch_bounds__(160, 1)
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024u - (sm90::smem_u32(smem_raw) & 1023u)) & 1023u);  // swizzle atoms
   __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
-  const int t0 = int(int64_t(blockIdx.x) * total_tiles / gridDim.x);
-  const int t1 = int(int64_t(blockIdx.x + 1) * total_tiles / gridDim.x);
-  const int n = t1 - t0;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; ++s) {
-      sm90::mbar_init(&full[s], 1);
-      sm90::mbar_init(&empty[s], 4);
-    }
-    sm90::mbar_init_fence();
-  }
+  const auto [t0, n] = line_share(total_tiles);
+  init_ring(full, empty, stages);
   __syncthreads();
   const uint32_t stage_bytes = 2u * page_bytes;
   const int halves = page_bytes / 8192;  // 128-byte boxes per 64-token row: 2 (BF16), 1 (FP8)
@@ -125,14 +136,16 @@ __global__ void __launch_bounds__(160, 1)
     const CUtensorMap* my_map = my_kv ? &v_map : &k_map;
     const uint32_t my_dst = my_kv * page_bytes + my_half * 8192;
     const uint64_t pol = sm90::l2_evict_first_policy();
-    const uint64_t start = now_ns();
+    const uint64_t start = global_timer_ns();
     for (int i = 0; i < n; ++i) {
       const int s = i % stages;
       if (i >= stages) sm90::mbar_wait(&empty[s], ((i / stages) - 1) & 1);
       const int page = page_table[t0 + i];
       if (lane == 0) sm90::mbar_arrive_expect_tx(&full[s], stage_bytes);
       __syncwarp();
-      if (rows2d > 0) {  // forms 1 / 2: one 2-D box per page (K from lane 0, V from lane 1)
+      if (rows2d > 0) {  // forms 1 / 2: one 2-D box per page (K from lane 0, V from lane 1); the same
+        // instruction as hpc-router-gemm's tma_load_2d_hint, spelled out to keep this package's scripts
+        // off another operator's headers
         if (lane < 2) {
           asm volatile(
               "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
@@ -142,28 +155,12 @@ __global__ void __launch_bounds__(160, 1)
               : "memory");
         }
       } else if (lane < 2 * halves) {
-        asm volatile(
-            "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
-            " [%0], [%1, {%3, %4, %5, %6}], [%2], %7;" ::"r"(sm90::smem_u32(smem + s * stage_bytes + my_dst)),
-            "l"(reinterpret_cast<uint64_t>(my_map)), "r"(sm90::smem_u32(&full[s])), "r"(my_half * 64),
-            "r"(0), "r"(0), "r"(page), "l"(pol)
-            : "memory");
+        hpc::attn::tma_load_4d(smem + s * stage_bytes + my_dst, my_map, &full[s], my_half * 64, 0, 0, page, pol);
       }
     }
     if (lane == 0) spans[2 * blockIdx.x] = start;
   } else {
-    float acc = 0.f;
-    const int lane = threadIdx.x & 31;
-    for (int i = 0; i < n; ++i) {
-      const int s = i % stages;
-      sm90::mbar_wait(&full[s], (i / stages) & 1);
-      acc += reinterpret_cast<const float*>(smem + s * stage_bytes)[threadIdx.x];  // touch the stage
-      __syncwarp();
-      if (lane == 0) sm90::mbar_arrive(&empty[s]);
-    }
-    if (acc == 1234.5f) sink[threadIdx.x] = acc;
-    __syncwarp();
-    if (threadIdx.x == 0) spans[2 * blockIdx.x + 1] = now_ns();
+    consume_ring(smem, stage_bytes, stages, n, full, empty, spans, sink);
   }
 }
 
@@ -177,7 +174,7 @@ __global__ void __launch_bounds__(512, 1)
   const int t0 = int(int64_t(blockIdx.x) * total_tiles / gridDim.x);
   const int t1 = int(int64_t(blockIdx.x + 1) * total_tiles / gridDim.x);
   const int vecs = page_bytes / 16;  // per page
-  const uint64_t start = now_ns();
+  const uint64_t start = global_timer_ns();
   uint32_t acc = 0;
   for (int t = t0; t < t1; t += kAhead) {
     uint4 r[kAhead][4];
@@ -203,7 +200,7 @@ __global__ void __launch_bounds__(512, 1)
   __syncthreads();
   if (threadIdx.x == 0) {
     spans[2 * blockIdx.x] = start;
-    spans[2 * blockIdx.x + 1] = now_ns();
+    spans[2 * blockIdx.x + 1] = global_timer_ns();
   }
 }
 
