@@ -106,15 +106,6 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
     }
   }
   if (blockIdx.x != 0) return;  // only the aligned plan uses more than one CTA (plan_ctas)
-  if constexpr (!kHM) {
-    // Small one-head batches: the same plan without block scans (decode_plan_rows.cuh says why).
-    if (plan_rows_applies(p, tail)) {
-      plan_fast_rows(p, by_floor);
-      plan_tl_end(p);
-      if (p.page_table != nullptr) write_first_pages(p);  // block-uniform; every warp is still here
-      return;
-    }
-  }
   auto tiles = tiles_of;
 
   // Pass 1: tiles of my items (a request's tiles, once per head), non-empty items, clamped
@@ -167,9 +158,38 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
   if (p.page_table != nullptr) write_first_pages(p);  // block-uniform
 }
 
-// The kernel for p's line order (set_line_order): head-major iff p.line_heads > 1.
-inline auto plan_kernel_for(const DecodePlanParams& p) {
-  return p.line_heads > 1 ? decode_plan_kernel<true> : decode_plan_kernel<false>;
+// Small one-head dynamic batches (plan_rows_applies): the row plan (decode_plan_rows.cuh) in a kernel
+// of its own. Why not a branch of decode_plan_kernel, as it was until the twenty-second session: the
+// same plan, tables and launch read 5.40-5.58 us there against 4.94-5.05 us as a kernel of its own
+// (batch 256, scripts/plan_probe.cu, H200, same process). Not cold code (the code warmed by a batch-1
+// plan read as a spin kernel did) and not the parameter block's lines (all touched at entry: no
+// change); the general kernel's prologue and dispatch before the rows path ran ~0.45 us on the chain.
+__global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_rows_kernel(const __grid_constant__ DecodePlanParams p) {
+  plan_tl(p, kPtEntry);
+  FastDiv by_floor;
+  by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
+  const int rows = (p.batch + 31) >> 5;
+  if (p.page_table != nullptr && static_cast<int>(threadIdx.x >> 5) < rows) {
+    // No bin has a first task yet: by the row plan's warps, so its barrier orders this before note_first.
+    const int ns = min(p.num_bins + p.max_tail_bins, kFirstPageSmemBins);
+#pragma unroll 1
+    for (int c = threadIdx.x; c < ns; c += rows * 32) plan_shared().first[c].x = -1;
+  }
+  hpc::pdl_wait();
+  hpc::pdl_launch_dependents();  // the decode kernel waits for our completion anyway
+  plan_tl(p, kPtPdl);
+  plan_fast_rows(p, by_floor);
+  plan_tl_end(p);
+  if (p.page_table != nullptr) write_first_pages(p);  // block-uniform; every warp is still here
+}
+
+using PlanKernel = void (*)(DecodePlanParams);
+
+// The kernel for p: head-major lines (set_line_order, p.line_heads > 1), the row plan, or the rest.
+inline PlanKernel plan_kernel_for(const DecodePlanParams& p) {
+  if (p.line_heads > 1) return decode_plan_kernel<true>;
+  if (plan_rows_applies(p, plan_has_tail(p))) return decode_plan_rows_kernel;
+  return decode_plan_kernel<false>;
 }
 
 inline cudaError_t launch_decode_plan(const DecodePlanParams& p, cudaStream_t stream, bool pdl) {

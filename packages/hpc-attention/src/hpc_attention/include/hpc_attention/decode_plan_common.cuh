@@ -175,7 +175,7 @@ __device__ __forceinline__ long long div_nonneg(long long a, int b) {
 __device__ __forceinline__ int clamp_len(const DecodePlanParams& p, int raw) {
   return raw < 0 ? 0 : (raw > p.max_len ? p.max_len : raw);
 }
-__device__ __forceinline__ int tiles_of(int len) { return (len + kTileTokens - 1) / kTileTokens; }
+__host__ __device__ __forceinline__ int tiles_of(int len) { return (len + kTileTokens - 1) / kTileTokens; }
 
 // The line's request v as (real request, head): v itself and head h on the request-major line;
 // on the head-major line (set_line_order) v = head * B + request, split with the precomputed

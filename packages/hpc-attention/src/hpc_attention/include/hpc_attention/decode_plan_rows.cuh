@@ -31,8 +31,8 @@ constexpr int kRowMax = 8;
 // The row plan applies: dynamic, request-major, one KV head, no claimable tail, B <= kRowMax * 32,
 // and a line that cannot leave the fast plan's 32-bit range whatever the lengths (every request
 // clamped to max_len, every item charged), so the decision needs only parameters (block-uniform,
-// made before any length is read).
-__device__ __forceinline__ bool plan_rows_applies(const DecodePlanParams& p, bool tail) {
+// made before any length is read; the launcher picks decode_plan_rows_kernel by it on the host).
+__host__ __device__ inline bool plan_rows_applies(const DecodePlanParams& p, bool tail) {
   if (p.static_splits > 0 || tail || p.line_heads > 1 || p.num_kv_heads != 1 || p.batch > kRowMax * 32) return false;
   const long long bound = static_cast<long long>(p.batch) * (tiles_of(p.max_len) + (p.task_cost > 0 ? p.task_cost : 0));
   return bound <= 0x7fffffffll && (bound + 1) * p.cut_bins + bound < 0xFFFFFFFFll;
