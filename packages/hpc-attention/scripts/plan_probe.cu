@@ -56,13 +56,16 @@ __device__ unsigned* d_stamps;
 // One lane per 16 bytes of the parameter block loads a word at entry into shared memory, so every
 // constant line's miss overlaps the first (ptxas loads the table pointers just before their first
 // stores, at the end of the chain). Measured null: rows_touch = rows_stop4 (and the same in the library
-// kernel, 5.40-5.49 against 5.52-5.58 us, within spread): the constant lines are not the cost.
+// kernel, 5.40-5.49 against 5.52-5.58 us, within spread) -- but ptxas had dropped the unread stores and
+// the loads with them; the sink is volatile since.
 __device__ __forceinline__ void touch_param_lines(const DecodePlanParams& p) {
   __shared__ int sink[32];
   constexpr int kSteps = static_cast<int>((sizeof(DecodePlanParams) + 15) / 16);
   static_assert(kSteps <= 32, "one warp's lanes cover the parameter block");
   const int lane = threadIdx.x & 31;
-  if (lane < kSteps) sink[lane] = reinterpret_cast<const int*>(&p)[lane * 4];
+  // volatile: a shared array that nothing reads is otherwise dropped with the loads (the first
+  // measurement of this touch, in the library kernel with a plain store, was of a build without it)
+  if (lane < kSteps) reinterpret_cast<volatile int*>(sink)[lane] = reinterpret_cast<const int*>(&p)[lane * 4];
 }
 
 // The row plan (decode_plan_rows.cuh's plan_fast_rows, copied) stopped after step kStop, storing what
@@ -70,7 +73,8 @@ __device__ __forceinline__ void touch_param_lines(const DecodePlanParams& p) {
 // my line position, 2 + the counts and the barrier, 3 + unused bins and totals, 4 the whole plan.
 // kFlags (kStop 4 only): 1 no close_unused_bins, 2 no write_totals, 4 both after plan_fast_write, 8 the
 // last warp touches the parameter lines at entry (touch_param_lines), 16 clock stamps per step into d_stamps
-// (rows_stamped: the steps' cycles, warp by warp).
+// (rows_stamped: the steps' cycles, warp by warp), 32 the first-page init at entry (a parameter test
+// before the lengths' loads, as decode_plan_kernel has it).
 template <int kStop, int kFlags = 0>
 __global__ void __launch_bounds__(512, 1) rows_stop(const __grid_constant__ DecodePlanParams p) {
   using namespace hpc::attn;
@@ -79,6 +83,12 @@ __global__ void __launch_bounds__(512, 1) rows_stop(const __grid_constant__ Deco
   }
   FastDiv by_floor;
   by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
+  if constexpr ((kFlags & 32) != 0) {  // the library's first-page init at entry, as decode_plan_kernel has it
+    if (p.page_table != nullptr && static_cast<int>(threadIdx.x >> 5) < ((p.batch + 31) >> 5)) {
+      const int ns = min(p.num_bins + p.max_tail_bins, kFirstPageSmemBins);
+      for (int c = threadIdx.x; c < ns; c += 256) plan_shared().first[c].x = -1;
+    }
+  }
   unsigned st[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   constexpr bool kStamp = (kFlags & 16) != 0;
   if constexpr (kStamp) st[0] = clock_after(0);
@@ -204,6 +214,22 @@ __global__ void clock_kernel(double* out) {
   out[0] = double(c1 - c0) * 1e3 / double(t1 - t0);
 }
 
+// The library's decode_plan_rows_kernel body (plan_fast_rows itself from the header), optionally with
+// touch_param_lines by warp 15 (idle in the row plan: rows <= 8).
+template <bool kTouch>
+__global__ void __launch_bounds__(512, 1) rows_lib(const __grid_constant__ DecodePlanParams p) {
+  using namespace hpc::attn;
+  if constexpr (kTouch) {
+    if (threadIdx.x >> 5 == kPlanWarps - 1) touch_param_lines(p);
+  }
+  FastDiv by_floor;
+  by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
+  hpc::pdl_wait();
+  hpc::pdl_launch_dependents();
+  plan_fast_rows(p, by_floor);
+  if (p.page_table != nullptr) write_first_pages(p);
+}
+
 DecodePlanParams g_warm;  // a batch-1 plan on its own tables: the warm-up launch of rows_stop4_warm
 
 int main() {
@@ -266,6 +292,9 @@ int main() {
       {"rows_nototals", [](const DecodePlanParams& q, cudaStream_t s) { CK(hpc::launch_kernel(rows_stop<4, 2>, dim3(1), dim3(512), 0, s, true, q)); }},
       {"rows_late_close", [](const DecodePlanParams& q, cudaStream_t s) { CK(hpc::launch_kernel(rows_stop<4, 4>, dim3(1), dim3(512), 0, s, true, q)); }},
       {"rows_touch", [](const DecodePlanParams& q, cudaStream_t s) { CK(hpc::launch_kernel(rows_stop<4, 8>, dim3(1), dim3(512), 0, s, true, q)); }},
+      {"rows_lib", [](const DecodePlanParams& q, cudaStream_t s) { CK(hpc::launch_kernel(rows_lib<false>, dim3(1), dim3(512), 0, s, true, q)); }},
+      {"rows_lib_touch", [](const DecodePlanParams& q, cudaStream_t s) { CK(hpc::launch_kernel(rows_lib<true>, dim3(1), dim3(512), 0, s, true, q)); }},
+      {"rows_entry_init", [](const DecodePlanParams& q, cudaStream_t s) { CK(hpc::launch_kernel(rows_stop<4, 32>, dim3(1), dim3(512), 0, s, true, q)); }},
       {"rows_stamped", [](const DecodePlanParams& q, cudaStream_t s) { CK(hpc::launch_kernel(rows_stop<4, 16>, dim3(1), dim3(512), 0, s, true, q)); }},
       {"rows_stop4_after_spin", [](const DecodePlanParams& q, cudaStream_t s) { CK(hpc::launch_kernel(rows_stop<4>, dim3(1), dim3(512), 0, s, false, q)); },
        [](cudaStream_t s) { spin_kernel<<<1, 32, 0, s>>>(); }},
@@ -321,7 +350,8 @@ int main() {
   const std::vector<char> want = snapshot(vs[0]);
   for (const V& v : vs) {
     if (v.before == nullptr && (std::string(v.name).rfind("rows_stop4", 0) == 0 || std::string(v.name) == "rows_late_close" ||
-                                 std::string(v.name) == "rows_touch"))
+                                 std::string(v.name) == "rows_touch" ||
+                                 std::string(v.name).rfind("rows_lib", 0) == 0))
       std::printf("{\"check\": \"%s\", \"tables_equal_library\": %s}\n", v.name, snapshot(v) == want ? "true" : "false");
   }
   int counters[8];

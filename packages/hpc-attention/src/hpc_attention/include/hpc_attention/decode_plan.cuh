@@ -168,13 +168,6 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_rows_kernel(const
   plan_tl(p, kPtEntry);
   FastDiv by_floor;
   by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
-  const int rows = (p.batch + 31) >> 5;
-  if (p.page_table != nullptr && static_cast<int>(threadIdx.x >> 5) < rows) {
-    // No bin has a first task yet: by the row plan's warps, so its barrier orders this before note_first.
-    const int ns = min(p.num_bins + p.max_tail_bins, kFirstPageSmemBins);
-#pragma unroll 1
-    for (int c = threadIdx.x; c < ns; c += rows * 32) plan_shared().first[c].x = -1;
-  }
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();  // the decode kernel waits for our completion anyway
   plan_tl(p, kPtPdl);
