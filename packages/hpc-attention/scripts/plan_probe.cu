@@ -53,20 +53,9 @@ __device__ __forceinline__ unsigned clock_after(int dep) {
 unsigned* g_stamps;  // kFlags 16: [warp][8] clock stamps of rows_stamped, lane 0 of each warp
 __device__ unsigned* d_stamps;
 
-// One lane per 16 bytes of the parameter block loads a word at entry into shared memory, so every
-// constant line's miss overlaps the first (ptxas loads the table pointers just before their first
-// stores, at the end of the chain). Measured null: rows_touch = rows_stop4 (and the same in the library
-// kernel, 5.40-5.49 against 5.52-5.58 us, within spread) -- but ptxas had dropped the unread stores and
-// the loads with them; the sink is volatile since.
-__device__ __forceinline__ void touch_param_lines(const DecodePlanParams& p) {
-  __shared__ int sink[32];
-  constexpr int kSteps = static_cast<int>((sizeof(DecodePlanParams) + 15) / 16);
-  static_assert(kSteps <= 32, "one warp's lanes cover the parameter block");
-  const int lane = threadIdx.x & 31;
-  // volatile: a shared array that nothing reads is otherwise dropped with the loads (the first
-  // measurement of this touch, in the library kernel with a plain store, was of a build without it)
-  if (lane < kSteps) reinterpret_cast<volatile int*>(sink)[lane] = reinterpret_cast<const int*>(&p)[lane * 4];
-}
+// touch_param_lines (decode_plan_common.cuh): one lane per 16 bytes of the parameter block loads a
+// word at entry into a volatile shared sink. Its first measurement here (a plain sink) was of nothing:
+// ptxas dropped the unread stores and their loads.
 
 // The row plan (decode_plan_rows.cuh's plan_fast_rows, copied) stopped after step kStop, storing what
 // the step produced so the compiler keeps it: 0 the lengths and the total, 1 + the line, the cut and
@@ -79,7 +68,7 @@ template <int kStop, int kFlags = 0>
 __global__ void __launch_bounds__(512, 1) rows_stop(const __grid_constant__ DecodePlanParams p) {
   using namespace hpc::attn;
   if constexpr ((kFlags & 8) != 0) {
-    if (threadIdx.x >> 5 == hpc::attn::kPlanWarps - 1) touch_param_lines(p);
+    if (threadIdx.x >> 5 == hpc::attn::kPlanWarps - 1) hpc::attn::touch_param_lines(p);
   }
   FastDiv by_floor;
   by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
@@ -214,13 +203,13 @@ __global__ void clock_kernel(double* out) {
   out[0] = double(c1 - c0) * 1e3 / double(t1 - t0);
 }
 
-// The library's decode_plan_rows_kernel body (plan_fast_rows itself from the header), optionally with
+// decode_plan_rows_kernel's body (plan_fast_rows itself from the header), with or without its
 // touch_param_lines by warp 15 (idle in the row plan: rows <= 8).
 template <bool kTouch>
 __global__ void __launch_bounds__(512, 1) rows_lib(const __grid_constant__ DecodePlanParams p) {
   using namespace hpc::attn;
   if constexpr (kTouch) {
-    if (threadIdx.x >> 5 == kPlanWarps - 1) touch_param_lines(p);
+    if (threadIdx.x >> 5 == kPlanWarps - 1) hpc::attn::touch_param_lines(p);
   }
   FastDiv by_floor;
   by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);

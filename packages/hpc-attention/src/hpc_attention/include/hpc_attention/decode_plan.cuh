@@ -162,10 +162,14 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
 // of its own. Why not a branch of decode_plan_kernel, as it was until the twenty-second session: the
 // same plan, tables and launch read 5.40-5.58 us there against 4.94-5.05 us as a kernel of its own
 // (batch 256, scripts/plan_probe.cu, H200, same process). Not cold code (the code warmed by a batch-1
-// plan read as a spin kernel did) and not the parameter block's lines (all touched at entry: no
-// change); the general kernel's prologue and dispatch before the rows path ran ~0.45 us on the chain.
+// plan read as a spin kernel did); where ptxas placed the parameter loads of the larger kernel may be
+// part of it (the touch that would have told was dropped by ptxas in that measurement; see
+// touch_param_lines, which this kernel now uses).
 __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_rows_kernel(const __grid_constant__ DecodePlanParams p) {
   plan_tl(p, kPtEntry);
+  // The last warp never holds a row (kRowMax * 32 <= kPlanThreads / 2): it warms the parameter lines.
+  static_assert(kRowMax < kPlanWarps, "an idle warp touches the parameter lines");
+  if (threadIdx.x >> 5 == kPlanWarps - 1) touch_param_lines(p);
   FastDiv by_floor;
   by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
   hpc::pdl_wait();

@@ -53,11 +53,29 @@ struct PlanShared {
   // barrier, so a warp may start writing the next scan's buffer while others still read this one.
   int4 scan[3][kPlanWarps];
   int2 first[kFirstPageSmemBins];  // {request, first tile} of each non-empty bin's first task; x = -1: empty
+  int param_sink[32];              // touch_param_lines' loaded words (never read)
 };
 
 __device__ __forceinline__ PlanShared& plan_shared() {
   __shared__ PlanShared s;
   return s;
+}
+
+// Why: after the benchmarks' L2 flush (and in serving, after a step that streamed the KV cache) the
+// parameter block's constant lines are in DRAM, and ptxas places some c[0x0][...] loads (the cut's bin
+// count, table pointers) after the lengths have landed, where a line's first touch is one more dependent
+// round trip. One lane per 16 bytes of the block (the block starts at c[0x0][0x210]: 16-byte steps meet
+// every line whatever its size) loads a word at entry, so every line's miss overlaps the first; the
+// words go to a volatile shared sink, or ptxas drops the loads with the unread stores. Measured on the
+// row kernel (scripts/plan_probe.cu, H200): 5.06-5.09 us against 5.20 without. Call from a warp with
+// nothing else to do at entry (it waits for the lines).
+__device__ __forceinline__ void touch_param_lines(const DecodePlanParams& p) {
+  constexpr int kSteps = static_cast<int>((sizeof(DecodePlanParams) + 15) / 16);
+  static_assert(kSteps <= 32, "one warp's lanes cover the parameter block");
+  const int lane = threadIdx.x & 31;
+  if (lane < kSteps) {
+    reinterpret_cast<volatile int*>(plan_shared().param_sink)[lane] = reinterpret_cast<const int*>(&p)[lane * 4];
+  }
 }
 
 // Beside every bin_first write: what write_first_pages needs, without reading the tables back.

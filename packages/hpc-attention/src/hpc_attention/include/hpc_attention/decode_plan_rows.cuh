@@ -35,9 +35,7 @@ constexpr int kRowMax = 8;
 __host__ __device__ inline bool plan_rows_applies(const DecodePlanParams& p, bool tail) {
   if (p.static_splits > 0 || tail || p.line_heads > 1 || p.num_kv_heads != 1 || p.batch > kRowMax * 32) return false;
   const long long bound = static_cast<long long>(p.batch) * (tiles_of(p.max_len) + (p.task_cost > 0 ? p.task_cost : 0));
-  // (the last test: the charge test n * nb0 <= total in 32 bits, n <= tiles_of(max_len), nb0 <= cut_bins)
-  return bound <= 0x7fffffffll && (bound + 1) * p.cut_bins + bound < 0xFFFFFFFFll &&
-         static_cast<long long>(tiles_of(p.max_len)) * p.cut_bins <= 0xFFFFFFFFll;
+  return bound <= 0x7fffffffll && (bound + 1) * p.cut_bins + bound < 0xFFFFFFFFll;
 }
 
 // The row plan (plan_rows_applies holds). Warps past the last row return at once.
@@ -52,51 +50,42 @@ __device__ __forceinline__ void plan_fast_rows(const DecodePlanParams& p, const 
 #pragma unroll
   for (int k = 0; k < kRowMax; ++k) raw[k] = k < rows && 32 * k + lane < B ? p.kv_lens[32 * k + lane] : 0;
   if (p.page_table != nullptr) {
-    // No bin has a first task yet (write_first_pages). Here, with the lengths in flight, not at entry: a
-    // test of a parameter before the lengths' loads cost its own round trip first (plan_probe.cu). Done
-    // by the plan's warps: their barrier below orders it before note_first.
+    // No bin has a first task yet (write_first_pages): by the plan's warps, whose barrier below orders
+    // this before note_first, and with the lengths already in flight.
     const int ns = min(p.num_bins + p.max_tail_bins, kFirstPageSmemBins);
 #pragma unroll 1
     for (int c = threadIdx.x; c < ns; c += rows * 32) plan_shared().first[c].x = -1;
   }
   int n[kRowMax];
-  int lane_tiles = 0, lane_clamped = 0, lane_tiles_before = 0, my_len = 0, my_n = 0;
+  int lane_tiles = 0, lane_clamped = 0;
 #pragma unroll
   for (int k = 0; k < kRowMax; ++k) {
     n[k] = tiles_of(clamp_len(p, raw[k]));
     lane_tiles += n[k];
     lane_clamped += raw[k] < 0 || raw[k] > p.max_len ? 1 : 0;  // 0 outside the batch
-    if (k < w) lane_tiles_before += n[k];
+  }
+  plan_tl(p, kPtLens, lane_tiles);
+  const int total = warp_sum(lane_tiles);
+  const int clamped = warp_sum(lane_clamped);
+  // Charged items (item_charged, as plan_fast's cost_of) and each request's span on the
+  // line; my line position = the spans of the rows before mine + a scan of my row.
+  const unsigned nb0 = static_cast<unsigned>(bins_for(by_floor, static_cast<unsigned>(total), p.cut_bins));
+  int lane_charged = 0, lane_before = 0, my_len = 0, my_n = 0;
+  unsigned my_ovh = 0;
+#pragma unroll
+  for (int k = 0; k < kRowMax; ++k) {
+    const bool charged = item_charged(n[k], nb0, static_cast<unsigned>(total));
+    lane_charged += charged ? 1 : 0;
+    const int span = n[k] + (charged ? static_cast<int>(ovh) : 0);
+    if (k < w) lane_before += span;
     if (k == w) {  // unrolled selects: no dynamic register indexing
       my_len = clamp_len(p, raw[k]);
       my_n = n[k];
+      my_ovh = charged ? ovh : 0u;
     }
   }
-  plan_tl(p, kPtLens, lane_tiles);
-  // My line position = tiles before me + the charges before me. The tiles' part needs only the
-  // lengths, so its reduction and scan run beside the total's; the charges' part is counted from
-  // ballots (a charge is one bit per item), not by a second scan after the cut (the chain from the
-  // total to the cut: ~930 cycles of ~4200 with a scan there, scripts/plan_probe.cu stamps, H200).
-  const int total = warp_sum(lane_tiles);
-  const int clamped = warp_sum(lane_clamped);
-  const int tiles_before = warp_sum(lane_tiles_before) + warp_exclusive_scan(my_n);
-  // Charged items (item_charged, as plan_fast's cost_of; 32 bits by plan_rows_applies' last test).
-  const unsigned nb0 = static_cast<unsigned>(bins_for(by_floor, static_cast<unsigned>(total), p.cut_bins));
-  const unsigned lanes_before = (1u << lane) - 1u;
-  int charged_all = 0, charged_before = 0;
-  unsigned my_row_charged = 0;
-#pragma unroll
-  for (int k = 0; k < kRowMax; ++k) {
-    const unsigned ballot =
-        __ballot_sync(0xffffffffu, n[k] > 0 && static_cast<unsigned>(n[k]) * nb0 <= static_cast<unsigned>(total));
-    charged_all += __popc(ballot);
-    if (k < w) charged_before += __popc(ballot);
-    if (k == w) my_row_charged = ballot;
-  }
-  charged_before += __popc(my_row_charged & lanes_before);
-  const unsigned my_ovh = (my_row_charged >> lane) & 1u ? ovh : 0u;
-  const unsigned line = static_cast<unsigned>(total) + ovh * static_cast<unsigned>(charged_all);
-  const unsigned line0 = static_cast<unsigned>(tiles_before) + ovh * static_cast<unsigned>(charged_before);
+  const unsigned line = static_cast<unsigned>(total) + ovh * static_cast<unsigned>(warp_sum(lane_charged));
+  const unsigned line0 = static_cast<unsigned>(warp_sum(lane_before) + warp_exclusive_scan(my_n + static_cast<int>(my_ovh)));
   plan_tl(p, kPtScan1, static_cast<int>(line0));
   const unsigned nb = static_cast<unsigned>(bins_for(by_floor, line, p.cut_bins));
   FastCut cut;
