@@ -64,48 +64,16 @@ inline int plan_ctas(const DecodePlanParams& p) {
   return p.line_heads < kPlanMaxCtas ? p.line_heads : kPlanMaxCtas;
 }
 
-// minBlocksPerSM = 1 spelled out: with only the thread count, ptxas 13.0 sometimes settles on 64
-// registers and spills (160-byte stack, 216 bytes in plan_dynamic_general) after unrelated edits
-// of the out-of-line plans; with it the kernel takes 108-112 registers and no spill.
+// Every plan but the aligned and the row plan: one CTA over the whole line (pass 1 and its block
+// scan, then the fast, general or static plan), after the kernel's prologue (first-page init,
+// by_floor, pdl_wait). w = plan_work(batch, num_kv_heads, dynamic), computed before pdl_wait.
 template <bool kHM>
-__global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __grid_constant__ DecodePlanParams p) {
-  plan_tl(p, kPtEntry);
-  const int tid = threadIdx.x;
+__device__ __forceinline__ void plan_one_cta(const DecodePlanParams& p, const FastDiv& by_floor, const PlanWork& w) {
   const bool dynamic = p.static_splits <= 0;
-  // Work per thread (plan_work): dynamic plans split a request's heads over threads when there are
-  // fewer requests than threads. Only parameters are read before pdl_wait.
-  const PlanWork w = plan_work(p.batch, p.num_kv_heads, dynamic);
   const int chunk = w.chunk, r0 = w.r0, r1 = w.r1, h0 = w.h0, h1 = w.h1;
   const int nh = h1 - h0;
   PlanShared& sh = plan_shared();
-  if (p.page_table != nullptr) {  // no bin has a first task yet (the first scan's barrier orders this)
-    const int ns = min(p.num_bins + p.max_tail_bins, kFirstPageSmemBins);
-#pragma unroll 1
-    for (int c = tid; c < ns; c += kPlanThreads) sh.first[c].x = -1;
-  }
-  // The work floor's reciprocal needs only parameters: computed before the lengths load, off the
-  // critical path (it followed the first scan: ~0.05-0.1 us of dependent latency, NOTES.md).
-  FastDiv by_floor;
-  by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
   const bool tail = plan_has_tail(p);
-  hpc::pdl_wait();
-  hpc::pdl_launch_dependents();  // the decode kernel waits for our completion anyway
-  plan_tl(p, kPtPdl);
-  if constexpr (kHM) {
-    // Only when the virtual batch of B x Hkv one-head requests does not fit one per thread: below
-    // that the general plan runs every item on a thread of its own, as parallel as the aligned plan
-    // (which measured up to ~1 us slower there on the skewed per-case plans, H200).
-    if (plan_may_align(p)) {
-      if (plan_head_major_aligned(p, by_floor)) {
-        plan_tl_end(p);
-        if (p.page_table != nullptr) write_first_pages(p);  // block-uniform; this CTA's bins only
-        return;
-      }
-      if (blockIdx.x != 0) return;  // the same test failed in every CTA: the fallback is CTA 0's
-      __syncthreads();  // the general plan below reuses the scan buffers
-    }
-  }
-  if (blockIdx.x != 0) return;  // only the aligned plan uses more than one CTA (plan_ctas)
   auto tiles = tiles_of;
 
   // Pass 1: tiles of my items (a request's tiles, once per head), non-empty items, clamped
@@ -158,6 +126,66 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
   if (p.page_table != nullptr) write_first_pages(p);  // block-uniform
 }
 
+// minBlocksPerSM = 1 spelled out: with only the thread count, ptxas 13.0 sometimes settles on 64
+// registers and spills (160-byte stack, 216 bytes in plan_dynamic_general) after unrelated edits
+// of the out-of-line plans; with it the kernel takes 108-112 registers and no spill.
+template <bool kHM>
+__global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __grid_constant__ DecodePlanParams p) {
+  plan_tl(p, kPtEntry);
+  // Work per thread (plan_work): dynamic plans split a request's heads over threads when there are
+  // fewer requests than threads. Only parameters are read before pdl_wait.
+  const PlanWork w = plan_work(p.batch, p.num_kv_heads, p.static_splits <= 0);
+  if (p.page_table != nullptr) {  // no bin has a first task yet (the first scan's barrier orders this)
+    const int ns = min(p.num_bins + p.max_tail_bins, kFirstPageSmemBins);
+#pragma unroll 1
+    for (int c = threadIdx.x; c < ns; c += kPlanThreads) plan_shared().first[c].x = -1;
+  }
+  // The work floor's reciprocal needs only parameters: computed before the lengths load, off the
+  // critical path (it followed the first scan: ~0.05-0.1 us of dependent latency, NOTES.md).
+  FastDiv by_floor;
+  by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
+  hpc::pdl_wait();
+  hpc::pdl_launch_dependents();  // the decode kernel waits for our completion anyway
+  plan_tl(p, kPtPdl);
+  if (blockIdx.x != 0) return;  // one CTA (plan_ctas); only the aligned kernel uses a grid
+  plan_one_cta<kHM>(p, by_floor, w);
+}
+
+// The aligned kernel's fallback when the line is not aligned after all (a test of the lengths:
+// lines shorter than cut_bins floors): the head-major plan on one CTA, out of line so the aligned
+// path stays compact.
+__device__ __noinline__ void plan_head_major_unaligned(const DecodePlanParams& p, const FastDiv& by_floor) {
+  plan_one_cta<true>(p, by_floor, plan_work(p.batch, p.num_kv_heads, true));
+}
+
+// Head-major lines that may be aligned (plan_may_align: more virtual requests than planner threads,
+// the line cut into a multiple of Hkv bins): the aligned plan (decode_plan_aligned.cuh) on a grid of
+// plan_ctas(p) CTAs, in a kernel of its own. Why (twenty-second session, scripts/plan64_probe.cu, H200,
+// batch 256 at 64/8, same process, same tables): 5.93-5.99 us as a kernel of its own against 6.22 as
+// the branch of decode_plan_kernel it was, 5.88-5.94 with touch_param_lines.
+__global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_aligned_kernel(const __grid_constant__ DecodePlanParams p) {
+  plan_tl(p, kPtEntry);
+  if (threadIdx.x >> 5 == kPlanWarps - 1) touch_param_lines(p);
+  if (p.page_table != nullptr) {  // no bin has a first task yet (the first block scan's barrier orders this)
+    const int ns = min(p.num_bins + p.max_tail_bins, kFirstPageSmemBins);
+#pragma unroll 1
+    for (int c = threadIdx.x; c < ns; c += kPlanThreads) plan_shared().first[c].x = -1;
+  }
+  FastDiv by_floor;
+  by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
+  hpc::pdl_wait();
+  hpc::pdl_launch_dependents();  // the decode kernel waits for our completion anyway
+  plan_tl(p, kPtPdl);
+  if (plan_head_major_aligned(p, by_floor)) {
+    plan_tl_end(p);
+    if (p.page_table != nullptr) write_first_pages(p);  // block-uniform; this CTA's bins only
+    return;
+  }
+  if (blockIdx.x != 0) return;  // the same test failed in every CTA: the fallback is CTA 0's
+  __syncthreads();              // the fallback reuses the scan buffers
+  plan_head_major_unaligned(p, by_floor);
+}
+
 // Small one-head dynamic batches (plan_rows_applies): the row plan (decode_plan_rows.cuh) in a kernel
 // of its own. Why not a branch of decode_plan_kernel, as it was until the twenty-second session: the
 // same plan, tables and launch read 5.40-5.58 us there against 4.94-5.05 us as a kernel of its own
@@ -182,9 +210,10 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_rows_kernel(const
 
 using PlanKernel = void (*)(DecodePlanParams);
 
-// The kernel for p: head-major lines (set_line_order, p.line_heads > 1), the row plan, or the rest.
+// The kernel for p: head-major lines (set_line_order, p.line_heads > 1) aligned or not, the row plan, or
+// the rest.
 inline PlanKernel plan_kernel_for(const DecodePlanParams& p) {
-  if (p.line_heads > 1) return decode_plan_kernel<true>;
+  if (p.line_heads > 1) return plan_may_align(p) ? decode_plan_aligned_kernel : decode_plan_kernel<true>;
   if (plan_rows_applies(p, plan_has_tail(p))) return decode_plan_rows_kernel;
   return decode_plan_kernel<false>;
 }
