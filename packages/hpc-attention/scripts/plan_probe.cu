@@ -63,7 +63,8 @@ __device__ unsigned* d_stamps;
 // kFlags (kStop 4 only): 1 no close_unused_bins, 2 no write_totals, 4 both after plan_fast_write, 8 the
 // last warp touches the parameter lines at entry (touch_param_lines), 16 clock stamps per step into d_stamps
 // (rows_stamped: the steps' cycles, warp by warp), 32 the first-page init at entry (a parameter test
-// before the lengths' loads, as decode_plan_kernel has it).
+// before the lengths' loads, as decode_plan_kernel has it), 64 pass 3 written for one request of one head
+// per thread with pass 2's bins (rows_spec), 128 the charge test in 32 bits (rows_charge32).
 template <int kStop, int kFlags = 0>
 __global__ void __launch_bounds__(512, 1) rows_stop(const __grid_constant__ DecodePlanParams p) {
   using namespace hpc::attn;
@@ -112,7 +113,9 @@ __global__ void __launch_bounds__(512, 1) rows_stop(const __grid_constant__ Deco
   unsigned my_ovh = 0;
 #pragma unroll
   for (int k = 0; k < kRowMax; ++k) {
-    const bool charged = item_charged(n[k], nb0, static_cast<unsigned>(total));
+    const bool charged = (kFlags & 128) != 0
+                             ? n[k] > 0 && static_cast<unsigned>(n[k]) * nb0 <= static_cast<unsigned>(total)
+                             : item_charged(n[k], nb0, static_cast<unsigned>(total));
     lane_charged += charged ? 1 : 0;
     const int span = n[k] + (charged ? static_cast<int>(ovh) : 0);
     if (k < w) lane_before += span;
@@ -133,11 +136,12 @@ __global__ void __launch_bounds__(512, 1) rows_stop(const __grid_constant__ Deco
     return;
   }
   int cnt[4] = {0, 0, 0, 0};
+  const unsigned my_first = cut.L.bin_of(line0 + my_ovh), my_last = cut.L.bin_of(line0 + my_ovh + my_n - 1);
   if (b < B) {
     if (my_n == 0) {
       cnt[2] = 1;
     } else {
-      count_parts(cnt, cut.L.parts(line0 + my_ovh, static_cast<unsigned>(my_n)), 1);
+      count_parts(cnt, static_cast<int>(my_last - my_first) + 1, 1);
     }
   }
   int4* row_sums = plan_shared().scan[2];
@@ -169,8 +173,39 @@ __global__ void __launch_bounds__(512, 1) rows_stop(const __grid_constant__ Deco
   }
   if constexpr (kStamp) st[6] = clock_after(0);
   const bool mine = b < B;
-  plan_fast_write<false>(p, cut, mine ? b : B, mine ? b + 1 : B, 0, 1, 1, my_len, line0, ovh, nb0, total, task, slot,
-                         comb);
+  if constexpr ((kFlags & 64) != 0) {
+    // Pass 3 for one request of one head per thread, with the bins of pass 2 (no recomputation).
+    const unsigned span = static_cast<unsigned>(my_n) + my_ovh;
+    const bool is_long = my_n > 0 && span > cut.long_units;
+    if (mine && my_n == 0) {
+      p.combine[comb] = make_int4(b, 0, 0, 0);
+    } else if (mine && !is_long) {
+      const unsigned s0 = line0, s = s0 + my_ovh, e = s + my_n;
+      const int parts = static_cast<int>(my_last - my_first) + 1;
+      const bool split = parts > 1;
+      if (cut.nests(ovh) && my_ovh > 0) write_nested_bins(p, cut.L, s0, my_first, task);
+      for_each_part(cut.L, s0, s, e, my_len, my_first, my_last, [&](int q, unsigned c, int tile, int token_end, bool opens) {
+        const int4 t4 = make_int4(b, tile, token_end, split ? slot + q : -1);
+        p.tasks[task + q] = t4;
+        if (split) p.slot_meta[slot + q] = make_int2(slot, parts);
+        if (opens) {
+          p.bin_start[c] = task + q;
+          p.bin_first[c] = t4;
+          note_first(static_cast<int>(c), b, tile);
+        }
+      });
+      if (split) p.combine[comb] = make_int4(b, slot, parts, 0);
+    }
+    unsigned mask = __ballot_sync(0xffffffffu, mine && is_long);
+    while (mask) {
+      const int src = __ffs(mask) - 1;
+      mask &= mask - 1;
+      write_long_request<false>(p, cut.L, src, b, my_len, my_n, line0, my_ovh, 0, 1, task, slot, comb);
+    }
+  } else {
+    plan_fast_write<false>(p, cut, mine ? b : B, mine ? b + 1 : B, 0, 1, 1, my_len, line0, ovh, nb0, total, task, slot,
+                           comb);
+  }
   if constexpr ((kFlags & 4) != 0) {
     close_unused_bins(p, nb_used, num_tasks, rows * 32);
     write_totals(p, {num_tasks, num_comb, line > 0 ? static_cast<int>(cut.budget) : 0, total, num_slots, nb_used,
@@ -281,6 +316,9 @@ int main() {
       {"rows_nototals", [](const DecodePlanParams& q, cudaStream_t s) { CK(hpc::launch_kernel(rows_stop<4, 2>, dim3(1), dim3(512), 0, s, true, q)); }},
       {"rows_late_close", [](const DecodePlanParams& q, cudaStream_t s) { CK(hpc::launch_kernel(rows_stop<4, 4>, dim3(1), dim3(512), 0, s, true, q)); }},
       {"rows_touch", [](const DecodePlanParams& q, cudaStream_t s) { CK(hpc::launch_kernel(rows_stop<4, 8>, dim3(1), dim3(512), 0, s, true, q)); }},
+      {"rows_spec", [](const DecodePlanParams& q, cudaStream_t s) { CK(hpc::launch_kernel(rows_stop<4, 64>, dim3(1), dim3(512), 0, s, true, q)); }},
+      {"rows_charge32", [](const DecodePlanParams& q, cudaStream_t s) { CK(hpc::launch_kernel(rows_stop<4, 128>, dim3(1), dim3(512), 0, s, true, q)); }},
+      {"rows_spec_charge32", [](const DecodePlanParams& q, cudaStream_t s) { CK(hpc::launch_kernel(rows_stop<4, 192>, dim3(1), dim3(512), 0, s, true, q)); }},
       {"rows_lib", [](const DecodePlanParams& q, cudaStream_t s) { CK(hpc::launch_kernel(rows_lib<false>, dim3(1), dim3(512), 0, s, true, q)); }},
       {"rows_lib_touch", [](const DecodePlanParams& q, cudaStream_t s) { CK(hpc::launch_kernel(rows_lib<true>, dim3(1), dim3(512), 0, s, true, q)); }},
       {"rows_entry_init", [](const DecodePlanParams& q, cudaStream_t s) { CK(hpc::launch_kernel(rows_stop<4, 32>, dim3(1), dim3(512), 0, s, true, q)); }},
@@ -340,7 +378,8 @@ int main() {
   for (const V& v : vs) {
     if (v.before == nullptr && (std::string(v.name).rfind("rows_stop4", 0) == 0 || std::string(v.name) == "rows_late_close" ||
                                  std::string(v.name) == "rows_touch" ||
-                                 std::string(v.name).rfind("rows_lib", 0) == 0))
+                                 std::string(v.name).rfind("rows_lib", 0) == 0 || std::string(v.name).rfind("rows_spec", 0) == 0 ||
+                                 std::string(v.name) == "rows_charge32"))
       std::printf("{\"check\": \"%s\", \"tables_equal_library\": %s}\n", v.name, snapshot(v) == want ? "true" : "false");
   }
   int counters[8];
