@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "graph_timing.cuh"
+#include "plan_tables.cuh"
 #include "hpc_attention/decode_plan.cuh"
 
 using hpc::attn::DecodePlanParams;
@@ -56,12 +57,7 @@ int main() {
   p.task_cost = 2;
   p.tail_bin = 4;
   p.max_tail_bins = tail_bins;
-  CK(cudaMalloc(&p.tasks, kCaps * 16));
-  CK(cudaMalloc(&p.bin_start, (kBins + tail_bins + 1) * 4));
-  CK(cudaMalloc(&p.bin_first, (kBins + tail_bins) * 16));
-  CK(cudaMalloc(&p.combine, kCaps * 16));
-  CK(cudaMalloc(&p.counters, 64 * 4));
-  CK(cudaMalloc(&p.slot_meta, kCaps * 8));
+  const PlanTables tables(p, kCaps, kBins + tail_bins);
   hpc::attn::set_line_order(p, true, true);
   const int ctas = hpc::attn::plan_ctas(p);
   std::printf("{\"check\": \"plan_ctas\", \"value\": %d, \"cut_bins\": %d}\n", ctas, p.cut_bins);
@@ -89,21 +85,7 @@ int main() {
     }
   }
   // The alone-kernels' tables against the library's.
-  auto snapshot = [&](const V& v) {
-    const size_t sizes[] = {size_t(kCaps) * 16, size_t(kBins + tail_bins + 1) * 4, size_t(kBins + tail_bins) * 16,
-                            size_t(kCaps) * 16, 64 * 4, size_t(kCaps) * 8};
-    void* ptrs[] = {p.tasks, p.bin_start, p.bin_first, p.combine, p.counters, p.slot_meta};
-    std::vector<char> all;
-    for (int i = 0; i < 6; ++i) CK(cudaMemsetAsync(ptrs[i], 0x5a, sizes[i], fs.stream));
-    v.launch(p, fs.stream, ctas);
-    CK(cudaStreamSynchronize(fs.stream));
-    for (int i = 0; i < 6; ++i) {
-      std::vector<char> hbuf(sizes[i]);
-      CK(cudaMemcpy(hbuf.data(), ptrs[i], sizes[i], cudaMemcpyDeviceToHost));
-      all.insert(all.end(), hbuf.begin(), hbuf.end());
-    }
-    return all;
-  };
+  auto snapshot = [&](const V& v) { return tables.snapshot(fs.stream, [&] { v.launch(p, fs.stream, ctas); }); };
   const std::vector<char> want = snapshot(vs[0]);
   for (int i = 1; i < 3; ++i)
     std::printf("{\"check\": \"%s\", \"tables_equal_library\": %s}\n", vs[i].name, snapshot(vs[i]) == want ? "true" : "false");

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "graph_timing.cuh"
+#include "plan_tables.cuh"
 #include "hpc_attention/decode_plan.cuh"
 
 using hpc::attn::DecodePlanParams;
@@ -277,23 +278,13 @@ int main() {
   p.tail_percent = 0;
   p.tail_bin = 4;
   p.max_tail_bins = tail_bins;
-  CK(cudaMalloc(&p.tasks, caps * 16));
-  CK(cudaMalloc(&p.bin_start, (kBins + tail_bins + 1) * 4));
-  CK(cudaMalloc(&p.bin_first, (kBins + tail_bins) * 16));
-  CK(cudaMalloc(&p.combine, caps * 16));
-  CK(cudaMalloc(&p.counters, 64 * 4));
-  CK(cudaMalloc(&p.slot_meta, caps * 8));
+  const PlanTables tables(p, caps, kBins + tail_bins);
   hpc::attn::set_line_order(p, false, true);
 
   g_warm = p;
   g_warm.batch = 1;
   g_warm.cut_bins = kBins;
-  CK(cudaMalloc(&g_warm.tasks, caps * 16));
-  CK(cudaMalloc(&g_warm.bin_start, (kBins + tail_bins + 1) * 4));
-  CK(cudaMalloc(&g_warm.bin_first, (kBins + tail_bins) * 16));
-  CK(cudaMalloc(&g_warm.combine, caps * 16));
-  CK(cudaMalloc(&g_warm.counters, 64 * 4));
-  CK(cudaMalloc(&g_warm.slot_meta, caps * 8));
+  const PlanTables warm_tables(g_warm, caps, kBins + tail_bins);
   struct V {
     const char* name;
     void (*launch)(const DecodePlanParams&, cudaStream_t);
@@ -359,21 +350,7 @@ int main() {
     }
   }
   // The copies' tables against the library plan's (same arithmetic, so the same bytes).
-  auto snapshot = [&](const V& v) {
-    const size_t sizes[] = {size_t(caps) * 16, size_t(kBins + tail_bins + 1) * 4, size_t(kBins + tail_bins) * 16,
-                            size_t(caps) * 16, 64 * 4, size_t(caps) * 8};
-    void* ptrs[] = {p.tasks, p.bin_start, p.bin_first, p.combine, p.counters, p.slot_meta};
-    std::vector<char> all;
-    for (int i = 0; i < 6; ++i) CK(cudaMemsetAsync(ptrs[i], 0x5a, sizes[i], fs.stream));
-    v.launch(p, fs.stream);
-    CK(cudaStreamSynchronize(fs.stream));
-    for (int i = 0; i < 6; ++i) {
-      std::vector<char> h(sizes[i]);
-      CK(cudaMemcpy(h.data(), ptrs[i], sizes[i], cudaMemcpyDeviceToHost));
-      all.insert(all.end(), h.begin(), h.end());
-    }
-    return all;
-  };
+  auto snapshot = [&](const V& v) { return tables.snapshot(fs.stream, [&] { v.launch(p, fs.stream); }); };
   const std::vector<char> want = snapshot(vs[0]);
   for (const V& v : vs) {
     if (v.before == nullptr && (std::string(v.name).rfind("rows_stop4", 0) == 0 || std::string(v.name) == "rows_late_close" ||
