@@ -404,6 +404,16 @@ def bench_plan_256(res, reps):
               f"after a spin kernel {t_spin:.2f} us", flush=True)
 
 
+class _Repeat:
+    """A BenchResults view that tags every row it adds with the repeat index (--plan-only)."""
+
+    def __init__(self, res: BenchResults, i: int):
+        self.res, self.i = res, i
+
+    def add(self, provider: str, median_us: float, **fields) -> dict:
+        return self.res.add(provider, median_us, repeat=self.i, **fields)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
@@ -423,7 +433,18 @@ def main() -> None:
     ap.add_argument("--flush", default="write", choices=("write", "read"),
                     help="the L2 flush before each timed call: written (the default, as every committed run) or "
                          "read; read writes decode_attention_read_flush.{json,md}")
+    ap.add_argument("--plan-only", type=int, default=0, metavar="N",
+                    help="only the batch-256 planner rows, N times in one process (their spread), written to "
+                         "decode_attention_plan_spread.{json,md}")
     args = ap.parse_args()
+    if args.plan_only:
+        res = BenchResults("decode_attention_plan_spread", args.out_dir / gpu_slug(), flush=args.flush)
+        use_flush(args.flush, "decode_attention")
+        for i in range(args.plan_only):
+            bench_plan_256(_Repeat(res, i), 100)
+        print(res.markdown())
+        print(f"wrote {res.write()}")
+        return
     op = use_flush(args.flush, "decode_attention")
     reps = 30 if args.quick else 100
     heads = HEADS[:1] if args.quick else HEADS
