@@ -1,0 +1,53 @@
+"""Does where the planner's buffers lie change its time? (twenty-second session: `bench_decode_attention.py
+--plan-only 8` read the 8/1 batch-256 plan at 4.86 us in its first repeat and 5.22-5.38 in the seven after,
+in one process, clocks at 1980 MHz throughout.)
+
+Times `ours_plan` (8/1, batch 256, the benchmark's lengths) with the benchmark's bench_us, N times each:
+  same     one kv_lens and one workspace, timed N times
+  fresh    a new kv_lens and workspace per timing, after a few MB of unrelated allocations
+and prints, per timing, the 2 MB pages (data_ptr >> 21) the lengths and the six tables lie in.
+
+    PYTHONPATH=packages/hpc-common/src:packages/hpc-attention/src python3 packages/hpc-attention/scripts/plan_placement.py
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from hpc_common.bench import bench_us
+
+import hpc_attention as ha
+
+
+def buffers(B: int = 256):
+    kv_lens = torch.full((B,), 4096, dtype=torch.int32, device="cuda")
+    kv_lens[::7] = 100
+    ws = ha.DecodeWorkspace(B, 1, 8, 4096)
+    return kv_lens, ws
+
+
+def pages(kv_lens, ws) -> list[int]:
+    tabs = (kv_lens, ws.tasks, ws.bin_start, ws.bin_first, ws.combine, ws.counters, ws.slot_meta)
+    return [t.data_ptr() >> 21 for t in tabs]
+
+
+def time_plan(kv_lens, ws) -> float:
+    return bench_us(lambda: ha.plan_decode(kv_lens, 1, 8, workspace=ws, validate=False), reps=100)
+
+
+def main(n: int = 6) -> None:
+    kv_lens, ws = buffers()
+    for i in range(n):
+        print(json.dumps({"case": "same", "i": i, "median_us": round(time_plan(kv_lens, ws), 3),
+                          "pages_2mb": pages(kv_lens, ws)}), flush=True)
+    keep = []
+    for i in range(n):
+        keep.append(torch.empty((i + 1) << 20, dtype=torch.uint8, device="cuda"))  # shift the next allocations
+        kv_lens, ws = buffers()
+        print(json.dumps({"case": "fresh", "i": i, "median_us": round(time_plan(kv_lens, ws), 3),
+                          "pages_2mb": pages(kv_lens, ws)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
