@@ -106,26 +106,6 @@ def _bench_around_replay(fn, reps, flush_l2, device, stream, use_graph) -> float
     return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
 
 
-# Devices whose process has had its throwaway in-graph timing (_warm_process).
-_warmed: set[torch.device] = set()
-
-
-def _warm_process(device: torch.device, stream: torch.cuda.Stream) -> None:
-    """Once per process and device, before the first real timing: one in-graph timing of a trivial op,
-    thrown away. Why: the first in-graph timing of a process read a one-CTA kernel (the attention
-    planner) 0.3-0.5 us faster than every later timing of the same kernel on the same buffers (4.86-4.90
-    against 5.22-5.44 us, H200; with a trivial op timed first, 5.41 from the first timing on:
-    packages/hpc-attention/scripts/plan_placement.py), which flattered whatever a benchmark timed first."""
-    if device in _warmed:
-        return
-    _warmed.add(device)
-    x = torch.ones(1, device=device)
-    try:
-        _bench_in_graph(lambda: x.add_(1), 10, True, device, stream)
-    except (RuntimeError, TypeError):
-        pass  # no in-graph events here: the fallback below has no first-timing effect to remove
-
-
 def bench_us(fn: Callable[[], object], *, reps: int = 100, warmup: int = 5, flush_l2: bool = True,
              use_graph: bool = True, device: torch.device | None = None) -> float:
     """Median time of `fn()` in microseconds (see TIMING_METHOD).
@@ -143,8 +123,6 @@ def bench_us(fn: Callable[[], object], *, reps: int = 100, warmup: int = 5, flus
             fn()
         if flush_l2:
             empty_l2(device)  # allocate the flush buffer outside any capture
-        if use_graph:
-            _warm_process(device, stream)
         stream.synchronize()
         if not use_graph:
             result = _bench_around_replay(fn, reps, flush_l2, device, stream, False)
