@@ -20,7 +20,8 @@
 // batches of up to 256 requests, without block scans), decode_plan_aligned.cuh (the common
 // head-major plan: every head's stretch cut alike), decode_plan_general.cuh (tails, wide lines),
 // decode_plan_static.cuh (static mode), decode_plan_timeline.cuh (diagnostics stamps); this file
-// holds the kernel and its launcher.
+// holds the three kernels (decode_plan_kernel, decode_plan_aligned_kernel, decode_plan_rows_kernel) and the
+// launcher that picks one on the host (plan_kernel_for).
 #pragma once
 
 #include <cuda_runtime.h>
