@@ -381,8 +381,10 @@ def bench_plan_256(res, reps):
         # every later one on the same buffers (4.86-5.02 against 5.2-5.5 us at 8/1, H200; a throwaway timing of
         # another op inside bench_us did not remove it; scripts/plan_placement.py, --plan-only), so the first
         # is not what a serving process sees step after step.
-        t_first = bench_us(lambda: ha.plan_decode(kv_lens, hkv, 8 * hkv, workspace=ws, validate=False), reps=reps)
-        t = bench_us(lambda: ha.plan_decode(kv_lens, hkv, 8 * hkv, workspace=ws, validate=False), reps=reps)
+        def plan():
+            ha.plan_decode(kv_lens, hkv, 8 * hkv, workspace=ws, validate=False)
+
+        t_first, t = bench_us(plan, reps=reps), bench_us(plan, reps=reps)
         res.add("ours_plan", t, case="256x4K", Hq=8 * hkv, Hkv=hkv, kv_dtype="any")
         print(f"{'256x4K':>14} {8 * hkv:>2}/{hkv}  any {'ours_plan':>12}: {t:8.2f} us (first timing {t_first:.2f})",
               flush=True)
@@ -395,9 +397,6 @@ def bench_plan_256(res, reps):
 
         def warm():
             ha.plan_decode(one, hkv, 8 * hkv, workspace=ws1, validate=False)
-
-        def plan():
-            ha.plan_decode(kv_lens, hkv, 8 * hkv, workspace=ws, validate=False)
 
         # Control (ninth session): `spin`, which shares no code, in place of the warm-up plan; PDL
         # off so no launch overlaps through it. Against it, `diag_plan_code_warm` is the cold-code

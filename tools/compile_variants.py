@@ -1,7 +1,9 @@
-"""Compile (no link, no run) the decode kernels' build-switch variants that the JIT prebuild does
-not build (hpc_attention._ext.BUILD_VARIANTS: today the schedule without the score look-ahead),
-every paged-decode source under each, so that a path behind a switch cannot rot unnoticed. CI
-step 2b (tools/test.sh).
+"""Compile (no link, no run) what the JIT prebuild does not build, so nothing the repo keeps can rot
+unnoticed. CI step 2b (tools/test.sh):
+- the decode kernels' build-switch variants (hpc_attention._ext.BUILD_VARIANTS: today the schedule
+  without the score look-ahead), every paged-decode source under each;
+- the standalone probe programs the notes cite (packages/*/scripts/*.cu), with the extensions' flags and
+  every package's include folder (each probe's header comment gives a plain nvcc line for running it).
 
     python tools/compile_variants.py --work DIR
 """
@@ -18,6 +20,8 @@ from hpc_attention import _ext
 from hpc_common.jit.build import nvcc_compile_flags
 from hpc_common.jit.toolchain import find_nvcc
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -26,13 +30,17 @@ def main() -> int:
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     nvcc = find_nvcc()
-    sources = [Path(s) for s in _ext.SPEC.sources if Path(s).name.startswith("paged_decode")]
     jobs = []
+    sources = [Path(s) for s in _ext.SPEC.sources if Path(s).name.startswith("paged_decode")]
     for defines in _ext.BUILD_VARIANTS:
         for src in sources:
             out = args.work / f"{_ext.variant_tag(defines)}_{src.stem}.o"
             cmd = [nvcc, *nvcc_compile_flags(_ext.SPEC.include_dirs, list(defines)), "-c", str(src), "-o", str(out)]
             jobs.append((f"{' '.join(defines)}: {src.name}", cmd))
+    includes = sorted(str(p) for p in ROOT.glob("packages/*/src/*/include"))
+    for src in sorted(ROOT.glob("packages/*/scripts/*.cu")):
+        out = args.work / f"probe_{src.parent.parent.name}_{src.stem}.o"
+        jobs.append((f"probe: {src.relative_to(ROOT)}", [nvcc, *nvcc_compile_flags(includes), "-c", str(src), "-o", str(out)]))
 
     def run(job):
         label, cmd = job

@@ -2,8 +2,8 @@
 # README command 2 (and CI, through .ci/run): set up, then
 #   1. the CPU test suite (references, hypothesis properties, JIT cache, input validation);
 #   2. compile and link every CUDA source of every package for sm_90a (no run), and compile the
-#      kernels' build-switch variants (tools/compile_variants.py) and the standalone probe programs the
-#      notes cite (packages/*/scripts/*.cu, tools/compile_probes.py);
+#      kernels' build-switch variants and the standalone probe programs the notes cite
+#      (packages/*/scripts/*.cu), both by tools/compile_variants.py;
 #   3. build each wheel with hatch, check it carries its CUDA sources, and install hpc-moe
 #      alone into a clean virtual environment to show only hpc-common comes with it.
 set -euo pipefail
@@ -19,11 +19,8 @@ echo "== 1/3 CPU tests"
 echo "== 2/3 compile every CUDA source for sm_90a"
 HPC_JIT_CACHE_DIR="$WORK/jit" "$HPC_VENV_PY" -m hpc_common.jit.prebuild
 
-echo "== 2b/3 compile the kernels' build-switch variants (experimental and A/B builds)"
+echo "== 2b/3 compile the kernels' build-switch variants and the probe programs"
 "$HPC_VENV_PY" tools/compile_variants.py --work "$WORK/variants"
-
-echo "== 2c/3 compile the standalone probe programs (packages/*/scripts/*.cu)"
-"$HPC_VENV_PY" tools/compile_probes.py --work "$WORK/probes"
 
 echo "== 3/3 wheels"
 "$HPC_VENV_PY" tools/check_wheels.py --work "$WORK"

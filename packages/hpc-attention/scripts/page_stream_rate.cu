@@ -348,6 +348,12 @@ int main(int argc, char** argv) {
   CK(cudaMemcpy(b.ident, ident.data(), pages * 4, cudaMemcpyHostToDevice));
   CK(cudaMalloc(&b.spans, 2 * 8 * 4 * size_t(sms)));
   CK(cudaMalloc(&b.sink, 4096));
+  // One geometry for both caches: K's map over b.k, V's over b.v.
+  auto encode_kv = [&](CUtensorMap* km, CUtensorMap* vm, CUtensorMapDataType dt, uint32_t rank, const uint64_t* dims,
+                       const uint64_t* strides, const uint32_t* box, CUtensorMapSwizzle sw, CUtensorMapL2promotion pr) {
+    CK(hpc::tma::encode_tiled(km, dt, rank, b.k, dims, strides, box, sw, pr));
+    CK(hpc::tma::encode_tiled(vm, dt, rank, b.v, dims, strides, box, sw, pr));
+  };
   {  // the decode kernel's tensor maps (paged_kv_tensor_maps.cu) over [pages, 64, 1, 128]
     for (int fp8 = 0; fp8 < 2; ++fp8) {
       const uint64_t e = fp8 ? 1 : 2;
@@ -356,8 +362,8 @@ int main(int argc, char** argv) {
       const uint32_t box[4] = {uint32_t(128 / e), 1, 64, 1};
       const auto promo = fp8 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
       const auto dt = fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-      CK(hpc::tma::encode_tiled(fp8 ? &b.k_fp8 : &b.k_bf16, dt, 4, b.k, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, promo));
-      CK(hpc::tma::encode_tiled(fp8 ? &b.v_fp8 : &b.v_bf16, dt, 4, b.v, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, promo));
+      encode_kv(fp8 ? &b.k_fp8 : &b.k_bf16, fp8 ? &b.v_fp8 : &b.v_bf16, dt, 4, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
+                promo);
     }
   }
   {  // one box per BF16 page: the page as 128 rows of 128 bytes (swizzled), or 64 rows of 256 bytes (no swizzle)
@@ -367,10 +373,8 @@ int main(int argc, char** argv) {
     const uint32_t b6[2] = {128, 64};
     const auto bf = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     const auto pr = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
-    CK(hpc::tma::encode_tiled(&b.k_rows, bf, 2, b.k, d5, s5, b5, CU_TENSOR_MAP_SWIZZLE_128B, pr));
-    CK(hpc::tma::encode_tiled(&b.v_rows, bf, 2, b.v, d5, s5, b5, CU_TENSOR_MAP_SWIZZLE_128B, pr));
-    CK(hpc::tma::encode_tiled(&b.k_flat, bf, 2, b.k, d6, s6, b6, CU_TENSOR_MAP_SWIZZLE_NONE, pr));
-    CK(hpc::tma::encode_tiled(&b.v_flat, bf, 2, b.v, d6, s6, b6, CU_TENSOR_MAP_SWIZZLE_NONE, pr));
+    encode_kv(&b.k_rows, &b.v_rows, bf, 2, d5, s5, b5, CU_TENSOR_MAP_SWIZZLE_128B, pr);
+    encode_kv(&b.k_flat, &b.v_flat, bf, 2, d6, s6, b6, CU_TENSOR_MAP_SWIZZLE_NONE, pr);
   }
   {  // the decode's BF16 form with other L2 promotions
     const uint64_t dims[4] = {128, 1, 64, uint64_t(pages)};
@@ -378,10 +382,8 @@ int main(int argc, char** argv) {
     const uint32_t box[4] = {64, 1, 64, 1};
     const auto bf = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     const auto sw = CU_TENSOR_MAP_SWIZZLE_128B;
-    CK(hpc::tma::encode_tiled(&b.k_p128, bf, 4, b.k, dims, strides, box, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_128B));
-    CK(hpc::tma::encode_tiled(&b.v_p128, bf, 4, b.v, dims, strides, box, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_128B));
-    CK(hpc::tma::encode_tiled(&b.k_pnone, bf, 4, b.k, dims, strides, box, sw, CU_TENSOR_MAP_L2_PROMOTION_NONE));
-    CK(hpc::tma::encode_tiled(&b.v_pnone, bf, 4, b.v, dims, strides, box, sw, CU_TENSOR_MAP_L2_PROMOTION_NONE));
+    encode_kv(&b.k_p128, &b.v_p128, bf, 4, dims, strides, box, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+    encode_kv(&b.k_pnone, &b.v_pnone, bf, 4, dims, strides, box, sw, CU_TENSOR_MAP_L2_PROMOTION_NONE);
   }
   if (tmap_only) {  // bulk against tensor-map copies, same ring, same pages, both flushes
     for (int flush : {1, 0}) {

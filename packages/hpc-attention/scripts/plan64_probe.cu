@@ -40,25 +40,9 @@ __global__ void __launch_bounds__(hpc::attn::kPlanThreads, 1) aligned_only(const
 
 int main() {
   const FlushedStream fs;
-  constexpr int B = 256, H = 8, kBins = 132, kMaxLen = 4096, kCaps = 16384;
-  int* lens;
-  CK(cudaMalloc(&lens, B * 4));
-  std::vector<int> h(B);
-  for (int i = 0; i < B; ++i) h[i] = i % 7 == 0 ? 100 : 4096;
-  CK(cudaMemcpy(lens, h.data(), B * 4, cudaMemcpyHostToDevice));
-  const int tail_bins = 2 * kBins;
-  DecodePlanParams p{};
-  p.kv_lens = lens;
-  p.batch = B;
-  p.num_kv_heads = H;
-  p.num_bins = kBins;
-  p.min_tiles = 4;
-  p.max_len = kMaxLen;
-  p.task_cost = 2;
-  p.tail_bin = 4;
-  p.max_tail_bins = tail_bins;
-  const PlanTables tables(p, kCaps, kBins + tail_bins);
-  hpc::attn::set_line_order(p, true, true);
+  constexpr int kCaps = 16384;
+  DecodePlanParams p = bench_plan_params(8);
+  const PlanTables tables(p, kCaps, kBenchBins + kBenchTailBins);
   const int ctas = hpc::attn::plan_ctas(p);
   std::printf("{\"check\": \"plan_ctas\", \"value\": %d, \"cut_bins\": %d}\n", ctas, p.cut_bins);
 

@@ -259,32 +259,13 @@ DecodePlanParams g_warm;  // a batch-1 plan on its own tables: the warm-up launc
 
 int main() {
   const FlushedStream fs;
-  constexpr int B = 256, kBins = 132, kMaxLen = 4096;
-  int* lens;
-  CK(cudaMalloc(&lens, B * 4));
-  std::vector<int> h(B);
-  for (int i = 0; i < B; ++i) h[i] = i % 7 == 0 ? 100 : 4096;
-  CK(cudaMemcpy(lens, h.data(), B * 4, cudaMemcpyHostToDevice));
-  const int tail_bins = 2 * kBins, caps = 4096;
-  DecodePlanParams p{};
-  p.kv_lens = lens;
-  p.batch = B;
-  p.num_kv_heads = 1;
-  p.num_bins = kBins;
-  p.min_tiles = 4;
-  p.static_splits = 0;
-  p.max_len = kMaxLen;
-  p.task_cost = 2;
-  p.tail_percent = 0;
-  p.tail_bin = 4;
-  p.max_tail_bins = tail_bins;
-  const PlanTables tables(p, caps, kBins + tail_bins);
-  hpc::attn::set_line_order(p, false, true);
+  constexpr int caps = 4096;
+  DecodePlanParams p = bench_plan_params(1);
+  const PlanTables tables(p, caps, kBenchBins + kBenchTailBins);
 
   g_warm = p;
   g_warm.batch = 1;
-  g_warm.cut_bins = kBins;
-  const PlanTables warm_tables(g_warm, caps, kBins + tail_bins);
+  const PlanTables warm_tables(g_warm, caps, kBenchBins + kBenchTailBins);
   struct V {
     const char* name;
     void (*launch)(const DecodePlanParams&, cudaStream_t);

@@ -127,6 +127,29 @@ __device__ __forceinline__ void plan_one_cta(const DecodePlanParams& p, const Fa
   if (p.page_table != nullptr) write_first_pages(p);  // block-uniform
 }
 
+// No bin has a first task yet (write_first_pages reads x = -1 as empty): every thread of the CTA, before
+// the plan's first block scan, whose barrier orders this before note_first. (The row plan does it in
+// plan_fast_rows, by its own warps.)
+__device__ __forceinline__ void init_first_pages(const DecodePlanParams& p) {
+  if (p.page_table == nullptr) return;
+  const int ns = min(p.num_bins + p.max_tail_bins, kFirstPageSmemBins);
+#pragma unroll 1
+  for (int c = threadIdx.x; c < ns; c += kPlanThreads) plan_shared().first[c].x = -1;
+}
+
+// Every plan kernel's entry after its own prologue: the work floor's reciprocal (parameters only, so
+// before the lengths load, off the critical path: it followed the first scan once, ~0.05-0.1 us of
+// dependent latency, NOTES.md), then the PDL wait (the decode kernel waits for our completion anyway,
+// so its launch is released at once).
+__device__ __forceinline__ FastDiv plan_pdl_entry(const DecodePlanParams& p) {
+  FastDiv by_floor;
+  by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
+  hpc::pdl_wait();
+  hpc::pdl_launch_dependents();
+  plan_tl(p, kPtPdl);
+  return by_floor;
+}
+
 // minBlocksPerSM = 1 spelled out: with only the thread count, ptxas 13.0 sometimes settles on 64
 // registers and spills (160-byte stack, 216 bytes in plan_dynamic_general) after unrelated edits
 // of the out-of-line plans; with it the kernel takes 108-112 registers and no spill.
@@ -136,18 +159,8 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __gr
   // Work per thread (plan_work): dynamic plans split a request's heads over threads when there are
   // fewer requests than threads. Only parameters are read before pdl_wait.
   const PlanWork w = plan_work(p.batch, p.num_kv_heads, p.static_splits <= 0);
-  if (p.page_table != nullptr) {  // no bin has a first task yet (the first scan's barrier orders this)
-    const int ns = min(p.num_bins + p.max_tail_bins, kFirstPageSmemBins);
-#pragma unroll 1
-    for (int c = threadIdx.x; c < ns; c += kPlanThreads) plan_shared().first[c].x = -1;
-  }
-  // The work floor's reciprocal needs only parameters: computed before the lengths load, off the
-  // critical path (it followed the first scan: ~0.05-0.1 us of dependent latency, NOTES.md).
-  FastDiv by_floor;
-  by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
-  hpc::pdl_wait();
-  hpc::pdl_launch_dependents();  // the decode kernel waits for our completion anyway
-  plan_tl(p, kPtPdl);
+  init_first_pages(p);
+  const FastDiv by_floor = plan_pdl_entry(p);
   if (blockIdx.x != 0) return;  // one CTA (plan_ctas); only the aligned kernel uses a grid
   plan_one_cta<kHM>(p, by_floor, w);
 }
@@ -167,16 +180,8 @@ __device__ __noinline__ void plan_head_major_unaligned(const DecodePlanParams& p
 __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_aligned_kernel(const __grid_constant__ DecodePlanParams p) {
   plan_tl(p, kPtEntry);
   if (threadIdx.x >> 5 == kPlanWarps - 1) touch_param_lines(p);
-  if (p.page_table != nullptr) {  // no bin has a first task yet (the first block scan's barrier orders this)
-    const int ns = min(p.num_bins + p.max_tail_bins, kFirstPageSmemBins);
-#pragma unroll 1
-    for (int c = threadIdx.x; c < ns; c += kPlanThreads) plan_shared().first[c].x = -1;
-  }
-  FastDiv by_floor;
-  by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
-  hpc::pdl_wait();
-  hpc::pdl_launch_dependents();  // the decode kernel waits for our completion anyway
-  plan_tl(p, kPtPdl);
+  init_first_pages(p);
+  const FastDiv by_floor = plan_pdl_entry(p);
   if (plan_head_major_aligned(p, by_floor)) {
     plan_tl_end(p);
     if (p.page_table != nullptr) write_first_pages(p);  // block-uniform; this CTA's bins only
@@ -199,12 +204,7 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_rows_kernel(const
   // The last warp never holds a row (kRowMax * 32 <= kPlanThreads / 2): it warms the parameter lines.
   static_assert(kRowMax < kPlanWarps, "an idle warp touches the parameter lines");
   if (threadIdx.x >> 5 == kPlanWarps - 1) touch_param_lines(p);
-  FastDiv by_floor;
-  by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
-  hpc::pdl_wait();
-  hpc::pdl_launch_dependents();  // the decode kernel waits for our completion anyway
-  plan_tl(p, kPtPdl);
-  plan_fast_rows(p, by_floor);
+  plan_fast_rows(p, plan_pdl_entry(p));
   plan_tl_end(p);
   if (p.page_table != nullptr) write_first_pages(p);  // block-uniform; every warp is still here
 }
