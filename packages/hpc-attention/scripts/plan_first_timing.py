@@ -6,7 +6,7 @@ its kernel parameters were put) makes the difference; if G1's first batch alone 
 process's first moments. Status: written at the end of the twenty-second session, not yet run (no device
 time left).
 
-    PYTHONPATH=packages/hpc-common/src:packages/hpc-attention/src python3 packages/hpc-attention/scripts/plan_first_timing.py
+    PYTHONPATH=packages/hpc-common/src:packages/hpc-attention/src python3 packages/hpc-attention/scripts/plan_first_timing.py [--streams]
 """
 
 from __future__ import annotations
@@ -64,5 +64,41 @@ def main() -> None:
               flush=True)
 
 
+def main_streams(n: int = 6) -> None:
+    """--streams: does the stream a graph is replayed on decide? bench_us takes a new stream from torch's pool
+    per call, and plan_placement.py's timings moved in ~0.22 us steps from call to call, where main()'s
+    graphs on one stream read alike. One graph per stream on n streams, each replayed in two batches, then
+    the same graphs again in reverse order: if a stream's numbers repeat and differ from the others', the
+    stream decides."""
+    dev = torch.device("cuda")
+    kv_lens, ws = buffers()
+
+    def plan():
+        ha.plan_decode(kv_lens, 1, 8, workspace=ws, validate=False)
+
+    for _ in range(5):
+        plan()
+    empty_l2(dev)
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream(dev) for _ in range(n)]
+    graphs = []
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(s):
+            graphs.append(capture(plan, s))
+        s.synchronize()
+    for rnd, order in enumerate((range(n), reversed(range(n)))):
+        for i in order:
+            with torch.cuda.stream(streams[i]):
+                a, b = batch(graphs[i]), batch(graphs[i])
+            print(json.dumps({"case": f"S{i}", "round": rnd, "stream_id": streams[i].stream_id,
+                              "batch1_us": a, "batch2_us": b}), flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if "--streams" in sys.argv[1:]:
+        main_streams()
+    else:
+        main()
