@@ -3,9 +3,9 @@ results file (benchmarks/results/<gpu>/<name>.{json,md}): every row keeps its fi
 (the run's order in the call), `side` (old / new) and `commit` (the tree that run used).
 
     python tools/ab_results.py --name decode_attention_plan_totals_warp_ab --op decode_attention_plan_spread \
-        --note "..." /tmp/ab/A1 /tmp/ab/B /tmp/ab/A2 [--call 2 /tmp/ab2/A1 ...]
+        --note "..." /tmp/ab/A1 /tmp/ab/B /tmp/ab/A2 [call=2 /tmp/ab2/A1 ...]
 
-Run directories named A* are the old side, B* the new; several calls go in one file with --call N before
+Run directories named A* are the old side, B* the new; several calls go in one file with call=N before
 each call's directories (the rows gain `call`).
 """
 
@@ -25,15 +25,13 @@ def main() -> None:
     ap.add_argument("--note", required=True, help="what the A/B compares and shows (meta['note'])")
     ap.add_argument("--gpu-dir", default="h200")
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results/h200"))
-    ap.add_argument("runs", nargs="+", help="run directories, in process order; '--call N' starts a call")
-    args, extra = ap.parse_known_args()
-    items = args.runs + extra
+    ap.add_argument("runs", nargs="+", help="run directories, in process order; call=N starts a call")
+    args = ap.parse_args()
 
     rows, metas, call, process = [], [], None, 0
-    it = iter(items)
-    for item in it:
-        if item == "--call":
-            call, process = int(next(it)), 0
+    for item in args.runs:
+        if item.startswith("call="):
+            call, process = int(item[5:]), 0
             continue
         run = Path(item)
         doc = json.loads((run / args.gpu_dir / f"{args.op}.json").read_text())
@@ -51,7 +49,7 @@ def main() -> None:
     meta["note"] = args.note
     path = args.out_dir / f"{args.name}.json"
     path.write_text(dump_results(meta, rows))
-    cols = [k for k in rows[0] if k not in ("provider",)]
+    cols = list(rows[0])
     md = [f"# {args.name}", "", f"GPU {meta['gpu']}, {meta['date']}, torch {meta.get('torch')}. {args.note}", "",
           "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     md += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]

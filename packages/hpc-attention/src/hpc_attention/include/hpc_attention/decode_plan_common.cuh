@@ -299,18 +299,6 @@ __device__ __forceinline__ void write_totals(const DecodePlanParams& p, const Pl
   p.counters[kNumTailBins] = t.tail_bins;
 }
 
-// Counter k of t (k = a PlanCounter slot), by selects (no local array).
-__device__ __forceinline__ int counter_value(const PlanTotals& t, int k) {
-  int v = t.tail_bins;
-  v = k == kNumClamped ? t.clamped : v;
-  v = k == kNumBinsUsed ? t.bins_used : v;
-  v = k == kNumSlots ? t.slots : v;
-  v = k == kTotalTiles ? t.total_tiles : v;
-  v = k == kBudget ? t.budget : v;
-  v = k == kNumCombine ? t.combine : v;
-  return k == kNumTasks ? t.tasks : v;
-}
-
 // Dynamic plans: the bins from bins_used on hold no task; their bin_start entries (and the table's
 // end entry) are the task count. threads: how many of the block's first threads share the loop.
 __device__ __forceinline__ void close_unused_bins(const DecodePlanParams& p, int bins_used, int num_tasks,

@@ -38,32 +38,11 @@ __host__ __device__ inline bool plan_rows_applies(const DecodePlanParams& p, boo
   return bound <= 0x7fffffffll && (bound + 1) * p.cut_bins + bound < 0xFFFFFFFFll;
 }
 
-// The totals warp's part of plan_fast_rows: the barrier, the row sums, the counters (lane k writes
-// counter k) and the unused bins' entries.
-__device__ __forceinline__ void plan_rows_totals(const DecodePlanParams& p, const int4* row_sums, int rows, unsigned line,
-                                                 unsigned nb, unsigned budget, int total, int clamped) {
-  const int lane = threadIdx.x & 31;
-  hpc::sm90::named_barrier(1, (rows + 1) * 32);
-  const int4 r = lane < rows ? row_sums[lane] : make_int4(0, 0, 0, 0);
-  const int num_tasks = warp_sum(r.x), num_slots = warp_sum(r.y), num_comb = warp_sum(r.z);
-  plan_tl(p, kPtScan2, num_tasks);
-  const int nb_used = line > 0 ? static_cast<int>(nb) : 0;
-  const int C = p.num_bins + p.max_tail_bins;
-#pragma unroll 1
-  for (int c = nb_used + lane; c <= C; c += 32) p.bin_start[c] = num_tasks;
-  const PlanTotals t{num_tasks, num_comb, line > 0 ? static_cast<int>(budget) : 0, total, num_slots, nb_used, clamped, 0};
-  if (lane < kNumCounters) p.counters[lane] = counter_value(t, lane);
-}
-
-// The row plan (plan_rows_applies holds). Warp `rows` (the first without a row) is the totals warp: it
-// runs pass 1 and the cut as the row warps do, meets them at the barrier, and writes the counters and
-// the unused bins' entries, so the row warps go from the barrier straight to pass 3. Later warps return.
+// The row plan (plan_rows_applies holds). Warps past the last row return at once.
 __device__ __forceinline__ void plan_fast_rows(const DecodePlanParams& p, const FastDiv& by_floor) {
   const int B = p.batch, rows = (B + 31) >> 5;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  static_assert(kRowMax < kPlanWarps - 1, "the totals warp is neither a row warp nor the touch warp");
-  if (w > rows) return;
-  const bool totals_warp = w == rows;
+  if (w >= rows) return;
   const unsigned ovh = p.task_cost > 0 ? p.task_cost : 0;
 
   // Pass 1 (every active warp alike): lengths, tiles, clamped flags of all requests.
@@ -114,11 +93,6 @@ __device__ __forceinline__ void plan_fast_rows(const DecodePlanParams& p, const 
 
   // Pass 2: my request's tasks, slots and combine entries (count_parts); row sums to the other
   // warps through shared memory, one barrier over the active warps.
-  int4* row_sums = plan_shared().scan[2];
-  if (totals_warp) {
-    plan_rows_totals(p, row_sums, rows, line, nb, cut.budget, total, clamped);
-    return;
-  }
   const int b = w * 32 + lane;
   int cnt[4] = {0, 0, 0, 0};
   if (b < B) {
@@ -128,15 +102,23 @@ __device__ __forceinline__ void plan_fast_rows(const DecodePlanParams& p, const 
       count_parts(cnt, cut.L.parts(line0 + my_ovh, static_cast<unsigned>(my_n)), 1);
     }
   }
+  int4* row_sums = plan_shared().scan[2];
   const int r_tasks = warp_sum(cnt[0]), r_slots = warp_sum(cnt[1]), r_comb = warp_sum(cnt[2]);
   if (lane == 0) row_sums[w] = make_int4(r_tasks, r_slots, r_comb, 0);
   const int e_tasks = warp_exclusive_scan(cnt[0]), e_slots = warp_exclusive_scan(cnt[1]),
             e_comb = warp_exclusive_scan(cnt[2]);
-  hpc::sm90::named_barrier(1, (rows + 1) * 32);
-  const int4 r = lane < w ? row_sums[lane] : make_int4(0, 0, 0, 0);  // the rows before mine
-  const int task = warp_sum(r.x) + e_tasks, slot = warp_sum(r.y) + e_slots, comb = warp_sum(r.z) + e_comb;
+  hpc::sm90::named_barrier(1, rows * 32);
+  const int4 r = lane < rows ? row_sums[lane] : make_int4(0, 0, 0, 0);
+  const bool before = lane < w;
+  const int task = warp_sum(before ? r.x : 0) + e_tasks, slot = warp_sum(before ? r.y : 0) + e_slots,
+            comb = warp_sum(before ? r.z : 0) + e_comb;
+  const int num_tasks = warp_sum(r.x), num_slots = warp_sum(r.y), num_comb = warp_sum(r.z);
   plan_tl(p, kPtScan2, task);
 
+  const int nb_used = line > 0 ? static_cast<int>(nb) : 0;
+  close_unused_bins(p, nb_used, num_tasks, rows * 32);
+  write_totals(p, {num_tasks, num_comb, line > 0 ? static_cast<int>(cut.budget) : 0, total, num_slots, nb_used,
+                   clamped, 0});
   // Pass 3: plan_fast's writer with one request per thread.
   const bool mine = b < B;
   plan_fast_write<false>(p, cut, mine ? b : B, mine ? b + 1 : B, 0, 1, 1, my_len, line0, ovh, nb0, total, task, slot,
