@@ -1,11 +1,15 @@
-// The 64/8 plan (batch 256, head-major line, the aligned plan on a grid of 8 CTAs) as the library
-// launches it, against the aligned plan alone in a kernel of its own (twenty-second session: the row
-// plan read ~0.45 us faster as a kernel of its own than as a branch of decode_plan_kernel; plan_probe.cu).
-// Same method as the other probes (graph_timing.cuh). `ours_plan`'s 64/8 case: every 7th request 100
-// tokens, the rest 4096, 132 bins (cut into 128), BF16 task cost.
-//   plan64          decode_plan_kernel<true> through launch_decode_plan (PDL attribute on)
-//   aligned_only    prologue, plan_head_major_aligned, first pages: no fallback (this case is aligned)
-//   aligned_touch   the same with touch_param_lines by the last warp at entry
+// The 64/8 plan (batch 256, head-major line on a grid of 8 CTAs) as the library launches it, against
+// variants in kernels of their own. Same method as the other probes (graph_timing.cuh). `ours_plan`'s
+// 64/8 case: every 7th request 100 tokens, the rest 4096, 132 bins (cut into 128), BF16 task cost.
+//   plan64            the library's launch (launch_decode_plan: since the twenty-third session the aligned
+//                     row plan, decode_plan_rows_aligned_kernel, on plan_ctas CTAs; PDL attribute on)
+//   aligned_only      prologue, plan_head_major_aligned (block scans), first pages: the aligned kernel
+//                     before the row form (twenty-second session), on plan_ctas CTAs
+//   aligned_touch     the same with touch_param_lines by the last warp at entry
+//   rows_aligned_g<n> decode_plan_rows_aligned_kernel on n CTAs (the heads split n ways; the same tables)
+//   rows81_g<n>       the 8/1 row plan (decode_plan_rows_kernel, its own 8/1 tables) on n CTAs, every CTA
+//                     writing the same tables: what a grid costs the same per-CTA work
+// (Twenty-third session: why 64/8 reads ~1.1 us over 8/1 when each CTA plans one head as 8/1's CTA does.)
 //
 //   nvcc -std=c++17 -O3 --expt-relaxed-constexpr --use_fast_math -DNDEBUG -gencode=arch=compute_90a,code=sm_90a \
 //        -I packages/hpc-common/src/hpc_common/include -I packages/hpc-attention/src/hpc_attention/include \
@@ -38,40 +42,69 @@ __global__ void __launch_bounds__(hpc::attn::kPlanThreads, 1) aligned_only(const
   if (plan_head_major_aligned(p, by_floor) && p.page_table != nullptr) write_first_pages(p);
 }
 
+using Launch = void (*)(const DecodePlanParams&, cudaStream_t, int);
+template <void (*K)(DecodePlanParams), int kCtas>
+void launch_on(const DecodePlanParams& q, cudaStream_t s, int) {
+  CK(hpc::launch_kernel(K, dim3(kCtas), dim3(hpc::attn::kPlanThreads), 0, s, true, q));
+}
+
 int main() {
   const FlushedStream fs;
   constexpr int kCaps = 16384;
   DecodePlanParams p = bench_plan_params(8);
   const PlanTables tables(p, kCaps, kBenchBins + kBenchTailBins);
+  DecodePlanParams p1 = bench_plan_params(1);
+  const PlanTables tables1(p1, kCaps, kBenchBins + kBenchTailBins);
   const int ctas = hpc::attn::plan_ctas(p);
   std::printf("{\"check\": \"plan_ctas\", \"value\": %d, \"cut_bins\": %d}\n", ctas, p.cut_bins);
 
   struct V {
     const char* name;
-    void (*launch)(const DecodePlanParams&, cudaStream_t, int);
+    Launch launch;
+    bool one_head;  // on the 8/1 parameters
   };
+  using hpc::attn::decode_plan_rows_aligned_kernel;
+  using hpc::attn::decode_plan_rows_kernel;
   const V vs[] = {
-      {"plan64", [](const DecodePlanParams& q, cudaStream_t s, int) { CK(hpc::attn::launch_decode_plan(q, s, true)); }},
+      {"plan64", [](const DecodePlanParams& q, cudaStream_t s, int) { CK(hpc::attn::launch_decode_plan(q, s, true)); },
+       false},
       {"aligned_only",
        [](const DecodePlanParams& q, cudaStream_t s, int n) {
          CK(hpc::launch_kernel(aligned_only<false>, dim3(n), dim3(hpc::attn::kPlanThreads), 0, s, true, q));
-       }},
+       },
+       false},
       {"aligned_touch",
        [](const DecodePlanParams& q, cudaStream_t s, int n) {
          CK(hpc::launch_kernel(aligned_only<true>, dim3(n), dim3(hpc::attn::kPlanThreads), 0, s, true, q));
-       }},
+       },
+       false},
+      {"rows_aligned_g1", launch_on<decode_plan_rows_aligned_kernel, 1>, false},
+      {"rows_aligned_g2", launch_on<decode_plan_rows_aligned_kernel, 2>, false},
+      {"rows_aligned_g4", launch_on<decode_plan_rows_aligned_kernel, 4>, false},
+      {"rows_aligned_g8", launch_on<decode_plan_rows_aligned_kernel, 8>, false},
+      {"rows81_g1", launch_on<decode_plan_rows_kernel, 1>, true},
+      {"rows81_g2", launch_on<decode_plan_rows_kernel, 2>, true},
+      {"rows81_g8", launch_on<decode_plan_rows_kernel, 8>, true},
   };
+  constexpr int kNum = sizeof(vs) / sizeof(vs[0]);
   for (int round = 0; round < 2; ++round) {
     for (const V& v : vs) {
-      const GraphTiming g = fs.time([] {}, [&] { v.launch(p, fs.stream, ctas); });
+      const DecodePlanParams& q = v.one_head ? p1 : p;
+      const GraphTiming g = fs.time([] {}, [&] { v.launch(q, fs.stream, ctas); });
       std::printf("{\"round\": %d, \"case\": \"%s\", \"median_us\": %.2f, \"p10_us\": %.2f, \"p90_us\": %.2f, \"mean_us\": %.3f}\n",
                   round, v.name, g.median_us, g.p10_us, g.p90_us, g.mean_us);
     }
   }
-  // The alone-kernels' tables against the library's.
-  auto snapshot = [&](const V& v) { return tables.snapshot(fs.stream, [&] { v.launch(p, fs.stream, ctas); }); };
+  // Every variant's tables against the library's launch on the same parameters.
+  auto snapshot = [&](const V& v) {
+    const DecodePlanParams& q = v.one_head ? p1 : p;
+    return (v.one_head ? tables1 : tables).snapshot(fs.stream, [&] { v.launch(q, fs.stream, ctas); });
+  };
   const std::vector<char> want = snapshot(vs[0]);
-  for (int i = 1; i < 3; ++i)
-    std::printf("{\"check\": \"%s\", \"tables_equal_library\": %s}\n", vs[i].name, snapshot(vs[i]) == want ? "true" : "false");
+  const std::vector<char> want1 =
+      tables1.snapshot(fs.stream, [&] { CK(hpc::attn::launch_decode_plan(p1, fs.stream, true)); });
+  for (int i = 1; i < kNum; ++i)
+    std::printf("{\"check\": \"%s\", \"tables_equal_library\": %s}\n", vs[i].name,
+                snapshot(vs[i]) == (vs[i].one_head ? want1 : want) ? "true" : "false");
   return 0;
 }

@@ -3,8 +3,9 @@ NOTES.md; plan_placement.py ruled out the buffers' placement.) Per graph, [flush
 captured once and replayed in two batches of 100 (medians A1, A2); three graphs in a row (G1, G2, G3), then
 G1 replayed again. If only G1 reads low in both batches and again at the end, the graph itself (e.g. where
 its kernel parameters were put) makes the difference; if G1's first batch alone reads low, it is the
-process's first moments. Status: written at the end of the twenty-second session, not yet run (no device
-time left).
+process's first moments. Result (twenty-third session, H200, benchmarks/results/h200/attention_plan_first_timing.*): every graph
+and batch read 5.09-5.25 us, the first graph no lower; one graph per stream (--streams) read alike on
+six streams. Neither the graph nor the stream decides; bench_us's per-call setup remains the suspect.
 
     PYTHONPATH=packages/hpc-common/src:packages/hpc-attention/src python3 packages/hpc-attention/scripts/plan_first_timing.py [--streams]
 """
