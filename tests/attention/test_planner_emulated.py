@@ -89,14 +89,6 @@ def _cases(seed: int, n: int):
         (mixed * 2, 24, 500, 1, 0, 140_000, 3, 0, 4, 0, 16, 1, 1),
         ([20] * 60 + [130_000] + [20] * 9, 16, 1000, 4, 0, 140_000, 4, 0, 4, 0, 64, 1, 1),
         ([0] * 590 + [64] * 10, 2, 132, 4, 0, 140_000, 2, 0, 4, 0, 64, 1, 1),  # 15 bins: not aligned, general plan
-        # The aligned row plan (decode_plan_rows_aligned_kernel: <= 256 real requests, B x Hkv > 512): 8 CTAs
-        # of one head, 4 of two (and without a page table), a long request written by the warp, bins
-        # nested in fixed costs, a line too short to align (the kernel's fallback), a partial last row.
-        (bench, 8, 128, 4, 0, 4096, 2, 0, 4, 0, 64, 1, 1),
-        (bench[:200], 16, 128, 4, 0, 4096, 4, 0, 4, 0, 0, 1, 1),
-        ([20] * 100 + [130_000] + [20] * 60, 8, 128, 4, 0, 140_000, 4, 0, 4, 0, 64, 1, 1),
-        ([rng.randrange(0, 300) for _ in range(130)], 8, 128, 1, 0, 140_000, 64, 0, 4, 0, 16, 1, 1),
-        ([0] * 250 + [64] * 6, 4, 132, 4, 0, 140_000, 2, 0, 4, 0, 64, 1, 1),
     ]
     for _ in range(n):
         B = rng.choice([1, 2, 3, 5, 31, 32, 64, 100, 255, 256, 257, 300, 511, 512, 513, 1100, 2000])

@@ -1,15 +1,16 @@
 // The 64/8 plan (batch 256, head-major line on a grid of 8 CTAs) as the library launches it, against
 // variants in kernels of their own. Same method as the other probes (graph_timing.cuh). `ours_plan`'s
 // 64/8 case: every 7th request 100 tokens, the rest 4096, 132 bins (cut into 128), BF16 task cost.
-//   plan64            the library's launch (launch_decode_plan: since the twenty-third session the aligned
-//                     row plan, decode_plan_rows_aligned_kernel, on plan_ctas CTAs; PDL attribute on)
-//   aligned_only      prologue, plan_head_major_aligned (block scans), first pages: the aligned kernel
-//                     before the row form (twenty-second session), on plan_ctas CTAs
+//   plan64            the library's launch (launch_decode_plan: the aligned kernel on plan_ctas CTAs; PDL on)
+//   aligned_only      prologue, plan_head_major_aligned (block scans), first pages, on plan_ctas CTAs
 //   aligned_touch     the same with touch_param_lines by the last warp at entry
-//   rows_aligned_g<n> decode_plan_rows_aligned_kernel on n CTAs (the heads split n ways; the same tables)
+//   aligned_g<n>      decode_plan_aligned_kernel on n CTAs (the heads split n ways; the same tables)
 //   rows81_g<n>       the 8/1 row plan (decode_plan_rows_kernel, its own 8/1 tables) on n CTAs, every CTA
 //                     writing the same tables: what a grid costs the same per-CTA work
-// (Twenty-third session: why 64/8 reads ~1.1 us over 8/1 when each CTA plans one head as 8/1's CTA does.)
+// Twenty-third session (benchmarks/results/h200/attention_plan64_probe_grid.*, run at d91005b with an
+// aligned row plan, since reverted, in place of aligned_g<n>): the 8/1 row plan reads 4.99-5.18 us on 1, 2
+// and 8 CTAs, and the 64/8 plan 6.11 on 8 CTAs in either form (7.42 on one): the ~1.1 us over 8/1 goes with
+// the 8x table bytes (41 KB of distinct lines), not the per-CTA arithmetic or the grid.
 //
 //   nvcc -std=c++17 -O3 --expt-relaxed-constexpr --use_fast_math -DNDEBUG -gencode=arch=compute_90a,code=sm_90a \
 //        -I packages/hpc-common/src/hpc_common/include -I packages/hpc-attention/src/hpc_attention/include \
@@ -63,7 +64,7 @@ int main() {
     Launch launch;
     bool one_head;  // on the 8/1 parameters
   };
-  using hpc::attn::decode_plan_rows_aligned_kernel;
+  using hpc::attn::decode_plan_aligned_kernel;
   using hpc::attn::decode_plan_rows_kernel;
   const V vs[] = {
       {"plan64", [](const DecodePlanParams& q, cudaStream_t s, int) { CK(hpc::attn::launch_decode_plan(q, s, true)); },
@@ -78,10 +79,10 @@ int main() {
          CK(hpc::launch_kernel(aligned_only<true>, dim3(n), dim3(hpc::attn::kPlanThreads), 0, s, true, q));
        },
        false},
-      {"rows_aligned_g1", launch_on<decode_plan_rows_aligned_kernel, 1>, false},
-      {"rows_aligned_g2", launch_on<decode_plan_rows_aligned_kernel, 2>, false},
-      {"rows_aligned_g4", launch_on<decode_plan_rows_aligned_kernel, 4>, false},
-      {"rows_aligned_g8", launch_on<decode_plan_rows_aligned_kernel, 8>, false},
+      {"aligned_g1", launch_on<decode_plan_aligned_kernel, 1>, false},
+      {"aligned_g2", launch_on<decode_plan_aligned_kernel, 2>, false},
+      {"aligned_g4", launch_on<decode_plan_aligned_kernel, 4>, false},
+      {"aligned_g8", launch_on<decode_plan_aligned_kernel, 8>, false},
       {"rows81_g1", launch_on<decode_plan_rows_kernel, 1>, true},
       {"rows81_g2", launch_on<decode_plan_rows_kernel, 2>, true},
       {"rows81_g8", launch_on<decode_plan_rows_kernel, 8>, true},
