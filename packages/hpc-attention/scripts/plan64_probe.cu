@@ -83,6 +83,7 @@ int main() {
       {"aligned_g2", launch_on<decode_plan_aligned_kernel, 2>, false},
       {"aligned_g4", launch_on<decode_plan_aligned_kernel, 4>, false},
       {"aligned_g8", launch_on<decode_plan_aligned_kernel, 8>, false},
+      {"rows_aligned_g8", launch_on<hpc::attn::decode_plan_rows_aligned_kernel, 8>, false},
       {"rows81_g1", launch_on<decode_plan_rows_kernel, 1>, true},
       {"rows81_g2", launch_on<decode_plan_rows_kernel, 2>, true},
       {"rows81_g8", launch_on<decode_plan_rows_kernel, 8>, true},

@@ -51,6 +51,10 @@ void named_barrier(int id, int count) {
   unsigned g = nbar_gen[id];
   if (++nbar_count[id] == count) { nbar_count[id] = 0; ++nbar_gen[id]; } else { while (nbar_gen[id] == g) yield(); ++progress; }
 }
+void named_barrier_arrive(int id, int count) {
+  ++progress;
+  if (++nbar_count[id] == count) { nbar_count[id] = 0; ++nbar_gen[id]; }
+}
 void warp_barrier() {
   ++progress;
   int w = cur->tid.x >> 5;

@@ -52,6 +52,17 @@ __host__ __device__ inline bool plan_may_align(const DecodePlanParams& p) {
          p.cut_bins % p.line_heads == 0;
 }
 
+// The aligned head-major row plan applies: the aligned plan may apply (plan_may_align: head-major, dynamic,
+// no tail, B x Hkv > kPlanThreads), at most kRowMax * 32 real requests, and a line of all heads that cannot
+// leave the fast plan's 32-bit range (as plan_rows_applies). Whether the line is aligned after all (nb ==
+// cut_bins) depends on the lengths: the kernel falls back to the one-CTA head-major plan when not.
+__host__ __device__ inline bool plan_rows_aligned_applies(const DecodePlanParams& p) {
+  if (!plan_may_align(p) || p.line_batch > kRowMax * 32) return false;
+  const long long bound = static_cast<long long>(p.line_batch) * p.line_heads *
+                          (tiles_of(p.max_len) + (p.task_cost > 0 ? p.task_cost : 0));
+  return bound <= 0x7fffffffll && (bound + 1) * p.cut_bins + bound < 0xFFFFFFFFll;
+}
+
 // CTAs of the plan's grid. Why more than one: the aligned plan's time at 64/8 batch 256 is mostly
 // the heads' table copies leaving one SM (~41 KB of tables against ~5 KB at 8/1; a build writing
 // one head of four read 6.3 us against 7.3, NOTES.md). So up to kPlanMaxCtas CTAs each plan the
@@ -204,9 +215,31 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_rows_kernel(const
   // The last warp never holds a row (kRowMax * 32 <= kPlanThreads / 2): it warms the parameter lines.
   static_assert(kRowMax < kPlanWarps, "an idle warp touches the parameter lines");
   if (threadIdx.x >> 5 == kPlanWarps - 1) touch_param_lines(p);
-  plan_fast_rows(p, plan_pdl_entry(p));
+  plan_fast_rows<false>(p, plan_pdl_entry(p));
   plan_tl_end(p);
   if (p.page_table != nullptr) write_first_pages(p);  // block-uniform; every warp is still here
+}
+
+// Aligned head-major lines of at most kRowMax * 32 real requests (plan_rows_aligned_applies: e.g. 64/8 at
+// batch 256): the row plan over head 0's stretch, each CTA of the grid writing its heads' copies; the
+// one-CTA head-major plan when the line is not aligned after all. Why: the aligned kernel's two block
+// scans over a thread per request on all 16 warps (plan_head_major_aligned) against the row plan's warp
+// sums on the row warps alone: 64/8 batch 256, H200, scripts/plan64_probe.cu, same process: 5.22-5.28 us
+// against 5.79-5.92 (twenty-third session; the row plan with the other warps also running its pass 1, to
+// test alignment themselves, read 5.89-5.92).
+__global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_rows_aligned_kernel(
+    const __grid_constant__ DecodePlanParams p) {
+  plan_tl(p, kPtEntry);
+  if (threadIdx.x >> 5 == kPlanWarps - 1) touch_param_lines(p);
+  init_first_pages(p);
+  const FastDiv by_floor = plan_pdl_entry(p);
+  if (plan_fast_rows<true>(p, by_floor)) {
+    plan_tl_end(p);
+    if (p.page_table != nullptr) write_first_pages(p);  // block-uniform; this CTA's bins only
+    return;
+  }
+  if (blockIdx.x != 0) return;  // the same test failed in every CTA: the fallback is CTA 0's
+  plan_head_major_unaligned(p, by_floor);  // nothing of the row plan is in shared memory yet
 }
 
 using PlanKernel = void (*)(DecodePlanParams);
@@ -214,7 +247,10 @@ using PlanKernel = void (*)(DecodePlanParams);
 // The kernel for p: head-major lines (set_line_order, p.line_heads > 1) aligned or not, the row plan, or
 // the rest.
 inline PlanKernel plan_kernel_for(const DecodePlanParams& p) {
-  if (p.line_heads > 1) return plan_may_align(p) ? decode_plan_aligned_kernel : decode_plan_kernel<true>;
+  if (p.line_heads > 1) {
+    if (plan_rows_aligned_applies(p)) return decode_plan_rows_aligned_kernel;
+    return plan_may_align(p) ? decode_plan_aligned_kernel : decode_plan_kernel<true>;
+  }
   if (plan_rows_applies(p, plan_has_tail(p))) return decode_plan_rows_kernel;
   return decode_plan_kernel<false>;
 }

@@ -54,6 +54,7 @@ struct PlanShared {
   int4 scan[3][kPlanWarps];
   int2 first[kFirstPageSmemBins];  // {request, first tile} of each non-empty bin's first task; x = -1: empty
   int param_sink[32];              // touch_param_lines' loaded words (never read)
+  int rows_aligned;                // the aligned row plan's test, for the warps without a row (1: aligned)
 };
 
 __device__ __forceinline__ PlanShared& plan_shared() {

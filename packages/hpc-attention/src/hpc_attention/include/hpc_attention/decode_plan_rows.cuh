@@ -1,5 +1,7 @@
-// The common dynamic plan of a small request-major batch without block-wide scans: see
-// decode_plan.cuh for the plan, decode_plan_fast.cuh for the arithmetic and pass 3 it shares.
+// The common dynamic plans of a small batch without block-wide scans: the request-major line at one KV
+// head, and the aligned head-major line (several KV heads; decode_plan_aligned.cuh says why one head's
+// stretch plans them all). See decode_plan.cuh for the plan, decode_plan_fast.cuh for the arithmetic and
+// pass 3 it shares.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,6 +9,7 @@
 #include <cstdint>
 
 #include "hpc_attention/decode_params.h"
+#include "hpc_attention/decode_plan_aligned.cuh"
 #include "hpc_attention/decode_plan_common.cuh"
 #include "hpc_attention/decode_plan_fast.cuh"
 #include "hpc_attention/decode_plan_timeline.cuh"
@@ -38,20 +41,96 @@ __host__ __device__ inline bool plan_rows_applies(const DecodePlanParams& p, boo
   return bound <= 0x7fffffffll && (bound + 1) * p.cut_bins + bound < 0xFFFFFFFFll;
 }
 
-// The row plan (plan_rows_applies holds). Warps past the last row return at once.
-__device__ __forceinline__ void plan_fast_rows(const DecodePlanParams& p, const FastDiv& by_floor) {
-  const int B = p.batch, rows = (B + 31) >> 5;
+// Pass 3 of the aligned row plan: this thread's request b (len tokens, n tiles, ovh_b charged units, at
+// head-0 line position pos), copied to this CTA's heads [h0, h1) (A: the head stretches' offsets). The
+// aligned plan's writer (plan_head_major_aligned) for one request per thread.
+__device__ __forceinline__ void write_rows_aligned(const DecodePlanParams& p, const FastCut& cut, const AlignedHeads& A,
+                                                   bool mine, int b, int len, int n, unsigned pos, unsigned ovh_b,
+                                                   unsigned ovh, int h0, int h1, int task, int slot, int comb) {
+  const FastLine& L = cut.L;
+  const int H = A.heads;
+  const unsigned units = n > 0 ? n + ovh_b : 0;
+  const bool is_long = units > cut.long_units;
+  if (mine && n == 0) {
+#pragma unroll 1
+    for (int h = h0; h < h1; ++h) p.combine[h * A.comb1 + comb] = make_int4(b * H + h, 0, 0, 0);
+  } else if (mine && !is_long) {
+    const unsigned s = pos + ovh_b, e = s + n;
+    const unsigned first = L.bin_of(s), last = L.bin_of(e - 1);
+    const int parts = static_cast<int>(last - first) + 1;
+    const bool split = parts > 1;
+    if (cut.nests(ovh) && ovh_b > 0) write_nested_bins_aligned(p, L, A, h0, h1, pos, first, task);
+    for_each_part(L, pos, s, e, len, first, last, [&](int q, unsigned c, int tile, int token_end, bool opens) {
+#pragma unroll 1
+      for (int h = h0; h < h1; ++h) {
+        const int hs = h * A.slots1 + slot;  // head h's first slot of this item
+        const int4 t4 = make_int4(b * H + h, tile, token_end, split ? hs + q : -1);
+        const int t = h * A.tasks1 + task + q;
+        p.tasks[t] = t4;
+        if (split) p.slot_meta[hs + q] = make_int2(hs, parts);
+        if (opens) {
+          const int hc = h * A.nb1 + static_cast<int>(c);
+          p.bin_start[hc] = t;
+          p.bin_first[hc] = t4;
+          note_first(hc, b, tile);
+        }
+      }
+    });
+    if (split) {
+#pragma unroll 1
+      for (int h = h0; h < h1; ++h) p.combine[h * A.comb1 + comb] = make_int4(b * H + h, h * A.slots1 + slot, parts, 0);
+    }
+  }
+  const int lane = threadIdx.x & 31;
+  unsigned mask = __ballot_sync(0xffffffffu, mine && n > 0 && is_long);
+  while (mask) {  // rare: an item over more than ~kPlanWalkMax bins, written by the warp
+    const int src = __ffs(mask) - 1;
+    mask &= mask - 1;
+    const int4 r = write_long_request_aligned(p, L, A, src, b, len, n, pos, ovh_b, task, slot, comb, h0, h1);
+    if (lane == src) {
+      task = r.x;
+      slot = r.y;
+      comb = r.z;
+    }
+  }
+}
+
+// The row plan: plan_rows_applies (kAligned false) or plan_rows_aligned_applies (kAligned true) holds.
+// kAligned: the lengths are the real requests' (line_batch of them), the cut is of the whole line (Hkv
+// head stretches of head 0's line), each CTA writes its heads' copies (the heads split over the grid as
+// plan_head_major_aligned splits them) and CTA 0 the totals. Returns false, block-uniform and with no
+// table written, when the aligned line turns out not aligned (nb < cut_bins): the row warps test it and
+// post it to the others (shared memory, named barrier 2), so every warp returns and the caller's fallback
+// has the whole CTA. kAligned false: always true; warps past the last row return at once.
+template <bool kAligned>
+__device__ __forceinline__ bool plan_fast_rows(const DecodePlanParams& p, const FastDiv& by_floor) {
+  const int B = kAligned ? p.line_batch : p.batch, rows = (B + 31) >> 5;
+  const int H = kAligned ? p.line_heads : 1;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  if (w >= rows) return;
+  if (w >= rows) {
+    if constexpr (kAligned) {
+      // The warps without a row wait for the row warps' alignment test (barrier 2, which the row warps
+      // pass without waiting). Why not run the test themselves: pass 1 on all 16 warps made the 64/8
+      // plan 5.89-5.92 us against 5.22-5.28 on the row warps alone (H200, scripts/plan64_probe.cu).
+      hpc::sm90::named_barrier(2, kPlanThreads);
+      return plan_shared().rows_aligned != 0;
+    }
+    return true;
+  }
+  // Parameters only, before the lengths land: this CTA's heads and the bins per head stretch.
+  const int ch0 = kAligned ? static_cast<int>(blockIdx.x) * H / static_cast<int>(gridDim.x) : 0;
+  const int ch1 = kAligned ? static_cast<int>(blockIdx.x + 1) * H / static_cast<int>(gridDim.x) : 1;
+  const int nb1 = kAligned ? p.cut_bins / H : 0;
   const unsigned ovh = p.task_cost > 0 ? p.task_cost : 0;
 
   // Pass 1 (every active warp alike): lengths, tiles, clamped flags of all requests.
   int raw[kRowMax];
 #pragma unroll
   for (int k = 0; k < kRowMax; ++k) raw[k] = k < rows && 32 * k + lane < B ? p.kv_lens[32 * k + lane] : 0;
-  if (p.page_table != nullptr) {
+  if (!kAligned && p.page_table != nullptr) {
     // No bin has a first task yet (write_first_pages): by the plan's warps, whose barrier below orders
-    // this before note_first, and with the lengths already in flight.
+    // this before note_first, and with the lengths already in flight. (kAligned: the kernel's
+    // init_first_pages, before the PDL wait.)
     const int ns = min(p.num_bins + p.max_tail_bins, kFirstPageSmemBins);
 #pragma unroll 1
     for (int c = threadIdx.x; c < ns; c += rows * 32) plan_shared().first[c].x = -1;
@@ -65,7 +144,9 @@ __device__ __forceinline__ void plan_fast_rows(const DecodePlanParams& p, const 
     lane_clamped += raw[k] < 0 || raw[k] > p.max_len ? 1 : 0;  // 0 outside the batch
   }
   plan_tl(p, kPtLens, lane_tiles);
-  const int total = warp_sum(lane_tiles);
+  // total: the tiles of every item (kAligned: Hkv x head 0's, which plan_rows_aligned_applies keeps
+  // below 2^31).
+  const int tiles1 = warp_sum(lane_tiles), total = tiles1 * H;
   const int clamped = warp_sum(lane_clamped);
   // Charged items (item_charged, as plan_fast's cost_of) and each request's span on the
   // line; my line position = the spans of the rows before mine + a scan of my row.
@@ -84,10 +165,20 @@ __device__ __forceinline__ void plan_fast_rows(const DecodePlanParams& p, const 
       my_ovh = charged ? ovh : 0u;
     }
   }
-  const unsigned line = static_cast<unsigned>(total) + ovh * static_cast<unsigned>(warp_sum(lane_charged));
+  // line1: one head's stretch (the whole line when kAligned is false).
+  const unsigned line1 = static_cast<unsigned>(tiles1) + ovh * static_cast<unsigned>(warp_sum(lane_charged));
+  const unsigned line = line1 * static_cast<unsigned>(H);
   const unsigned line0 = static_cast<unsigned>(warp_sum(lane_before) + warp_exclusive_scan(my_n + static_cast<int>(my_ovh)));
   plan_tl(p, kPtScan1, static_cast<int>(line0));
   const unsigned nb = static_cast<unsigned>(bins_for(by_floor, line, p.cut_bins));
+  if constexpr (kAligned) {
+    // Aligned iff the line fills the cut_bins bins (a multiple of Hkv, set_line_order), as
+    // plan_head_major_aligned tests it; every row warp finds the same, thread 0 posts it for the others.
+    const bool aligned = static_cast<int>(nb) == p.cut_bins && p.num_bins >= H;
+    if (threadIdx.x == 0) plan_shared().rows_aligned = aligned ? 1 : 0;
+    hpc::sm90::named_barrier_arrive(2, kPlanThreads);
+    if (!aligned) return false;
+  }
   FastCut cut;
   cut.init(line, nb);
 
@@ -116,13 +207,21 @@ __device__ __forceinline__ void plan_fast_rows(const DecodePlanParams& p, const 
   plan_tl(p, kPtScan2, task);
 
   const int nb_used = line > 0 ? static_cast<int>(nb) : 0;
-  close_unused_bins(p, nb_used, num_tasks, rows * 32);
-  write_totals(p, {num_tasks, num_comb, line > 0 ? static_cast<int>(cut.budget) : 0, total, num_slots, nb_used,
-                   clamped, 0});
-  // Pass 3: plan_fast's writer with one request per thread.
+  if (!kAligned || blockIdx.x == 0) {  // num_tasks etc. are head 0's: times H for all heads
+    close_unused_bins(p, nb_used, H * num_tasks, rows * 32);
+    write_totals(p, {H * num_tasks, H * num_comb, line > 0 ? static_cast<int>(cut.budget) : 0, total, H * num_slots,
+                     nb_used, clamped, 0});
+  }
+  // Pass 3: one request per thread.
   const bool mine = b < B;
-  plan_fast_write<false>(p, cut, mine ? b : B, mine ? b + 1 : B, 0, 1, 1, my_len, line0, ovh, nb0, total, task, slot,
-                         comb);
+  if constexpr (kAligned) {
+    const AlignedHeads A{H, B, nb1, line1, num_tasks, num_slots, num_comb};
+    write_rows_aligned(p, cut, A, mine, b, my_len, my_n, line0, my_ovh, ovh, ch0, ch1, task, slot, comb);
+  } else {  // plan_fast's writer
+    plan_fast_write<false>(p, cut, mine ? b : B, mine ? b + 1 : B, 0, 1, 1, my_len, line0, ovh, nb0, total, task, slot,
+                           comb);
+  }
+  return true;
 }
 
 }  // namespace hpc::attn

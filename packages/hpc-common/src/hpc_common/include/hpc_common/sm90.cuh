@@ -74,6 +74,12 @@ __device__ __forceinline__ void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
+// Arrive at named barrier `id` (of `count` threads) without waiting: the threads that wait there with
+// named_barrier see this thread's earlier shared-memory writes once it completes (a producer's hand-off).
+__device__ __forceinline__ void named_barrier_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
 // ---- 1-D bulk copies (the copy engine without a tensor map) ---------------------------------
 // Copy `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory to this
 // CTA's shared memory; completion is counted in bytes on `bar` (arm it with
