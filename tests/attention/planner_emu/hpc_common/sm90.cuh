@@ -9,5 +9,4 @@ void named_barrier_arrive(int id, int count);
 namespace hpc::sm90 {
 inline void named_barrier(int id, int count) { emu::named_barrier(id, count); }
 inline void named_barrier_arrive(int id, int count) { emu::named_barrier_arrive(id, count); }
-inline void prefetch_l2(const void*) {}
 }  // namespace hpc::sm90

@@ -214,10 +214,7 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_rows_kernel(const
   plan_tl(p, kPtEntry);
   // The last warp never holds a row (kRowMax * 32 <= kPlanThreads / 2): it warms the parameter lines.
   static_assert(kRowMax < kPlanWarps, "an idle warp touches the parameter lines");
-  if (threadIdx.x >> 5 == kPlanWarps - 1) {
-    prefetch_lengths(p, p.batch);
-    touch_param_lines(p);
-  }
+  if (threadIdx.x >> 5 == kPlanWarps - 1) touch_param_lines(p);
   plan_fast_rows<false>(p, plan_pdl_entry(p));
   plan_tl_end(p);
   if (p.page_table != nullptr) write_first_pages(p);  // block-uniform; every warp is still here
@@ -233,10 +230,7 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_rows_kernel(const
 __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_rows_aligned_kernel(
     const __grid_constant__ DecodePlanParams p) {
   plan_tl(p, kPtEntry);
-  if (threadIdx.x >> 5 == kPlanWarps - 1) {  // never a row warp (kRowMax < kPlanWarps - 1)
-    prefetch_lengths(p, p.line_batch);
-    touch_param_lines(p);
-  }
+  if (threadIdx.x >> 5 == kPlanWarps - 1) touch_param_lines(p);
   init_first_pages(p);
   const FastDiv by_floor = plan_pdl_entry(p);
   if (plan_fast_rows<true>(p, by_floor)) {

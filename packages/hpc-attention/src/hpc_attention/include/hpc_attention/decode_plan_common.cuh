@@ -8,7 +8,6 @@
 #include <cstdint>
 
 #include "hpc_attention/decode_params.h"
-#include "hpc_common/sm90.cuh"
 
 namespace hpc::attn {
 
@@ -78,16 +77,6 @@ __device__ __forceinline__ void touch_param_lines(const DecodePlanParams& p) {
   if (lane < kSteps) {
     reinterpret_cast<volatile int*>(plan_shared().param_sink)[lane] = reinterpret_cast<const int*>(&p)[lane * 4];
   }
-}
-
-// The lengths' lines into the L2 by an idle warp at entry (lane l: line l of the first `batch` lengths; the
-// row kernels have at most 256, i.e. 8 lines). Why: the row warps' own loads of the lengths leave later (the
-// 8/1 row plan read 4.74-4.80 us with this warp's prefetch, or with idle warps loading the lengths before or
-// after the PDL wait, against 4.93-4.99 without: H200, scripts/plan64_probe.cu, twenty-third session); a
-// prefetch is legal before the PDL wait, a load is not.
-__device__ __forceinline__ void prefetch_lengths(const DecodePlanParams& p, int batch) {
-#pragma unroll 1
-  for (int i = (threadIdx.x & 31) * 32; i < batch; i += 32 * 32) hpc::sm90::prefetch_l2(p.kv_lens + i);
 }
 
 // Beside every bin_first write: what write_first_pages needs, without reading the tables back.

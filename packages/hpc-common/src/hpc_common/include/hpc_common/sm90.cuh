@@ -74,10 +74,6 @@ __device__ __forceinline__ void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
-// Bring the line holding `p` into the L2 (no data returned, no ordering: legal before griddepcontrol.wait,
-// since a later load reads the L2, which every earlier kernel's writes reach).
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-
 // Arrive at named barrier `id` (of `count` threads) without waiting: the threads that wait there with
 // named_barrier see this thread's earlier shared-memory writes once it completes (a producer's hand-off).
 __device__ __forceinline__ void named_barrier_arrive(int id, int count) {
