@@ -43,6 +43,41 @@ __global__ void __launch_bounds__(hpc::attn::kPlanThreads, 1) aligned_only(const
   if (plan_head_major_aligned(p, by_floor) && p.page_table != nullptr) write_first_pages(p);
 }
 
+// rows81_idle_loads: the 8/1 row kernel with warps 8-14 (no row) first loading all 256 lengths as pass 1
+// does (8 per lane) and summing them: is it the idle warps' loads that cost (64/8, 5.89-5.92 us with the idle
+// warps in pass 1 against 5.22-5.28)? (No: 4.77-4.80 against 4.93-4.96 without them, twenty-third session.)
+// kMode 0: plain loads by the idle warps at entry; 1: the same with 128-bit loads; 2: the idle warps' loads
+// after griddepcontrol.wait (legal under PDL); 3: no idle loads, the touch warp issues prefetch.global.L2
+// for the lengths' lines at entry (legal before the wait: the load after it reads the L2, which holds
+// every write).
+template <int kMode>
+__global__ void __launch_bounds__(hpc::attn::kPlanThreads, 1) rows81_idle_loads(const __grid_constant__ DecodePlanParams p) {
+  using namespace hpc::attn;
+  constexpr bool kWide = kMode == 1;
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (kMode == 3 && w == kPlanWarps - 1 && lane * 32 < p.batch) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p.kv_lens + lane * 32));
+  }
+  if (kMode != 3 && w >= 8 && w < kPlanWarps - 1) {
+    if (kMode == 2) hpc::pdl_wait();
+    int acc = 0;
+    if constexpr (kWide) {
+      const int4* l4 = reinterpret_cast<const int4*>(p.kv_lens);
+      for (int k = 0; k < 2; ++k) {
+        const int4 v = l4[k * 32 + lane];
+        acc += v.x + v.y + v.z + v.w;
+      }
+    } else {
+      for (int k = 0; k < kRowMax; ++k) acc += p.kv_lens[32 * k + lane];
+    }
+    acc = warp_sum(acc);
+    if (acc == 0x7fffffff) p.counters[7] = acc;  // never: keeps the loads
+    return;
+  }
+  if (w == kPlanWarps - 1) touch_param_lines(p);
+  plan_fast_rows<false>(p, plan_pdl_entry(p));
+}
+
 using Launch = void (*)(const DecodePlanParams&, cudaStream_t, int);
 template <void (*K)(DecodePlanParams), int kCtas>
 void launch_on(const DecodePlanParams& q, cudaStream_t s, int) {
@@ -87,6 +122,10 @@ int main() {
       {"rows81_g1", launch_on<decode_plan_rows_kernel, 1>, true},
       {"rows81_g2", launch_on<decode_plan_rows_kernel, 2>, true},
       {"rows81_g8", launch_on<decode_plan_rows_kernel, 8>, true},
+      {"rows81_idle_loads", launch_on<rows81_idle_loads<0>, 1>, true},
+      {"rows81_idle_loads_wide", launch_on<rows81_idle_loads<1>, 1>, true},
+      {"rows81_idle_loads_after_wait", launch_on<rows81_idle_loads<2>, 1>, true},
+      {"rows81_prefetch_l2", launch_on<rows81_idle_loads<3>, 1>, true},
   };
   constexpr int kNum = sizeof(vs) / sizeof(vs[0]);
   for (int round = 0; round < 2; ++round) {
