@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(512, 1) rows_lib(const __grid_constant__ Decod
   by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();
-  plan_fast_rows(p, by_floor);
+  plan_fast_rows<false>(p, by_floor);
   if (p.page_table != nullptr) write_first_pages(p);
 }
 
