@@ -48,24 +48,13 @@ __device__ __forceinline__ PlanWork plan_work(int batch, int heads, bool split_h
 // count) are read back from the global tables.
 constexpr int kFirstPageSmemBins = 2048;
 
-// The row plan's cut, from warp 0 to the other row warps (decode_plan_rows.cuh): the FastCut's fields,
-// pass 1's totals and (aligned row plan) the alignment test.
-struct RowCut {
-  unsigned line, nb, line_div, line_m, nb_m, q0, budget, long_units, nb0;
-  int total, clamped;
-  unsigned line1;
-  int aligned;
-};
-constexpr int kRowReqs = 256;  // the row plans' batch bound (decode_plan_rows.cuh: kRowMax rows of 32)
-
 struct PlanShared {
   // One buffer per block scan of a plan (pass 1, charged items, task counts): a scan has a single
   // barrier, so a warp may start writing the next scan's buffer while others still read this one.
   int4 scan[3][kPlanWarps];
   int2 first[kFirstPageSmemBins];  // {request, first tile} of each non-empty bin's first task; x = -1: empty
   int param_sink[32];              // touch_param_lines' loaded words (never read)
-  int4 row_req[kRowReqs];          // the row plan: per request {line position, length, tiles, charged units}
-  RowCut row_cut;                  // the row plan's cut
+  int rows_aligned;                // the aligned row plan's test, for the warps without a row (1: aligned)
 };
 
 __device__ __forceinline__ PlanShared& plan_shared() {

@@ -29,7 +29,7 @@ namespace hpc::attn {
 // row. Only the task / slot / combine counts still cross warps: one named barrier over the active
 // warps, after which each warp sums the rows before it. Same tables as plan_fast (the twin and the
 // GPU tests compare them).
-constexpr int kRowMax = kRowReqs / 32;
+constexpr int kRowMax = 8;
 
 // The row plan applies: dynamic, request-major, one KV head, no claimable tail, B <= kRowMax * 32,
 // and a line that cannot leave the fast plan's 32-bit range whatever the lengths (every request
@@ -95,86 +95,25 @@ __device__ __forceinline__ void write_rows_aligned(const DecodePlanParams& p, co
   }
 }
 
-// Warp 0's part of the row plan: pass 1 over all requests (8 per lane), the cut, and every request's line
-// position, posted in shared memory for the row warps (PlanShared::row_req, row_cut). Why one warp: the
-// row plan's pass 1 and cut are ~470 SASS instructions per warp from the lengths' loads on; run by every
-// row warp (8 warps, 2 per scheduler) they are issue-bound, and 8 more warps running them cost the 64/8
-// plan 0.65 us (twenty-third session, NOTES.md).
-template <bool kAligned>
-__device__ __forceinline__ void plan_rows_cut(const DecodePlanParams& p, const FastDiv& by_floor, int B, int rows, int H,
-                                              unsigned ovh, PlanShared& sh) {
-  const int lane = threadIdx.x & 31;
-  int raw[kRowMax];
-#pragma unroll
-  for (int k = 0; k < kRowMax; ++k) raw[k] = k < rows && 32 * k + lane < B ? p.kv_lens[32 * k + lane] : 0;
-  int n[kRowMax];
-  int lane_tiles = 0, lane_clamped = 0;
-#pragma unroll
-  for (int k = 0; k < kRowMax; ++k) {
-    n[k] = tiles_of(clamp_len(p, raw[k]));
-    lane_tiles += n[k];
-    lane_clamped += raw[k] < 0 || raw[k] > p.max_len ? 1 : 0;  // 0 outside the batch
-  }
-  // total: the tiles of every item (kAligned: Hkv x head 0's, which plan_rows_aligned_applies keeps
-  // below 2^31).
-  const int tiles1 = warp_sum(lane_tiles), total = tiles1 * H;
-  const int clamped = warp_sum(lane_clamped);
-  // Charged items (item_charged, as plan_fast's cost_of) and each request's span on the line.
-  const unsigned nb0 = static_cast<unsigned>(bins_for(by_floor, static_cast<unsigned>(total), p.cut_bins));
-  int span[kRowMax];
-  int lane_charged = 0;
-#pragma unroll
-  for (int k = 0; k < kRowMax; ++k) {
-    const bool charged = item_charged(n[k], nb0, static_cast<unsigned>(total));
-    lane_charged += charged ? 1 : 0;
-    span[k] = n[k] + (charged ? static_cast<int>(ovh) : 0);
-  }
-  // line1: one head's stretch (the whole line when kAligned is false).
-  const unsigned line1 = static_cast<unsigned>(tiles1) + ovh * static_cast<unsigned>(warp_sum(lane_charged));
-  const unsigned line = line1 * static_cast<unsigned>(H);
-  const unsigned nb = static_cast<unsigned>(bins_for(by_floor, line, p.cut_bins));
-  // Every request's line position: the spans of the rows before its row + a scan of its row.
-  int start = 0;
-#pragma unroll
-  for (int k = 0; k < kRowMax; ++k) {
-    if (k < rows) {  // warp-uniform
-      const int pos = start + warp_exclusive_scan(span[k]);
-      if (32 * k + lane < B) sh.row_req[32 * k + lane] = make_int4(pos, clamp_len(p, raw[k]), n[k], span[k] - n[k]);
-      start += warp_sum(span[k]);
-    }
-  }
-  FastCut cut;
-  cut.init(line, nb);
-  if (lane == 0) {
-    // kAligned: aligned iff the line fills the cut_bins bins (a multiple of Hkv, set_line_order), as
-    // plan_head_major_aligned tests it.
-    const bool aligned = !kAligned || (static_cast<int>(nb) == p.cut_bins && p.num_bins >= H);
-    sh.row_cut = RowCut{cut.L.line, cut.L.nb, cut.L.by_line.d, cut.L.by_line.m, cut.L.by_nb.m, cut.q0, cut.budget,
-                        cut.long_units, nb0, total, clamped, line1, aligned ? 1 : 0};
-  }
-}
-
 // The row plan: plan_rows_applies (kAligned false) or plan_rows_aligned_applies (kAligned true) holds.
 // kAligned: the lengths are the real requests' (line_batch of them), the cut is of the whole line (Hkv
 // head stretches of head 0's line), each CTA writes its heads' copies (the heads split over the grid as
-// plan_head_major_aligned splits them) and CTA 0 the totals. Warp 0 plans the cut (plan_rows_cut) and
-// passes named barrier 2 with bar.arrive; the other row warps, and (kAligned) the warps without a row,
-// wait there. Returns false, block-uniform and with no table written, when the aligned line turns out not
-// aligned (nb < cut_bins): every warp returns and the caller's fallback has the whole CTA. kAligned false:
-// always true; warps past the last row return at once.
+// plan_head_major_aligned splits them) and CTA 0 the totals. Returns false, block-uniform and with no
+// table written, when the aligned line turns out not aligned (nb < cut_bins): the row warps test it and
+// post it to the others (shared memory, named barrier 2), so every warp returns and the caller's fallback
+// has the whole CTA. kAligned false: always true; warps past the last row return at once.
 template <bool kAligned>
 __device__ __forceinline__ bool plan_fast_rows(const DecodePlanParams& p, const FastDiv& by_floor) {
   const int B = kAligned ? p.line_batch : p.batch, rows = (B + 31) >> 5;
   const int H = kAligned ? p.line_heads : 1;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  PlanShared& sh = plan_shared();
-  const int handoff = kAligned ? kPlanThreads : rows * 32;  // barrier 2's threads
   if (w >= rows) {
     if constexpr (kAligned) {
-      // Why these warps do not test alignment themselves: pass 1 on all 16 warps made the 64/8 plan
-      // 5.89-5.92 us against 5.22-5.28 on the row warps alone (H200, scripts/plan64_probe.cu).
-      hpc::sm90::named_barrier(2, handoff);
-      return sh.row_cut.aligned != 0;
+      // The warps without a row wait for the row warps' alignment test (barrier 2, which the row warps
+      // pass without waiting). Why not run the test themselves: pass 1 on all 16 warps made the 64/8
+      // plan 5.89-5.92 us against 5.22-5.28 on the row warps alone (H200, scripts/plan64_probe.cu).
+      hpc::sm90::named_barrier(2, kPlanThreads);
+      return plan_shared().rows_aligned != 0;
     }
     return true;
   }
@@ -183,45 +122,69 @@ __device__ __forceinline__ bool plan_fast_rows(const DecodePlanParams& p, const 
   const int ch1 = kAligned ? static_cast<int>(blockIdx.x + 1) * H / static_cast<int>(gridDim.x) : 1;
   const int nb1 = kAligned ? p.cut_bins / H : 0;
   const unsigned ovh = p.task_cost > 0 ? p.task_cost : 0;
+
+  // Pass 1 (every active warp alike): lengths, tiles, clamped flags of all requests.
+  int raw[kRowMax];
+#pragma unroll
+  for (int k = 0; k < kRowMax; ++k) raw[k] = k < rows && 32 * k + lane < B ? p.kv_lens[32 * k + lane] : 0;
   if (!kAligned && p.page_table != nullptr) {
-    // No bin has a first task yet (write_first_pages): by the row warps, whose barrier 1 below orders
-    // this before note_first. (kAligned: the kernel's init_first_pages, before the PDL wait.)
+    // No bin has a first task yet (write_first_pages): by the plan's warps, whose barrier below orders
+    // this before note_first, and with the lengths already in flight. (kAligned: the kernel's
+    // init_first_pages, before the PDL wait.)
     const int ns = min(p.num_bins + p.max_tail_bins, kFirstPageSmemBins);
 #pragma unroll 1
-    for (int c = threadIdx.x; c < ns; c += rows * 32) sh.first[c].x = -1;
+    for (int c = threadIdx.x; c < ns; c += rows * 32) plan_shared().first[c].x = -1;
   }
-  if (w == 0) {
-    plan_rows_cut<kAligned>(p, by_floor, B, rows, H, ovh, sh);
-    __syncwarp();  // lane 0's row_cut before this warp's own reads below
-    hpc::sm90::named_barrier_arrive(2, handoff);
-  } else {
-    hpc::sm90::named_barrier(2, handoff);
+  int n[kRowMax];
+  int lane_tiles = 0, lane_clamped = 0;
+#pragma unroll
+  for (int k = 0; k < kRowMax; ++k) {
+    n[k] = tiles_of(clamp_len(p, raw[k]));
+    lane_tiles += n[k];
+    lane_clamped += raw[k] < 0 || raw[k] > p.max_len ? 1 : 0;  // 0 outside the batch
   }
-  const RowCut rc = sh.row_cut;
-  plan_tl(p, kPtLens, rc.total);
-  if constexpr (kAligned) {
-    if (!rc.aligned) return false;
+  plan_tl(p, kPtLens, lane_tiles);
+  // total: the tiles of every item (kAligned: Hkv x head 0's, which plan_rows_aligned_applies keeps
+  // below 2^31).
+  const int tiles1 = warp_sum(lane_tiles), total = tiles1 * H;
+  const int clamped = warp_sum(lane_clamped);
+  // Charged items (item_charged, as plan_fast's cost_of) and each request's span on the
+  // line; my line position = the spans of the rows before mine + a scan of my row.
+  const unsigned nb0 = static_cast<unsigned>(bins_for(by_floor, static_cast<unsigned>(total), p.cut_bins));
+  int lane_charged = 0, lane_before = 0, my_len = 0, my_n = 0;
+  unsigned my_ovh = 0;
+#pragma unroll
+  for (int k = 0; k < kRowMax; ++k) {
+    const bool charged = item_charged(n[k], nb0, static_cast<unsigned>(total));
+    lane_charged += charged ? 1 : 0;
+    const int span = n[k] + (charged ? static_cast<int>(ovh) : 0);
+    if (k < w) lane_before += span;
+    if (k == w) {  // unrolled selects: no dynamic register indexing
+      my_len = clamp_len(p, raw[k]);
+      my_n = n[k];
+      my_ovh = charged ? ovh : 0u;
+    }
   }
-  const int b = w * 32 + lane;
-  const int4 rq = b < B ? sh.row_req[b] : make_int4(0, 0, 0, 0);
-  const unsigned line0 = static_cast<unsigned>(rq.x), my_ovh = static_cast<unsigned>(rq.w);
-  const int my_len = rq.y, my_n = rq.z;
+  // line1: one head's stretch (the whole line when kAligned is false).
+  const unsigned line1 = static_cast<unsigned>(tiles1) + ovh * static_cast<unsigned>(warp_sum(lane_charged));
+  const unsigned line = line1 * static_cast<unsigned>(H);
+  const unsigned line0 = static_cast<unsigned>(warp_sum(lane_before) + warp_exclusive_scan(my_n + static_cast<int>(my_ovh)));
   plan_tl(p, kPtScan1, static_cast<int>(line0));
+  const unsigned nb = static_cast<unsigned>(bins_for(by_floor, line, p.cut_bins));
+  if constexpr (kAligned) {
+    // Aligned iff the line fills the cut_bins bins (a multiple of Hkv, set_line_order), as
+    // plan_head_major_aligned tests it; every row warp finds the same, thread 0 posts it for the others.
+    const bool aligned = static_cast<int>(nb) == p.cut_bins && p.num_bins >= H;
+    if (threadIdx.x == 0) plan_shared().rows_aligned = aligned ? 1 : 0;
+    hpc::sm90::named_barrier_arrive(2, kPlanThreads);
+    if (!aligned) return false;
+  }
   FastCut cut;
-  cut.L.line = rc.line;
-  cut.L.nb = rc.nb;
-  cut.L.by_line.d = rc.line_div;
-  cut.L.by_line.m = rc.line_m;
-  cut.L.by_nb.d = rc.nb;
-  cut.L.by_nb.m = rc.nb_m;
-  cut.q0 = rc.q0;
-  cut.budget = rc.budget;
-  cut.long_units = rc.long_units;
-  const unsigned line = rc.line, nb = rc.nb, nb0 = rc.nb0, line1 = rc.line1;
-  const int total = rc.total, clamped = rc.clamped;
+  cut.init(line, nb);
 
   // Pass 2: my request's tasks, slots and combine entries (count_parts); row sums to the other
-  // warps through shared memory, one barrier over the row warps.
+  // warps through shared memory, one barrier over the active warps.
+  const int b = w * 32 + lane;
   int cnt[4] = {0, 0, 0, 0};
   if (b < B) {
     if (my_n == 0) {
@@ -230,7 +193,7 @@ __device__ __forceinline__ bool plan_fast_rows(const DecodePlanParams& p, const 
       count_parts(cnt, cut.L.parts(line0 + my_ovh, static_cast<unsigned>(my_n)), 1);
     }
   }
-  int4* row_sums = sh.scan[2];
+  int4* row_sums = plan_shared().scan[2];
   const int r_tasks = warp_sum(cnt[0]), r_slots = warp_sum(cnt[1]), r_comb = warp_sum(cnt[2]);
   if (lane == 0) row_sums[w] = make_int4(r_tasks, r_slots, r_comb, 0);
   const int e_tasks = warp_exclusive_scan(cnt[0]), e_slots = warp_exclusive_scan(cnt[1]),
