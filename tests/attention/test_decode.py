@@ -65,17 +65,19 @@ def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out
 @pytest.mark.parametrize("num_ctas", [1, 7, 132])
 def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail, monkeypatch):
     gen = torch.Generator().manual_seed(num_ctas)
-    for trial in range(10):
+    for trial in range(11):
         # Trials 6-7: more requests than planner threads (several requests per thread). Trial 8: the
-        # benchmark's batch-256 plan at 8 KV heads, head-major: the aligned plan (decode_plan_aligned.cuh).
-        # Trial 9: 600 virtual requests on a line too short to fill the bins: the aligned kernel's fallback
-        # (decode_plan_aligned_kernel -> plan_head_major_unaligned) wherever 132 bins are cut.
-        B = int(torch.randint(1, 300, (1,), generator=gen)) if trial < 6 else {6: 1106, 7: 1107, 8: 256, 9: 300}[trial]
+        # benchmark's batch-256 plan at 8 KV heads, head-major: the aligned row plan (decode_plan_rows.cuh,
+        # decode_plan_rows_aligned_kernel). Trial 9: 600 virtual requests on a line too short to fill the
+        # bins: the aligned kernel's fallback (decode_plan_aligned_kernel -> plan_head_major_unaligned)
+        # wherever 132 bins are cut. Trial 10: the same for the aligned row plan (100 requests x 8 heads).
+        B = (int(torch.randint(1, 300, (1,), generator=gen)) if trial < 6
+             else {6: 1106, 7: 1107, 8: 256, 9: 300, 10: 100}[trial])
         kind = trial % 3
         if trial == 8:
             lens = torch.full((B,), 4096)
             lens[::7] = 100
-        elif trial == 9:
+        elif trial in (9, 10):
             lens = torch.zeros(B, dtype=torch.int64)
             lens[-10:] = 64
         elif kind == 0:
@@ -85,14 +87,14 @@ def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail, m
         else:
             lens = torch.full((B,), 20)
             lens[0] = 130_000
-        hkv = 2 if trial == 9 else [1, 2, 8][trial % 3]
+        hkv = {9: 2, 10: 8}.get(trial, [1, 2, 8][trial % 3])
         kv_lens = lens.int().cuda()
         ws = ha.DecodeWorkspace(B, hkv, hkv * 4, 140_000, num_ctas=num_ctas, static_splits=static_splits)
         # Odd trials also give a page table (random ids, negatives included: the planner copies them raw).
         page = [16, 64, 128][trial % 3]
         pt = torch.randint(-5, 1 << 20, (B, -(-140_000 // page)), dtype=torch.int32, device="cuda",
                            generator=torch.Generator(device="cuda").manual_seed(trial))
-        pt_kw = dict(page_table=pt, page_size=page) if trial % 2 or trial == 8 else {}
+        pt_kw = dict(page_table=pt, page_size=page) if trial % 2 or trial in (8, 10) else {}
         # Trials 0-3, 8 and 9 take the default line order (head-major from 2 KV heads), 4-7 the request-major one.
         default_order = trial < 4 or trial >= 8
         # Trial 3: the head-major line cut into all bins (heuristics.HEAD_MAJOR_CUT_TO_HEADS off).
