@@ -58,9 +58,7 @@ __host__ __device__ inline bool plan_may_align(const DecodePlanParams& p) {
 // cut_bins) depends on the lengths: the kernel falls back to the one-CTA head-major plan when not.
 __host__ __device__ inline bool plan_rows_aligned_applies(const DecodePlanParams& p) {
   if (!plan_may_align(p) || p.line_batch > kRowMax * 32) return false;
-  const long long bound = static_cast<long long>(p.line_batch) * p.line_heads *
-                          (tiles_of(p.max_len) + (p.task_cost > 0 ? p.task_cost : 0));
-  return bound <= 0x7fffffffll && (bound + 1) * p.cut_bins + bound < 0xFFFFFFFFll;
+  return plan_rows_line_fits(p, static_cast<long long>(p.line_batch) * p.line_heads);
 }
 
 // CTAs of the plan's grid. Why more than one: the aligned plan's time at 64/8 batch 256 is mostly
@@ -188,12 +186,15 @@ __device__ __noinline__ void plan_head_major_unaligned(const DecodePlanParams& p
 // plan_ctas(p) CTAs, in a kernel of its own. Why (twenty-second session, scripts/plan64_probe.cu, H200,
 // batch 256 at 64/8, same process, same tables): 5.93-5.99 us as a kernel of its own against 6.22 as
 // the branch of decode_plan_kernel it was, 5.88-5.94 with touch_param_lines.
-__global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_aligned_kernel(const __grid_constant__ DecodePlanParams p) {
+// The body of both aligned kernels: kRows, the row plan over head 0's stretch (decode_plan_rows.cuh), else
+// the block-scan aligned plan; either returns false in every CTA when the line is not aligned after all.
+template <bool kRows>
+__device__ __forceinline__ void plan_aligned_grid(const DecodePlanParams& p) {
   plan_tl(p, kPtEntry);
-  if (threadIdx.x >> 5 == kPlanWarps - 1) touch_param_lines(p);
+  if (threadIdx.x >> 5 == kPlanWarps - 1) touch_param_lines(p);  // never a row warp (kRowMax < kPlanWarps - 1)
   init_first_pages(p);
   const FastDiv by_floor = plan_pdl_entry(p);
-  if (plan_head_major_aligned(p, by_floor)) {
+  if (kRows ? plan_fast_rows<true>(p, by_floor) : plan_head_major_aligned(p, by_floor)) {
     plan_tl_end(p);
     if (p.page_table != nullptr) write_first_pages(p);  // block-uniform; this CTA's bins only
     return;
@@ -201,6 +202,10 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_aligned_kernel(co
   if (blockIdx.x != 0) return;  // the same test failed in every CTA: the fallback is CTA 0's
   __syncthreads();              // the fallback reuses the scan buffers
   plan_head_major_unaligned(p, by_floor);
+}
+
+__global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_aligned_kernel(const __grid_constant__ DecodePlanParams p) {
+  plan_aligned_grid<false>(p);
 }
 
 // Small one-head dynamic batches (plan_rows_applies): the row plan (decode_plan_rows.cuh) in a kernel
@@ -229,17 +234,7 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_rows_kernel(const
 // test alignment themselves, read 5.89-5.92).
 __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_rows_aligned_kernel(
     const __grid_constant__ DecodePlanParams p) {
-  plan_tl(p, kPtEntry);
-  if (threadIdx.x >> 5 == kPlanWarps - 1) touch_param_lines(p);
-  init_first_pages(p);
-  const FastDiv by_floor = plan_pdl_entry(p);
-  if (plan_fast_rows<true>(p, by_floor)) {
-    plan_tl_end(p);
-    if (p.page_table != nullptr) write_first_pages(p);  // block-uniform; this CTA's bins only
-    return;
-  }
-  if (blockIdx.x != 0) return;  // the same test failed in every CTA: the fallback is CTA 0's
-  plan_head_major_unaligned(p, by_floor);  // nothing of the row plan is in shared memory yet
+  plan_aligned_grid<true>(p);
 }
 
 using PlanKernel = void (*)(DecodePlanParams);

@@ -74,6 +74,47 @@ __device__ __noinline__ int4 write_long_request_aligned(const DecodePlanParams& 
   return after;
 }
 
+// Heads [h0, h1)'s copies of request b's head-0 item (len tokens, n tiles, ovh_b charged units from line position
+// pos), written by this thread (an item that is not long): an empty item's combine entries, or its tasks,
+// slots, combine entries and the bin entries it opens. task / slot / comb: head 0's counters before it.
+// Returns the item's parts (0 when empty). Pass 3 of the aligned plan and of the aligned row plan.
+__device__ __forceinline__ int write_item_copies(const DecodePlanParams& p, const FastLine& L, const AlignedHeads& A,
+                                                 bool nest, int b, int len, int n, unsigned pos, unsigned ovh_b,
+                                                 int h0, int h1, int task, int slot, int comb) {
+  const int H = A.heads;
+  if (n == 0) {
+#pragma unroll 1
+    for (int h = h0; h < h1; ++h) p.combine[h * A.comb1 + comb] = make_int4(b * H + h, 0, 0, 0);
+    return 0;
+  }
+  const unsigned s = pos + ovh_b, e = s + n;
+  const unsigned first = L.bin_of(s), last = L.bin_of(e - 1);
+  const int parts = static_cast<int>(last - first) + 1;
+  const bool split = parts > 1;
+  if (nest && ovh_b > 0) write_nested_bins_aligned(p, L, A, h0, h1, pos, first, task);
+  for_each_part(L, pos, s, e, len, first, last, [&](int q, unsigned c, int tile, int token_end, bool opens) {
+#pragma unroll 1
+    for (int h = h0; h < h1; ++h) {
+      const int hs = h * A.slots1 + slot;  // head h's first slot of this item
+      const int4 t4 = make_int4(b * H + h, tile, token_end, split ? hs + q : -1);
+      const int t = h * A.tasks1 + task + q;
+      p.tasks[t] = t4;
+      if (split) p.slot_meta[hs + q] = make_int2(hs, parts);
+      if (opens) {
+        const int hc = h * A.nb1 + static_cast<int>(c);
+        p.bin_start[hc] = t;
+        p.bin_first[hc] = t4;
+        note_first(hc, b, tile);
+      }
+    }
+  });
+  if (split) {
+#pragma unroll 1
+    for (int h = h0; h < h1; ++h) p.combine[h * A.comb1 + comb] = make_int4(b * H + h, h * A.slots1 + slot, parts, 0);
+  }
+  return parts;
+}
+
 // The aligned head-major plan (see above) for a dynamic plan without claimable tail. by_floor:
 // the reciprocal of the work floor. Returns false, block-uniform and with nothing written to the
 // tables, when the plan is not aligned (fewer bins than cut_bins: only lines shorter than cut_bins
@@ -178,41 +219,11 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
     const unsigned ovh_b = cost_of(n);
     const unsigned units = n > 0 ? n + ovh_b : 0;
     const bool is_long = units > long_units;
-    if (valid && n == 0) {
-#pragma unroll 1
-      for (int h = h0; h < h1; ++h) p.combine[h * A.comb1 + comb] = make_int4(b * H + h, 0, 0, 0);
-      ++comb;
-    } else if (valid && !is_long) {
-      const unsigned s = pos + ovh_b, e = s + n;
-      const unsigned first = L.bin_of(s), last = L.bin_of(e - 1);
-      const int parts = static_cast<int>(last - first) + 1;
-      const bool split = parts > 1;
-      if (nest && ovh_b > 0) write_nested_bins_aligned(p, L, A, h0, h1, pos, first, task);
-      for_each_part(L, pos, s, e, len, first, last, [&](int q, unsigned c, int tile, int token_end, bool opens) {
-#pragma unroll 1
-        for (int h = h0; h < h1; ++h) {
-          const int hs = h * A.slots1 + slot;  // head h's first slot of this item
-          const int4 t4 = make_int4(b * H + h, tile, token_end, split ? hs + q : -1);
-          const int t = h * A.tasks1 + task + q;
-          p.tasks[t] = t4;
-          if (split) p.slot_meta[hs + q] = make_int2(hs, parts);
-          if (opens) {
-            const int hc = h * A.nb1 + static_cast<int>(c);
-            p.bin_start[hc] = t;
-            p.bin_first[hc] = t4;
-            note_first(hc, b, tile);
-          }
-        }
-      });
+    if (valid && !is_long) {
+      const int parts = write_item_copies(p, L, A, nest, b, len, n, pos, ovh_b, h0, h1, task, slot, comb);
       task += parts;
-      if (split) {
-#pragma unroll 1
-        for (int h = h0; h < h1; ++h) {
-          p.combine[h * A.comb1 + comb] = make_int4(b * H + h, h * A.slots1 + slot, parts, 0);
-        }
-        ++comb;
-        slot += parts;
-      }
+      if (parts != 1) ++comb;  // an empty item's entry, or a split one's
+      if (parts > 1) slot += parts;
     }
     // one flag per request (its threads share a warp); the warp writes all its heads
     unsigned mask = __ballot_sync(0xffffffffu, valid && n > 0 && is_long && sub == 0);

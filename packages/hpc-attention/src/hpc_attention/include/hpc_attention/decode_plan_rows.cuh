@@ -38,63 +38,30 @@ constexpr int kRowMax = 8;
 // and a line that cannot leave the fast plan's 32-bit range whatever the lengths (every request
 // clamped to max_len, every item charged), so the decision needs only parameters (block-uniform,
 // made before any length is read; the launcher picks decode_plan_rows_kernel by it on the host).
+// The line of `items` items stays in the fast plan's 32-bit range whatever the lengths (every item clamped
+// to max_len and charged its fixed cost).
+__host__ __device__ inline bool plan_rows_line_fits(const DecodePlanParams& p, long long items) {
+  const long long bound = items * (tiles_of(p.max_len) + (p.task_cost > 0 ? p.task_cost : 0));
+  return bound <= 0x7fffffffll && (bound + 1) * p.cut_bins + bound < 0xFFFFFFFFll;
+}
 __host__ __device__ inline bool plan_rows_applies(const DecodePlanParams& p, bool tail) {
   if (p.static_splits > 0 || tail || p.line_heads > 1 || p.num_kv_heads != 1 || p.batch > kRowMax * 32) return false;
-  const long long bound = static_cast<long long>(p.batch) * (tiles_of(p.max_len) + (p.task_cost > 0 ? p.task_cost : 0));
-  return bound <= 0x7fffffffll && (bound + 1) * p.cut_bins + bound < 0xFFFFFFFFll;
+  return plan_rows_line_fits(p, p.batch);
 }
 
 // Pass 3 of the aligned row plan: this thread's request b (len tokens, n tiles, ovh_b charged units, at
-// head-0 line position pos), copied to this CTA's heads [h0, h1) (A: the head stretches' offsets). The
-// aligned plan's writer (plan_head_major_aligned) for one request per thread.
+// head-0 line position pos), copied to this CTA's heads [h0, h1) (A: the head stretches' offsets); a long
+// item by its warp. The aligned plan's writer (plan_head_major_aligned) for one request per thread.
 __device__ __forceinline__ void write_rows_aligned(const DecodePlanParams& p, const FastCut& cut, const AlignedHeads& A,
                                                    bool mine, int b, int len, int n, unsigned pos, unsigned ovh_b,
                                                    unsigned ovh, int h0, int h1, int task, int slot, int comb) {
-  const FastLine& L = cut.L;
-  const int H = A.heads;
-  const unsigned units = n > 0 ? n + ovh_b : 0;
-  const bool is_long = units > cut.long_units;
-  if (mine && n == 0) {
-#pragma unroll 1
-    for (int h = h0; h < h1; ++h) p.combine[h * A.comb1 + comb] = make_int4(b * H + h, 0, 0, 0);
-  } else if (mine && !is_long) {
-    const unsigned s = pos + ovh_b, e = s + n;
-    const unsigned first = L.bin_of(s), last = L.bin_of(e - 1);
-    const int parts = static_cast<int>(last - first) + 1;
-    const bool split = parts > 1;
-    if (cut.nests(ovh) && ovh_b > 0) write_nested_bins_aligned(p, L, A, h0, h1, pos, first, task);
-    for_each_part(L, pos, s, e, len, first, last, [&](int q, unsigned c, int tile, int token_end, bool opens) {
-#pragma unroll 1
-      for (int h = h0; h < h1; ++h) {
-        const int hs = h * A.slots1 + slot;  // head h's first slot of this item
-        const int4 t4 = make_int4(b * H + h, tile, token_end, split ? hs + q : -1);
-        const int t = h * A.tasks1 + task + q;
-        p.tasks[t] = t4;
-        if (split) p.slot_meta[hs + q] = make_int2(hs, parts);
-        if (opens) {
-          const int hc = h * A.nb1 + static_cast<int>(c);
-          p.bin_start[hc] = t;
-          p.bin_first[hc] = t4;
-          note_first(hc, b, tile);
-        }
-      }
-    });
-    if (split) {
-#pragma unroll 1
-      for (int h = h0; h < h1; ++h) p.combine[h * A.comb1 + comb] = make_int4(b * H + h, h * A.slots1 + slot, parts, 0);
-    }
-  }
-  const int lane = threadIdx.x & 31;
-  unsigned mask = __ballot_sync(0xffffffffu, mine && n > 0 && is_long);
+  const bool is_long = n > 0 && n + ovh_b > cut.long_units;
+  if (mine && !is_long) write_item_copies(p, cut.L, A, cut.nests(ovh), b, len, n, pos, ovh_b, h0, h1, task, slot, comb);
+  unsigned mask = __ballot_sync(0xffffffffu, mine && is_long);
   while (mask) {  // rare: an item over more than ~kPlanWalkMax bins, written by the warp
     const int src = __ffs(mask) - 1;
     mask &= mask - 1;
-    const int4 r = write_long_request_aligned(p, L, A, src, b, len, n, pos, ovh_b, task, slot, comb, h0, h1);
-    if (lane == src) {
-      task = r.x;
-      slot = r.y;
-      comb = r.z;
-    }
+    write_long_request_aligned(p, cut.L, A, src, b, len, n, pos, ovh_b, task, slot, comb, h0, h1);
   }
 }
 
