@@ -125,25 +125,13 @@ PROVIDERS = {
     "ours_store_first": dict(BULK_VARIANT=1, USE_TILE_KERNEL=False),  # fifth pass: the ring's 8fdf820 order
     "torch_ref": None,
 }
-# A/B rows of the vector paths' cache hints (fp8_primitives.cuh; each an extension variant built on first
-# use): not in the default provider list, named with --providers.
-HINT_PROVIDERS = {
-    "ours_load_l2_256b": dict(EXT_DEFINES=("-DHPC_FP8_LOAD_HINT=1",)),
-    "ours_load_evict_first": dict(EXT_DEFINES=("-DHPC_FP8_LOAD_HINT=2",)),
-    "ours_load_evict_first_256b": dict(EXT_DEFINES=("-DHPC_FP8_LOAD_HINT=3",)),
-    "ours_store_wb": dict(EXT_DEFINES=("-DHPC_FP8_STORE_HINT=1",)),
-    "ours_store_evict_last": dict(EXT_DEFINES=("-DHPC_FP8_STORE_HINT=2",)),
-    "ours_load_evict_first_store_wb": dict(EXT_DEFINES=("-DHPC_FP8_LOAD_HINT=2", "-DHPC_FP8_STORE_HINT=1")),
-    "ours_load_evict_first_store_evict_last": dict(EXT_DEFINES=("-DHPC_FP8_LOAD_HINT=2", "-DHPC_FP8_STORE_HINT=2")),
-}
-ALL_PROVIDERS = {**PROVIDERS, **HINT_PROVIDERS}
 
 
 @contextlib.contextmanager
 def _settings(provider: str):
-    saved = {k: getattr(quant, k) for k in ALL_PROVIDERS[provider]}
+    saved = {k: getattr(quant, k) for k in PROVIDERS[provider]}
     try:
-        for k, v in ALL_PROVIDERS[provider].items():
+        for k, v in PROVIDERS[provider].items():
             setattr(quant, k, v)
         yield
     finally:
@@ -203,7 +191,7 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", type=lambda v: tuple(v.split(",")), default=MODES)
     ap.add_argument("--no-ref", action="store_true", help="skip the torch_ref provider (saves time)")
     ap.add_argument("--providers", type=lambda v: tuple(v.split(",")), default=tuple(PROVIDERS),
-                    help="comma-separated subset of: " + ", ".join(ALL_PROVIDERS) + " (default: all but the hint rows)")
+                    help="comma-separated subset of: " + ", ".join(PROVIDERS))
     ap.add_argument("--rounds", type=int, default=1,
                     help="time every provider of a case this many times, interleaved (rows carry `round`): A/B runs")
     ap.add_argument("--flush", default="write", choices=("write", "read"),
@@ -212,14 +200,6 @@ def main(argv=None) -> int:
     op = use_flush(args.flush, "fp8_quant")
     if args.no_ref:
         args.providers = tuple(p for p in args.providers if p != "torch_ref")
-
-    hint_defines = [ALL_PROVIDERS[p]["EXT_DEFINES"] for p in args.providers if p in HINT_PROVIDERS]
-    if hint_defines:  # the variants' builds side by side, not one at a time at their first rows
-        from concurrent.futures import ThreadPoolExecutor
-
-        from hpc_common import _ext
-        with ThreadPoolExecutor(len(hint_defines) + 1) as pool:
-            list(pool.map(lambda d: _ext.SPEC.variant(*d).build() if d else _ext.SPEC.build(), [(), *hint_defines]))
 
     dev = torch.device("cuda", torch.cuda.current_device())
     res = BenchResults(op, args.out_dir / gpu_slug(), copy_tbps=COPY_BANDWIDTH_TBPS, flush=args.flush)
@@ -238,7 +218,7 @@ def main(argv=None) -> int:
         nbytes = reads * x.numel() * esize + x.numel() + 4 * n_scales
         params = dict(mode=mode, **shape, dtype=str(dtype).replace("torch.", ""), input_mb=round(x.numel() * esize / MB, 1))
         want = torch_ref()
-        providers = [p for p in ALL_PROVIDERS if p in args.providers
+        providers = [p for p in PROVIDERS if p in args.providers
                      and (p != "ours_generic_kernel" or mode.startswith("group128") or mode == "per_token_head")]
         for rnd in range(args.rounds):
             extra = dict(round=rnd) if args.rounds > 1 else {}

@@ -90,57 +90,6 @@ struct Elem<kFP32> {
   static __device__ __forceinline__ float to_f32(raw b) { return __uint_as_float(b); }
 };
 
-// The vector paths' cache hints, build switches for A/B variants (quant.EXT_DEFINES; the benchmark's
-// `ours_*hint*` rows). HPC_FP8_LOAD_HINT: 0 (default) ld.global.nc; 1 the same with an L2 prefetch size
-// of 256 bytes (.L2::256B); 2 ld.global.nc.L1::no_allocate with an L2 evict_first policy (the input
-// lines are the L2's first victims, so the written flush's dirty lines and our output stay);
-// 3 both. HPC_FP8_STORE_HINT: 0 (default) st.global.cs (streaming); 1 st.global (write-back, default
-// policy); 2 st.global with an L2 evict_last policy (the FP8 output stays in the L2 for its consumer).
-#ifndef HPC_FP8_LOAD_HINT
-#define HPC_FP8_LOAD_HINT 0
-#endif
-#ifndef HPC_FP8_STORE_HINT
-#define HPC_FP8_STORE_HINT 0
-#endif
-
-__device__ __forceinline__ uint4 load_stream16(const void* p) {
-#if HPC_FP8_LOAD_HINT == 0
-  return __ldg(reinterpret_cast<const uint4*>(p));
-#else
-  uint4 u;
-#if HPC_FP8_LOAD_HINT == 1
-  asm("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
-               : "l"(p));
-#else
-  uint64_t policy;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-#if HPC_FP8_LOAD_HINT == 2
-  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
-               : "l"(p), "l"(policy));
-#else
-  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
-               : "l"(p), "l"(policy));
-#endif
-#endif
-  return u;
-#endif
-}
-
-__device__ __forceinline__ void store_stream8(void* q, uint32_t lo, uint32_t hi) {
-#if HPC_FP8_STORE_HINT == 0
-  __stcs(reinterpret_cast<uint2*>(q), make_uint2(lo, hi));
-#elif HPC_FP8_STORE_HINT == 1
-  *reinterpret_cast<uint2*>(q) = make_uint2(lo, hi);
-#else
-  uint64_t policy;
-  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-  asm volatile("st.global.L2::cache_hint.v2.u32 [%0], {%1, %2}, %3;" ::"l"(q), "r"(lo), "r"(hi), "l"(policy));
-#endif
-}
-
 // VEC elements loaded together (16 bytes when VEC > 1).
 template <int DT, int VEC>
 struct Pack {
@@ -151,7 +100,8 @@ struct Pack {
       v[0] = __ldg(p);
     } else {
       static_assert(VEC * sizeof(raw) == 16, "vector path moves 16 bytes");
-      *reinterpret_cast<uint4*>(v) = load_stream16(p);
+      uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+      *reinterpret_cast<uint4*>(v) = u;
     }
   }
   __device__ __forceinline__ uint32_t word(int i) const { return reinterpret_cast<const uint32_t*>(v)[i]; }
@@ -223,7 +173,7 @@ struct Pack {
   // All VEC bytes of quantised words w at q (VEC > 1; VEC-byte aligned), streaming stores.
   static __device__ __forceinline__ void store_words(uint8_t* q, const uint32_t (&w)[VEC / 4]) {
     if constexpr (VEC == 8) {
-      store_stream8(q, w[0], w[1]);
+      __stcs(reinterpret_cast<uint2*>(q), make_uint2(w[0], w[1]));
     } else {
       __stcs(reinterpret_cast<unsigned int*>(q), w[0]);
     }
