@@ -125,13 +125,21 @@ PROVIDERS = {
     "ours_store_first": dict(BULK_VARIANT=1, USE_TILE_KERNEL=False),  # fifth pass: the ring's 8fdf820 order
     "torch_ref": None,
 }
+# A/B rows of build-switch variants (each an extension variant built on first use, quant.EXT_DEFINES): not
+# in the default provider list, named with --providers. `ours_tile_one_seg`: one segment (row) per CTA of
+# the dynamic tile and row tile kernels (HPC_FP8_TILE_SEGS_MAX, fp8_quant_tile.cuh).
+VARIANT_PROVIDERS = {
+    "ours_tile_one_seg": dict(EXT_DEFINES=("-DHPC_FP8_TILE_SEGS_MAX=1",)),
+    "ours_tile_two_segs": dict(EXT_DEFINES=("-DHPC_FP8_TILE_SEGS_MAX=2",)),
+}
+ALL_PROVIDERS = {**PROVIDERS, **VARIANT_PROVIDERS}
 
 
 @contextlib.contextmanager
 def _settings(provider: str):
-    saved = {k: getattr(quant, k) for k in PROVIDERS[provider]}
+    saved = {k: getattr(quant, k) for k in ALL_PROVIDERS[provider]}
     try:
-        for k, v in PROVIDERS[provider].items():
+        for k, v in ALL_PROVIDERS[provider].items():
             setattr(quant, k, v)
         yield
     finally:
@@ -191,7 +199,7 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", type=lambda v: tuple(v.split(",")), default=MODES)
     ap.add_argument("--no-ref", action="store_true", help="skip the torch_ref provider (saves time)")
     ap.add_argument("--providers", type=lambda v: tuple(v.split(",")), default=tuple(PROVIDERS),
-                    help="comma-separated subset of: " + ", ".join(PROVIDERS))
+                    help="comma-separated subset of: " + ", ".join(ALL_PROVIDERS) + " (default: all but the variant rows)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="time every provider of a case this many times, interleaved (rows carry `round`): A/B runs")
     ap.add_argument("--flush", default="write", choices=("write", "read"),
@@ -200,6 +208,14 @@ def main(argv=None) -> int:
     op = use_flush(args.flush, "fp8_quant")
     if args.no_ref:
         args.providers = tuple(p for p in args.providers if p != "torch_ref")
+
+    variants = [ALL_PROVIDERS[p]["EXT_DEFINES"] for p in args.providers if p in VARIANT_PROVIDERS]
+    if variants:  # their builds side by side, not one at a time at their first rows
+        from concurrent.futures import ThreadPoolExecutor
+
+        from hpc_common import _ext
+        with ThreadPoolExecutor(len(variants) + 1) as pool:
+            list(pool.map(lambda d: _ext.SPEC.variant(*d).build() if d else _ext.SPEC.build(), [(), *variants]))
 
     dev = torch.device("cuda", torch.cuda.current_device())
     res = BenchResults(op, args.out_dir / gpu_slug(), copy_tbps=COPY_BANDWIDTH_TBPS, flush=args.flush)
@@ -218,7 +234,7 @@ def main(argv=None) -> int:
         nbytes = reads * x.numel() * esize + x.numel() + 4 * n_scales
         params = dict(mode=mode, **shape, dtype=str(dtype).replace("torch.", ""), input_mb=round(x.numel() * esize / MB, 1))
         want = torch_ref()
-        providers = [p for p in PROVIDERS if p in args.providers
+        providers = [p for p in ALL_PROVIDERS if p in args.providers
                      and (p != "ours_generic_kernel" or mode.startswith("group128") or mode == "per_token_head")]
         for rnd in range(args.rounds):
             extra = dict(round=rnd) if args.rounds > 1 else {}

@@ -143,6 +143,9 @@ BULK_VARIANT = 0
 # (slot layout: TimelineSlot in fp8_quant.cuh). None in normal calls.
 BULK_TIMELINE: Optional[torch.Tensor] = None
 TIMELINE_SLOTS = 8 + 2 * 32  # kTimelineSlots
+# A/B only (the benchmark's variant rows): -D switches of an extension variant every call then uses, e.g.
+# ("-DHPC_FP8_TILE_SEGS_MAX=1",). () is the default build.
+EXT_DEFINES: tuple[str, ...] = ()
 
 
 def _bulk_for(mode: int, scale_source: int) -> bool:
@@ -176,7 +179,7 @@ def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor
             static_value: float) -> None:
     from .. import _ext
 
-    ext = _ext.load()
+    ext = _ext.load_variant(*EXT_DEFINES)
     params = _shape_params(x, out, scale_out, mode, group_size, scale_source)
     num_sms = get_num_sms(x.device)
     workspace = None

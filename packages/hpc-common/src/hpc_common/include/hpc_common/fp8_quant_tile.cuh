@@ -53,6 +53,12 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #ifndef HPC_FP8_FLAT_MIN_BLOCKS
 #define HPC_FP8_FLAT_MIN_BLOCKS 7
 #endif
+// A/B build switch: at most this many segments in one tile of the dynamic-scale tile and row tile
+// kernels, each CTA launched with just the threads of its tile's teams (0, the default: as many
+// segments as 256 threads hold, e.g. two 4096-wide bf16 rows).
+#ifndef HPC_FP8_TILE_SEGS_MAX
+#define HPC_FP8_TILE_SEGS_MAX 0
+#endif
 
 // kDynamic: one scale per segment from its amax (p.scale_source == kScaleDynamic); else the
 // per-tensor scale (static, or the amax pass's partials). kRagged: segments of p.seg_vecs vectors,
@@ -408,7 +414,8 @@ inline bool prepare_row_tiles(QuantParams& p, int vec) {
   QuantParams g = p;
   g.team = row_tile_team(sv, row_tile_vpt(sv));
   g.seg_vecs = int(sv);
-  const int64_t per_tile = kTileThreads / g.team;
+  int64_t per_tile = kTileThreads / g.team;
+  if (HPC_FP8_TILE_SEGS_MAX > 0 && per_tile > HPC_FP8_TILE_SEGS_MAX) per_tile = HPC_FP8_TILE_SEGS_MAX;
   if (cover) {  // each team locates its segment (locate_cover: indices below 2^31): one run of every segment
     const int64_t nseg = g.rows * g.segs_per_row;
     if (nseg >= (int64_t(1) << 31)) return false;
@@ -455,6 +462,9 @@ inline TileKernel prepare_tile_kernel(QuantParams& p, int vec) {
     g = p;
   }
   set_tile_geometry(g, vec);
+  if (HPC_FP8_TILE_SEGS_MAX > 0 && g.scale_source == kScaleDynamic && !g.per_tensor_dynamic &&
+      g.tile_segs > HPC_FP8_TILE_SEGS_MAX)
+    set_tile_runs(g, HPC_FP8_TILE_SEGS_MAX);
   if (g.num_tiles > kMaxGrid) return TileKernel::kNone;
   p = g;
   return TileKernel::kTiles;
@@ -475,7 +485,9 @@ inline cudaError_t launch_fp8_quant_tile(QuantParams p, cudaStream_t stream, boo
   }
   const auto kernel = p.scale_source == kScaleDynamic ? fp8_quant_tile_kernel<DT, VEC, true>
                                                       : fp8_quant_tile_kernel<DT, VEC, false>;
-  return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(kTileThreads), 0, stream, pdl, p);
+  const unsigned threads =
+      HPC_FP8_TILE_SEGS_MAX > 0 ? unsigned((int64_t(p.tile_segs) * p.team + 31) / 32 * 32) : unsigned(kTileThreads);
+  return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream, pdl, p);
 }
 
 // Whole warps of teams: a short last run (or a small tensor) still fills each warp's shuffles.
