@@ -2,7 +2,7 @@
 
 Cases: every mode on bf16 inputs of 1 MB to 256 MB (rows of 4096: the hidden size of Qwen3 /
 Hy3; per-token-per-head as [T, 32, 128]), plus at 64 MB an odd row length (scalar path), fp32
-input, per-token rows of hidden sizes 2880 / 5120 / 7168 and intermediate sizes 14336 / 28672, and
+input, per-token rows of hidden sizes 1536 / 2880 / 3072 / 5120 / 7168 and intermediate sizes 14336 / 28672, and
 column-major group-128 scales at N = 1536, group-128 at N = 2880 (a shorter last group). Providers (PROVIDERS below): `ours` (the default dispatch), `ours_old` (the
 dispatch of 8fdf820: segment-team amax pass, ring kernel storing before refilling), `ours_ring`
 (the bulk-copy ring kernel where the default takes the one-tile-per-CTA or flat kernel: the default
@@ -73,10 +73,11 @@ def _calls(mode: str, x: torch.Tensor, static: torch.Tensor):
     raise KeyError(mode)
 
 
-# Per-token rows of other models' hidden sizes at 64 MB (gpt-oss 2880; Llama / Qwen 14B 5120;
-# DeepSeek-V3 7168: 360 / 640 / 896 vectors, the row tile kernel's shapes) and MLP intermediates
-# (Llama-3 8B 14336, 70B 28672: 1792 / 3584 vectors, the row cluster kernel's).
-HIDDEN_ROWS = (2880, 5120, 7168, 14336, 28672)
+# Per-token rows of other models' hidden sizes at 64 MB (Qwen3-235B's MoE intermediate 1536; gpt-oss 2880;
+# LongCat-Flash-Lite 3072; Llama / Qwen 14B 5120; DeepSeek-V3 7168: 192 / 360 / 384 / 640 / 896 vectors, the
+# row tile kernel's shapes) and MLP intermediates (Llama-3 8B 14336, 70B 28672: 1792 / 3584 vectors, the long
+# row kernel's).
+HIDDEN_ROWS = (1536, 2880, 3072, 5120, 7168, 14336, 28672)
 
 MODES = ("per_tensor_static", "per_tensor_dynamic", "per_token", "group128", "group128_col",
          "group128_ue8m0", "per_token_head")
@@ -126,11 +127,11 @@ PROVIDERS = {
     "torch_ref": None,
 }
 # A/B rows of build-switch variants (each an extension variant built on first use, quant.EXT_DEFINES): not
-# in the default provider list, named with --providers. `ours_tile_one_seg`: one segment (row) per CTA of
-# the dynamic tile and row tile kernels (HPC_FP8_TILE_SEGS_MAX, fp8_quant_tile.cuh).
+# in the default provider list, named with --providers. `ours_row_tile_shared`: the row tile kernel with as
+# many rows per CTA as 256 threads hold also for multi-warp teams (HPC_FP8_ROW_TILE_ONE_ROW=0, the default
+# before fc77e29's run; fp8_quant_tile.cuh).
 VARIANT_PROVIDERS = {
-    "ours_tile_one_seg": dict(EXT_DEFINES=("-DHPC_FP8_TILE_SEGS_MAX=1",)),
-    "ours_tile_two_segs": dict(EXT_DEFINES=("-DHPC_FP8_TILE_SEGS_MAX=2",)),
+    "ours_row_tile_shared": dict(EXT_DEFINES=("-DHPC_FP8_ROW_TILE_ONE_ROW=0",)),
 }
 ALL_PROVIDERS = {**PROVIDERS, **VARIANT_PROVIDERS}
 

@@ -26,7 +26,7 @@ ODD_KERNEL = "fp8_quant_odd_row_tile_kernel"
 
 # (mode, shape) per vector width: bf16 / fp16 hold 8 elements per vector, fp32 4.
 ROW_CASES_16BIT = [
-    ("per_token", (37, 2880)),      # 360 vectors: 96-lane teams, 2 rows per CTA
+    ("per_token", (37, 2880)),      # 360 vectors: 96-lane teams, one row per CTA (HPC_FP8_ROW_TILE_ONE_ROW)
     ("per_token", (9, 5120)),       # 640 vectors: 160 lanes, one row per CTA
     ("per_token", (5, 7168)),       # 896 vectors: 224 lanes
     ("per_token", (3, 8184)),       # 1023 vectors: 256 lanes
@@ -39,7 +39,7 @@ ROW_CASES_16BIT = [
 ROW_CASES_FP32 = [
     ("per_token", (37, 2880)),      # 720 vectors: 192 lanes
     ("per_token", (11, 3580)),      # 895 vectors: 224 lanes
-    ("per_token", (70, 1000)),      # 250 vectors: 64 lanes
+    ("per_token", (70, 1000)),      # 250 vectors: 64 lanes, one row per CTA
     ("per_token", (300, 20)),       # 5 vectors
     ("per_head", (20, 6, 96)),      # 24 vectors: 8-lane teams
 ]

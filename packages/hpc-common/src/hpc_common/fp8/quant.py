@@ -144,7 +144,7 @@ BULK_VARIANT = 0
 BULK_TIMELINE: Optional[torch.Tensor] = None
 TIMELINE_SLOTS = 8 + 2 * 32  # kTimelineSlots
 # A/B only (the benchmark's variant rows): -D switches of an extension variant every call then uses, e.g.
-# ("-DHPC_FP8_TILE_SEGS_MAX=1",). () is the default build.
+# ("-DHPC_FP8_ROW_TILE_ONE_ROW=0",). () is the default build.
 EXT_DEFINES: tuple[str, ...] = ()
 
 

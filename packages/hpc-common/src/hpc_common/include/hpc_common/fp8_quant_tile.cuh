@@ -53,11 +53,16 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #ifndef HPC_FP8_FLAT_MIN_BLOCKS
 #define HPC_FP8_FLAT_MIN_BLOCKS 7
 #endif
-// A/B build switch: at most this many segments in one tile of the dynamic-scale tile and row tile
-// kernels, each CTA launched with just the threads of its tile's teams (0, the default: as many
-// segments as 256 threads hold, e.g. two 4096-wide bf16 rows).
-#ifndef HPC_FP8_TILE_SEGS_MAX
-#define HPC_FP8_TILE_SEGS_MAX 0
+// One row per CTA of the row tile kernel when a row's team spans several warps (more than 32 lanes: the
+// team's amax meets at a block barrier), rather than as many rows as 256 threads hold. Why (H200, 64 MB
+// bf16 per-token, written flush, three interleaved rounds in one process, run of fc77e29,
+// fp8_quant_row_tile_rows_ab_fc77e29.*): N = 2880 (96-lane teams) 29.66-29.86 us on one row per CTA of 96
+// threads against 30.13-30.21 on two rows per CTA of 192; the two rows' warps no longer wait for each
+// other at the barrier, nor the CTA's exit for the later row. (The tile kernel's 4096-wide rows, 128-lane
+// teams, read the same either way there: 29.18-29.63 against 29.15-29.47, so it keeps two.) Build switch
+// for the A/B row: 0 = two or more rows per CTA, as before.
+#ifndef HPC_FP8_ROW_TILE_ONE_ROW
+#define HPC_FP8_ROW_TILE_ONE_ROW 1
 #endif
 
 // kDynamic: one scale per segment from its amax (p.scale_source == kScaleDynamic); else the
@@ -414,8 +419,7 @@ inline bool prepare_row_tiles(QuantParams& p, int vec) {
   QuantParams g = p;
   g.team = row_tile_team(sv, row_tile_vpt(sv));
   g.seg_vecs = int(sv);
-  int64_t per_tile = kTileThreads / g.team;
-  if (HPC_FP8_TILE_SEGS_MAX > 0 && per_tile > HPC_FP8_TILE_SEGS_MAX) per_tile = HPC_FP8_TILE_SEGS_MAX;
+  const int64_t per_tile = HPC_FP8_ROW_TILE_ONE_ROW && !cover && g.team > 32 ? 1 : kTileThreads / g.team;
   if (cover) {  // each team locates its segment (locate_cover: indices below 2^31): one run of every segment
     const int64_t nseg = g.rows * g.segs_per_row;
     if (nseg >= (int64_t(1) << 31)) return false;
@@ -462,9 +466,6 @@ inline TileKernel prepare_tile_kernel(QuantParams& p, int vec) {
     g = p;
   }
   set_tile_geometry(g, vec);
-  if (HPC_FP8_TILE_SEGS_MAX > 0 && g.scale_source == kScaleDynamic && !g.per_tensor_dynamic &&
-      g.tile_segs > HPC_FP8_TILE_SEGS_MAX)
-    set_tile_runs(g, HPC_FP8_TILE_SEGS_MAX);
   if (g.num_tiles > kMaxGrid) return TileKernel::kNone;
   p = g;
   return TileKernel::kTiles;
@@ -485,9 +486,7 @@ inline cudaError_t launch_fp8_quant_tile(QuantParams p, cudaStream_t stream, boo
   }
   const auto kernel = p.scale_source == kScaleDynamic ? fp8_quant_tile_kernel<DT, VEC, true>
                                                       : fp8_quant_tile_kernel<DT, VEC, false>;
-  const unsigned threads =
-      HPC_FP8_TILE_SEGS_MAX > 0 ? unsigned((int64_t(p.tile_segs) * p.team + 31) / 32 * 32) : unsigned(kTileThreads);
-  return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream, pdl, p);
+  return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(kTileThreads), 0, stream, pdl, p);
 }
 
 // Whole warps of teams: a short last run (or a small tensor) still fills each warp's shuffles.
