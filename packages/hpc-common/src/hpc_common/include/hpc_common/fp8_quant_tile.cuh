@@ -55,12 +55,12 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #endif
 // One row per CTA of the row tile kernel when a row's team spans several warps (more than 32 lanes: the
 // team's amax meets at a block barrier), rather than as many rows as 256 threads hold. Why (H200, 64 MB
-// bf16 per-token, written flush, three interleaved rounds in one process, run of fc77e29,
-// fp8_quant_row_tile_rows_ab_fc77e29.*): N = 2880 (96-lane teams) 29.66-29.86 us on one row per CTA of 96
-// threads against 30.13-30.21 on two rows per CTA of 192; the two rows' warps no longer wait for each
-// other at the barrier, nor the CTA's exit for the later row. (The tile kernel's 4096-wide rows, 128-lane
-// teams, read the same either way there: 29.18-29.63 against 29.15-29.47, so it keeps two.) Build switch
-// for the A/B row: 0 = two or more rows per CTA, as before.
+// bf16 per-token, written flush, three interleaved rounds per process; fp8_quant_tile_segs_ab_fc77e29.* and
+// fp8_quant_row_tile_rows_ab_628fa00.*): N = 2880 (96-lane teams) 29.66-29.86 / 29.70-29.79 us on one row
+// per CTA of 96 threads against 30.11-30.21 on two rows per CTA of 192: the two rows' warps no longer wait
+// for each other at the barrier, nor the CTA's exit for the later row. N = 1536 / 3072 (64- / 96-lane
+// teams) read the same either way, and so do the tile kernel's 4096-wide rows (128-lane teams), which keep
+// two per CTA. Build switch for the A/B row (`ours_row_tile_shared`): 0 = the rows shared, as before.
 #ifndef HPC_FP8_ROW_TILE_ONE_ROW
 #define HPC_FP8_ROW_TILE_ONE_ROW 1
 #endif
@@ -197,7 +197,8 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
 // One segment per row (per-token, per-head) of any number of vectors up to 1024: rows the tile kernel
 // does not take because their vector count is no power of two (hidden sizes 2880, 5120, 7168 bf16:
 // 360, 640, 896 vectors). A team is the vectors / 4 lanes rounded up to a power of two up to 32, else
-// to whole warps; the CTA holds as many teams as fit 256 threads (7168: one row, 224 threads).
+// to whole warps; the CTA holds as many teams as fit 256 threads, one when they span several warps
+// (HPC_FP8_ROW_TILE_ONE_ROW; 2880: 96 threads, 7168: 224).
 // Why: those rows took the register kernels, H200, 64 MB bf16 per-token, written flush: 33.5 /
 // 35.3 / 34.0 us (70.5 / 66.9 / 69.3 % of 4.27 TB/s) at N = 2880 / 5120 / 7168, where the tile
 // kernel reads N = 4096 at 29.1-29.7 us (FP8_HISTORY.md, eighteenth session).
