@@ -263,13 +263,7 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_FLAT_MIN_BLOCKS) fp8_qua
 // scales: 29.8 us (80.0 %), faster than row-major scales on the tile kernel (30.9). 2-D input (a
 // dense [T, H, D] per-head input is one: row t, group h; as_col_tiles), segments of at most 128
 // vectors, G a multiple of p.tile_segs.
-// A/B build switch: the rows of a column tile (8, the default). Its groups per tile row stay those of an
-// 8-row tile (kColTileFillRows), so 4 rows make an 8 KB tile of 128 threads.
-#ifndef HPC_FP8_COL_TILE_ROWS
-#define HPC_FP8_COL_TILE_ROWS 8
-#endif
-constexpr int kColTileRows = HPC_FP8_COL_TILE_ROWS;
-constexpr int kColTileFillRows = 8;
+constexpr int kColTileRows = 8;
 template <int DT, int VEC>
 __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_col_tile_kernel(const QuantParams p) {
   using P = Pack<DT, VEC>;
@@ -328,7 +322,7 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
 // eighteenth session). Row-major scales keep the tile kernel then. 0: no column tiles.
 inline int col_tile_groups(const QuantParams& g, int64_t sv) {
   const int64_t team = sv / kBulkVecPerThread;
-  int64_t gpt = kBulkTileVectors / kColTileFillRows / sv;
+  int64_t gpt = kBulkTileVectors / kColTileRows / sv;
   if (g.segs_per_row % gpt == 0) return int(gpt);
   if (g.scale_stride_row != 1) return 0;  // row-major
   while (gpt > 2 && g.segs_per_row % gpt != 0) gpt /= 2;
@@ -356,7 +350,7 @@ inline bool as_col_tiles(QuantParams& p, int vec) {
   const bool row_major = g.scale_stride_seg == 1 && g.scale_stride_row >= g.segs_per_row;
   if (!col_major && !row_major) return false;
   const int64_t sv = g.seg_len / vec;
-  if (sv > kBulkTileVectors / kColTileFillRows) return false;
+  if (sv > kBulkTileVectors / kColTileRows) return false;
   if (col_tile_groups(g, sv) == 0) return false;
   p = g;
   return true;
