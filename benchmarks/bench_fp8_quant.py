@@ -132,8 +132,6 @@ PROVIDERS = {
 # before fc77e29's run; fp8_quant_tile.cuh).
 VARIANT_PROVIDERS = {
     "ours_row_tile_shared": dict(EXT_DEFINES=("-DHPC_FP8_ROW_TILE_ONE_ROW=0",)),
-    "ours_smem_stage": dict(EXT_DEFINES=("-DHPC_FP8_SMEM_STAGE=1",)),
-    "ours_smem_stage_6": dict(EXT_DEFINES=("-DHPC_FP8_SMEM_STAGE=1", "-DHPC_FP8_SMEM_MIN_BLOCKS=6")),
 }
 ALL_PROVIDERS = {**PROVIDERS, **VARIANT_PROVIDERS}
 

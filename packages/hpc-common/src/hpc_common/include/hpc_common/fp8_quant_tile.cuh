@@ -194,74 +194,6 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
   quant_tile<DT, VEC, kDynamic, false>(p, red);
 }
 
-// A/B build switch HPC_FP8_SMEM_STAGE (0, the default: off): the dynamic tile kernel's loads land in
-// shared memory through per-thread cp.async instead of registers, so the bytes in flight per SM are no
-// longer bounded by the registers that hold them (the kernel needs ~48 registers to quantise 4 vectors
-// held in registers: 5 CTAs per SM, ~80 KB in flight; the static flat kernel, 32 registers, keeps 8 CTAs
-// and ~128 KB in flight and reads 0.4-1.0 us faster per 64 MB cold call). Each thread reads back only the
-// vectors it copied (no barrier), one at a time: once for the amax, once to quantise.
-#ifndef HPC_FP8_SMEM_STAGE
-#define HPC_FP8_SMEM_STAGE 0
-#endif
-#ifndef HPC_FP8_SMEM_MIN_BLOCKS
-#define HPC_FP8_SMEM_MIN_BLOCKS 8
-#endif
-
-__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(hpc::sm90::smem_u32(smem_dst)), "l"(gmem_src)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
-template <int DT, int VEC>
-__global__ void __launch_bounds__(kTileThreads, HPC_FP8_SMEM_MIN_BLOCKS) fp8_quant_tile_smem_kernel(const QuantParams p) {
-  using P = Pack<DT, VEC>;
-  using raw = typename Elem<DT>::raw;
-  __shared__ uint4 stage[kBulkVecPerThread][kTileThreads];
-  __shared__ uint32_t red[kTileThreads / 32];
-  hpc::pdl_wait();
-  hpc::pdl_launch_dependents();
-  const BulkTile t = bulk_tile(p, blockIdx.x);
-  const int team = p.team;
-  const int seg_local = threadIdx.x / team, lane = threadIdx.x & (team - 1);
-  const int seg_vecs = team * kBulkVecPerThread;
-  const bool active = seg_local < t.count;
-  const bool dense = p.tiles_per_run == p.num_tiles;
-  int64_t x_off = t.s0 * p.seg_len, q_off = x_off;
-  if (!dense) {
-    const Segment first = locate(p, t.s0);
-    x_off = first.x_off;
-    q_off = first.q_off;
-  }
-  const raw* x = static_cast<const raw*>(p.x) + x_off;
-  uint8_t* q = p.q + q_off;
-  const int v0 = seg_local * seg_vecs + lane;
-  if (active) {
-#pragma unroll
-    for (int j = 0; j < kBulkVecPerThread; ++j) cp_async16(&stage[j][threadIdx.x], x + int64_t(v0 + team * j) * VEC);
-  }
-  cp_async_wait_all();
-  AmaxAcc<DT, VEC> acc;
-#pragma unroll
-  for (int j = 0; j < kBulkVecPerThread; ++j) {
-    P v;
-    *reinterpret_cast<uint4*>(v.v) = stage[j][threadIdx.x];
-    acc.add(v);
-  }
-  const uint32_t m = active ? acc.bits() : 0u;
-  const float scale = scale_from_amax_bits(team_max<false>(m, team, red), p.ue8m0);
-  const float inv = div_rn(1.0f, scale);
-  if (active) {
-#pragma unroll
-    for (int j = 0; j < kBulkVecPerThread; ++j) {
-      P v;
-      *reinterpret_cast<uint4*>(v.v) = stage[j][threadIdx.x];
-      v.store_quantised(q + int64_t(v0 + team * j) * VEC, inv);
-    }
-    if (lane == 0) write_segment_scale(p, t.s0 + seg_local, scale);
-  }
-}
-
 // One segment per row (per-token, per-head) of any number of vectors up to 1024: rows the tile kernel
 // does not take because their vector count is no power of two (hidden sizes 2880, 5120, 7168 bf16:
 // 360, 640, 896 vectors). A team is the vectors / 4 lanes rounded up to a power of two up to 32, else
@@ -332,11 +264,11 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_FLAT_MIN_BLOCKS) fp8_qua
 // dense [T, H, D] per-head input is one: row t, group h; as_col_tiles), segments of at most 128
 // vectors, G a multiple of p.tile_segs.
 constexpr int kColTileRows = 8;
-// kSmem: the loads land in shared memory (HPC_FP8_SMEM_STAGE, see fp8_quant_tile_smem_kernel).
-template <int DT, int VEC, bool kSmem>
-__device__ __forceinline__ void quant_col_tile(const QuantParams& p, float* staged, uint4 (*stage)[kTileThreads]) {
+template <int DT, int VEC>
+__global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_col_tile_kernel(const QuantParams p) {
   using P = Pack<DT, VEC>;
   using raw = typename Elem<DT>::raw;
+  __shared__ float staged[kTileThreads];  // one per segment of the tile (at most one per thread)
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();
 
@@ -352,49 +284,18 @@ __device__ __forceinline__ void quant_col_tile(const QuantParams& p, float* stag
   const raw* x = static_cast<const raw*>(p.x) + row * p.x_stride_t + col;
   uint8_t* q = p.q + row * p.q_stride_t + col;
 
-  uint32_t m;
-  float inv, scale;
-  if constexpr (kSmem) {
-    if (active) {
+  P pk[kBulkVecPerThread];
 #pragma unroll
-      for (int j = 0; j < kBulkVecPerThread; ++j) cp_async16(&stage[j][threadIdx.x], x + int64_t(lane + team * j) * VEC);
-    }
-    cp_async_wait_all();
-    AmaxAcc<DT, VEC> acc;
-#pragma unroll
-    for (int j = 0; j < kBulkVecPerThread; ++j) {
-      P v;
-      *reinterpret_cast<uint4*>(v.v) = stage[j][threadIdx.x];
-      acc.add(v);
-    }
-    m = active ? acc.bits() : 0u;
-  } else {
-    P pk[kBulkVecPerThread];
-#pragma unroll
-    for (int j = 0; j < kBulkVecPerThread; ++j) {
-      if (active) pk[j].load(x + int64_t(lane + team * j) * VEC);
-    }
-    m = active ? amax_bits(pk) : 0u;
-    for (int off = team >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));  // team <= 32
-    scale = scale_from_amax_bits(m, p.ue8m0);
-    inv = div_rn(1.0f, scale);
-    if (active) {
-#pragma unroll
-      for (int j = 0; j < kBulkVecPerThread; ++j) pk[j].store_quantised(q + int64_t(lane + team * j) * VEC, inv);
-    }
+  for (int j = 0; j < kBulkVecPerThread; ++j) {
+    if (active) pk[j].load(x + int64_t(lane + team * j) * VEC);
   }
-  if constexpr (kSmem) {
-    for (int off = team >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));  // team <= 32
-    scale = scale_from_amax_bits(m, p.ue8m0);
-    inv = div_rn(1.0f, scale);
-    if (active) {
+  uint32_t m = active ? amax_bits(pk) : 0u;
+  for (int off = team >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));  // team <= 32
+  const float scale = scale_from_amax_bits(m, p.ue8m0);
+  const float inv = div_rn(1.0f, scale);
+  if (active) {
 #pragma unroll
-      for (int j = 0; j < kBulkVecPerThread; ++j) {
-        P v;
-        *reinterpret_cast<uint4*>(v.v) = stage[j][threadIdx.x];
-        v.store_quantised(q + int64_t(lane + team * j) * VEC, inv);
-      }
-    }
+    for (int j = 0; j < kBulkVecPerThread; ++j) pk[j].store_quantised(q + int64_t(lane + team * j) * VEC, inv);
   }
   if (lane == 0) staged[g_l * kColTileRows + row_l] = active ? scale : 0.0f;  // padding rows: 0
   __syncthreads();
@@ -412,19 +313,6 @@ __device__ __forceinline__ void quant_col_tile(const QuantParams& p, float* stag
       if (r < p.rows) p.scale[r * p.scale_stride_row + gc * p.scale_stride_seg] = staged[gl * kColTileRows + rl];
     }
   }
-}
-
-template <int DT, int VEC>
-__global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_col_tile_kernel(const QuantParams p) {
-  __shared__ float staged[kTileThreads];  // one per segment of the tile (at most one per thread)
-  quant_col_tile<DT, VEC, false>(p, staged, nullptr);
-}
-
-template <int DT, int VEC>
-__global__ void __launch_bounds__(kTileThreads, HPC_FP8_SMEM_MIN_BLOCKS) fp8_quant_col_tile_smem_kernel(const QuantParams p) {
-  __shared__ float staged[kTileThreads];
-  __shared__ uint4 stage[kBulkVecPerThread][kTileThreads];
-  quant_col_tile<DT, VEC, true>(p, staged, stage);
 }
 
 // Groups per column tile: 128 / seg_vectors (a full 16 KB tile) when G is a multiple of it. Column-major
@@ -597,15 +485,6 @@ inline cudaError_t launch_fp8_quant_tile(QuantParams p, cudaStream_t stream, boo
     cudaError_t e = launch_amax_pass<DT, VEC>(p, stream, pdl);  // p now reads the partials, reversed
     if (e != cudaSuccess) return e;
   }
-  if (HPC_FP8_SMEM_STAGE && p.scale_source == kScaleDynamic && VEC > 1) {
-    static const bool carveout = [] {  // the 16 KB stages of 8 CTAs: the largest shared-memory carveout
-      return cudaFuncSetAttribute(fp8_quant_tile_smem_kernel<DT, VEC>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                  int(cudaSharedmemCarveoutMaxShared)) == cudaSuccess;
-    }();
-    (void)carveout;
-    return hpc::launch_kernel(fp8_quant_tile_smem_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(kTileThreads), 0,
-                              stream, pdl, p);
-  }
   const auto kernel = p.scale_source == kScaleDynamic ? fp8_quant_tile_kernel<DT, VEC, true>
                                                       : fp8_quant_tile_kernel<DT, VEC, false>;
   return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(kTileThreads), 0, stream, pdl, p);
@@ -633,16 +512,6 @@ inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t 
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_col_tile(const QuantParams& p, cudaStream_t stream, bool pdl) {
   const unsigned threads = unsigned(p.tile_segs * kColTileRows * p.team);  // 256 for a full tile
-  if (HPC_FP8_SMEM_STAGE) {
-    static const bool carveout = [] {
-      return cudaFuncSetAttribute(fp8_quant_col_tile_smem_kernel<DT, VEC>,
-                                  cudaFuncAttributePreferredSharedMemoryCarveout,
-                                  int(cudaSharedmemCarveoutMaxShared)) == cudaSuccess;
-    }();
-    (void)carveout;
-    return hpc::launch_kernel(fp8_quant_col_tile_smem_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(threads), 0,
-                              stream, pdl, p);
-  }
   return hpc::launch_kernel(fp8_quant_col_tile_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream,
                             pdl, p);
 }
