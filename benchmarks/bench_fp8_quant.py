@@ -132,7 +132,6 @@ PROVIDERS = {
 # before fc77e29's run; fp8_quant_tile.cuh).
 VARIANT_PROVIDERS = {
     "ours_row_tile_shared": dict(EXT_DEFINES=("-DHPC_FP8_ROW_TILE_ONE_ROW=0",)),
-    "ours_col_tile_lines": dict(EXT_DEFINES=("-DHPC_FP8_COL_TILE_LINES=1",)),
 }
 ALL_PROVIDERS = {**PROVIDERS, **VARIANT_PROVIDERS}
 

@@ -264,26 +264,6 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_FLAT_MIN_BLOCKS) fp8_qua
 // dense [T, H, D] per-head input is one: row t, group h; as_col_tiles), segments of at most 128
 // vectors, G a multiple of p.tile_segs.
 constexpr int kColTileRows = 8;
-// A column tile's scales (staged[g * kColTileRows + r], padding rows 0) to p.scale in whole 32-byte runs,
-// after the CTA's barrier.
-__device__ __forceinline__ void store_col_tile_scales(const QuantParams& p, const float* staged, uint32_t rb,
-                                                      uint32_t cb, int gpt) {
-  if (threadIdx.x < gpt * kColTileRows) {
-    if (p.scale_stride_row == 1) {  // column-major: consecutive threads down a column
-      const int gl = threadIdx.x / kColTileRows, rl = threadIdx.x % kColTileRows;
-      const int64_t pitch = p.scale_stride_seg, r = int64_t(rb) * kColTileRows + rl, gc = int64_t(cb) * gpt + gl;
-      if (r < pitch) p.scale[gc * pitch + r] = staged[threadIdx.x];
-      // A caller's pitch beyond the last row block: the rest of the column's padding.
-      const int64_t block_end = int64_t(rb + 1) * kColTileRows;
-      if (rl == 0 && block_end >= p.rows && block_end < pitch) zero_scale_padding(p.scale, block_end, pitch, gc);
-    } else {  // row-major: consecutive threads along a row
-      const int rl = threadIdx.x / gpt, gl = threadIdx.x & (gpt - 1);
-      const int64_t r = int64_t(rb) * kColTileRows + rl, gc = int64_t(cb) * gpt + gl;
-      if (r < p.rows) p.scale[r * p.scale_stride_row + gc * p.scale_stride_seg] = staged[gl * kColTileRows + rl];
-    }
-  }
-}
-
 template <int DT, int VEC>
 __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_col_tile_kernel(const QuantParams p) {
   using P = Pack<DT, VEC>;
@@ -319,64 +299,20 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
   }
   if (lane == 0) staged[g_l * kColTileRows + row_l] = active ? scale : 0.0f;  // padding rows: 0
   __syncthreads();
-  store_col_tile_scales(p, staged, rb, cb, gpt);
-}
-
-// A/B build switch HPC_FP8_COL_TILE_LINES (0, the default: off): column tiles whose rows are one warp's
-// 128 vectors (gpt x seg_vectors = 128, segments of at most 32 vectors) read and written by the warp in
-// whole 512-byte runs: vector 32 j + lane of the row at step j, so each load instruction covers 4 whole
-// 128-byte lines, where fp8_quant_col_tile_kernel's 4-lane teams read 8 half lines per instruction (and
-// store 8 quarter lines). The price: a lane's 4 vectors lie in 4 segments, so 4 segmented reductions
-// (log2(seg_vectors) shuffles each) and 4 divisions instead of one of each.
-#ifndef HPC_FP8_COL_TILE_LINES
-#define HPC_FP8_COL_TILE_LINES 0
-#endif
-
-inline bool col_tile_lines_apply(const QuantParams& p) {
-  const int sv = p.team * kBulkVecPerThread;
-  return HPC_FP8_COL_TILE_LINES && sv <= 32 && p.tile_segs * sv == kBulkTileVectors / kColTileRows;
-}
-
-template <int DT, int VEC>
-__global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_col_tile_lines_kernel(
-    const QuantParams p) {
-  using P = Pack<DT, VEC>;
-  using raw = typename Elem<DT>::raw;
-  __shared__ float staged[kTileThreads];
-  hpc::pdl_wait();
-  hpc::pdl_launch_dependents();
-
-  const int gpt = p.tile_segs;
-  const uint32_t cbs = uint32_t(p.tiles_per_run);
-  const uint32_t rb = blockIdx.x / cbs, cb = blockIdx.x - rb * cbs;
-  const int sv = p.team * kBulkVecPerThread;  // vectors per segment, <= 32
-  const int row_l = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t row = int64_t(rb) * kColTileRows + row_l;
-  const bool active = row < p.rows;  // warp-uniform
-  const int64_t col = int64_t(cb) * gpt * p.seg_len;
-  const raw* x = static_cast<const raw*>(p.x) + row * p.x_stride_t + col;
-  uint8_t* q = p.q + row * p.q_stride_t + col;
-
-  P pk[kBulkVecPerThread];
-#pragma unroll
-  for (int j = 0; j < kBulkVecPerThread; ++j) {
-    if (active) pk[j].load(x + int64_t(32 * j + lane) * VEC);
+  if (threadIdx.x < gpt * kColTileRows) {
+    if (p.scale_stride_row == 1) {  // column-major: consecutive threads down a column
+      const int gl = threadIdx.x / kColTileRows, rl = threadIdx.x % kColTileRows;
+      const int64_t pitch = p.scale_stride_seg, r = int64_t(rb) * kColTileRows + rl, gc = int64_t(cb) * gpt + gl;
+      if (r < pitch) p.scale[gc * pitch + r] = staged[threadIdx.x];
+      // A caller's pitch beyond the last row block: the rest of the column's padding.
+      const int64_t block_end = int64_t(rb + 1) * kColTileRows;
+      if (rl == 0 && block_end >= p.rows && block_end < pitch) zero_scale_padding(p.scale, block_end, pitch, gc);
+    } else {  // row-major: consecutive threads along a row
+      const int rl = threadIdx.x / gpt, gl = threadIdx.x & (gpt - 1);
+      const int64_t r = int64_t(rb) * kColTileRows + rl, gc = int64_t(cb) * gpt + gl;
+      if (r < p.rows) p.scale[r * p.scale_stride_row + gc * p.scale_stride_seg] = staged[gl * kColTileRows + rl];
+    }
   }
-  float inv[kBulkVecPerThread];
-#pragma unroll
-  for (int j = 0; j < kBulkVecPerThread; ++j) {
-    uint32_t m = active ? pk[j].amax_bits() : 0u;
-    for (int off = sv >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
-    const float scale = scale_from_amax_bits(m, p.ue8m0);
-    inv[j] = div_rn(1.0f, scale);
-    if ((lane & (sv - 1)) == 0) staged[((32 * j + lane) / sv) * kColTileRows + row_l] = active ? scale : 0.0f;
-  }
-  if (active) {
-#pragma unroll
-    for (int j = 0; j < kBulkVecPerThread; ++j) pk[j].store_quantised(q + int64_t(32 * j + lane) * VEC, inv[j]);
-  }
-  __syncthreads();
-  store_col_tile_scales(p, staged, rb, cb, gpt);
 }
 
 // Groups per column tile: 128 / seg_vectors (a full 16 KB tile) when G is a multiple of it. Column-major
@@ -576,10 +512,6 @@ inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t 
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_col_tile(const QuantParams& p, cudaStream_t stream, bool pdl) {
   const unsigned threads = unsigned(p.tile_segs * kColTileRows * p.team);  // 256 for a full tile
-  if (col_tile_lines_apply(p)) {
-    return hpc::launch_kernel(fp8_quant_col_tile_lines_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(threads), 0,
-                              stream, pdl, p);
-  }
   return hpc::launch_kernel(fp8_quant_col_tile_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream,
                             pdl, p);
 }
