@@ -67,6 +67,10 @@ struct QuantParams {
   // path to every CTA's first load.
   uint32_t seg_div_mul;
   int seg_div_shift;
+  // The short-lived tile kernels (fp8_quant_tile.cuh): CTA j < 2^31 lies in run (j * run_div_mul) >>
+  // run_div_shift, the same multiply-shift for d = tiles_per_run (set_run_divider).
+  uint32_t run_div_mul;
+  int run_div_shift;
 };
 
 }  // namespace fp8
