@@ -129,11 +129,9 @@ PROVIDERS = {
 # A/B rows of build-switch variants (each an extension variant built on first use, quant.EXT_DEFINES): not
 # in the default provider list, named with --providers. `ours_row_tile_shared`: the row tile kernel with as
 # many rows per CTA as 256 threads hold also for multi-warp teams (HPC_FP8_ROW_TILE_ONE_ROW=0, the default
-# before fc77e29's run; fp8_quant_tile.cuh); `ours_index_division`: the tile kernels' integer divisions
-# before their first loads (HPC_FP8_FAST_INDEX=0, the default before this switch).
+# before fc77e29's run; fp8_quant_tile.cuh).
 VARIANT_PROVIDERS = {
     "ours_row_tile_shared": dict(EXT_DEFINES=("-DHPC_FP8_ROW_TILE_ONE_ROW=0",)),
-    "ours_index_division": dict(EXT_DEFINES=("-DHPC_FP8_FAST_INDEX=0",)),
 }
 ALL_PROVIDERS = {**PROVIDERS, **VARIANT_PROVIDERS}
 

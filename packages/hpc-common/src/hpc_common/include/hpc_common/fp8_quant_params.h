@@ -60,12 +60,6 @@ struct QuantParams {
   // Bulk kernel tiles (fp8_quant_bulk.cuh): runs of run_segs gap-free segments, cut into
   // tiles_per_run tiles of up to tile_segs segments.
   int tile_segs;
-  // The short-lived tile kernels (fp8_quant_tile.cuh): CTA j < 2^31 lies in run (j * run_div_mul) >>
-  // run_div_shift, the same multiply-shift for d = tiles_per_run (set_run_divider). Beside tile_segs and
-  // team: the parameters every CTA reads before its first load share as few constant-cache lines as
-  // they can (each line is a DRAM round trip when the parameters are cold).
-  uint32_t run_div_mul;
-  int run_div_shift;
   int64_t run_segs, tiles_per_run, num_tiles;
   int seg_vecs;                // row tile kernel (fp8_quant_tile.cuh): vectors per segment, up to 4 x team
   // Row tile covers (fp8_quant_tile.cuh): segment s < 2^31 lies in row (s * seg_div_mul) >> seg_div_shift,

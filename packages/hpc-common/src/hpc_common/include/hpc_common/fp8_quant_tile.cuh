@@ -65,45 +65,6 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #define HPC_FP8_ROW_TILE_ONE_ROW 1
 #endif
 
-// The tile kernels' indices before their first loads without integer division: a CTA's run by the
-// host's multiply-shift (set_run_divider), a thread's segment by a shift (power-of-two teams and
-// segments per tile row) or as 0 (one segment per CTA). A 32-bit division is ~20 dependent
-// instructions (I2F, MUFU.RCP, F2I, IMAD.HI, corrections) in every warp of every short-lived CTA, ahead
-// of its loads; the column tile kernel took three. Build switch for the A/B row: 0 = the divisions.
-#ifndef HPC_FP8_FAST_INDEX
-#define HPC_FP8_FAST_INDEX 1
-#endif
-
-// A divider for d in [1, 2^31) (QuantParams' segment and run dividers): s / d == (s * mul) >> shift for every
-// s < 2^31, with shift = 31 + ceil(log2 d) and mul = ceil(2^shift / d) < 2^32. Why exact: mul * d =
-// 2^shift + e with 0 <= e < d <= 2^(shift - 31), so s * e < 2^shift and the product's excess over
-// s / d * 2^shift never reaches the next multiple of 2^shift / d (Granlund and Montgomery, 1994).
-inline void make_divider(uint64_t d, uint32_t& mul, int& shift) {
-  int log2_ceil = 0;
-  while ((uint64_t(1) << log2_ceil) < d) ++log2_ceil;
-  shift = 31 + log2_ceil;
-  mul = uint32_t(((uint64_t(1) << shift) + d - 1) / d);
-}
-inline void set_segment_divider(QuantParams& p) { make_divider(uint64_t(p.segs_per_row), p.seg_div_mul, p.seg_div_shift); }
-// The same for d = tiles_per_run (the tile kernels' CTA -> run, the column tiles' CTA -> row block).
-inline void set_run_divider(QuantParams& p) { make_divider(uint64_t(p.tiles_per_run), p.run_div_mul, p.run_div_shift); }
-
-// The run of tile-kernel CTA j (< 2^31) and its tile.
-__device__ __forceinline__ BulkTile cta_tile(const QuantParams& p, uint32_t j) {
-  if (!HPC_FP8_FAST_INDEX) return bulk_tile(p, j);
-  BulkTile t;
-  const uint32_t run = p.tiles_per_run == p.num_tiles ? 0u : uint32_t((uint64_t(j) * p.run_div_mul) >> p.run_div_shift);
-  const int64_t k0 = int64_t(j - run * uint32_t(p.tiles_per_run)) * p.tile_segs;
-  t.s0 = int64_t(run) * p.run_segs + k0;
-  t.count = int(min(int64_t(p.tile_segs), p.run_segs - k0));
-  return t;
-}
-
-// threadIdx.x / team for a power-of-two team.
-__device__ __forceinline__ int thread_segment_pow2(int team) {
-  return HPC_FP8_FAST_INDEX ? int(threadIdx.x) >> (31 - __clz(team)) : int(threadIdx.x / team);
-}
-
 // kDynamic: one scale per segment from its amax (p.scale_source == kScaleDynamic); else the
 // per-tensor scale (static, or the amax pass's partials). kRagged: segments of p.seg_vecs vectors,
 // at most VPT x team (fp8_quant_row_tile_kernel below), so a lane's last vectors may lie past its
@@ -122,13 +83,9 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
 
   // Per-tensor dynamic (p.reverse): CTAs start at the last tile, which the amax pass read last (CTAs
   // launch in index order, so the tensor's end is quantised while it is still in the L2).
-  const BulkTile t = cta_tile(p, uint32_t(p.reverse ? p.num_tiles - 1 - blockIdx.x : blockIdx.x));
+  const BulkTile t = bulk_tile(p, p.reverse ? p.num_tiles - 1 - blockIdx.x : blockIdx.x);
   const int team = p.team;  // seg_vectors / 4, a power of two in [1, 256]; kRagged: see row_tile_team
-  // kRagged teams are powers of two up to 32, else whole warps (row_tile_team), then mostly one per CTA.
-  const int seg_local = !kRagged || team <= 32               ? thread_segment_pow2(team)
-                        : HPC_FP8_FAST_INDEX && p.tile_segs == 1 ? 0
-                                                                 : int(threadIdx.x / team);
-  const int lane = kRagged ? threadIdx.x - seg_local * team : threadIdx.x & (team - 1);
+  const int seg_local = threadIdx.x / team, lane = kRagged ? threadIdx.x - seg_local * team : threadIdx.x & (team - 1);
   const int seg_vecs = kRagged ? p.seg_vecs : team * VPT;
   const bool active = seg_local < t.count;
   // The tile's segments follow each other in x and q from its first one. A dense tensor (one run:
@@ -317,12 +274,10 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
 
   const int gpt = p.tile_segs;                      // segments per tile row, a power of two
   const uint32_t cbs = uint32_t(p.tiles_per_run);   // column blocks per row block
-  const uint32_t rb = HPC_FP8_FAST_INDEX ? uint32_t((uint64_t(blockIdx.x) * p.run_div_mul) >> p.run_div_shift)
-                                         : blockIdx.x / cbs;
-  const uint32_t cb = blockIdx.x - rb * cbs;
+  const uint32_t rb = blockIdx.x / cbs, cb = blockIdx.x - rb * cbs;
   const int team = p.team;                          // <= 32: the amax reduction is shuffles only
-  const int seg_local = thread_segment_pow2(team), lane = threadIdx.x & (team - 1);
-  const int row_l = HPC_FP8_FAST_INDEX ? seg_local >> (31 - __clz(gpt)) : seg_local / gpt, g_l = seg_local & (gpt - 1);
+  const int seg_local = threadIdx.x / team, lane = threadIdx.x & (team - 1);
+  const int row_l = seg_local / gpt, g_l = seg_local & (gpt - 1);
   const int64_t row = int64_t(rb) * kColTileRows + row_l, g = int64_t(cb) * gpt + g_l;
   const bool active = row < p.rows;
   const int64_t col = g * p.seg_len;
@@ -408,7 +363,6 @@ inline void set_col_tile_geometry(QuantParams& p, int vec) {
   p.tiles_per_run = p.segs_per_row / p.tile_segs;
   p.num_tiles = (p.rows + kColTileRows - 1) / kColTileRows * p.tiles_per_run;
   p.reverse = false;
-  set_run_divider(p);
 }
 
 // Lanes per row for the row tile kernel: vectors / 4, rounded up to a power of two up to 32 (the
@@ -437,6 +391,18 @@ inline int row_tile_vpt(int64_t seg_vecs) {
 // kernel's extra slot kept the 4-lane teams).
 inline bool row_tile_covers(const QuantParams& p) { return p.segs_per_row > 1; }
 
+// QuantParams' segment divider for d = segs_per_row in [1, 2^31): s / d == (s * mul) >> shift for every
+// s < 2^31, with shift = 31 + ceil(log2 d) and mul = ceil(2^shift / d) < 2^32. Why exact: mul * d =
+// 2^shift + e with 0 <= e < d <= 2^(shift - 31), so s * e < 2^shift and the product's excess over
+// s / d * 2^shift never reaches the next multiple of 2^shift / d (Granlund and Montgomery, 1994).
+inline void set_segment_divider(QuantParams& p) {
+  const uint64_t d = uint64_t(p.segs_per_row);
+  int log2_ceil = 0;
+  while ((uint64_t(1) << log2_ceil) < d) ++log2_ceil;
+  const int shift = 31 + log2_ceil;
+  p.seg_div_mul = uint32_t(((uint64_t(1) << shift) + d - 1) / d);
+  p.seg_div_shift = shift;
+}
 
 // Whether the row tile kernel serves p (dynamic scales, 16-byte aligned rows, segments of 4 to 4096
 // vectors: one per row, or several read as covers, row_tile_covers; bulk_applicable(p) does not hold),
@@ -463,10 +429,8 @@ inline bool prepare_row_tiles(QuantParams& p, int vec) {
     g.tile_segs = int(per_tile < nseg ? per_tile : nseg);
     g.tiles_per_run = g.num_tiles = (nseg + g.tile_segs - 1) / g.tile_segs;
     g.reverse = false;
-    set_run_divider(g);
   } else {
     set_tile_runs(g, per_tile);
-    set_run_divider(g);
   }
   p = g;
   return true;
@@ -504,7 +468,6 @@ inline TileKernel prepare_tile_kernel(QuantParams& p, int vec) {
   }
   set_tile_geometry(g, vec);
   if (g.num_tiles > kMaxGrid) return TileKernel::kNone;
-  set_run_divider(g);
   p = g;
   return TileKernel::kTiles;
 }
