@@ -132,6 +132,8 @@ PROVIDERS = {
 # before fc77e29's run; fp8_quant_tile.cuh).
 VARIANT_PROVIDERS = {
     "ours_row_tile_shared": dict(EXT_DEFINES=("-DHPC_FP8_ROW_TILE_ONE_ROW=0",)),
+    "ours_ctas4": dict(EXT_DEFINES=("-DHPC_FP8_TILE_CTAS_PER_SM=4",)),
+    "ours_ctas3": dict(EXT_DEFINES=("-DHPC_FP8_TILE_CTAS_PER_SM=3",)),
 }
 ALL_PROVIDERS = {**PROVIDERS, **VARIANT_PROVIDERS}
 

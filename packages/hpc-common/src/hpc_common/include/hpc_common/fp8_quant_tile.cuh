@@ -472,6 +472,20 @@ inline TileKernel prepare_tile_kernel(QuantParams& p, int vec) {
   return TileKernel::kTiles;
 }
 
+// A/B build switch HPC_FP8_TILE_CTAS_PER_SM (0, the default: as many as registers allow, 5): cap the
+// dynamic tile kernels' CTAs per SM with unused dynamic shared memory, to test whether fewer concurrent
+// streams per SM read faster (8 CTAs per SM through cp.async read slower, as did the division-free
+// prologue that let every warp's loads out at once).
+#ifndef HPC_FP8_TILE_CTAS_PER_SM
+#define HPC_FP8_TILE_CTAS_PER_SM 0
+#endif
+template <typename Kernel>
+inline size_t tile_occupancy_pad(Kernel kernel) {
+  if (HPC_FP8_TILE_CTAS_PER_SM <= 0) return 0;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared));
+  return size_t(227 * 1024) / HPC_FP8_TILE_CTAS_PER_SM - 3 * 1024;
+}
+
 // The launches of a p that prepare_tile_kernel set up for them.
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_flat(const QuantParams& p, cudaStream_t stream, bool pdl) {
@@ -487,7 +501,8 @@ inline cudaError_t launch_fp8_quant_tile(QuantParams p, cudaStream_t stream, boo
   }
   const auto kernel = p.scale_source == kScaleDynamic ? fp8_quant_tile_kernel<DT, VEC, true>
                                                       : fp8_quant_tile_kernel<DT, VEC, false>;
-  return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(kTileThreads), 0, stream, pdl, p);
+  const size_t pad = p.scale_source == kScaleDynamic ? tile_occupancy_pad(kernel) : 0;
+  return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(kTileThreads), pad, stream, pdl, p);
 }
 
 // Whole warps of teams: a short last run (or a small tensor) still fills each warp's shuffles.
@@ -506,14 +521,15 @@ inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t 
   } else {
     kernel = cover ? fp8_quant_row_tile_kernel<DT, VEC, true> : fp8_quant_row_tile_kernel<DT, VEC, false>;
   }
-  return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream, pdl, p);
+  return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(threads), tile_occupancy_pad(kernel), stream, pdl,
+                            p);
 }
 
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_col_tile(const QuantParams& p, cudaStream_t stream, bool pdl) {
   const unsigned threads = unsigned(p.tile_segs * kColTileRows * p.team);  // 256 for a full tile
-  return hpc::launch_kernel(fp8_quant_col_tile_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream,
-                            pdl, p);
+  return hpc::launch_kernel(fp8_quant_col_tile_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(threads),
+                            tile_occupancy_pad(fp8_quant_col_tile_kernel<DT, VEC>), stream, pdl, p);
 }
 
 #endif  // __CUDACC__
