@@ -483,7 +483,7 @@ template <typename Kernel>
 inline size_t tile_occupancy_pad(Kernel kernel) {
   if (HPC_FP8_TILE_CTAS_PER_SM <= 0) return 0;
   cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared));
-  return size_t(227 * 1024) / HPC_FP8_TILE_CTAS_PER_SM - 3 * 1024;
+  return size_t(227 * 1024) / (HPC_FP8_TILE_CTAS_PER_SM > 0 ? HPC_FP8_TILE_CTAS_PER_SM : 1) - 3 * 1024;
 }
 
 // The launches of a p that prepare_tile_kernel set up for them.
