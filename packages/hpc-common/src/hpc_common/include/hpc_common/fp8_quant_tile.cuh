@@ -74,12 +74,22 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 // (p.vectorized without p.peel), and only a segment's last vector may hold elements of the next one
 // (out of the amax, not stored: a byte-exact store of the segment's part of the shared word).
 // Odd rows (segment starts misaligned) take quant_odd_rows (fp8_quant_odd_rows.cuh) instead.
+// A/B build switch HPC_FP8_START_SLEEP_NS (0, the default): every warp of the dynamic tile kernels sleeps this
+// long before its first load (the division-free prologue, whose loads left earlier, read slower).
+#ifndef HPC_FP8_START_SLEEP_NS
+#define HPC_FP8_START_SLEEP_NS 0
+#endif
+__device__ __forceinline__ void start_sleep() {
+  if constexpr (HPC_FP8_START_SLEEP_NS > 0) __nanosleep(HPC_FP8_START_SLEEP_NS);
+}
+
 template <int DT, int VEC, bool kDynamic, bool kRagged, int VPT = kBulkVecPerThread, bool kCover = false>
 __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) {
   using P = Pack<DT, VEC>;
   using raw = typename Elem<DT>::raw;
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();
+  if constexpr (kDynamic) start_sleep();
 
   // Per-tensor dynamic (p.reverse): CTAs start at the last tile, which the amax pass read last (CTAs
   // launch in index order, so the tensor's end is quantised while it is still in the L2).
@@ -271,6 +281,7 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
   __shared__ float staged[kTileThreads];  // one per segment of the tile (at most one per thread)
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();
+  start_sleep();
 
   const int gpt = p.tile_segs;                      // segments per tile row, a power of two
   const uint32_t cbs = uint32_t(p.tiles_per_run);   // column blocks per row block
@@ -472,20 +483,6 @@ inline TileKernel prepare_tile_kernel(QuantParams& p, int vec) {
   return TileKernel::kTiles;
 }
 
-// A/B build switch HPC_FP8_TILE_CTAS_PER_SM (0, the default: as many as registers allow, 5): cap the
-// dynamic tile kernels' CTAs per SM with unused dynamic shared memory, to test whether fewer concurrent
-// streams per SM read faster (8 CTAs per SM through cp.async read slower, as did the division-free
-// prologue that let every warp's loads out at once).
-#ifndef HPC_FP8_TILE_CTAS_PER_SM
-#define HPC_FP8_TILE_CTAS_PER_SM 0
-#endif
-template <typename Kernel>
-inline size_t tile_occupancy_pad(Kernel kernel) {
-  if (HPC_FP8_TILE_CTAS_PER_SM <= 0) return 0;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared));
-  return size_t(227 * 1024) / (HPC_FP8_TILE_CTAS_PER_SM > 0 ? HPC_FP8_TILE_CTAS_PER_SM : 1) - 3 * 1024;
-}
-
 // The launches of a p that prepare_tile_kernel set up for them.
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_flat(const QuantParams& p, cudaStream_t stream, bool pdl) {
@@ -501,8 +498,7 @@ inline cudaError_t launch_fp8_quant_tile(QuantParams p, cudaStream_t stream, boo
   }
   const auto kernel = p.scale_source == kScaleDynamic ? fp8_quant_tile_kernel<DT, VEC, true>
                                                       : fp8_quant_tile_kernel<DT, VEC, false>;
-  const size_t pad = p.scale_source == kScaleDynamic ? tile_occupancy_pad(kernel) : 0;
-  return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(kTileThreads), pad, stream, pdl, p);
+  return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(kTileThreads), 0, stream, pdl, p);
 }
 
 // Whole warps of teams: a short last run (or a small tensor) still fills each warp's shuffles.
@@ -521,15 +517,14 @@ inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t 
   } else {
     kernel = cover ? fp8_quant_row_tile_kernel<DT, VEC, true> : fp8_quant_row_tile_kernel<DT, VEC, false>;
   }
-  return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(threads), tile_occupancy_pad(kernel), stream, pdl,
-                            p);
+  return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream, pdl, p);
 }
 
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_col_tile(const QuantParams& p, cudaStream_t stream, bool pdl) {
   const unsigned threads = unsigned(p.tile_segs * kColTileRows * p.team);  // 256 for a full tile
-  return hpc::launch_kernel(fp8_quant_col_tile_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(threads),
-                            tile_occupancy_pad(fp8_quant_col_tile_kernel<DT, VEC>), stream, pdl, p);
+  return hpc::launch_kernel(fp8_quant_col_tile_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream,
+                            pdl, p);
 }
 
 #endif  // __CUDACC__
