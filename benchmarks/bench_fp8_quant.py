@@ -132,9 +132,6 @@ PROVIDERS = {
 # before fc77e29's run; fp8_quant_tile.cuh).
 VARIANT_PROVIDERS = {
     "ours_row_tile_shared": dict(EXT_DEFINES=("-DHPC_FP8_ROW_TILE_ONE_ROW=0",)),
-    "ours_sleep100": dict(EXT_DEFINES=("-DHPC_FP8_START_SLEEP_NS=100",)),
-    "ours_sleep250": dict(EXT_DEFINES=("-DHPC_FP8_START_SLEEP_NS=250",)),
-    "ours_sleep500": dict(EXT_DEFINES=("-DHPC_FP8_START_SLEEP_NS=500",)),
 }
 ALL_PROVIDERS = {**PROVIDERS, **VARIANT_PROVIDERS}
 

@@ -74,22 +74,12 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 // (p.vectorized without p.peel), and only a segment's last vector may hold elements of the next one
 // (out of the amax, not stored: a byte-exact store of the segment's part of the shared word).
 // Odd rows (segment starts misaligned) take quant_odd_rows (fp8_quant_odd_rows.cuh) instead.
-// A/B build switch HPC_FP8_START_SLEEP_NS (0, the default): every warp of the dynamic tile kernels sleeps this
-// long before its first load (the division-free prologue, whose loads left earlier, read slower).
-#ifndef HPC_FP8_START_SLEEP_NS
-#define HPC_FP8_START_SLEEP_NS 0
-#endif
-__device__ __forceinline__ void start_sleep() {
-  if constexpr (HPC_FP8_START_SLEEP_NS > 0) __nanosleep(HPC_FP8_START_SLEEP_NS);
-}
-
 template <int DT, int VEC, bool kDynamic, bool kRagged, int VPT = kBulkVecPerThread, bool kCover = false>
 __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) {
   using P = Pack<DT, VEC>;
   using raw = typename Elem<DT>::raw;
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();
-  if constexpr (kDynamic) start_sleep();
 
   // Per-tensor dynamic (p.reverse): CTAs start at the last tile, which the amax pass read last (CTAs
   // launch in index order, so the tensor's end is quantised while it is still in the L2).
@@ -281,7 +271,6 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
   __shared__ float staged[kTileThreads];  // one per segment of the tile (at most one per thread)
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();
-  start_sleep();
 
   const int gpt = p.tile_segs;                      // segments per tile row, a power of two
   const uint32_t cbs = uint32_t(p.tiles_per_run);   // column blocks per row block
