@@ -7,6 +7,10 @@ Times `ours_plan` (8/1, batch 256, the benchmark's lengths) with the benchmark's
   fresh    a new kv_lens and workspace per timing, after a few MB of unrelated allocations
 With --other-first, one bench_us of an unrelated op (a 1-element add) comes first: is the first timing of
 a process special, or the plan's first timing?
+With --prealloc-flush, hpc_common.bench's 128 MB flush buffer is allocated (and written once) before the first
+timing; with --realloc-flush, it is freed (and the caching allocator emptied) before every timing, so each
+timing allocates it anew, as only the first timing of a process does otherwise: is the low first timing the
+fresh flush buffer's?
 and prints, per timing, the 2 MB pages (data_ptr >> 21) the lengths and the six tables lie in.
 
     PYTHONPATH=packages/hpc-common/src:packages/hpc-attention/src python3 packages/hpc-attention/scripts/plan_placement.py
@@ -38,7 +42,27 @@ def time_plan(kv_lens, ws) -> float:
     return bench_us(lambda: ha.plan_decode(kv_lens, 1, 8, workspace=ws, validate=False), reps=100)
 
 
-def main(n: int = 6, other_first: bool = False) -> None:
+def drop_flush_buffer() -> None:
+    from hpc_common.bench import timing
+
+    timing._flush_buf.clear()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def main(n: int = 6, other_first: bool = False, prealloc_flush: bool = False, realloc_flush: bool = False) -> None:
+    if prealloc_flush:
+        from hpc_common.bench import empty_l2
+
+        empty_l2(torch.device("cuda", torch.cuda.current_device()))
+        torch.cuda.synchronize()
+    if realloc_flush:
+        kv_lens, ws = buffers()
+        for i in range(n):
+            drop_flush_buffer()
+            print(json.dumps({"case": "realloc_flush", "i": i, "median_us": round(time_plan(kv_lens, ws), 3)}),
+                  flush=True)
+        return
     if other_first:
         x = torch.ones(1, device="cuda")
         print(json.dumps({"case": "other_op_first", "median_us": round(bench_us(lambda: x.add_(1)), 3)}), flush=True)
@@ -57,4 +81,6 @@ def main(n: int = 6, other_first: bool = False) -> None:
 if __name__ == "__main__":
     import sys
 
-    main(other_first="--other-first" in sys.argv[1:])
+    args = sys.argv[1:]
+    main(other_first="--other-first" in args, prealloc_flush="--prealloc-flush" in args,
+         realloc_flush="--realloc-flush" in args)
