@@ -17,6 +17,15 @@ from ._cases import launch_poisoned, make_inputs, router_weight
 SLOTS = 16
 (ENTRY, SETUP, ISSUE0, ISSUE_LAST, LANDED_LAST, DATA, LOOP_END, RED_START, RED_GO, EXIT, SMID, BLOCKS, CLK0, CLK1,
  LOOP_END_WG1) = range(15)
+# %globaltimer advances in 32 ns steps on the H200, and two reads in program order by one thread were seen one
+# step apart the wrong way (whole GPU suite of 2f2200b, wide96rsf_s2: the reduction's go 32 ns after the exit,
+# both stamped by the owner warpgroup's first thread). Orders are asserted to within that one step.
+TIMER_STEP_NS = 32
+
+
+def in_order(*stamps: int) -> bool:
+    """Each stamp no earlier than the one before it, to within one %globaltimer step."""
+    return all(b + TIMER_STEP_NS >= a for a, b in zip(stamps, stamps[1:]))
 
 
 # ----------------------------------------------------------------------------- CPU tests
@@ -57,11 +66,11 @@ def test_timeline_keeps_bits_and_orders_stamps(plan, monkeypatch):
     blocks = 0
     # Orders asserted: within one thread, or across threads where one event causes the other.
     for c, r in enumerate(tl.view(ctas, SLOTS).cpu().tolist()):
-        assert 0 < r[ENTRY] <= r[SETUP] <= r[DATA] <= r[LOOP_END] <= r[EXIT], (c, r)  # thread 0
-        assert r[ENTRY] <= r[ISSUE0] <= r[ISSUE_LAST] <= r[LANDED_LAST], (c, r)  # the producer thread
-        assert (r[LOOP_END_WG1] >= r[ENTRY]) if two_wg else r[LOOP_END_WG1] == 0, (c, r)
+        assert 0 < r[ENTRY] and in_order(r[ENTRY], r[SETUP], r[DATA], r[LOOP_END], r[EXIT]), (c, r)  # thread 0
+        assert in_order(r[ENTRY], r[ISSUE0], r[ISSUE_LAST], r[LANDED_LAST]), (c, r)  # the producer thread
+        assert in_order(r[ENTRY], r[LOOP_END_WG1]) if two_wg else r[LOOP_END_WG1] == 0, (c, r)
         if plan.splits > 1:
-            assert r[LOOP_END] <= r[RED_START] <= r[RED_GO] <= r[EXIT], (c, r)
+            assert in_order(r[LOOP_END], r[RED_START], r[RED_GO], r[EXIT]), (c, r)
         else:
             assert r[RED_START] == r[RED_GO] == 0, (c, r)
         assert 0 <= r[SMID] < sms and r[CLK1] > r[CLK0] > 0, (c, r)
