@@ -127,3 +127,17 @@ def test_segment_divider_equals_division(probe):
     at the ends of the range and around multiples of each divisor."""
     r = subprocess.run([str(probe), "divider"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout[-2000:]
+
+
+def test_fp8_build_variants_are_opt_in(monkeypatch):
+    """quant.EXT_DEFINES (the benchmark's A/B rows) is empty unless a caller sets it: the library calls the
+    default build, and a variant is a module of its own named after its switches."""
+    from hpc_common import _ext
+    from hpc_common.fp8 import quant
+
+    assert quant.EXT_DEFINES == ()
+    monkeypatch.setattr(_ext.SPEC, "load", lambda: "default build")
+    assert _ext.load_variant() == "default build"
+    variant = _ext.SPEC.variant("-DHPC_FP8_ROW_TILE_ONE_ROW=0")
+    assert variant.name == "_hpc_common_HPC_FP8_ROW_TILE_ONE_ROW_0_C"
+    assert variant.cuda_flags[-1] == "-DHPC_FP8_ROW_TILE_ONE_ROW=0" and variant.sources == _ext.SPEC.sources
