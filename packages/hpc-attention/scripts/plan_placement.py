@@ -10,7 +10,11 @@ a process special, or the plan's first timing?
 With --prealloc-flush, hpc_common.bench's 128 MB flush buffer is allocated (and written once) before the first
 timing; with --realloc-flush, it is freed (and the caching allocator emptied) before every timing, so each
 timing allocates it anew, as only the first timing of a process does otherwise: is the low first timing the
-fresh flush buffer's?
+fresh flush buffer's? (Refuted in the twenty-fourth session.)
+With --keep-graphs K, K unrelated CUDA graphs (a 1-element add each) are captured and kept alive before the first
+timing; with --flush-mb M, bench_us flushes with an M MB buffer instead of 128 MB (M >= 64: still larger than
+the L2). The next hypothesis (NOTES.md, twenty-fourth session): the graph's parameter memory and the flush's
+reach in the GPU's address translation.
 and prints, per timing, the 2 MB pages (data_ptr >> 21) the lengths and the six tables lie in.
 
     PYTHONPATH=packages/hpc-common/src:packages/hpc-attention/src python3 packages/hpc-attention/scripts/plan_placement.py
@@ -50,6 +54,19 @@ def drop_flush_buffer() -> None:
     torch.cuda.empty_cache()
 
 
+def keep_graphs(k: int) -> list:
+    x = torch.ones(1, device="cuda")
+    graphs = []
+    for _ in range(k):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            x.add_(1)
+        g.replay()
+        graphs.append(g)
+    torch.cuda.synchronize()
+    return graphs
+
+
 def main(n: int = 6, other_first: bool = False, prealloc_flush: bool = False, realloc_flush: bool = False) -> None:
     if prealloc_flush:
         from hpc_common.bench import empty_l2
@@ -82,5 +99,14 @@ if __name__ == "__main__":
     import sys
 
     args = sys.argv[1:]
+
+    def value(flag: str, default: int) -> int:
+        return int(args[args.index(flag) + 1]) if flag in args else default
+
+    if "--flush-mb" in args:
+        from hpc_common.bench import timing
+
+        timing.FLUSH_BYTES = value("--flush-mb", 128) << 20
+    kept = keep_graphs(value("--keep-graphs", 0))
     main(other_first="--other-first" in args, prealloc_flush="--prealloc-flush" in args,
          realloc_flush="--realloc-flush" in args)

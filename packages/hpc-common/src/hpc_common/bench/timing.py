@@ -19,6 +19,9 @@ def floor_us(nbytes: float, flops: float = 0.0, tflops: float = 750.0) -> float:
 
 
 _flush_buf: dict[torch.device, torch.Tensor] = {}
+# Bytes of the flush buffer: twice the H200's 60 MB L2 (diagnostics may change it before the first flush,
+# e.g. scripts/plan_placement.py --flush-mb; below the L2's size a "flush" would leave inputs resident).
+FLUSH_BYTES = 128 << 20
 
 
 # How the L2 is emptied before each timed call: "write" rewrites a 128 MB buffer (what
@@ -42,8 +45,8 @@ def empty_l2(device: torch.device, mode: str | None = None) -> None:
     The first call allocates the buffer: make it outside any graph capture."""
     buf = _flush_buf.get(device)
     if buf is None:
-        # Twice the H200's 60 MB L2, so nothing of the timed call's inputs survives.
-        buf = _flush_buf[device] = torch.empty(128 << 20, dtype=torch.uint8, device=device)
+        # Twice the H200's 60 MB L2 (FLUSH_BYTES), so nothing of the timed call's inputs survives.
+        buf = _flush_buf[device] = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device)
     if (mode or FLUSH_MODE) == "read":
         buf.view(torch.int64).max()
     else:
