@@ -216,7 +216,7 @@ def main(argv=None) -> int:
 
         from hpc_common import _ext
         with ThreadPoolExecutor(len(variants) + 1) as pool:
-            list(pool.map(lambda d: _ext.SPEC.variant(*d).build() if d else _ext.SPEC.build(), [(), *variants]))
+            list(pool.map(lambda d: _ext.SPEC.variant(*d).build(), [(), *variants]))
 
     dev = torch.device("cuda", torch.cuda.current_device())
     res = BenchResults(op, args.out_dir / gpu_slug(), copy_tbps=COPY_BANDWIDTH_TBPS, flush=args.flush)

@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from hpc_common.bench.results import dump_results
+from hpc_common.bench.results import dump_results, markdown_table
 
 
 def main() -> None:
@@ -51,8 +51,7 @@ def main() -> None:
     path.write_text(dump_results(meta, rows))
     cols = list(rows[0])
     md = [f"# {args.name}", "", f"GPU {meta['gpu']}, {meta['date']}, torch {meta.get('torch')}. {args.note}", "",
-          "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    md += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
+          *markdown_table(rows, cols)]
     (args.out_dir / f"{args.name}.md").write_text("\n".join(md) + "\n")
     print(f"wrote {path} ({len(rows)} rows)")
 

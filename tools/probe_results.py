@@ -13,7 +13,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from hpc_common.bench.results import dump_results
+from hpc_common.bench.results import dump_results, markdown_table
 
 
 def main() -> None:
@@ -53,8 +53,7 @@ def main() -> None:
     cols = [k for k in rows[0] if k != "provider"] if rows else []
     md = [f"# {args.op}" + (f": {args.title}" if args.title else ""), "",
           f"GPU {args.gpu}, commit {args.commit}, {meta['date']}. {args.timing}" + (f" {args.note}" if args.note else ""),
-          "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    md += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
+          "", *markdown_table(rows, cols)]
     if checks:
         md += ["", "Checks:", ""] + [f"- `{json.dumps(c)}`" for c in checks]
     (args.out_dir / f"{args.op}.md").write_text("\n".join(md) + "\n")

@@ -14,4 +14,4 @@ def load():
 def load_variant(*defines: str):
     """The same sources built with extra -D switches (ExtensionSpec.variant), for A/B rows of the FP8
     benchmark (quant.EXT_DEFINES). Made on first use, not listed for `hpc_common.jit.prebuild`."""
-    return SPEC.variant(*defines).load() if defines else SPEC.load()
+    return SPEC.variant(*defines).load()

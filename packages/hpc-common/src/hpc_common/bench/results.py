@@ -62,6 +62,14 @@ def run_meta(repo: Path | None = None, **extra) -> dict:
     return meta
 
 
+def markdown_table(rows: list[dict], cols: list[str], cell=str) -> list[str]:
+    """A Markdown table's lines: header, separator, one line per row (missing fields empty, values through
+    `cell`)."""
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(cell(r[c]) if c in r else "" for c in cols) + " |" for r in rows]
+    return lines
+
+
 def dump_results(meta: dict, rows: list[dict]) -> str:
     """The JSON text of a results file: meta, then one row per line (diffs stay readable)."""
     body = ",\n".join("  " + json.dumps(r) for r in rows)
@@ -119,14 +127,8 @@ class BenchResults:
         m = self.meta
         head = (f"# {self.op}\n\nGPU {m['gpu']}, commit {m['commit']}, {m['date']}, torch {m['torch']}, "
                 f"CUDA {m['cuda']}, nvcc {m['nvcc']}\n\n")
-        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-        for r in self.rows:
-            cells = []
-            for c in cols:
-                v = r.get(c, "")
-                cells.append(f"{v:.4g}" if isinstance(v, float) else str(v))
-            lines.append("| " + " | ".join(cells) + " |")
-        return head + "\n".join(lines) + "\n"
+        table = markdown_table(self.rows, cols, lambda v: f"{v:.4g}" if isinstance(v, float) else str(v))
+        return head + "\n".join(table) + "\n"
 
     def write(self) -> Path:
         self.out_dir.mkdir(parents=True, exist_ok=True)

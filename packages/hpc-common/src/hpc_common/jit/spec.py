@@ -47,7 +47,10 @@ class ExtensionSpec:
     def variant(self, *defines: str) -> "ExtensionSpec":
         """The same sources built with extra -D switches (diagnostics and A/B builds), as a module
         of its own named after them (`_hpc_x_C` -> `_hpc_x_<tag>_C`), so it never replaces this
-        build. Made on first use and cached; not listed for `prebuild` in a fresh process."""
+        build. Made on first use and cached; not listed for `prebuild` in a fresh process. No switches:
+        this spec itself."""
+        if not defines:
+            return self
         key = (self.name, defines)
         spec = _VARIANTS.get(key)
         if spec is None:

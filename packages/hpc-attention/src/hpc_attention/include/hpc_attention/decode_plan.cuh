@@ -136,16 +136,6 @@ __device__ __forceinline__ void plan_one_cta(const DecodePlanParams& p, const Fa
   if (p.page_table != nullptr) write_first_pages(p);  // block-uniform
 }
 
-// No bin has a first task yet (write_first_pages reads x = -1 as empty): every thread of the CTA, before
-// the plan's first block scan, whose barrier orders this before note_first. (The row plan does it in
-// plan_fast_rows, by its own warps.)
-__device__ __forceinline__ void init_first_pages(const DecodePlanParams& p) {
-  if (p.page_table == nullptr) return;
-  const int ns = min(p.num_bins + p.max_tail_bins, kFirstPageSmemBins);
-#pragma unroll 1
-  for (int c = threadIdx.x; c < ns; c += kPlanThreads) plan_shared().first[c].x = -1;
-}
-
 // Every plan kernel's entry after its own prologue: the work floor's reciprocal (parameters only, so
 // before the lengths load, off the critical path: it followed the first scan once, ~0.05-0.1 us of
 // dependent latency, NOTES.md), then the PDL wait (the decode kernel waits for our completion anyway,

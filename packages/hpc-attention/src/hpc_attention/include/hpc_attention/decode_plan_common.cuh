@@ -79,6 +79,16 @@ __device__ __forceinline__ void touch_param_lines(const DecodePlanParams& p) {
   }
 }
 
+// No bin has a first task yet (write_first_pages reads x = -1 as empty): threads [0, threads) of the CTA,
+// before a barrier that orders this before note_first (the plan's first block scan; the row plan's named
+// barrier over its row warps).
+__device__ __forceinline__ void init_first_pages(const DecodePlanParams& p, int threads = kPlanThreads) {
+  if (p.page_table == nullptr) return;
+  const int ns = min(p.num_bins + p.max_tail_bins, kFirstPageSmemBins);
+#pragma unroll 1
+  for (int c = threadIdx.x; c < ns; c += threads) plan_shared().first[c].x = -1;
+}
+
 // Beside every bin_first write: what write_first_pages needs, without reading the tables back.
 __device__ __forceinline__ void note_first(int c, int b, int tile) {
   if (c < kFirstPageSmemBins) plan_shared().first[c] = make_int2(b, tile);

@@ -97,14 +97,10 @@ __device__ __forceinline__ bool plan_fast_rows(const DecodePlanParams& p, const 
   int raw[kRowMax];
 #pragma unroll
   for (int k = 0; k < kRowMax; ++k) raw[k] = k < rows && 32 * k + lane < B ? p.kv_lens[32 * k + lane] : 0;
-  if (!kAligned && p.page_table != nullptr) {
-    // No bin has a first task yet (write_first_pages): by the plan's warps, whose barrier below orders
-    // this before note_first, and with the lengths already in flight. (kAligned: the kernel's
-    // init_first_pages, before the PDL wait.)
-    const int ns = min(p.num_bins + p.max_tail_bins, kFirstPageSmemBins);
-#pragma unroll 1
-    for (int c = threadIdx.x; c < ns; c += rows * 32) plan_shared().first[c].x = -1;
-  }
+  // By the row warps, with the lengths already in flight; their barrier below orders it before note_first.
+  // (kAligned: the kernel's init_first_pages over the whole CTA, before the PDL wait.) The page-table test
+  // repeated here keeps the row kernel's SASS as measured (the same instructions in the same order).
+  if (!kAligned && p.page_table != nullptr) init_first_pages(p, rows * 32);
   int n[kRowMax];
   int lane_tiles = 0, lane_clamped = 0;
 #pragma unroll
