@@ -67,6 +67,12 @@ __device__ __forceinline__ uint32_t max_s16x2(uint32_t a, uint32_t b) {
   return r;
 }
 
+__device__ __forceinline__ uint32_t max_u16x2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
 // Raw element storage and its exact conversion to float32, per input dtype.
 template <int DT>
 struct Elem;
@@ -119,13 +125,17 @@ struct Pack {
   __device__ __forceinline__ uint32_t amax_bits() const;  // after AmaxAcc, below
   // The VEC / 4 words of FP8 codes (VEC > 1): IEEE product with the reciprocal scale, RNE
   // satfinite conversion, one NaN code.
+  // kMayHoldNaN false: the caller knows every element is finite (MagnitudeMax::finite), so the NaN
+  // code needs no fix-up (3 instructions per 4 bytes).
+  template <bool kMayHoldNaN = true>
   __device__ __forceinline__ void quantised_words(float inv, uint32_t (&w)[VEC / 4]) const {
 #pragma unroll
     for (int j = 0; j < VEC / 4; ++j) {
       float f[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) f[e] = mul_rn(f32(4 * j + e), inv);
-      w[j] = canonical_nan4(e4m3x2(f[0], f[1]) | (e4m3x2(f[2], f[3]) << 16));
+      w[j] = e4m3x2(f[0], f[1]) | (e4m3x2(f[2], f[3]) << 16);
+      if constexpr (kMayHoldNaN) w[j] = canonical_nan4(w[j]);
     }
   }
   // Zero the elements outside [lo, hi) (a masked vector of fp8_quant_small_seg.cuh: +0 leaves a
@@ -179,12 +189,13 @@ struct Pack {
     }
   }
   // Quantise with the reciprocal scale and store VEC bytes at q (VEC-byte aligned when VEC > 1).
+  template <bool kMayHoldNaN = true>
   __device__ __forceinline__ void store_quantised(uint8_t* q, float inv) const {
     if constexpr (VEC == 1) {
       q[0] = uint8_t(canonical_nan4(e4m3x2(mul_rn(Elem<DT>::to_f32(v[0]), inv), 0.0f)) & 0xffu);
     } else {
       uint32_t w[VEC / 4];
-      quantised_words(inv, w);
+      quantised_words<kMayHoldNaN>(inv, w);
       store_words(q, w);
     }
   }
@@ -242,6 +253,64 @@ struct AmaxAcc {
       return a - kBias;
     }
   }
+};
+
+// Maximum of the raw magnitudes (the bit patterns with the sign cleared) of vectors (VEC > 1): one
+// LOP3 per word and a third of a three-input max, where AmaxAcc also adds its bias to every word. The
+// magnitudes of finite values order as the values do and lie below those of +-Inf and NaN, so
+// finite() (no Inf or NaN was added) says whether bits() is the finite amax; a thread that saw one
+// counts again with AmaxAcc. The common all-finite thread thereby also skips the NaN fix-up of its
+// codes (Pack::quantised_words<false>). Why: the dynamic tile kernels are partly issue-bound (FP8_NOTES,
+// twenty-fourth session), and these are 10 of ~38 SASS instructions per bf16 vector. The recount uses
+// ElementAmax, not AmaxAcc: AmaxAcc shares the masked words with this one, and ptxas then kept all of
+// them live across the finite() branch (the column tile kernel spilled at its 48 registers).
+template <int DT, int VEC>
+struct MagnitudeMax {
+  static_assert(VEC > 1, "vector path only");
+  static constexpr bool kHalf = DT != kFP32;
+  static constexpr uint32_t kInfBits = DT == kBF16 ? 0x7f80u : DT == kFP16 ? 0x7c00u : 0x7f800000u;
+  uint32_t a = 0u;
+
+  __device__ __forceinline__ void add(const Pack<DT, VEC>& pk) {
+    if constexpr (kHalf) {
+#pragma unroll
+      for (int i = 0; i < VEC / 2; ++i) a = max_u16x2(a, pk.word(i) & 0x7fff7fffu);
+    } else {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) a = max(a, pk.word(i) & 0x7fffffffu);
+    }
+  }
+  __device__ __forceinline__ uint32_t magnitude() const {
+    if constexpr (kHalf) {
+      return max(a & 0xffffu, a >> 16);
+    } else {
+      return a;
+    }
+  }
+  __device__ __forceinline__ bool finite() const { return magnitude() < kInfBits; }
+  // The finite amax as float32 bits (AmaxAcc::bits), valid when finite().
+  __device__ __forceinline__ uint32_t bits() const {
+    const uint32_t m = magnitude();
+    if constexpr (DT == kBF16) {
+      return m << 16;
+    } else if constexpr (DT == kFP16) {
+      return __float_as_uint(Elem<kFP16>::to_f32(uint16_t(m)));
+    } else {
+      return m;
+    }
+  }
+};
+
+// The finite amax (AmaxAcc::bits) element by element: MagnitudeMax's recount for a thread that saw an Inf
+// or NaN (rare, so its cost does not matter; see above why it is not AmaxAcc).
+template <int DT, int VEC>
+struct ElementAmax {
+  uint32_t a = 0u;
+  __device__ __forceinline__ void add(const Pack<DT, VEC>& pk) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) a = max(a, finite_abs_bits(pk.f32(i)));
+  }
+  __device__ __forceinline__ uint32_t bits() const { return a; }
 };
 
 template <int DT, int VEC>

@@ -35,6 +35,8 @@
 // same bits out.
 #pragma once
 
+#include <type_traits>
+
 #include "hpc_common/fp8_quant.cuh"
 #include "hpc_common/fp8_quant_bulk.cuh"
 #include "hpc_common/fp8_quant_odd_rows.cuh"
@@ -61,6 +63,13 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 // for each other at the barrier, nor the CTA's exit for the later row. N = 1536 / 3072 (64- / 96-lane
 // teams) read the same either way, and so do the tile kernel's 4096-wide rows (128-lane teams), which keep
 // two per CTA. Build switch for the A/B row (`ours_row_tile_shared`): 0 = the rows shared, as before.
+// Dynamic-scale tile kernels: a thread whose vectors are all finite takes its amax from the raw magnitudes
+// and stores its codes without the NaN fix-up (MagnitudeMax); one that saw an Inf or NaN counts again
+// with AmaxAcc and fixes its codes. Build switch for the A/B row (`ours_nan_fixup`): 0 = AmaxAcc and the
+// fix-up everywhere, as before.
+#ifndef HPC_FP8_FINITE_FAST_PATH
+#define HPC_FP8_FINITE_FAST_PATH 1
+#endif
 #ifndef HPC_FP8_ROW_TILE_ONE_ROW
 #define HPC_FP8_ROW_TILE_ONE_ROW 1
 #endif
@@ -131,25 +140,42 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
   // kCover: the elements [0, end) of cover vector c are the segment's (end < VEC only for its last).
   auto cover_end = [&](int c) { return min(VEC, len - c * VEC); };
 
+  // The thread's live vectors into an amax accumulator (AmaxAcc or MagnitudeMax).
+  auto accumulate = [&](auto& acc) {
+#pragma unroll
+    for (int j = 0; j < NS; ++j) {
+      if (!live[j]) continue;
+      if constexpr (kCover) {
+        const int end = cover_end(vidx[j]);
+        if (end < VEC) {
+          P part = pk[j];
+          part.keep_range(0, end);
+          acc.add(part);
+          continue;
+        }
+      }
+      acc.add(pk[j]);
+    }
+  };
   float scale;
+  bool finite = false;  // every live element finite: the codes need no NaN fix-up
   if constexpr (kDynamic) {
     uint32_t m = 0u;
-    if constexpr (kRagged) {
-      AmaxAcc<DT, VEC> acc;
-#pragma unroll
-      for (int j = 0; j < NS; ++j) {
-        if (!live[j]) continue;
-        if constexpr (kCover) {
-          const int end = cover_end(vidx[j]);
-          if (end < VEC) {
-            P part = pk[j];
-            part.keep_range(0, end);
-            acc.add(part);
-            continue;
-          }
-        }
-        acc.add(pk[j]);
+    if constexpr (HPC_FP8_FINITE_FAST_PATH) {
+      MagnitudeMax<DT, VEC> fast;
+      accumulate(fast);
+      finite = fast.finite();
+      if (finite) {
+        m = fast.bits();
+      } else {  // rare: an Inf or NaN in this thread's vectors
+        ElementAmax<DT, VEC> exact;
+        accumulate(exact);
+        m = exact.bits();
       }
+      if (!active) m = 0u;
+    } else if constexpr (kRagged) {
+      AmaxAcc<DT, VEC> acc;
+      accumulate(acc);
       m = active ? acc.bits() : 0u;
     } else {
       m = active ? amax_bits(pk) : 0u;
@@ -160,22 +186,30 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
     scale = per_tensor_scale(p, red);
   }
   const float inv = div_rn(1.0f, scale);
+  auto store_all = [&](auto may_hold_nan) {
+    constexpr bool kNaN = decltype(may_hold_nan)::value;
 #pragma unroll
-  for (int j = 0; j < NS; ++j) {
-    if (!live[j]) continue;
-    if constexpr (kCover) {
-      uint8_t* qv = q + int64_t(vidx[j]) * VEC;
-      const int end = cover_end(vidx[j]);
-      if (end < VEC) {  // a word shared with the next segment: our bytes only
-        uint32_t w[VEC / 4];
-        pk[j].quantised_words(inv, w);
-        P::store_words_range(qv, w, 0, end);
+    for (int j = 0; j < NS; ++j) {
+      if (!live[j]) continue;
+      if constexpr (kCover) {
+        uint8_t* qv = q + int64_t(vidx[j]) * VEC;
+        const int end = cover_end(vidx[j]);
+        if (end < VEC) {  // a word shared with the next segment: our bytes only
+          uint32_t w[VEC / 4];
+          pk[j].template quantised_words<kNaN>(inv, w);
+          P::store_words_range(qv, w, 0, end);
+        } else {
+          pk[j].template store_quantised<kNaN>(qv, inv);
+        }
       } else {
-        pk[j].store_quantised(qv, inv);
+        pk[j].template store_quantised<kNaN>(q + int64_t(vidx[j]) * VEC, inv);
       }
-    } else {
-      pk[j].store_quantised(q + int64_t(vidx[j]) * VEC, inv);
     }
+  };
+  if (finite) {
+    store_all(std::false_type{});
+  } else {
+    store_all(std::true_type{});
   }
   // After the stores, when the tile's vectors are dead (the scale's index arithmetic then costs no
   // registers of its own; before the stores the kernel spilled at 48).
@@ -289,13 +323,37 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
   for (int j = 0; j < kBulkVecPerThread; ++j) {
     if (active) pk[j].load(x + int64_t(lane + team * j) * VEC);
   }
-  uint32_t m = active ? amax_bits(pk) : 0u;
+  uint32_t m = 0u;
+  bool finite = false;  // as in quant_tile: every element finite, no NaN fix-up
+  if (active) {
+    if constexpr (HPC_FP8_FINITE_FAST_PATH) {
+      MagnitudeMax<DT, VEC> fast;
+#pragma unroll
+      for (int j = 0; j < kBulkVecPerThread; ++j) fast.add(pk[j]);
+      finite = fast.finite();
+      if (finite) {
+        m = fast.bits();
+      } else {  // rare: an Inf or NaN in this thread's vectors
+        ElementAmax<DT, VEC> exact;
+#pragma unroll
+        for (int j = 0; j < kBulkVecPerThread; ++j) exact.add(pk[j]);
+        m = exact.bits();
+      }
+    } else {
+      m = amax_bits(pk);
+    }
+  }
   for (int off = team >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));  // team <= 32
   const float scale = scale_from_amax_bits(m, p.ue8m0);
   const float inv = div_rn(1.0f, scale);
   if (active) {
+    if (finite) {
 #pragma unroll
-    for (int j = 0; j < kBulkVecPerThread; ++j) pk[j].store_quantised(q + int64_t(lane + team * j) * VEC, inv);
+      for (int j = 0; j < kBulkVecPerThread; ++j) pk[j].template store_quantised<false>(q + int64_t(lane + team * j) * VEC, inv);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kBulkVecPerThread; ++j) pk[j].store_quantised(q + int64_t(lane + team * j) * VEC, inv);
+    }
   }
   if (lane == 0) staged[g_l * kColTileRows + row_l] = active ? scale : 0.0f;  // padding rows: 0
   __syncthreads();
