@@ -70,6 +70,10 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #ifndef HPC_FP8_FINITE_FAST_PATH
 #define HPC_FP8_FINITE_FAST_PATH 1
 #endif
+// The same for the column tile kernel alone (A/B row `ours_col_nan_fixup`: 0).
+#ifndef HPC_FP8_COL_FINITE_FAST_PATH
+#define HPC_FP8_COL_FINITE_FAST_PATH HPC_FP8_FINITE_FAST_PATH
+#endif
 #ifndef HPC_FP8_ROW_TILE_ONE_ROW
 #define HPC_FP8_ROW_TILE_ONE_ROW 1
 #endif
@@ -326,7 +330,7 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
   uint32_t m = 0u;
   bool finite = false;  // as in quant_tile: every element finite, no NaN fix-up
   if (active) {
-    if constexpr (HPC_FP8_FINITE_FAST_PATH) {
+    if constexpr (HPC_FP8_COL_FINITE_FAST_PATH) {
       MagnitudeMax<DT, VEC> fast;
 #pragma unroll
       for (int j = 0; j < kBulkVecPerThread; ++j) fast.add(pk[j]);
