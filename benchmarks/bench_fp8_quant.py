@@ -131,11 +131,12 @@ PROVIDERS = {
 # many rows per CTA as 256 threads hold also for multi-warp teams (HPC_FP8_ROW_TILE_ONE_ROW=0, the default
 # before fc77e29's run; fp8_quant_tile.cuh). `ours_nan_fixup`: the dynamic tile kernels with AmaxAcc and the
 # NaN fix-up on every thread (HPC_FP8_FINITE_FAST_PATH=0, the kernels before the twenty-fifth session);
-# `ours_col_nan_fixup` the same for the column tile kernel alone (HPC_FP8_COL_FINITE_FAST_PATH=0).
+# `ours_col_finite` the column tile kernel with the finite fast path too (HPC_FP8_COL_FINITE_FAST_PATH=1; its
+# A/B rows of edc8e5e were named `ours_col_nan_fixup`, the column tiles without it, the default since).
 VARIANT_PROVIDERS = {
     "ours_row_tile_shared": dict(EXT_DEFINES=("-DHPC_FP8_ROW_TILE_ONE_ROW=0",)),
     "ours_nan_fixup": dict(EXT_DEFINES=("-DHPC_FP8_FINITE_FAST_PATH=0",)),
-    "ours_col_nan_fixup": dict(EXT_DEFINES=("-DHPC_FP8_COL_FINITE_FAST_PATH=0",)),
+    "ours_col_finite": dict(EXT_DEFINES=("-DHPC_FP8_COL_FINITE_FAST_PATH=1",)),
 }
 ALL_PROVIDERS = {**PROVIDERS, **VARIANT_PROVIDERS}
 
