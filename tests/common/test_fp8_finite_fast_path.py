@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from _fp8_cases import assert_same, kernel_names, run, run_ref
+from test_fp8_dispatch import _choose, _fields, probe  # noqa: F401  (probe: the dispatch probe fixture)
 
 SPECIALS = (float("nan"), -float("nan"), float("inf"), -float("inf"))
 
@@ -26,11 +27,32 @@ CASES = [
     ("group", (16, 2880), "fp8_quant_row_tile_kernel"),
     ("group", (24, 4096), "fp8_quant_col_tile_kernel"),
     ("group_col", (24, 4096), "fp8_quant_col_tile_kernel"),
-    ("per_head", (16, 4, 128), "fp8_quant_col_tile_kernel"),
+    ("per_head", (16, 8, 128), "fp8_quant_col_tile_kernel"),  # 8 heads: whole column tiles (4 would take the tile kernel)
 ]
 # fp32: 7168 = 1792 vectors (the long row kernel), 28672 = 7168 vectors (more than 4096: the register kernel,
 # whose generic path has no fast path; it still must match).
 FP32_KERNEL = {7168: "fp8_quant_long_row_kernel", 28672: "fp8_quant_kernel"}
+
+
+def _expected_kernel(mode, shape, kernel, dtype) -> str:
+    if dtype == torch.float32 and mode == "per_token":
+        return FP32_KERNEL.get(shape[-1], kernel)
+    return kernel
+
+
+# The dispatch probe's names (tests/common/test_fp8_dispatch.py) of the kernels above.
+PROBE_NAMES = {"tile": "fp8_quant_tile_kernel", "row_tile": "fp8_quant_row_tile_kernel",
+               "row_tile_cover": "fp8_quant_row_tile_kernel", "long_row": "fp8_quant_long_row_kernel",
+               "col_tile": "fp8_quant_col_tile_kernel", "generic": "fp8_quant_kernel"}
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16, torch.float32), ids=lambda d: str(d)[6:])
+def test_cases_name_the_kernels_the_launcher_picks(probe, dtype):
+    """On the CPU (the launcher's own geometry functions): each case's expected kernel is the one the
+    dispatch picks, so the GPU test below covers the kernel families it names."""
+    for mode, shape, kernel in CASES:
+        got = _choose(probe, [_fields(mode, torch.empty(shape, dtype=dtype), 128)])
+        assert [PROBE_NAMES[g] for g in got] == [_expected_kernel(mode, shape, kernel, dtype)], (mode, shape, got)
 
 
 def _input(shape, dtype, seed: int) -> torch.Tensor:
@@ -53,8 +75,7 @@ def _input(shape, dtype, seed: int) -> torch.Tensor:
 @pytest.mark.parametrize("mode,shape,kernel", CASES, ids=lambda c: str(c))
 def test_one_special_value_per_row_matches_reference(cuda, mode, shape, kernel, dtype, ue8m0):
     x = _input(shape, dtype, seed=sum(shape) + len(mode)).to(cuda)
-    if dtype == torch.float32 and mode == "per_token":
-        kernel = FP32_KERNEL.get(shape[-1], kernel)
+    kernel = _expected_kernel(mode, shape, kernel, dtype)
     out = run(mode, x, ue8m0=ue8m0)
     torch.cuda.synchronize()
     assert_same(out, run_ref(mode, x, ue8m0=ue8m0), what=f"{mode} {tuple(shape)} {dtype}")
