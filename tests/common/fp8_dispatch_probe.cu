@@ -25,7 +25,14 @@ static std::string choose(const QuantParams& p, int vec) {
     case TileKernel::kRows:
       if (t.peel) return "odd_row_tile";  // launch_fp8_quant_row_tile: fp8_quant_odd_row_tile_kernel
       if (row_tile_covers(t)) return "row_tile_cover";
-      return row_tile_vpt(t.seg_vecs) == kBulkVecPerThread ? "row_tile" : "long_row";
+      switch (row_tile_vpt(t.seg_vecs, true)) {  // launch_fp8_quant_row_tile's kernels
+        case 3:
+          return "row_tile3";
+        case kBulkVecPerThread:
+          return "row_tile";
+        default:
+          return "long_row";
+      }
     case TileKernel::kNone:
       break;
   }

@@ -86,7 +86,10 @@ CASES = [
     ("group", (33, 1023), F32, 128, "odd_row_tile"),
     ("group", (40, 1001), BF16, 64, "odd_row_tile"),
     ("per_head", (20, 6, 97), BF16, 128, "small_seg_masked"),
-    ("per_head", (20, 6, 96), BF16, 128, "row_tile"),
+    ("per_head", (20, 6, 96), BF16, 128, "row_tile3"),  # 12 vectors: 4 lanes x 3
+    ("per_token", (8192, 1536), BF16, 128, "row_tile3"),  # 64 lanes x 3 vectors (row_tile_three)
+    ("per_token", (8192, 768), F32, 128, "row_tile3"),
+    ("per_token", (8192, 3072), BF16, 128, "row_tile"),  # 96 lanes x 4: no empty slot
 ]
 
 

@@ -33,6 +33,8 @@ ROW_CASES_16BIT = [
     ("per_token", (70, 1000)),      # 125 vectors: 32-lane teams, 8 rows per CTA
     ("per_token", (300, 40)),       # 5 vectors: 2-lane teams, 128 rows per CTA
     ("per_token", (1, 2880)),
+    ("per_token", (33, 1536)),      # 192 vectors: 64 lanes x 3 vectors (row_tile_three; 4 would leave 1 in 4 empty)
+    ("per_token", (20, 768)),       # 96 vectors: 32 lanes x 3
     ("per_head", (20, 6, 96)),      # 12 vectors per head: 4-lane teams
     ("per_head", (7, 3, 200)),      # 25 vectors: 8-lane teams
 ]
@@ -41,6 +43,7 @@ ROW_CASES_FP32 = [
     ("per_token", (11, 3580)),      # 895 vectors: 224 lanes
     ("per_token", (70, 1000)),      # 250 vectors: 64 lanes, one row per CTA
     ("per_token", (300, 20)),       # 5 vectors
+    ("per_token", (20, 768)),       # 192 vectors: 64 lanes x 3
     ("per_head", (20, 6, 96)),      # 24 vectors: 8-lane teams
 ]
 # Rows of more than 1024 vectors: 8 vectors per lane up to 2048, then 16.

@@ -83,6 +83,15 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #ifndef HPC_FP8_ROW_TILE_ONE_ROW
 #define HPC_FP8_ROW_TILE_ONE_ROW 1
 #endif
+// Three vectors per lane for one-segment rows of 3 x (team) vectors (row_tile_three), compiled for
+// HPC_FP8_ROW3_MIN_BLOCKS CTAs per SM. Build switch for the A/B row (`ours_row_tile_four`): 0 = 4 per lane
+// with the last slots empty, as before.
+#ifndef HPC_FP8_ROW_TILE_THREE
+#define HPC_FP8_ROW_TILE_THREE 1
+#endif
+#ifndef HPC_FP8_ROW3_MIN_BLOCKS
+#define HPC_FP8_ROW3_MIN_BLOCKS 6
+#endif
 
 // kDynamic: one scale per segment from its amax (p.scale_source == kScaleDynamic); else the
 // per-tensor scale (static, or the amax pass's partials). kRagged: segments of p.seg_vecs vectors,
@@ -248,10 +257,12 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
 // kernel reads N = 4096 at 29.1-29.7 us (FP8_HISTORY.md, eighteenth session).
 // kCover: rows of several segments ending in a shorter one, each segment located by its team
 // (quant_tile).
-template <int DT, int VEC, bool kCover>
-__global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_row_tile_kernel(const QuantParams p) {
+// VPT: vectors per lane, 4, or 3 for the one-segment rows row_tile_three picks.
+template <int DT, int VEC, bool kCover, int VPT = kBulkVecPerThread>
+__global__ void __launch_bounds__(kTileThreads, VPT == 3 ? HPC_FP8_ROW3_MIN_BLOCKS : HPC_FP8_TILE_MIN_BLOCKS)
+    fp8_quant_row_tile_kernel(const QuantParams p) {
   __shared__ uint32_t red[kTileThreads / 32];
-  quant_tile<DT, VEC, true, true, kBulkVecPerThread, kCover>(p, red);
+  quant_tile<DT, VEC, true, true, VPT, kCover>(p, red);
 }
 
 // Rows of 1025 to 4096 vectors (bf16 N = 8200..32768: MLP intermediates such as 14336 and 28672 that
@@ -445,9 +456,21 @@ inline int row_tile_team(int64_t seg_vecs, int vpt = kBulkVecPerThread) {
   return int((team + 31) / 32 * 32);
 }
 
-// Vectors per lane of the row kernels: 4 for rows of one tile (fp8_quant_row_tile_kernel), 8 / 16
-// for longer ones (fp8_quant_long_row_kernel).
-inline int row_tile_vpt(int64_t seg_vecs) {
+// Whether a one-segment row of sv vectors takes 3 vectors per lane: sv is exactly 3 teams' worth of lanes
+// (row_tile_team) and 4 per lane would leave slots empty, e.g. N = 1536 bf16 (192 vectors: 64 lanes x 3,
+// where 4 per lane round 48 lanes up to 64 and a quarter of the slots stay empty), 768, 384 and 96 (per-head
+// rows of 12 vectors). Why: the empty slots still hold registers, so fewer loads are in flight per SM; with
+// 3 per lane the kernel takes fewer registers and more CTAs per SM (HPC_FP8_ROW3_MIN_BLOCKS).
+inline bool row_tile_three(int64_t sv) {
+  if (!HPC_FP8_ROW_TILE_THREE || sv > kBulkTileVectors) return false;
+  return int64_t(row_tile_team(sv, 3)) * 3 == sv && int64_t(row_tile_team(sv, 4)) * 4 != sv;
+}
+
+// Vectors per lane of the row kernels: 4 for rows of one tile (fp8_quant_row_tile_kernel; 3 for one-segment
+// rows that row_tile_three picks), 8 / 16 for longer ones (fp8_quant_long_row_kernel). one_segment: the rows
+// are single segments (not covers, not odd rows).
+inline int row_tile_vpt(int64_t seg_vecs, bool one_segment) {
+  if (one_segment && row_tile_three(seg_vecs)) return 3;
   return seg_vecs <= kBulkTileVectors ? kBulkVecPerThread : seg_vecs <= 2 * kBulkTileVectors ? 8 : 16;
 }
 
@@ -484,9 +507,9 @@ inline bool prepare_row_tiles(QuantParams& p, int vec) {
   // one more, in lane 0's extra slot).
   const int64_t sv = (p.seg_len + vec - 1) / vec;
   if (sv < kBulkVecPerThread || sv > 4 * kBulkTileVectors) return false;
-  if (p.peel && row_tile_vpt(sv) != kBulkVecPerThread) return false;  // quant_odd_rows: 4 vectors per lane
+  if (p.peel && row_tile_vpt(sv, false) != kBulkVecPerThread) return false;  // quant_odd_rows: 4 vectors per lane
   QuantParams g = p;
-  g.team = row_tile_team(sv, row_tile_vpt(sv));
+  g.team = row_tile_team(sv, row_tile_vpt(sv, !cover));
   g.seg_vecs = int(sv);
   const int64_t per_tile = HPC_FP8_ROW_TILE_ONE_ROW && !cover && g.team > 32 ? 1 : kTileThreads / g.team;
   if (cover) {  // each team locates its segment (locate_cover: indices below 2^31): one run of every segment
@@ -562,11 +585,13 @@ inline cudaError_t launch_fp8_quant_tile(QuantParams p, cudaStream_t stream, boo
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t stream, bool pdl) {
   const unsigned threads = unsigned((int64_t(p.tile_segs) * p.team + 31) / 32 * 32);
-  const int vpt = row_tile_vpt(p.seg_vecs);
   const bool cover = row_tile_covers(p);
+  const int vpt = row_tile_vpt(p.seg_vecs, !cover && !p.peel);
   void (*kernel)(const QuantParams);
   if (p.peel) {  // prepare_row_tiles took odd rows as covers of 4 vectors per lane only
     kernel = fp8_quant_odd_row_tile_kernel<DT, VEC>;
+  } else if (vpt == 3) {
+    kernel = fp8_quant_row_tile_kernel<DT, VEC, false, 3>;
   } else if (vpt == 16) {
     kernel = cover ? fp8_quant_long_row_kernel<DT, VEC, 16, true> : fp8_quant_long_row_kernel<DT, VEC, 16, false>;
   } else if (vpt == 8) {
