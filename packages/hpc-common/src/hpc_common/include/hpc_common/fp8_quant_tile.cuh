@@ -89,6 +89,13 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #ifndef HPC_FP8_ROW_TILE_THREE
 #define HPC_FP8_ROW_TILE_THREE 1
 #endif
+// One-segment rows of 1025-1792 vectors with 6 / 7 vectors per lane on up to 256 lanes (4 CTAs per SM) instead
+// of 8 on 129-224 lanes (3 CTAs per SM): N = 14336 bf16 (1792 vectors) 256 lanes x 7, where 224 x 8 held 86 KB per
+// SM in flight and 256 x 7 x 4 CTAs hold 114 KB. Build switch for the A/B row (`ours_long_row_eight`): 0 = 8 per
+// lane, as before.
+#ifndef HPC_FP8_LONG_ROW_FULL_TEAMS
+#define HPC_FP8_LONG_ROW_FULL_TEAMS 1
+#endif
 #ifndef HPC_FP8_ROW3_MIN_BLOCKS
 #define HPC_FP8_ROW3_MIN_BLOCKS 6
 #endif
@@ -271,7 +278,8 @@ __global__ void __launch_bounds__(kTileThreads, VPT == 3 ? HPC_FP8_ROW3_MIN_BLOC
 // eighteenth session). A row split over a cluster of CTAs exchanging their amax through distributed
 // shared memory was slower still (FP8_HISTORY.md).
 template <int DT, int VEC, int VPT, bool kCover>
-__global__ void __launch_bounds__(kTileThreads, VPT == 8 ? 3 : 2) fp8_quant_long_row_kernel(const QuantParams p) {
+__global__ void __launch_bounds__(kTileThreads, VPT == 16 ? 2 : VPT == 8 ? 3 : 4)
+    fp8_quant_long_row_kernel(const QuantParams p) {
   __shared__ uint32_t red[kTileThreads / 32];
   quant_tile<DT, VEC, true, true, VPT, kCover>(p, red);
 }
@@ -467,11 +475,16 @@ inline bool row_tile_three(int64_t sv) {
 }
 
 // Vectors per lane of the row kernels: 4 for rows of one tile (fp8_quant_row_tile_kernel; 3 for one-segment
-// rows that row_tile_three picks), 8 / 16 for longer ones (fp8_quant_long_row_kernel). one_segment: the rows
-// are single segments (not covers, not odd rows).
+// rows that row_tile_three picks), 8 / 16 for longer ones (fp8_quant_long_row_kernel; one-segment rows of
+// 1025-1792 vectors 6 / 7, HPC_FP8_LONG_ROW_FULL_TEAMS). one_segment: the rows are single segments (not
+// covers, not odd rows).
 inline int row_tile_vpt(int64_t seg_vecs, bool one_segment) {
   if (one_segment && row_tile_three(seg_vecs)) return 3;
-  return seg_vecs <= kBulkTileVectors ? kBulkVecPerThread : seg_vecs <= 2 * kBulkTileVectors ? 8 : 16;
+  if (seg_vecs <= kBulkTileVectors) return kBulkVecPerThread;
+  if (one_segment && HPC_FP8_LONG_ROW_FULL_TEAMS && seg_vecs <= 7 * kTileThreads) {
+    return seg_vecs <= 6 * kTileThreads ? 6 : 7;
+  }
+  return seg_vecs <= 2 * kBulkTileVectors ? 8 : 16;
 }
 
 // Whether the row kernels read p's segments as covers (quant_tile's kCover): rows of several segments
@@ -592,6 +605,10 @@ inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t 
     kernel = fp8_quant_odd_row_tile_kernel<DT, VEC>;
   } else if (vpt == 3) {
     kernel = fp8_quant_row_tile_kernel<DT, VEC, false, 3>;
+  } else if (vpt == 6) {
+    kernel = fp8_quant_long_row_kernel<DT, VEC, 6, false>;
+  } else if (vpt == 7) {
+    kernel = fp8_quant_long_row_kernel<DT, VEC, 7, false>;
   } else if (vpt == 16) {
     kernel = cover ? fp8_quant_long_row_kernel<DT, VEC, 16, true> : fp8_quant_long_row_kernel<DT, VEC, 16, false>;
   } else if (vpt == 8) {
