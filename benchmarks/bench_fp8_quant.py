@@ -136,12 +136,15 @@ PROVIDERS = {
 # `ours_row_tile_four`: rows of 3 x (team) vectors with 4 vectors per lane, a quarter of the slots empty
 # (HPC_FP8_ROW_TILE_THREE=0, the kernels before the twenty-fifth session; N = 1536). `ours_long_row_eight`: rows of
 # 1025-1792 vectors with 8 vectors per lane (HPC_FP8_LONG_ROW_FULL_TEAMS=0, as before; N = 14336).
+# `ours_cover_partial`: covers of whole vectors on the partial-vector kernel (HPC_FP8_COVER_WHOLE_VECTORS=0, as
+# before; group-128 N = 2880).
 VARIANT_PROVIDERS = {
     "ours_row_tile_shared": dict(EXT_DEFINES=("-DHPC_FP8_ROW_TILE_ONE_ROW=0",)),
     "ours_nan_fixup": dict(EXT_DEFINES=("-DHPC_FP8_FINITE_FAST_PATH=0",)),
     "ours_col_finite": dict(EXT_DEFINES=("-DHPC_FP8_COL_FINITE_FAST_PATH=1",)),
     "ours_row_tile_four": dict(EXT_DEFINES=("-DHPC_FP8_ROW_TILE_THREE=0",)),
     "ours_long_row_eight": dict(EXT_DEFINES=("-DHPC_FP8_LONG_ROW_FULL_TEAMS=0",)),
+    "ours_cover_partial": dict(EXT_DEFINES=("-DHPC_FP8_COVER_WHOLE_VECTORS=0",)),
 }
 ALL_PROVIDERS = {**PROVIDERS, **VARIANT_PROVIDERS}
 

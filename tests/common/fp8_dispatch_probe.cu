@@ -24,7 +24,7 @@ static std::string choose(const QuantParams& p, int vec) {
       return "tile";
     case TileKernel::kRows:
       if (t.peel) return "odd_row_tile";  // launch_fp8_quant_row_tile: fp8_quant_odd_row_tile_kernel
-      if (row_tile_covers(t)) return "row_tile_cover";
+      if (row_tile_covers(t)) return row_tile_partial_vectors(t, vec) ? "row_tile_cover" : "row_tile_cover_whole";
       switch (row_tile_vpt(t.seg_vecs, true)) {  // launch_fp8_quant_row_tile's kernels
         case 3:
           return "row_tile3";

@@ -137,10 +137,15 @@ GROUP_CASES_16BIT = [
     ("group", (37, 1000, 96)),      # 12-vector groups and a 40-element tail
     ("group_col", (37, 1000, 96)),
     ("group", (20, 1032, 128)),     # an 8-element last group: one vector
+    # A last group ending inside a vector (the partial-vector cover kernel; the cases above are whole vectors,
+    # row_tile_partial_vectors): with a contiguous output only one row keeps every group start aligned.
+    ("group", (1, 1004, 128)),      # a 108-element last group: 13.5 vectors
+    ("group_col", (1, 4100, 128)),
 ]
 GROUP_CASES_FP32 = [
     ("group", (11, 2880, 128)),     # 32-vector groups: 8-lane teams
     ("group_col", (9, 1000, 128)),  # a 104-element tail: 26 vectors
+    ("group", (1, 1002, 128)),      # a 106-element last group: 26.5 vectors (partial-vector kernel)
 ]
 def _with_dtypes(cases_16bit, cases_fp32):
     """(mode, shape, dtype) cases: the 16-bit shapes in bf16 and fp16, the fp32 shapes in fp32."""

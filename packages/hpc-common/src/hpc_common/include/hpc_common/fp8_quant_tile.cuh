@@ -96,6 +96,12 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #ifndef HPC_FP8_LONG_ROW_FULL_TEAMS
 #define HPC_FP8_LONG_ROW_FULL_TEAMS 1
 #endif
+// Covers whose segments end on vector boundaries take a kernel without the partial-vector code
+// (row_tile_partial_vectors). Build switch for the A/B row (`ours_cover_partial`): 0 = the partial-vector kernel for
+// every cover, as before.
+#ifndef HPC_FP8_COVER_WHOLE_VECTORS
+#define HPC_FP8_COVER_WHOLE_VECTORS 1
+#endif
 #ifndef HPC_FP8_ROW3_MIN_BLOCKS
 #define HPC_FP8_ROW3_MIN_BLOCKS 6
 #endif
@@ -109,7 +115,8 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 // (p.vectorized without p.peel), and only a segment's last vector may hold elements of the next one
 // (out of the amax, not stored: a byte-exact store of the segment's part of the shared word).
 // Odd rows (segment starts misaligned) take quant_odd_rows (fp8_quant_odd_rows.cuh) instead.
-template <int DT, int VEC, bool kDynamic, bool kRagged, int VPT = kBulkVecPerThread, bool kCover = false>
+template <int DT, int VEC, bool kDynamic, bool kRagged, int VPT = kBulkVecPerThread, bool kCover = false,
+          bool kPartial = true>
 __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) {
   using P = Pack<DT, VEC>;
   using raw = typename Elem<DT>::raw;
@@ -164,7 +171,12 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
     }
   }
   // kCover: the elements [0, end) of cover vector c are the segment's (end < VEC only for its last).
-  auto cover_end = [&](int c) { return min(VEC, len - c * VEC); };
+  // kPartial false: every segment ends on a vector boundary (p.seg_len and p.row_len multiples of VEC), so no
+  // cover vector is partial and the masked amax and byte-exact stores drop out.
+  auto cover_end = [&](int c) {
+    if constexpr (!kPartial) return VEC;
+    return min(VEC, len - c * VEC);
+  };
 
   // The thread's live vectors into an amax accumulator (AmaxAcc or MagnitudeMax).
   auto accumulate = [&](auto& acc) {
@@ -264,12 +276,13 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
 // kernel reads N = 4096 at 29.1-29.7 us (FP8_HISTORY.md, eighteenth session).
 // kCover: rows of several segments ending in a shorter one, each segment located by its team
 // (quant_tile).
-// VPT: vectors per lane, 4, or 3 for the one-segment rows row_tile_three picks.
-template <int DT, int VEC, bool kCover, int VPT = kBulkVecPerThread>
+// VPT: vectors per lane, 4, or 3 for the one-segment rows row_tile_three picks. kPartial (covers): a segment
+// may end inside a vector (row_tile_partial_vectors).
+template <int DT, int VEC, bool kCover, int VPT = kBulkVecPerThread, bool kPartial = true>
 __global__ void __launch_bounds__(kTileThreads, VPT == 3 ? HPC_FP8_ROW3_MIN_BLOCKS : HPC_FP8_TILE_MIN_BLOCKS)
     fp8_quant_row_tile_kernel(const QuantParams p) {
   __shared__ uint32_t red[kTileThreads / 32];
-  quant_tile<DT, VEC, true, true, VPT, kCover>(p, red);
+  quant_tile<DT, VEC, true, true, VPT, kCover, kPartial>(p, red);
 }
 
 // Rows of 1025 to 4096 vectors (bf16 N = 8200..32768: MLP intermediates such as 14336 and 28672 that
@@ -495,6 +508,15 @@ inline int row_tile_vpt(int64_t seg_vecs, bool one_segment) {
 // kernel's extra slot kept the 4-lane teams).
 inline bool row_tile_covers(const QuantParams& p) { return p.segs_per_row > 1; }
 
+// Whether a cover's segments may end inside a vector (its last vector then partial: masked amax, byte-exact
+// stores). Not when the group length and the row length are whole vectors (N = 2880 bf16, group 128: the
+// shorter last group is 8 whole vectors), whose covers take the kernel without that code
+// (HPC_FP8_COVER_WHOLE_VECTORS: its instructions per vector are what the covers lose to the column tiles, ncu of
+// 68e5c54, FP8_NOTES.md).
+inline bool row_tile_partial_vectors(const QuantParams& p, int vec) {
+  return !HPC_FP8_COVER_WHOLE_VECTORS || p.seg_len % vec != 0 || p.row_len % vec != 0;
+}
+
 // QuantParams' segment divider for d = segs_per_row in [1, 2^31): s / d == (s * mul) >> shift for every
 // s < 2^31, with shift = 31 + ceil(log2 d) and mul = ceil(2^shift / d) < 2^32. Why exact: mul * d =
 // 2^shift + e with 0 <= e < d <= 2^(shift - 31), so s * e < 2^shift and the product's excess over
@@ -613,8 +635,11 @@ inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t 
     kernel = cover ? fp8_quant_long_row_kernel<DT, VEC, 16, true> : fp8_quant_long_row_kernel<DT, VEC, 16, false>;
   } else if (vpt == 8) {
     kernel = cover ? fp8_quant_long_row_kernel<DT, VEC, 8, true> : fp8_quant_long_row_kernel<DT, VEC, 8, false>;
+  } else if (cover) {
+    kernel = row_tile_partial_vectors(p, VEC) ? fp8_quant_row_tile_kernel<DT, VEC, true>
+                                              : fp8_quant_row_tile_kernel<DT, VEC, true, kBulkVecPerThread, false>;
   } else {
-    kernel = cover ? fp8_quant_row_tile_kernel<DT, VEC, true> : fp8_quant_row_tile_kernel<DT, VEC, false>;
+    kernel = fp8_quant_row_tile_kernel<DT, VEC, false>;
   }
   return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream, pdl, p);
 }
