@@ -76,9 +76,9 @@ CASES = [
     ("per_token", (1170, 28672), BF16, 128, "long_row"),
     ("per_token", (4, 32776), BF16, 128, "generic"),
     ("per_token", (8194, 4095), BF16, 128, "generic"),
-    ("group", (11650, 2880), BF16, 128, "row_tile_cover_whole"),
-    ("group_col", (11650, 2880), BF16, 128, "row_tile_cover_whole"),
-    ("group", (37, 1000), BF16, 96, "row_tile_cover_whole"),
+    ("group", (11650, 2880), BF16, 128, "row_tile_cover"),
+    ("group_col", (11650, 2880), BF16, 128, "row_tile_cover"),
+    ("group", (37, 1000), BF16, 96, "row_tile_cover"),
     ("group_col", (21845, 1536), BF16, 128, "col_tile"),
     ("group", (21845, 1536), BF16, 128, "tile"),
     ("group", (8194, 4095), BF16, 128, "odd_row_tile"),
@@ -111,7 +111,7 @@ def test_default_dispatch(probe, mode, shape, dtype, group_size, expected):
 def test_rows_with_a_pitch(probe):
     """Rows of 2880 inside a 3072-wide buffer keep the row tile kernel (located per tile, not dense)."""
     x = torch.empty((33, 3072), dtype=BF16)[:, :2880]
-    assert _choose(probe, [_fields("per_token", x), _fields("group", x)]) == ["row_tile", "row_tile_cover_whole"]
+    assert _choose(probe, [_fields("per_token", x), _fields("group", x)]) == ["row_tile", "row_tile_cover"]
 
 
 def test_switches_return_to_the_kernels_they_name(probe, monkeypatch):

@@ -43,7 +43,8 @@ def _expected_kernel(mode, shape, kernel, dtype) -> str:
 # The dispatch probe's names (tests/common/test_fp8_dispatch.py) of the kernels above.
 PROBE_NAMES = {"tile": "fp8_quant_tile_kernel", "row_tile": "fp8_quant_row_tile_kernel",
                "row_tile3": "fp8_quant_row_tile_kernel",
-               "row_tile_cover": "fp8_quant_row_tile_kernel", "row_tile_cover_whole": "fp8_quant_row_tile_kernel", "long_row": "fp8_quant_long_row_kernel",
+               "row_tile_cover": "fp8_quant_row_tile_kernel", "row_tile_cover_whole": "fp8_quant_row_tile_kernel",
+               "long_row": "fp8_quant_long_row_kernel",
                "col_tile": "fp8_quant_col_tile_kernel", "generic": "fp8_quant_kernel"}
 
 

@@ -96,11 +96,23 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #ifndef HPC_FP8_LONG_ROW_FULL_TEAMS
 #define HPC_FP8_LONG_ROW_FULL_TEAMS 1
 #endif
-// Covers whose segments end on vector boundaries take a kernel without the partial-vector code
-// (row_tile_partial_vectors). Build switch for the A/B row (`ours_cover_partial`): 0 = the partial-vector kernel for
-// every cover, as before.
+// The dynamic tile kernels quantise every vector of a thread before the first store, then issue the stores back
+// to back. Why: ncu of the whole-vector covers (below) put their loss in L1TEX scoreboard stalls, and in their SASS
+// the instruction after each 8-byte STG overwrites the STG's data and address registers (the next vector's unpack),
+// so under store back-pressure the warp waits for the LSU to take the store before it can go on; with the stores
+// last nothing follows them. Build switch for the A/B row (`ours_stores_interleaved`): 0 = each vector stored as
+// soon as it is quantised, as before.
+#ifndef HPC_FP8_STORES_LAST
+#define HPC_FP8_STORES_LAST 1
+#endif
+// 1: covers whose segments end on vector boundaries take a kernel without the partial-vector code
+// (row_tile_partial_vectors). Off: measured much slower (H200, 64 MB bf16 group-128 N = 2880, written flush, three
+// rounds: 37.8 against 32.3 us per cold call, 71.5 against 88.7 % back to back; ncu of 220cc1e: 33.0 against 26.7
+// us with 12.1 M against 13.8 M instructions, DRAM throughput 55 against 68 %, 14.8 against 7.6 cycles of L1TEX
+// scoreboard stall per instruction). Fewer instructions, slower loads: FP8_NOTES.md, twenty-fifth session. Kept as
+// the A/B row `ours_cover_whole` for that question.
 #ifndef HPC_FP8_COVER_WHOLE_VECTORS
-#define HPC_FP8_COVER_WHOLE_VECTORS 1
+#define HPC_FP8_COVER_WHOLE_VECTORS 0
 #endif
 #ifndef HPC_FP8_ROW3_MIN_BLOCKS
 #define HPC_FP8_ROW3_MIN_BLOCKS 6
@@ -244,7 +256,35 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
       }
     }
   };
-  if (finite) {
+  if constexpr (HPC_FP8_STORES_LAST) {
+    // Every live vector's words first, then the stores back to back (see HPC_FP8_STORES_LAST).
+    uint32_t w[NS][VEC / 4];
+    auto quantise_all = [&](auto may_hold_nan) {
+      constexpr bool kNaN = decltype(may_hold_nan)::value;
+#pragma unroll
+      for (int j = 0; j < NS; ++j) {
+        if (live[j]) pk[j].template quantised_words<kNaN>(inv, w[j]);
+      }
+    };
+    if (finite) {
+      quantise_all(std::false_type{});
+    } else {
+      quantise_all(std::true_type{});
+    }
+#pragma unroll
+    for (int j = 0; j < NS; ++j) {
+      if (!live[j]) continue;
+      uint8_t* qv = q + int64_t(vidx[j]) * VEC;
+      if constexpr (kCover) {
+        const int end = cover_end(vidx[j]);
+        if (end < VEC) {  // a word shared with the next segment: our bytes only
+          P::store_words_range(qv, w[j], 0, end);
+          continue;
+        }
+      }
+      P::store_words(qv, w[j]);
+    }
+  } else if (finite) {
     store_all(std::false_type{});
   } else {
     store_all(std::true_type{});
@@ -389,7 +429,18 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
   const float scale = scale_from_amax_bits(m, p.ue8m0);
   const float inv = div_rn(1.0f, scale);
   if (active) {
-    if (finite) {
+    if constexpr (HPC_FP8_STORES_LAST) {  // words first, then the stores back to back (HPC_FP8_STORES_LAST)
+      uint32_t w[kBulkVecPerThread][VEC / 4];
+      if (finite) {
+#pragma unroll
+        for (int j = 0; j < kBulkVecPerThread; ++j) pk[j].template quantised_words<false>(inv, w[j]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kBulkVecPerThread; ++j) pk[j].quantised_words(inv, w[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < kBulkVecPerThread; ++j) P::store_words(q + int64_t(lane + team * j) * VEC, w[j]);
+    } else if (finite) {
 #pragma unroll
       for (int j = 0; j < kBulkVecPerThread; ++j) pk[j].template store_quantised<false>(q + int64_t(lane + team * j) * VEC, inv);
     } else {
@@ -509,10 +560,9 @@ inline int row_tile_vpt(int64_t seg_vecs, bool one_segment) {
 inline bool row_tile_covers(const QuantParams& p) { return p.segs_per_row > 1; }
 
 // Whether a cover's segments may end inside a vector (its last vector then partial: masked amax, byte-exact
-// stores). Not when the group length and the row length are whole vectors (N = 2880 bf16, group 128: the
-// shorter last group is 8 whole vectors), whose covers take the kernel without that code
-// (HPC_FP8_COVER_WHOLE_VECTORS: its instructions per vector are what the covers lose to the column tiles, ncu of
-// 68e5c54, FP8_NOTES.md).
+// stores). With HPC_FP8_COVER_WHOLE_VECTORS (off by default, measured slower) not when the group length and the
+// row length are whole vectors (N = 2880 bf16, group 128: the shorter last group is 8 whole vectors), whose covers
+// then take the kernel without that code.
 inline bool row_tile_partial_vectors(const QuantParams& p, int vec) {
   return !HPC_FP8_COVER_WHOLE_VECTORS || p.seg_len % vec != 0 || p.row_len % vec != 0;
 }
@@ -636,8 +686,10 @@ inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t 
   } else if (vpt == 8) {
     kernel = cover ? fp8_quant_long_row_kernel<DT, VEC, 8, true> : fp8_quant_long_row_kernel<DT, VEC, 8, false>;
   } else if (cover) {
-    kernel = row_tile_partial_vectors(p, VEC) ? fp8_quant_row_tile_kernel<DT, VEC, true>
-                                              : fp8_quant_row_tile_kernel<DT, VEC, true, kBulkVecPerThread, false>;
+    kernel = fp8_quant_row_tile_kernel<DT, VEC, true>;
+    if constexpr (HPC_FP8_COVER_WHOLE_VECTORS) {  // off by default: not even compiled then
+      if (!row_tile_partial_vectors(p, VEC)) kernel = fp8_quant_row_tile_kernel<DT, VEC, true, kBulkVecPerThread, false>;
+    }
   } else {
     kernel = fp8_quant_row_tile_kernel<DT, VEC, false>;
   }
