@@ -96,14 +96,15 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #ifndef HPC_FP8_LONG_ROW_FULL_TEAMS
 #define HPC_FP8_LONG_ROW_FULL_TEAMS 1
 #endif
-// The dynamic tile kernels quantise every vector of a thread before the first store, then issue the stores back
-// to back. Why: ncu of the whole-vector covers (below) put their loss in L1TEX scoreboard stalls, and in their SASS
-// the instruction after each 8-byte STG overwrites the STG's data and address registers (the next vector's unpack),
-// so under store back-pressure the warp waits for the LSU to take the store before it can go on; with the stores
-// last nothing follows them. Build switch for the A/B row (`ours_stores_interleaved`): 0 = each vector stored as
-// soon as it is quantised, as before.
+// 1: the dynamic tile kernels quantise every vector of a thread before the first store, then issue the stores back
+// to back. The hypothesis it tested: ncu of the whole-vector covers (below) put their loss in L1TEX scoreboard
+// stalls, and in their SASS the instruction after each 8-byte STG overwrites the STG's data and address registers,
+// so under store back-pressure a warp would wait for the LSU to take each store. Refuted (H200, 64 MB bf16, three
+// rounds, bitwise; fp8_quant_stores_last_ab_dce68fe.*): within 0.15 us everywhere but N = 28672 (+1.2 us: the
+// long row kernel then spills) and the whole-vector covers, slower still with it (40.4 against 37.8 us). Off; kept
+// as the A/B row `ours_stores_last`.
 #ifndef HPC_FP8_STORES_LAST
-#define HPC_FP8_STORES_LAST 1
+#define HPC_FP8_STORES_LAST 0
 #endif
 // 1: covers whose segments end on vector boundaries take a kernel without the partial-vector code
 // (row_tile_partial_vectors). Off: measured much slower (H200, 64 MB bf16 group-128 N = 2880, written flush, three
