@@ -138,10 +138,8 @@ PROVIDERS = {
 # 1025-1792 vectors with 8 vectors per lane (HPC_FP8_LONG_ROW_FULL_TEAMS=0, as before; N = 14336).
 # `ours_cover_whole`: covers of whole vectors on a kernel without the partial-vector code
 # (HPC_FP8_COVER_WHOLE_VECTORS=1; group-128 N = 2880: measured slower, off; in the A/B of a27c95a it was the
-# default `ours`, the rows named `ours_cover_partial` the default since). `ours_stores_last`: every vector
-# quantised before the first store (HPC_FP8_STORES_LAST=1; measured null to slower, off; in the A/B of dce68fe it was
-# the default `ours`, the rows named `ours_stores_interleaved` the default since); `ours_cover_whole_stores_last`:
-# the whole-vector covers with the stores last.
+# default `ours`, the rows named `ours_cover_partial` the default since). (The stores-last switch of dce68fe's
+# A/B, measured null to slower, was removed; its rows keep their names in fp8_quant_stores_last_ab_dce68fe.*.)
 VARIANT_PROVIDERS = {
     "ours_row_tile_shared": dict(EXT_DEFINES=("-DHPC_FP8_ROW_TILE_ONE_ROW=0",)),
     "ours_nan_fixup": dict(EXT_DEFINES=("-DHPC_FP8_FINITE_FAST_PATH=0",)),
@@ -149,8 +147,6 @@ VARIANT_PROVIDERS = {
     "ours_row_tile_four": dict(EXT_DEFINES=("-DHPC_FP8_ROW_TILE_THREE=0",)),
     "ours_long_row_eight": dict(EXT_DEFINES=("-DHPC_FP8_LONG_ROW_FULL_TEAMS=0",)),
     "ours_cover_whole": dict(EXT_DEFINES=("-DHPC_FP8_COVER_WHOLE_VECTORS=1",)),
-    "ours_stores_last": dict(EXT_DEFINES=("-DHPC_FP8_STORES_LAST=1",)),
-    "ours_cover_whole_stores_last": dict(EXT_DEFINES=("-DHPC_FP8_COVER_WHOLE_VECTORS=1", "-DHPC_FP8_STORES_LAST=1")),
 }
 ALL_PROVIDERS = {**PROVIDERS, **VARIANT_PROVIDERS}
 

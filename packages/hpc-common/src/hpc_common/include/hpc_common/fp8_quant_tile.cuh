@@ -96,16 +96,6 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #ifndef HPC_FP8_LONG_ROW_FULL_TEAMS
 #define HPC_FP8_LONG_ROW_FULL_TEAMS 1
 #endif
-// 1: the dynamic tile kernels quantise every vector of a thread before the first store, then issue the stores back
-// to back. The hypothesis it tested: ncu of the whole-vector covers (below) put their loss in L1TEX scoreboard
-// stalls, and in their SASS the instruction after each 8-byte STG overwrites the STG's data and address registers,
-// so under store back-pressure a warp would wait for the LSU to take each store. Refuted (H200, 64 MB bf16, three
-// rounds, bitwise; fp8_quant_stores_last_ab_dce68fe.*): within 0.15 us everywhere but N = 28672 (+1.2 us: the
-// long row kernel then spills) and the whole-vector covers, slower still with it (40.4 against 37.8 us). Off; kept
-// as the A/B row `ours_stores_last`.
-#ifndef HPC_FP8_STORES_LAST
-#define HPC_FP8_STORES_LAST 0
-#endif
 // 1: covers whose segments end on vector boundaries take a kernel without the partial-vector code
 // (row_tile_partial_vectors). Off: measured much slower (H200, 64 MB bf16 group-128 N = 2880, written flush, three
 // rounds: 37.8 against 32.3 us per cold call, 71.5 against 88.7 % back to back; ncu of 220cc1e: 33.0 against 26.7
@@ -257,35 +247,7 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
       }
     }
   };
-  if constexpr (HPC_FP8_STORES_LAST) {
-    // Every live vector's words first, then the stores back to back (see HPC_FP8_STORES_LAST).
-    uint32_t w[NS][VEC / 4];
-    auto quantise_all = [&](auto may_hold_nan) {
-      constexpr bool kNaN = decltype(may_hold_nan)::value;
-#pragma unroll
-      for (int j = 0; j < NS; ++j) {
-        if (live[j]) pk[j].template quantised_words<kNaN>(inv, w[j]);
-      }
-    };
-    if (finite) {
-      quantise_all(std::false_type{});
-    } else {
-      quantise_all(std::true_type{});
-    }
-#pragma unroll
-    for (int j = 0; j < NS; ++j) {
-      if (!live[j]) continue;
-      uint8_t* qv = q + int64_t(vidx[j]) * VEC;
-      if constexpr (kCover) {
-        const int end = cover_end(vidx[j]);
-        if (end < VEC) {  // a word shared with the next segment: our bytes only
-          P::store_words_range(qv, w[j], 0, end);
-          continue;
-        }
-      }
-      P::store_words(qv, w[j]);
-    }
-  } else if (finite) {
+  if (finite) {
     store_all(std::false_type{});
   } else {
     store_all(std::true_type{});
@@ -430,18 +392,7 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
   const float scale = scale_from_amax_bits(m, p.ue8m0);
   const float inv = div_rn(1.0f, scale);
   if (active) {
-    if constexpr (HPC_FP8_STORES_LAST) {  // words first, then the stores back to back (HPC_FP8_STORES_LAST)
-      uint32_t w[kBulkVecPerThread][VEC / 4];
-      if (finite) {
-#pragma unroll
-        for (int j = 0; j < kBulkVecPerThread; ++j) pk[j].template quantised_words<false>(inv, w[j]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < kBulkVecPerThread; ++j) pk[j].quantised_words(inv, w[j]);
-      }
-#pragma unroll
-      for (int j = 0; j < kBulkVecPerThread; ++j) P::store_words(q + int64_t(lane + team * j) * VEC, w[j]);
-    } else if (finite) {
+    if (finite) {
 #pragma unroll
       for (int j = 0; j < kBulkVecPerThread; ++j) pk[j].template store_quantised<false>(q + int64_t(lane + team * j) * VEC, inv);
     } else {
