@@ -11,7 +11,8 @@
 # HPC_DEADLINE_S=N: every step gets a timeout so the whole script ends within N seconds and the
 # archive is always written (steps that would start with < 15 s left are skipped).
 # HPC_NCU_SCRIPTS="a.py b.py": after the benchmarks, `ncu --set full` of each (profiler range),
-# details page written to OUT/ncu_<script name>.txt.
+# details page written to OUT/ncu_<script name>.txt (HPC_NCU_SOURCE=1: and the source page with per-instruction
+# stall samples as OUT/ncu_<script name>_source.csv).
 set -uo pipefail
 OUT=${1:?usage: gpu_check.sh OUT_DIR [pytest-k] [bench-glob]}
 KEXPR=${2:-}
@@ -78,6 +79,10 @@ for script in ${HPC_NCU_SCRIPTS:-}; do
   tag=$(basename "$script" .py)
   step ncu --clock-control none --profile-from-start off --set full -o "$OUT/ncu_$tag" python3 "$script" \
     > "$OUT/ncu_$tag.log" 2>&1 && ncu --import "$OUT/ncu_$tag.ncu-rep" --page details > "$OUT/ncu_$tag.txt" 2>&1
+  # HPC_NCU_SOURCE=1: also the per-instruction stall sampling (tools/ncu_source_summary.py reads it).
+  if [ "${HPC_NCU_SOURCE:-0}" = 1 ] && [ -f "$OUT/ncu_$tag.ncu-rep" ]; then
+    ncu --import "$OUT/ncu_$tag.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${tag}_source.csv" 2>&1
+  fi
   rm -f "$OUT/ncu_$tag.ncu-rep"
 done
 echo "GPU tests exit code: $TEST_RC"
