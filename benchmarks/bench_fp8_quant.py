@@ -140,6 +140,8 @@ PROVIDERS = {
 # (HPC_FP8_COVER_WHOLE_VECTORS=1; group-128 N = 2880: measured slower, off; in the A/B of a27c95a it was the
 # default `ours`, the rows named `ours_cover_partial` the default since). (The stores-last switch of dce68fe's
 # A/B, measured null to slower, was removed; its rows keep their names in fp8_quant_stores_last_ab_dce68fe.*.)
+# `ours_wide_long_rows`: rows of 1793-3584 vectors on 512-thread CTAs, 7 vectors per lane (HPC_FP8_WIDE_LONG_ROWS=1;
+# N = 28672; prepared in the twenty-fifth session, not yet measured).
 VARIANT_PROVIDERS = {
     "ours_row_tile_shared": dict(EXT_DEFINES=("-DHPC_FP8_ROW_TILE_ONE_ROW=0",)),
     "ours_nan_fixup": dict(EXT_DEFINES=("-DHPC_FP8_FINITE_FAST_PATH=0",)),
@@ -147,6 +149,7 @@ VARIANT_PROVIDERS = {
     "ours_row_tile_four": dict(EXT_DEFINES=("-DHPC_FP8_ROW_TILE_THREE=0",)),
     "ours_long_row_eight": dict(EXT_DEFINES=("-DHPC_FP8_LONG_ROW_FULL_TEAMS=0",)),
     "ours_cover_whole": dict(EXT_DEFINES=("-DHPC_FP8_COVER_WHOLE_VECTORS=1",)),
+    "ours_wide_long_rows": dict(EXT_DEFINES=("-DHPC_FP8_WIDE_LONG_ROWS=1",)),
 }
 ALL_PROVIDERS = {**PROVIDERS, **VARIANT_PROVIDERS}
 

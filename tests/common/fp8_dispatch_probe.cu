@@ -30,8 +30,8 @@ static std::string choose(const QuantParams& p, int vec) {
           return "row_tile3";
         case kBulkVecPerThread:
           return "row_tile";
-        default:
-          return "long_row";
+        default:  // launch_fp8_quant_row_tile: more than 256 lanes take the 512-thread kernel
+          return t.team > kTileThreads ? "wide_row" : "long_row";
       }
     case TileKernel::kNone:
       break;

@@ -22,14 +22,18 @@ MODE = {"per_tensor_static": quant.PER_TENSOR, "per_tensor": quant.PER_TENSOR, "
         "group": quant.PER_TOKEN_GROUP, "group_col": quant.PER_TOKEN_GROUP, "per_head": quant.PER_TOKEN_HEAD}
 
 
-@pytest.fixture(scope="module")
-def probe(tmp_path_factory) -> Path:
+def _build_probe(tmp_path_factory, *defines: str) -> Path:
     exe = tmp_path_factory.mktemp("fp8_dispatch") / "probe"
-    cmd = [str(find_nvcc()), "-std=c++17", "-O1", *(f"-I{d}" for d in _ext.SPEC.include_dirs), str(PROBE), "-o",
-           str(exe)]
+    cmd = [str(find_nvcc()), "-std=c++17", "-O1", *defines, *(f"-I{d}" for d in _ext.SPEC.include_dirs), str(PROBE),
+           "-o", str(exe)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
     return exe
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory) -> Path:
+    return _build_probe(tmp_path_factory)
 
 
 # The probe's input line: QuantParams fields in fp8_dispatch_probe.cu's order.
@@ -146,3 +150,11 @@ def test_fp8_build_variants_are_opt_in(monkeypatch):
     variant = _ext.SPEC.variant("-DHPC_FP8_ROW_TILE_ONE_ROW=0")
     assert variant.name == "_hpc_common_HPC_FP8_ROW_TILE_ONE_ROW_0_C"
     assert variant.cuda_flags[-1] == "-DHPC_FP8_ROW_TILE_ONE_ROW=0" and variant.sources == _ext.SPEC.sources
+
+
+def test_wide_long_rows_switch_sends_only_rows_past_256_lanes(tmp_path_factory):
+    """HPC_FP8_WIDE_LONG_ROWS (off by default, the benchmark's `ours_wide_long_rows` row): rows of 1793-3584
+    vectors on the 512-thread kernel, 7 vectors per lane; 14336 keeps 256 lanes x 7, 32768 16 per lane."""
+    wide = _build_probe(tmp_path_factory, "-DHPC_FP8_WIDE_LONG_ROWS=1")
+    rows = [_fields("per_token", torch.empty((64, n), dtype=BF16)) for n in (14336, 14344, 16384, 28672, 32768)]
+    assert _choose(wide, rows) == ["long_row", "wide_row", "wide_row", "wide_row", "long_row"]

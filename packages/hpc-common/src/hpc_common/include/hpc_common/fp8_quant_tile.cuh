@@ -105,6 +105,11 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #ifndef HPC_FP8_COVER_WHOLE_VECTORS
 #define HPC_FP8_COVER_WHOLE_VECTORS 0
 #endif
+// Rows of 1793-3584 vectors on 512-thread CTAs, 7 vectors per lane (fp8_quant_wide_row_kernel). Off: prepared for
+// the A/B row `ours_wide_long_rows` (N = 28672), not yet measured.
+#ifndef HPC_FP8_WIDE_LONG_ROWS
+#define HPC_FP8_WIDE_LONG_ROWS 0
+#endif
 #ifndef HPC_FP8_ROW3_MIN_BLOCKS
 #define HPC_FP8_ROW3_MIN_BLOCKS 6
 #endif
@@ -298,6 +303,17 @@ __global__ void __launch_bounds__(kTileThreads, VPT == 16 ? 2 : VPT == 8 ? 3 : 4
     fp8_quant_long_row_kernel(const QuantParams p) {
   __shared__ uint32_t red[kTileThreads / 32];
   quant_tile<DT, VEC, true, true, VPT, kCover>(p, red);
+}
+
+// Rows of 1793-3584 vectors on one 512-thread CTA, 7 vectors per lane (HPC_FP8_WIDE_LONG_ROWS, off by default:
+// prepared, not yet measured). Why to try: N = 28672 bf16 (3584 vectors) takes 224 lanes x 16 vectors at 128
+// registers, 2 CTAs per SM (75 % at 64 MB per cold call, 85.5 % back to back); 512 lanes x 7 at 64 registers holds the
+// same bytes per SM (2 CTAs) with twice the warps, as 256 x 7 did for N = 14336 (FP8_NOTES.md, twenty-fifth session).
+constexpr int kWideRowThreads = 512;
+template <int DT, int VEC>
+__global__ void __launch_bounds__(kWideRowThreads, 2) fp8_quant_wide_row_kernel(const QuantParams p) {
+  __shared__ uint32_t red[kWideRowThreads / 32];
+  quant_tile<DT, VEC, true, true, 7, false>(p, red);
 }
 
 // Per-tensor static scale, contiguous tensor (p.rows == 1: the launcher made it one flat row).
@@ -500,6 +516,8 @@ inline int row_tile_vpt(int64_t seg_vecs, bool one_segment) {
   if (one_segment && HPC_FP8_LONG_ROW_FULL_TEAMS && seg_vecs <= 7 * kTileThreads) {
     return seg_vecs <= 6 * kTileThreads ? 6 : 7;
   }
+  // fp8_quant_wide_row_kernel: 7 per lane on more than 256 lanes (row_tile_team(seg_vecs, 7) > kTileThreads).
+  if (one_segment && HPC_FP8_WIDE_LONG_ROWS && seg_vecs <= 7 * 512) return 7;
   return seg_vecs <= 2 * kBulkTileVectors ? 8 : 16;
 }
 
@@ -548,7 +566,8 @@ inline bool prepare_row_tiles(QuantParams& p, int vec) {
   QuantParams g = p;
   g.team = row_tile_team(sv, row_tile_vpt(sv, !cover));
   g.seg_vecs = int(sv);
-  const int64_t per_tile = HPC_FP8_ROW_TILE_ONE_ROW && !cover && g.team > 32 ? 1 : kTileThreads / g.team;
+  const int64_t per_tile =
+      (HPC_FP8_ROW_TILE_ONE_ROW && !cover && g.team > 32) || g.team > kTileThreads ? 1 : kTileThreads / g.team;
   if (cover) {  // each team locates its segment (locate_cover: indices below 2^31): one run of every segment
     const int64_t nseg = g.rows * g.segs_per_row;
     if (nseg >= (int64_t(1) << 31)) return false;
@@ -633,6 +652,9 @@ inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t 
     kernel = fp8_quant_long_row_kernel<DT, VEC, 6, false>;
   } else if (vpt == 7) {
     kernel = fp8_quant_long_row_kernel<DT, VEC, 7, false>;
+    if constexpr (HPC_FP8_WIDE_LONG_ROWS) {  // off by default: not even compiled then
+      if (p.team > kTileThreads) kernel = fp8_quant_wide_row_kernel<DT, VEC>;
+    }
   } else if (vpt == 16) {
     kernel = cover ? fp8_quant_long_row_kernel<DT, VEC, 16, true> : fp8_quant_long_row_kernel<DT, VEC, 16, false>;
   } else if (vpt == 8) {
