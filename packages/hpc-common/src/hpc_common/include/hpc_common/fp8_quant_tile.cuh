@@ -63,10 +63,13 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 // for each other at the barrier, nor the CTA's exit for the later row. N = 1536 / 3072 (64- / 96-lane
 // teams) read the same either way, and so do the tile kernel's 4096-wide rows (128-lane teams), which keep
 // two per CTA. Build switch for the A/B row (`ours_row_tile_shared`): 0 = the rows shared, as before.
+#ifndef HPC_FP8_ROW_TILE_ONE_ROW
+#define HPC_FP8_ROW_TILE_ONE_ROW 1
+#endif
 // Dynamic-scale tile kernels: a thread whose vectors are all finite takes its amax from the raw magnitudes
 // and stores its codes without the NaN fix-up (MagnitudeMax); one that saw an Inf or NaN counts again
-// with AmaxAcc and fixes its codes. Build switch for the A/B row (`ours_nan_fixup`): 0 = AmaxAcc and the
-// fix-up everywhere, as before.
+// element by element (ElementAmax) and fixes its codes. Build switch for the A/B row (`ours_nan_fixup`):
+// 0 = AmaxAcc and the fix-up everywhere, as before.
 #ifndef HPC_FP8_FINITE_FAST_PATH
 #define HPC_FP8_FINITE_FAST_PATH 1
 #endif
@@ -79,9 +82,6 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 // before its stores made that kernel slower; why is not known (FP8_NOTES.md).
 #ifndef HPC_FP8_COL_FINITE_FAST_PATH
 #define HPC_FP8_COL_FINITE_FAST_PATH 0
-#endif
-#ifndef HPC_FP8_ROW_TILE_ONE_ROW
-#define HPC_FP8_ROW_TILE_ONE_ROW 1
 #endif
 // Three vectors per lane for one-segment rows of 3 x (team) vectors (row_tile_three), compiled for
 // HPC_FP8_ROW3_MIN_BLOCKS CTAs per SM. Build switch for the A/B row (`ours_row_tile_four`): 0 = 4 per lane
