@@ -27,7 +27,7 @@ CASES = [
     ("group", (16, 2880), "fp8_quant_row_tile_kernel"),
     ("group", (24, 4096), "fp8_quant_col_tile_kernel"),
     ("group_col", (24, 4096), "fp8_quant_col_tile_kernel"),
-    ("per_head", (16, 8, 128), "fp8_quant_col_tile_kernel"),  # 8 heads: whole column tiles (4 would take the tile kernel)
+    ("per_head", (16, 8, 128), "fp8_quant_col_tile_kernel"),  # 8 heads: whole column tiles (4: the tile kernel)
 ]
 # fp32: 7168 = 1792 vectors (the long row kernel), 28672 = 7168 vectors (more than 4096: the register kernel,
 # whose generic path has no fast path; it still must match).

@@ -410,7 +410,9 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
   if (active) {
     if (finite) {
 #pragma unroll
-      for (int j = 0; j < kBulkVecPerThread; ++j) pk[j].template store_quantised<false>(q + int64_t(lane + team * j) * VEC, inv);
+      for (int j = 0; j < kBulkVecPerThread; ++j) {
+        pk[j].template store_quantised<false>(q + int64_t(lane + team * j) * VEC, inv);
+      }
     } else {
 #pragma unroll
       for (int j = 0; j < kBulkVecPerThread; ++j) pk[j].store_quantised(q + int64_t(lane + team * j) * VEC, inv);
