@@ -100,8 +100,10 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 // (row_tile_partial_vectors). Off: measured much slower (H200, 64 MB bf16 group-128 N = 2880, written flush, three
 // rounds: 37.8 against 32.3 us per cold call, 71.5 against 88.7 % back to back; ncu of 220cc1e: 33.0 against 26.7
 // us with 12.1 M against 13.8 M instructions, DRAM throughput 55 against 68 %, 14.8 against 7.6 cycles of L1TEX
-// scoreboard stall per instruction). Fewer instructions, slower loads: FP8_NOTES.md, twenty-fifth session. Kept as
-// the A/B row `ours_cover_whole` for that question.
+// scoreboard stall per instruction). Why: without the partial-vector branches ptxas put each vector's amax
+// between its load and the next vector's, so a thread's 4 loads left one after another (tools/sass_load_order.py
+// flags it: 1-2 of 4 loads before the first use; every default kernel issues all of them first). A/B row
+// `ours_cover_whole`.
 #ifndef HPC_FP8_COVER_WHOLE_VECTORS
 #define HPC_FP8_COVER_WHOLE_VECTORS 0
 #endif
