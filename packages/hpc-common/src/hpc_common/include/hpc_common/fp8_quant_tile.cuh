@@ -102,7 +102,8 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 // us with 12.1 M against 13.8 M instructions, DRAM throughput 55 against 68 %, 14.8 against 7.6 cycles of L1TEX
 // scoreboard stall per instruction). Why: without the partial-vector branches ptxas put each vector's amax
 // between its load and the next vector's, so a thread's 4 loads left one after another (tools/sass_load_order.py
-// flags it: 1-2 of 4 loads before the first use; every default kernel issues all of them first). A/B row
+// flags it: 1-2 of 4 loads before the first use; every default kernel issues all of them first). Since then the
+// variant computes every address first and issues 4 of 4 (quant_tile); that form is not yet measured. A/B row
 // `ours_cover_whole`.
 #ifndef HPC_FP8_COVER_WHOLE_VECTORS
 #define HPC_FP8_COVER_WHOLE_VECTORS 0
@@ -168,16 +169,33 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
   P pk[NS];
   int vidx[NS];
   bool live[NS];
+  if constexpr (kCover && !kPartial) {
+    // Every address before the first load: computed per load, each one's constant-bank reload of x gave ptxas a
+    // gap that it filled with the previous vector's amax, and the loads left one after another
+    // (tools/sass_load_order.py: 1-2 of 4 first; 4 of 4 this way).
+    const raw* at[NS];
 #pragma unroll
-  for (int j = 0; j < NS; ++j) {
-    if constexpr (kCover) {
-      vidx[j] = lane + team * j;  // vector of the segment's cover
+    for (int j = 0; j < NS; ++j) {
+      vidx[j] = lane + team * j;
       live[j] = active && vidx[j] * VEC < len;
-      if (live[j]) pk[j].load(x + int64_t(vidx[j]) * VEC);
-    } else {
-      vidx[j] = seg_local * seg_vecs + lane + team * j;
-      live[j] = active && (!kRagged || lane + team * j < seg_vecs);
-      if (live[j]) pk[j].load(x + int64_t(vidx[j]) * VEC);
+      at[j] = x + int64_t(vidx[j]) * VEC;
+    }
+#pragma unroll
+    for (int j = 0; j < NS; ++j) {
+      if (live[j]) pk[j].load(at[j]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < NS; ++j) {
+      if constexpr (kCover) {
+        vidx[j] = lane + team * j;  // vector of the segment's cover
+        live[j] = active && vidx[j] * VEC < len;
+        if (live[j]) pk[j].load(x + int64_t(vidx[j]) * VEC);
+      } else {
+        vidx[j] = seg_local * seg_vecs + lane + team * j;
+        live[j] = active && (!kRagged || lane + team * j < seg_vecs);
+        if (live[j]) pk[j].load(x + int64_t(vidx[j]) * VEC);
+      }
     }
   }
   // kCover: the elements [0, end) of cover vector c are the segment's (end < VEC only for its last).
