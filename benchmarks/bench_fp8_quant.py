@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from hpc_common import fp8
+from hpc_common import _ext, fp8
 from hpc_common.bench import (COPY_BANDWIDTH_TBPS, BenchResults, bench_back_to_back_us, bench_us, floor_us, gpu_slug,
                               use_flush)
 from hpc_common.fp8 import quant
@@ -127,30 +127,9 @@ PROVIDERS = {
     "torch_ref": None,
 }
 # A/B rows of build-switch variants (each an extension variant built on first use, quant.EXT_DEFINES): not
-# in the default provider list, named with --providers. `ours_row_tile_shared`: the row tile kernel with as
-# many rows per CTA as 256 threads hold also for multi-warp teams (HPC_FP8_ROW_TILE_ONE_ROW=0, the default
-# before fc77e29's run; fp8_quant_tile.cuh). `ours_nan_fixup`: the dynamic tile kernels with AmaxAcc and the
-# NaN fix-up on every thread (HPC_FP8_FINITE_FAST_PATH=0, the kernels before the twenty-fifth session);
-# `ours_col_finite` the column tile kernel with the finite fast path too (HPC_FP8_COL_FINITE_FAST_PATH=1; its
-# A/B rows of edc8e5e were named `ours_col_nan_fixup`, the column tiles without it, the default since).
-# `ours_row_tile_four`: rows of 3 x (team) vectors with 4 vectors per lane, a quarter of the slots empty
-# (HPC_FP8_ROW_TILE_THREE=0, the kernels before the twenty-fifth session; N = 1536). `ours_long_row_eight`: rows of
-# 1025-1792 vectors with 8 vectors per lane (HPC_FP8_LONG_ROW_FULL_TEAMS=0, as before; N = 14336).
-# `ours_cover_whole`: covers of whole vectors on a kernel without the partial-vector code
-# (HPC_FP8_COVER_WHOLE_VECTORS=1; group-128 N = 2880: measured slower, off; in the A/B of a27c95a it was the
-# default `ours`, the rows named `ours_cover_partial` the default since). (The stores-last switch of dce68fe's
-# A/B, measured null to slower, was removed; its rows keep their names in fp8_quant_stores_last_ab_dce68fe.*.)
-# `ours_wide_long_rows`: rows of 1793-3584 vectors on 512-thread CTAs, 7 vectors per lane (HPC_FP8_WIDE_LONG_ROWS=1;
-# N = 28672; prepared in the twenty-fifth session, not yet measured).
-VARIANT_PROVIDERS = {
-    "ours_row_tile_shared": dict(EXT_DEFINES=("-DHPC_FP8_ROW_TILE_ONE_ROW=0",)),
-    "ours_nan_fixup": dict(EXT_DEFINES=("-DHPC_FP8_FINITE_FAST_PATH=0",)),
-    "ours_col_finite": dict(EXT_DEFINES=("-DHPC_FP8_COL_FINITE_FAST_PATH=1",)),
-    "ours_row_tile_four": dict(EXT_DEFINES=("-DHPC_FP8_ROW_TILE_THREE=0",)),
-    "ours_long_row_eight": dict(EXT_DEFINES=("-DHPC_FP8_LONG_ROW_FULL_TEAMS=0",)),
-    "ours_cover_whole": dict(EXT_DEFINES=("-DHPC_FP8_COVER_WHOLE_VECTORS=1",)),
-    "ours_wide_long_rows": dict(EXT_DEFINES=("-DHPC_FP8_WIDE_LONG_ROWS=1",)),
-}
+# in the default provider list, named with --providers; the names, switches and their history are
+# hpc_common._ext.FP8_VARIANTS.
+VARIANT_PROVIDERS = {name: dict(EXT_DEFINES=defines) for name, defines in _ext.FP8_VARIANTS.items()}
 ALL_PROVIDERS = {**PROVIDERS, **VARIANT_PROVIDERS}
 
 
@@ -218,7 +197,8 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", type=lambda v: tuple(v.split(",")), default=MODES)
     ap.add_argument("--no-ref", action="store_true", help="skip the torch_ref provider (saves time)")
     ap.add_argument("--providers", type=lambda v: tuple(v.split(",")), default=tuple(PROVIDERS),
-                    help="comma-separated subset of: " + ", ".join(ALL_PROVIDERS) + " (default: all but the variant rows)")
+                    help="comma-separated subset of: " + ", ".join(ALL_PROVIDERS)
+                    + " (default: all but the variant rows)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="time every provider of a case this many times, interleaved (rows carry `round`): A/B runs")
     ap.add_argument("--flush", default="write", choices=("write", "read"),
@@ -232,7 +212,6 @@ def main(argv=None) -> int:
     if variants:  # their builds side by side, not one at a time at their first rows
         from concurrent.futures import ThreadPoolExecutor
 
-        from hpc_common import _ext
         with ThreadPoolExecutor(len(variants) + 1) as pool:
             list(pool.map(lambda d: _ext.SPEC.variant(*d).build(), [(), *variants]))
 

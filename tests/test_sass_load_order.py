@@ -47,7 +47,7 @@ SCALAR_FIRST = [  # a scale's 4-byte load used at once, then the vectors: not se
 def _report(lines):
     (name, code), = list(slo.functions(_sass("k", lines)))
     assert name == "k"
-    return slo.report(name, code)
+    return slo.report(code)
 
 
 def test_grouped_loads_all_leave_before_the_first_use():

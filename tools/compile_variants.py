@@ -2,6 +2,8 @@
 unnoticed. CI step 2b (tools/test.sh):
 - the decode kernels' build-switch variants (hpc_attention._ext.BUILD_VARIANTS: today the schedule
   without the score look-ahead), every paged-decode source under each;
+- the FP8 kernels' build-switch variants (hpc_common._ext.BUILD_VARIANTS: the FP8 benchmark's A/B rows),
+  fp8_quant.cu under each;
 - the standalone probe programs the notes cite (packages/*/scripts/*.cu), with the extensions' flags and
   every package's include folder (each probe's header comment gives a plain nvcc line for running it).
 
@@ -17,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hpc_attention import _ext
+from hpc_common import _ext as common_ext
 from hpc_common.jit.build import nvcc_compile_flags
 from hpc_common.jit.toolchain import find_nvcc
 
@@ -37,10 +40,16 @@ def main() -> int:
             out = args.work / f"{_ext.variant_tag(defines)}_{src.stem}.o"
             cmd = [nvcc, *nvcc_compile_flags(_ext.SPEC.include_dirs, list(defines)), "-c", str(src), "-o", str(out)]
             jobs.append((f"{' '.join(defines)}: {src.name}", cmd))
+    fp8 = next(Path(s) for s in common_ext.SPEC.sources if Path(s).name == "fp8_quant.cu")
+    for defines in common_ext.BUILD_VARIANTS:
+        out = args.work / f"{_ext.variant_tag(defines)}_{fp8.stem}.o"
+        cmd = [nvcc, *nvcc_compile_flags(common_ext.SPEC.include_dirs, list(defines)), "-c", str(fp8), "-o", str(out)]
+        jobs.append((f"{' '.join(defines)}: {fp8.name}", cmd))
     includes = sorted(str(p) for p in ROOT.glob("packages/*/src/*/include"))
     for src in sorted(ROOT.glob("packages/*/scripts/*.cu")):
         out = args.work / f"probe_{src.parent.parent.name}_{src.stem}.o"
-        jobs.append((f"probe: {src.relative_to(ROOT)}", [nvcc, *nvcc_compile_flags(includes), "-c", str(src), "-o", str(out)]))
+        cmd = [nvcc, *nvcc_compile_flags(includes), "-c", str(src), "-o", str(out)]
+        jobs.append((f"probe: {src.relative_to(ROOT)}", cmd))
 
     def run(job):
         label, cmd = job

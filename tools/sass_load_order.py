@@ -13,7 +13,7 @@ Needs cuobjdump (the CUDA toolkit's, or triton's: set CUOBJDUMP). Exit status 1 
     python3 tools/sass_load_order.py CUBIN [--filter fp8_quant_row_tile]
     python3 tools/sass_load_order.py --build-fp8 [-D HPC_FP8_COVER_WHOLE_VECTORS=1] [--filter ...]
 
-`--build-fp8` compiles hpc-common's fp8_quant.cu for sm_90a as the JIT does (nvcc on PATH).
+`--build-fp8` compiles hpc-common's fp8_quant.cu with the JIT's flags (hpc_common importable).
 """
 
 from __future__ import annotations
@@ -26,12 +26,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-FP8_SOURCE = ROOT / "packages/hpc-common/src/hpc_common/csrc/fp8_quant.cu"
-FP8_INCLUDE = ROOT / "packages/hpc-common/src/hpc_common/include"
-NVCC_FLAGS = ["-std=c++17", "-O3", "--expt-relaxed-constexpr", "--use_fast_math", "-DNDEBUG",
-              "-gencode=arch=compute_90a,code=sm_90a"]
 
 INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 REG = re.compile(r"\bR(\d+)\b")
@@ -52,10 +46,21 @@ def functions(text: str):
         yield name, [(int(a, 16), i) for a, i in INSTR.findall(part)]
 
 
+def split(instr: str) -> tuple[str, str]:
+    """(opcode with its modifiers, operand text) of an instruction, its @P guard dropped."""
+    body = instr.split(None, 1)[1] if instr.startswith("@") else instr
+    op, _, operands = body.partition(" ")
+    return op, operands
+
+
+def is_vector_load(op: str) -> bool:
+    return op.startswith("LDG") and ".128" in op
+
+
 def loaded_registers(instr: str) -> set[int]:
     """The registers an LDG writes (its first operand and the ones its width covers)."""
-    op = instr.split()[1] if instr.startswith("@") else instr.split()[0]
-    first = REG.search(instr.split(None, 2 if instr.startswith("@") else 1)[-1])
+    op, operands = split(instr)
+    first = REG.search(operands)
     n = next((w for suffix, w in WIDTH.items() if suffix in op), 1)
     return set(range(int(first.group(1)), int(first.group(1)) + n)) if first else set()
 
@@ -63,42 +68,41 @@ def loaded_registers(instr: str) -> set[int]:
 def reads(instr: str) -> set[int]:
     """Registers an instruction reads: every register operand after the destination (all of them for
     stores)."""
-    body = instr.split(None, 1)[1] if instr.startswith("@") else instr
-    op, _, operands = body.partition(" ")
+    op, operands = split(instr)
     regs = [int(r) for r in REG.findall(operands)]
     if op.startswith(("STG", "ST.", "STS", "STL", "RED", "ATOM")):
         return set(regs)
     return set(regs[1:])
 
 
-def report(name: str, code: list[tuple[int, str]]) -> tuple[int, int, int | None, bool]:
-    """(loads before the first use, loads in all, offset of the first use, serial)."""
+def report(code: list[tuple[int, str]]) -> tuple[int, int, int | None, bool]:
+    """(loads before the first use, loads in all, offset of the first use, serial) of one kernel's code."""
     pending: set[int] = set()
-    before, first_use = 0, None
-    def is_vector_load(op: str) -> bool:
-        return op.startswith("LDG") and ".128" in op
-
-    loads = [i for _, i in code if is_vector_load(i.split()[1 if i.startswith("@") else 0])]
+    before, total, first_use = 0, 0, None
     for offset, instr in code:
-        op = instr.split()[1] if instr.startswith("@") else instr.split()[0]
-        if is_vector_load(op):
+        if is_vector_load(split(instr)[0]):
+            total += 1
             if first_use is None:
                 before += 1
                 pending |= loaded_registers(instr)
-            continue
-        if first_use is None and pending and reads(instr) & pending:
+        elif first_use is None and pending and reads(instr) & pending:
             first_use = offset
     # Serial: a use of loaded data comes before a load that is part of the same burst (the loads of the
     # thread's vectors, issued together in the kernels that stream well).
-    serial = 0 < before < min(len(loads), 4) and len(loads) > before
-    return before, len(loads), first_use, serial
+    serial = 0 < before < min(total, 4) and total > before
+    return before, total, first_use, serial
 
 
 def build_fp8(defines: list[str]) -> Path:
+    """hpc-common's fp8_quant.cu as a cubin, with the JIT's flags (hpc_common.jit.build) and extra -D switches."""
+    from hpc_common import _ext
+    from hpc_common.jit.build import nvcc_compile_flags
+    from hpc_common.jit.toolchain import find_nvcc
+
+    src = next(s for s in _ext.SPEC.sources if Path(s).name == "fp8_quant.cu")
     out = Path(tempfile.mkdtemp()) / "fp8_quant.cubin"
-    cmd = ["nvcc", *NVCC_FLAGS, *(f"-D{d}" for d in defines), f"-I{FP8_INCLUDE}", "-cubin", "-o", str(out),
-           str(FP8_SOURCE)]
-    subprocess.run(cmd, check=True)
+    flags = nvcc_compile_flags(_ext.SPEC.include_dirs, [f"-D{d}" for d in defines])
+    subprocess.run([str(find_nvcc()), *flags, "-cubin", "-o", str(out), str(src)], check=True)
     return out
 
 
@@ -116,7 +120,7 @@ def main() -> None:
     for name, code in functions(sass(cubin)):
         if args.filter not in name:
             continue
-        before, total, first_use, serial = report(name, code)
+        before, total, first_use, serial = report(code)
         if total == 0:
             continue
         serial_any |= serial

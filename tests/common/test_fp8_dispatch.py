@@ -9,58 +9,12 @@ from __future__ import annotations
 
 import math
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
+from _fp8_dispatch import build_probe, choose, fields
 from hpc_common import _ext
 from hpc_common.fp8 import quant
-from hpc_common.jit.toolchain import find_nvcc
-
-PROBE = Path(__file__).with_name("fp8_dispatch_probe.cu")
-MODE = {"per_tensor_static": quant.PER_TENSOR, "per_tensor": quant.PER_TENSOR, "per_token": quant.PER_TOKEN,
-        "group": quant.PER_TOKEN_GROUP, "group_col": quant.PER_TOKEN_GROUP, "per_head": quant.PER_TOKEN_HEAD}
-
-
-def _build_probe(tmp_path_factory, *defines: str) -> Path:
-    exe = tmp_path_factory.mktemp("fp8_dispatch") / "probe"
-    cmd = [str(find_nvcc()), "-std=c++17", "-O1", *defines, *(f"-I{d}" for d in _ext.SPEC.include_dirs), str(PROBE),
-           "-o", str(exe)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-4000:]
-    return exe
-
-
-@pytest.fixture(scope="module")
-def probe(tmp_path_factory) -> Path:
-    return _build_probe(tmp_path_factory)
-
-
-# The probe's input line: QuantParams fields in fp8_dispatch_probe.cu's order.
-FIELDS = ("rows", "heads", "row_len", "seg_len", "segs_per_row", "x_stride_t", "x_stride_h", "q_stride_t",
-          "q_stride_h", "scale_stride_row", "scale_stride_seg", "dtype", "vectorized", "peel", "q", "scale_source",
-          "per_tensor_dynamic", "bulk", "tile", "short_segments", "num_sms")
-
-
-def _fields(mode: str, x: torch.Tensor, group_size: int = 128) -> list[int]:
-    """What _launch would pass for `mode` on x (a CPU tensor): quant._shape_params itself, with the
-    scale tensor the public function would allocate."""
-    out = torch.empty(x.shape, dtype=torch.uint8)
-    scale_out = None
-    if mode in ("group", "group_col"):
-        m, g = x.shape[0], math.ceil(x.shape[1] / group_size)
-        scale_out = torch.empty(g, (m + 3) // 4 * 4).t()[:m] if mode == "group_col" else torch.empty(m, g)
-    scale_source = quant._SCALE_STATIC if mode == "per_tensor_static" else quant._SCALE_DYNAMIC
-    params = quant._shape_params(x, out, scale_out, MODE[mode], group_size, scale_source)
-    params.update(q=out.data_ptr(), num_sms=132)
-    return [int(params[f]) for f in FIELDS]
-
-
-def _choose(probe: Path, rows: list[list[int]]) -> list[str]:
-    text = "\n".join(" ".join(str(v) for v in r) for r in rows) + "\n"
-    r = subprocess.run([str(probe)], input=text, capture_output=True, text=True, check=True)
-    return r.stdout.split()
-
 
 BF16, F32 = torch.bfloat16, torch.float32
 # (mode, shape, dtype, group_size, expected kernel); shapes [M, N] or [T, H, D].
@@ -102,20 +56,20 @@ CASES = [
 def test_probe_parses_what_it_is_given(probe):
     """Sanity of the probe itself: one answer per parameter line, none for a short line."""
     x = torch.empty((8, 4096), dtype=BF16)
-    assert _choose(probe, [_fields("per_token", x)] * 3) == ["tile"] * 3
+    assert choose(probe, [fields("per_token", x)] * 3) == ["tile"] * 3
 
 
 @pytest.mark.parametrize("mode,shape,dtype,group_size,expected", CASES, ids=lambda c: str(c).replace("torch.", ""))
 def test_default_dispatch(probe, mode, shape, dtype, group_size, expected):
     x = torch.empty(shape, dtype=dtype)
     assert math.prod(x.shape) > 0
-    assert _choose(probe, [_fields(mode, x, group_size)]) == [expected]
+    assert choose(probe, [fields(mode, x, group_size)]) == [expected]
 
 
 def test_rows_with_a_pitch(probe):
     """Rows of 2880 inside a 3072-wide buffer keep the row tile kernel (located per tile, not dense)."""
     x = torch.empty((33, 3072), dtype=BF16)[:, :2880]
-    assert _choose(probe, [_fields("per_token", x), _fields("group", x)]) == ["row_tile", "row_tile_cover"]
+    assert choose(probe, [fields("per_token", x), fields("group", x)]) == ["row_tile", "row_tile_cover"]
 
 
 def test_switches_return_to_the_kernels_they_name(probe, monkeypatch):
@@ -123,11 +77,11 @@ def test_switches_return_to_the_kernels_they_name(probe, monkeypatch):
     (the benchmark's `ours_ring` rows); USE_BULK_KERNEL off: the register kernels everywhere."""
     x, wide = torch.empty((64, 4096), dtype=BF16), torch.empty((64, 2880), dtype=BF16)
     monkeypatch.setattr(quant, "USE_TILE_KERNEL", False)
-    assert _choose(probe, [_fields("per_token", x), _fields("per_token", wide), _fields("group", wide)]) == [
+    assert choose(probe, [fields("per_token", x), fields("per_token", wide), fields("group", wide)]) == [
         "ring", "generic", "small_seg_masked"]
     monkeypatch.setattr(quant, "USE_TILE_KERNEL", True)
     monkeypatch.setattr(quant, "USE_BULK_KERNEL", False)
-    assert _choose(probe, [_fields("per_token", x), _fields("group", x)]) == ["generic", "small_seg"]
+    assert choose(probe, [fields("per_token", x), fields("group", x)]) == ["generic", "small_seg"]
 
 
 def test_segment_divider_equals_division(probe):
@@ -141,9 +95,6 @@ def test_segment_divider_equals_division(probe):
 def test_fp8_build_variants_are_opt_in(monkeypatch):
     """quant.EXT_DEFINES (the benchmark's A/B rows) is empty unless a caller sets it: the library calls the
     default build, and a variant is a module of its own named after its switches."""
-    from hpc_common import _ext
-    from hpc_common.fp8 import quant
-
     assert quant.EXT_DEFINES == ()
     monkeypatch.setattr(_ext.SPEC, "load", lambda: "default build")
     assert _ext.load_variant() == "default build"
@@ -155,6 +106,6 @@ def test_fp8_build_variants_are_opt_in(monkeypatch):
 def test_wide_long_rows_switch_sends_only_rows_past_256_lanes(tmp_path_factory):
     """HPC_FP8_WIDE_LONG_ROWS (off by default, the benchmark's `ours_wide_long_rows` row): rows of 1793-3584
     vectors on the 512-thread kernel, 7 vectors per lane; 14336 keeps 256 lanes x 7, 32768 16 per lane."""
-    wide = _build_probe(tmp_path_factory, "-DHPC_FP8_WIDE_LONG_ROWS=1")
-    rows = [_fields("per_token", torch.empty((64, n), dtype=BF16)) for n in (14336, 14344, 16384, 28672, 32768)]
-    assert _choose(wide, rows) == ["long_row", "wide_row", "wide_row", "wide_row", "long_row"]
+    wide = build_probe(tmp_path_factory, "-DHPC_FP8_WIDE_LONG_ROWS=1")
+    rows = [fields("per_token", torch.empty((64, n), dtype=BF16)) for n in (14336, 14344, 16384, 28672, 32768)]
+    assert choose(wide, rows) == ["long_row", "wide_row", "wide_row", "wide_row", "long_row"]

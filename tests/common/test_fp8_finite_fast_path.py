@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from _fp8_cases import assert_same, kernel_names, run, run_ref
-from test_fp8_dispatch import _choose, _fields, probe  # noqa: F401  (probe: the dispatch probe fixture)
+from _fp8_dispatch import choose, fields
 
 SPECIALS = (float("nan"), -float("nan"), float("inf"), -float("inf"))
 
@@ -53,7 +53,7 @@ def test_cases_name_the_kernels_the_launcher_picks(probe, dtype):
     """On the CPU (the launcher's own geometry functions): each case's expected kernel is the one the
     dispatch picks, so the GPU test below covers the kernel families it names."""
     for mode, shape, kernel in CASES:
-        got = _choose(probe, [_fields(mode, torch.empty(shape, dtype=dtype), 128)])
+        got = choose(probe, [fields(mode, torch.empty(shape, dtype=dtype), 128)])
         assert [PROBE_NAMES[g] for g in got] == [_expected_kernel(mode, shape, kernel, dtype)], (mode, shape, got)
 
 

@@ -15,3 +15,31 @@ def load_variant(*defines: str):
     """The same sources built with extra -D switches (ExtensionSpec.variant), for A/B rows of the FP8
     benchmark (quant.EXT_DEFINES). Made on first use, not listed for `hpc_common.jit.prebuild`."""
     return SPEC.variant(*defines).load()
+
+
+# The FP8 kernels' build-switch variants: the FP8 benchmark's A/B rows (benchmarks/bench_fp8_quant.py, by
+# these names; quant.EXT_DEFINES), which CI compiles (tools/compile_variants.py) so that no path behind a
+# switch rots. The switches and why each exists: fp8_quant_tile.cuh.
+# - ours_row_tile_shared: as many rows per row-tile CTA as 256 threads hold, also for multi-warp teams (the
+#   default before fc77e29's run);
+# - ours_nan_fixup: AmaxAcc and the NaN fix-up on every thread (the kernels before the twenty-fifth session);
+# - ours_col_finite: the column tile kernel with the finite fast path too (measured 0.25 us slower; edc8e5e's
+#   A/B named the rows without it `ours_col_nan_fixup`);
+# - ours_row_tile_four: rows of 3 x (team) vectors with 4 vectors per lane (N = 1536, as before);
+# - ours_long_row_eight: rows of 1025-1792 vectors with 8 vectors per lane (N = 14336, as before);
+# - ours_cover_whole: covers of whole vectors without the partial-vector code (group-128 N = 2880; measured
+#   slower with serialised loads, a27c95a, whose rows name the default `ours_cover_partial`; loads since kept
+#   together, not measured);
+# - ours_wide_long_rows: rows of 1793-3584 vectors on 512-thread CTAs (N = 28672; not yet measured).
+# (dce68fe's stores-last switch, measured null to slower, was removed; its rows are in
+# fp8_quant_stores_last_ab_dce68fe.*.)
+FP8_VARIANTS = {
+    "ours_row_tile_shared": ("-DHPC_FP8_ROW_TILE_ONE_ROW=0",),
+    "ours_nan_fixup": ("-DHPC_FP8_FINITE_FAST_PATH=0",),
+    "ours_col_finite": ("-DHPC_FP8_COL_FINITE_FAST_PATH=1",),
+    "ours_row_tile_four": ("-DHPC_FP8_ROW_TILE_THREE=0",),
+    "ours_long_row_eight": ("-DHPC_FP8_LONG_ROW_FULL_TEAMS=0",),
+    "ours_cover_whole": ("-DHPC_FP8_COVER_WHOLE_VECTORS=1",),
+    "ours_wide_long_rows": ("-DHPC_FP8_WIDE_LONG_ROWS=1",),
+}
+BUILD_VARIANTS = tuple(FP8_VARIANTS.values())

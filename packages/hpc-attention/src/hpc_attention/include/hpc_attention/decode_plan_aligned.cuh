@@ -13,6 +13,12 @@
 
 namespace hpc::attn {
 
+// The first of the heads that CTA c of the aligned plans' grid writes (the heads split evenly over the CTAs):
+// CTA c writes [cta_first_head(H, c), cta_first_head(H, c + 1)).
+__device__ __forceinline__ int cta_first_head(int H, unsigned c) {
+  return static_cast<int>(c) * H / static_cast<int>(gridDim.x);
+}
+
 // Why a plan of its own: the head-major line (set_line_order) is Hkv copies of one stretch (head
 // h's items are the requests in order with the same tiles and fixed costs for every h), so
 // line = Hkv * line1. When the bin count nb is a multiple of Hkv (always once the batch fills the
@@ -130,8 +136,7 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
   // them get the request's exclusive prefixes.
   // This CTA's heads [ch0, ch1) (the grid's CTAs split the heads, plan_ctas), then its threads split
   // those.
-  const int ch0 = static_cast<int>(blockIdx.x) * H / static_cast<int>(gridDim.x);
-  const int ch1 = static_cast<int>(blockIdx.x + 1) * H / static_cast<int>(gridDim.x);
+  const int ch0 = cta_first_head(H, blockIdx.x), ch1 = cta_first_head(H, blockIdx.x + 1);
   const PlanWork w = plan_work(B, ch1 - ch0, true);
   const int chunk = w.chunk, r0 = w.r0, r1 = w.r1, h0 = ch0 + w.h0, h1 = ch0 + w.h1, sub = w.sub;
   const int mine = sub == (1 << w.k) - 1 ? 1 : 0;  // this thread's values go into the scans

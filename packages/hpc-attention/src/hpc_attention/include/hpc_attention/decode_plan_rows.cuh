@@ -88,8 +88,7 @@ __device__ __forceinline__ bool plan_fast_rows(const DecodePlanParams& p, const 
     return true;
   }
   // Parameters only, before the lengths land: this CTA's heads and the bins per head stretch.
-  const int ch0 = kAligned ? static_cast<int>(blockIdx.x) * H / static_cast<int>(gridDim.x) : 0;
-  const int ch1 = kAligned ? static_cast<int>(blockIdx.x + 1) * H / static_cast<int>(gridDim.x) : 1;
+  const int ch0 = kAligned ? cta_first_head(H, blockIdx.x) : 0, ch1 = kAligned ? cta_first_head(H, blockIdx.x + 1) : 1;
   const int nb1 = kAligned ? p.cut_bins / H : 0;
   const unsigned ovh = p.task_cost > 0 ? p.task_cost : 0;
 

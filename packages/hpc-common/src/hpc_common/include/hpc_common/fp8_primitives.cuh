@@ -210,6 +210,19 @@ __device__ __forceinline__ void store_quantised_element(const typename Elem<DT>:
   one.store_quantised(qs + e, inv);
 }
 
+// A finite magnitude in DT's own bit pattern (sign cleared; for fp32 the float32 bits themselves) as float32
+// bits, exactly: AmaxAcc's and MagnitudeMax's result.
+template <int DT>
+__device__ __forceinline__ uint32_t magnitude_f32_bits(uint32_t m) {
+  if constexpr (DT == kBF16) {
+    return m << 16;
+  } else if constexpr (DT == kFP16) {
+    return __float_as_uint(Elem<kFP16>::to_f32(uint16_t(m)));
+  } else {
+    return m;
+  }
+}
+
 // Running maximum of |x| over finite elements, in a form that costs few instructions per
 // element; bits() gives it as float32 bits (0 when there is no finite nonzero element), equal
 // to max over the elements of finite_abs_bits(float32(x)) (the conversions are exact and
@@ -243,12 +256,7 @@ struct AmaxAcc {
     if constexpr (VEC == 1) {
       return a;
     } else if constexpr (kHalf) {
-      const uint32_t h = max(a & 0xffffu, a >> 16) - (kBias & 0xffffu);  // both halves >= bias
-      if constexpr (DT == kBF16) {
-        return h << 16;
-      } else {
-        return __float_as_uint(Elem<kFP16>::to_f32(uint16_t(h)));
-      }
+      return magnitude_f32_bits<DT>(max(a & 0xffffu, a >> 16) - (kBias & 0xffffu));  // both halves >= bias
     } else {
       return a - kBias;
     }
@@ -259,8 +267,8 @@ struct AmaxAcc {
 // LOP3 per word and a third of a three-input max, where AmaxAcc also adds its bias to every word. The
 // magnitudes of finite values order as the values do and lie below those of +-Inf and NaN, so
 // finite() (no Inf or NaN was added) says whether bits() is the finite amax; a thread that saw one
-// counts again with AmaxAcc. The common all-finite thread thereby also skips the NaN fix-up of its
-// codes (Pack::quantised_words<false>). Why: the dynamic tile kernels are partly issue-bound (FP8_NOTES,
+// counts again (finite_fast_amax_bits, below). The common all-finite thread thereby also skips the NaN
+// fix-up of its codes (Pack::quantised_words<false>). Why: the dynamic tile kernels are partly issue-bound (FP8_NOTES,
 // twenty-fourth session), and these are 10 of ~38 SASS instructions per bf16 vector. The recount uses
 // ElementAmax, not AmaxAcc: AmaxAcc shares the masked words with this one, and ptxas then kept all of
 // them live across the finite() branch (the column tile kernel spilled at its 48 registers).
@@ -289,16 +297,7 @@ struct MagnitudeMax {
   }
   __device__ __forceinline__ bool finite() const { return magnitude() < kInfBits; }
   // The finite amax as float32 bits (AmaxAcc::bits), valid when finite().
-  __device__ __forceinline__ uint32_t bits() const {
-    const uint32_t m = magnitude();
-    if constexpr (DT == kBF16) {
-      return m << 16;
-    } else if constexpr (DT == kFP16) {
-      return __float_as_uint(Elem<kFP16>::to_f32(uint16_t(m)));
-    } else {
-      return m;
-    }
-  }
+  __device__ __forceinline__ uint32_t bits() const { return magnitude_f32_bits<DT>(magnitude()); }
 };
 
 // The finite amax (AmaxAcc::bits) element by element: MagnitudeMax's recount for a thread that saw an Inf
@@ -312,6 +311,19 @@ struct ElementAmax {
   }
   __device__ __forceinline__ uint32_t bits() const { return a; }
 };
+
+// The finite fast path's amax of a thread's vectors: add_all(acc) adds them to an accumulator. MagnitudeMax,
+// and when it saw an Inf or NaN (finite = false: the codes need the NaN fix-up) the element-wise recount.
+template <int DT, int VEC, typename AddAll>
+__device__ __forceinline__ uint32_t finite_fast_amax_bits(AddAll&& add_all, bool& finite) {
+  MagnitudeMax<DT, VEC> fast;
+  add_all(fast);
+  finite = fast.finite();
+  if (finite) return fast.bits();
+  ElementAmax<DT, VEC> exact;  // rare: an Inf or NaN in this thread's vectors
+  add_all(exact);
+  return exact.bits();
+}
 
 template <int DT, int VEC>
 __device__ __forceinline__ uint32_t Pack<DT, VEC>::amax_bits() const {

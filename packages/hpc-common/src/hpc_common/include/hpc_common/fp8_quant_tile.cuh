@@ -172,7 +172,8 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
   if constexpr (kCover && !kPartial) {
     // Every address before the first load: computed per load, each one's constant-bank reload of x gave ptxas a
     // gap that it filled with the previous vector's amax, and the loads left one after another
-    // (tools/sass_load_order.py: 1-2 of 4 first; 4 of 4 this way).
+    // (tools/sass_load_order.py: 1-2 of 4 first; 4 of 4 this way). This variant only: the same form for every
+    // kernel changes the measured kernels' SASS (they issue all loads first already).
     const raw* at[NS];
 #pragma unroll
     for (int j = 0; j < NS; ++j) {
@@ -206,7 +207,7 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
     return min(VEC, len - c * VEC);
   };
 
-  // The thread's live vectors into an amax accumulator (AmaxAcc or MagnitudeMax).
+  // The thread's live vectors into an amax accumulator (AmaxAcc, MagnitudeMax or ElementAmax).
   auto accumulate = [&](auto& acc) {
 #pragma unroll
     for (int j = 0; j < NS; ++j) {
@@ -228,16 +229,7 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
   if constexpr (kDynamic) {
     uint32_t m = 0u;
     if constexpr (HPC_FP8_FINITE_FAST_PATH) {
-      MagnitudeMax<DT, VEC> fast;
-      accumulate(fast);
-      finite = fast.finite();
-      if (finite) {
-        m = fast.bits();
-      } else {  // rare: an Inf or NaN in this thread's vectors
-        ElementAmax<DT, VEC> exact;
-        accumulate(exact);
-        m = exact.bits();
-      }
+      m = finite_fast_amax_bits<DT, VEC>(accumulate, finite);
       if (!active) m = 0u;
     } else if constexpr (kRagged) {
       AmaxAcc<DT, VEC> acc;
@@ -408,18 +400,10 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_qua
   bool finite = false;  // as in quant_tile: every element finite, no NaN fix-up
   if (active) {
     if constexpr (HPC_FP8_COL_FINITE_FAST_PATH) {
-      MagnitudeMax<DT, VEC> fast;
+      m = finite_fast_amax_bits<DT, VEC>([&](auto& acc) {
 #pragma unroll
-      for (int j = 0; j < kBulkVecPerThread; ++j) fast.add(pk[j]);
-      finite = fast.finite();
-      if (finite) {
-        m = fast.bits();
-      } else {  // rare: an Inf or NaN in this thread's vectors
-        ElementAmax<DT, VEC> exact;
-#pragma unroll
-        for (int j = 0; j < kBulkVecPerThread; ++j) exact.add(pk[j]);
-        m = exact.bits();
-      }
+        for (int j = 0; j < kBulkVecPerThread; ++j) acc.add(pk[j]);
+      }, finite);
     } else {
       m = amax_bits(pk);
     }
@@ -539,7 +523,7 @@ inline int row_tile_vpt(int64_t seg_vecs, bool one_segment) {
     return seg_vecs <= 6 * kTileThreads ? 6 : 7;
   }
   // fp8_quant_wide_row_kernel: 7 per lane on more than 256 lanes (row_tile_team(seg_vecs, 7) > kTileThreads).
-  if (one_segment && HPC_FP8_WIDE_LONG_ROWS && seg_vecs <= 7 * 512) return 7;
+  if (one_segment && HPC_FP8_WIDE_LONG_ROWS && seg_vecs <= 7 * kWideRowThreads) return 7;
   return seg_vecs <= 2 * kBulkTileVectors ? 8 : 16;
 }
 
