@@ -11,7 +11,7 @@ are in all; a kernel whose first use comes before the fourth of them (or its las
 Needs cuobjdump (the CUDA toolkit's, or triton's: set CUOBJDUMP). Exit status 1 if any kernel is SERIAL.
 
     python3 tools/sass_load_order.py CUBIN [--filter fp8_quant_row_tile]
-    python3 tools/sass_load_order.py --build-fp8 [-D HPC_FP8_COVER_WHOLE_VECTORS=1] [--filter ...]
+    python3 tools/sass_load_order.py --build-fp8 [-D HPC_FP8_COVER_WHOLE_VECTORS=0] [--filter ...]
 
 `--build-fp8` compiles hpc-common's fp8_quant.cu with the JIT's flags (hpc_common importable).
 """

@@ -31,12 +31,12 @@ CASES = [
     ("per_token", (4681, 7168), BF16, 128, "row_tile"),
     ("per_token", (64, 2880), F32, 128, "row_tile"),
     ("per_token", (2340, 14336), BF16, 128, "long_row"),
-    ("per_token", (1170, 28672), BF16, 128, "long_row"),
+    ("per_token", (1170, 28672), BF16, 128, "wide_row"),  # 3584 vectors: 512 lanes x 7 (HPC_FP8_WIDE_LONG_ROWS)
     ("per_token", (4, 32776), BF16, 128, "generic"),
     ("per_token", (8194, 4095), BF16, 128, "generic"),
-    ("group", (11650, 2880), BF16, 128, "row_tile_cover"),
-    ("group_col", (11650, 2880), BF16, 128, "row_tile_cover"),
-    ("group", (37, 1000), BF16, 96, "row_tile_cover"),
+    ("group", (11650, 2880), BF16, 128, "row_tile_cover_whole"),  # whole vectors (HPC_FP8_COVER_WHOLE_VECTORS)
+    ("group_col", (11650, 2880), BF16, 128, "row_tile_cover_whole"),
+    ("group", (37, 1000), BF16, 96, "row_tile_cover_whole"),
     ("group_col", (21845, 1536), BF16, 128, "col_tile"),
     ("group", (21845, 1536), BF16, 128, "tile"),
     ("group", (8194, 4095), BF16, 128, "odd_row_tile"),
@@ -69,7 +69,7 @@ def test_default_dispatch(probe, mode, shape, dtype, group_size, expected):
 def test_rows_with_a_pitch(probe):
     """Rows of 2880 inside a 3072-wide buffer keep the row tile kernel (located per tile, not dense)."""
     x = torch.empty((33, 3072), dtype=BF16)[:, :2880]
-    assert choose(probe, [fields("per_token", x), fields("group", x)]) == ["row_tile", "row_tile_cover"]
+    assert choose(probe, [fields("per_token", x), fields("group", x)]) == ["row_tile", "row_tile_cover_whole"]
 
 
 def test_switches_return_to_the_kernels_they_name(probe, monkeypatch):
@@ -103,9 +103,22 @@ def test_fp8_build_variants_are_opt_in(monkeypatch):
     assert variant.cuda_flags[-1] == "-DHPC_FP8_ROW_TILE_ONE_ROW=0" and variant.sources == _ext.SPEC.sources
 
 
-def test_wide_long_rows_switch_sends_only_rows_past_256_lanes(tmp_path_factory):
-    """HPC_FP8_WIDE_LONG_ROWS (off by default, the benchmark's `ours_wide_long_rows` row): rows of 1793-3584
-    vectors on the 512-thread kernel, 7 vectors per lane; 14336 keeps 256 lanes x 7, 32768 16 per lane."""
-    wide = build_probe(tmp_path_factory, "-DHPC_FP8_WIDE_LONG_ROWS=1")
+def test_wide_long_rows_take_only_rows_past_256_lanes(probe, tmp_path_factory):
+    """Rows of 1793-3584 vectors take the 512-thread kernel, 7 vectors per lane (HPC_FP8_WIDE_LONG_ROWS);
+    14336 keeps 256 lanes x 7, 32768 16 per lane. Switched off (the benchmark's `ours_long_row_sixteen`
+    row) they go back to the long row kernel."""
     rows = [fields("per_token", torch.empty((64, n), dtype=BF16)) for n in (14336, 14344, 16384, 28672, 32768)]
-    assert choose(wide, rows) == ["long_row", "wide_row", "wide_row", "wide_row", "long_row"]
+    assert choose(probe, rows) == ["long_row", "wide_row", "wide_row", "wide_row", "long_row"]
+    narrow = build_probe(tmp_path_factory, *_ext.FP8_VARIANTS["ours_long_row_sixteen"])
+    assert choose(narrow, rows) == ["long_row"] * 5
+
+
+def test_whole_vector_covers_switch(probe, tmp_path_factory):
+    """Covers whose segments end on vector boundaries take the kernel without the partial-vector code
+    (HPC_FP8_COVER_WHOLE_VECTORS); a group or row ending inside a vector keeps it. Switched off (the
+    benchmark's `ours_cover_partial` row) every cover takes the partial-vector kernel."""
+    rows = [fields("group", torch.empty((64, 2880), dtype=BF16)), fields("group", torch.empty((1, 1004), dtype=BF16)),
+            fields("group", torch.empty((64, 2880), dtype=F32))]
+    assert choose(probe, rows) == ["row_tile_cover_whole", "row_tile_cover", "row_tile_cover_whole"]
+    partial = build_probe(tmp_path_factory, *_ext.FP8_VARIANTS["ours_cover_partial"])
+    assert choose(partial, rows) == ["row_tile_cover"] * 3

@@ -23,15 +23,15 @@ CASES = [
     ("per_token", (12, 7168), "fp8_quant_row_tile_kernel"),
     ("per_token", (300, 40), "fp8_quant_row_tile_kernel"),
     ("per_token", (8, 14336), "fp8_quant_long_row_kernel"),
-    ("per_token", (6, 28672), "fp8_quant_long_row_kernel"),
+    ("per_token", (6, 28672), "fp8_quant_wide_row_kernel"),
     ("group", (16, 2880), "fp8_quant_row_tile_kernel"),
     ("group", (24, 4096), "fp8_quant_col_tile_kernel"),
     ("group_col", (24, 4096), "fp8_quant_col_tile_kernel"),
     ("per_head", (16, 8, 128), "fp8_quant_col_tile_kernel"),  # 8 heads: whole column tiles (4: the tile kernel)
 ]
-# fp32: 7168 = 1792 vectors (the long row kernel), 28672 = 7168 vectors (more than 4096: the register kernel,
-# whose generic path has no fast path; it still must match).
-FP32_KERNEL = {7168: "fp8_quant_long_row_kernel", 28672: "fp8_quant_kernel"}
+# fp32: 7168 = 1792 vectors (the long row kernel), 14336 = 3584 (the 512-thread kernel), 28672 = 7168 vectors
+# (more than 4096: the register kernel, whose generic path has no fast path; it still must match).
+FP32_KERNEL = {7168: "fp8_quant_long_row_kernel", 14336: "fp8_quant_wide_row_kernel", 28672: "fp8_quant_kernel"}
 
 
 def _expected_kernel(mode, shape, kernel, dtype) -> str:
@@ -44,7 +44,7 @@ def _expected_kernel(mode, shape, kernel, dtype) -> str:
 PROBE_NAMES = {"tile": "fp8_quant_tile_kernel", "row_tile": "fp8_quant_row_tile_kernel",
                "row_tile3": "fp8_quant_row_tile_kernel",
                "row_tile_cover": "fp8_quant_row_tile_kernel", "row_tile_cover_whole": "fp8_quant_row_tile_kernel",
-               "long_row": "fp8_quant_long_row_kernel",
+               "long_row": "fp8_quant_long_row_kernel", "wide_row": "fp8_quant_wide_row_kernel",
                "col_tile": "fp8_quant_col_tile_kernel", "generic": "fp8_quant_kernel"}
 
 

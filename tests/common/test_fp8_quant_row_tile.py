@@ -3,10 +3,12 @@
 no power of two (hidden sizes 2880, 5120, 7168), so a lane's last vectors may lie past its row's end;
 teams of 2 lanes to 8 warps (power-of-two teams reduce by shuffles, warp multiples through shared
 memory); several rows per CTA and one. The long row kernel (fp8_quant_long_row_kernel, same body):
-rows of 1025 to 4096 vectors (MLP intermediates 12288-28672), one per CTA, 8 or 16 vectors per lane.
+rows of 1025 to 4096 vectors (MLP intermediates 12288-32768), one per CTA, 6, 7 or 16 vectors per lane;
+rows of 1793-3584 vectors on the 512-thread wide row kernel (fp8_quant_wide_row_kernel, 7 per lane).
 Group rows the tile kernels do not take (a shorter last group, group lengths that are no
 power-of-two vector count) take the cover form: each team locates its segment and reads its aligned
-cover, a partial last vector masked and stored byte-exact. Odd rows (not 16-byte aligned) keep the
+cover, a partial last vector masked and stored byte-exact (segments of whole vectors take the cover
+kernel without that code). Odd rows (not 16-byte aligned) keep the
 register kernels. Dense tensors and rows with a pitch; NaN / Inf and zero rows. Each case also runs on
 the register kernels that served it before (USE_TILE_KERNEL off). A profiler trace checks which
 kernel ran, so a shape that silently fell back would fail here."""
@@ -22,6 +24,7 @@ from test_fp8_quant_bulk import switches
 
 KERNEL = "fp8_quant_row_tile_kernel"
 LONG_KERNEL = "fp8_quant_long_row_kernel"
+WIDE_KERNEL = "fp8_quant_wide_row_kernel"
 ODD_KERNEL = "fp8_quant_odd_row_tile_kernel"
 
 # (mode, shape) per vector width: bf16 / fp16 hold 8 elements per vector, fp32 4.
@@ -46,23 +49,24 @@ ROW_CASES_FP32 = [
     ("per_token", (20, 768)),       # 192 vectors: 64 lanes x 3
     ("per_head", (20, 6, 96)),      # 24 vectors: 8-lane teams
 ]
-# Rows of more than 1024 vectors: 8 vectors per lane up to 2048, then 16.
+# Rows of more than 1024 vectors (row_tile_vpt): 6 or 7 vectors per lane on up to 256 lanes up to 1792 vectors,
+# then 7 per lane on the 512-thread kernel up to 3584, then 16 per lane.
 LONG_CASES_16BIT = [
-    ("per_token", (3, 8200)),       # 1025 vectors: 8 per lane, 129 -> 160 lanes
-    ("per_token", (5, 14336)),      # 1792: 8 per lane, 224 lanes
-    ("per_token", (4, 18432)),      # 2304: 16 per lane, 144 -> 160 lanes
-    ("per_token", (2, 28672)),      # 3584: 16 per lane, 224 lanes
-    ("per_token", (2, 32768)),      # 4096: 16 per lane, 256 lanes
-    ("per_head", (3, 2, 9000)),     # 1125 per head
+    ("per_token", (3, 8200), LONG_KERNEL),       # 1025 vectors: 6 per lane, 171 lanes
+    ("per_token", (5, 14336), LONG_KERNEL),      # 1792: 7 per lane, 256 lanes
+    ("per_token", (4, 18432), WIDE_KERNEL),      # 2304: 7 per lane, 330 lanes
+    ("per_token", (2, 28672), WIDE_KERNEL),      # 3584: 7 per lane, 512 lanes
+    ("per_token", (2, 32768), LONG_KERNEL),      # 4096: 16 per lane, 256 lanes
+    ("per_head", (3, 2, 9000), LONG_KERNEL),     # 1125 per head: 6 per lane
 ]
 LONG_CASES_FP32 = [
-    ("per_token", (3, 4100)),       # 1025 vectors
-    ("per_token", (2, 14336)),      # 3584
+    ("per_token", (3, 4100), LONG_KERNEL),       # 1025 vectors
+    ("per_token", (2, 14336), WIDE_KERNEL),      # 3584
 ]
 CASES = ([(m, s, d, KERNEL) for m, s in ROW_CASES_16BIT for d in (torch.bfloat16, torch.float16)]
          + [(m, s, torch.float32, KERNEL) for m, s in ROW_CASES_FP32]
-         + [(m, s, d, LONG_KERNEL) for m, s in LONG_CASES_16BIT for d in (torch.bfloat16, torch.float16)]
-         + [(m, s, torch.float32, LONG_KERNEL) for m, s in LONG_CASES_FP32])
+         + [(m, s, d, k) for m, s, k in LONG_CASES_16BIT for d in (torch.bfloat16, torch.float16)]
+         + [(m, s, torch.float32, k) for m, s, k in LONG_CASES_FP32])
 
 
 def _check(mode, x, ue8m0, what, kernel=KERNEL, **kw):
@@ -99,7 +103,8 @@ def test_row_tile_kernel_on_rows_with_a_pitch(cuda, dtype):
     assert any(KERNEL in n for n in kernel_names(lambda: run("group", rows, group_size=128)))
     assert_same(run("group", rows, group_size=128), expected, what="pitched group rows")
     long = make_input((5, 16384 + 512), dtype, seed=6, device=cuda)
-    _check("per_token", long[:, :16384], False, "pitched long rows", LONG_KERNEL)  # 2048 / 4096 vectors
+    # 2048 vectors (bf16: the 512-thread kernel) / 4096 (fp32: 16 per lane)
+    _check("per_token", long[:, :16384], False, "pitched long rows", WIDE_KERNEL if dtype == torch.bfloat16 else LONG_KERNEL)
 
 
 @pytest.mark.gpu
@@ -110,7 +115,7 @@ def test_rows_outside_the_row_kernels_keep_their_kernels(cuda, mode, shape):
     path) and power-of-two rows (the tile kernel) take neither row form."""
     x = make_input(shape, torch.bfloat16, seed=5, device=cuda)
     names = kernel_names(lambda: run(mode, x))
-    assert names and not any(KERNEL in n or LONG_KERNEL in n or ODD_KERNEL in n for n in names), names
+    assert names and not any(k in n for k in (KERNEL, LONG_KERNEL, WIDE_KERNEL, ODD_KERNEL) for n in names), names
     assert_same(run(mode, x), run_ref(mode, x), what=f"{mode} {shape}")
 
 

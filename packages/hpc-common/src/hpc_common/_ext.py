@@ -27,10 +27,12 @@ def load_variant(*defines: str):
 #   A/B named the rows without it `ours_col_nan_fixup`);
 # - ours_row_tile_four: rows of 3 x (team) vectors with 4 vectors per lane (N = 1536, as before);
 # - ours_long_row_eight: rows of 1025-1792 vectors with 8 vectors per lane (N = 14336, as before);
-# - ours_cover_whole: covers of whole vectors without the partial-vector code (group-128 N = 2880; measured
-#   slower with serialised loads, a27c95a, whose rows name the default `ours_cover_partial`; loads since kept
-#   together, not measured);
-# - ours_wide_long_rows: rows of 1793-3584 vectors on 512-thread CTAs (N = 28672; not yet measured).
+# - ours_cover_partial: covers of whole vectors with the partial-vector code too (group-128 N = 2880; the default
+#   before the twenty-sixth session, 0.8 us slower; a27c95a's and 1b62255's A/Bs name the whole-vector rows
+#   `ours_cover_whole`);
+# - ours_long_row_sixteen: rows of 2049-3584 vectors with 16 vectors per lane on up to 224 lanes, 1793-2048 with 8
+#   (N = 28672; the default before the twenty-sixth session, 1.4 us slower; 1b62255's A/B names the 512-thread
+#   rows `ours_wide_long_rows`).
 # (dce68fe's stores-last switch, measured null to slower, was removed; its rows are in
 # fp8_quant_stores_last_ab_dce68fe.*.)
 FP8_VARIANTS = {
@@ -39,7 +41,7 @@ FP8_VARIANTS = {
     "ours_col_finite": ("-DHPC_FP8_COL_FINITE_FAST_PATH=1",),
     "ours_row_tile_four": ("-DHPC_FP8_ROW_TILE_THREE=0",),
     "ours_long_row_eight": ("-DHPC_FP8_LONG_ROW_FULL_TEAMS=0",),
-    "ours_cover_whole": ("-DHPC_FP8_COVER_WHOLE_VECTORS=1",),
-    "ours_wide_long_rows": ("-DHPC_FP8_WIDE_LONG_ROWS=1",),
+    "ours_cover_partial": ("-DHPC_FP8_COVER_WHOLE_VECTORS=0",),
+    "ours_long_row_sixteen": ("-DHPC_FP8_WIDE_LONG_ROWS=0",),
 }
 BUILD_VARIANTS = tuple(FP8_VARIANTS.values())

@@ -97,21 +97,21 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #define HPC_FP8_LONG_ROW_FULL_TEAMS 1
 #endif
 // 1: covers whose segments end on vector boundaries take a kernel without the partial-vector code
-// (row_tile_partial_vectors). Off: measured much slower (H200, 64 MB bf16 group-128 N = 2880, written flush, three
-// rounds: 37.8 against 32.3 us per cold call, 71.5 against 88.7 % back to back; ncu of 220cc1e: 33.0 against 26.7
-// us with 12.1 M against 13.8 M instructions, DRAM throughput 55 against 68 %, 14.8 against 7.6 cycles of L1TEX
-// scoreboard stall per instruction). Why: without the partial-vector branches ptxas put each vector's amax
-// between its load and the next vector's, so a thread's 4 loads left one after another (tools/sass_load_order.py
-// flags it: 1-2 of 4 loads before the first use; every default kernel issues all of them first). Since then the
-// variant computes every address first and issues 4 of 4 (quant_tile); that form is not yet measured. A/B row
-// `ours_cover_whole`.
+// (row_tile_partial_vectors). Why 1 (twenty-sixth session, H200, run of 1b62255, 64 MB bf16 group-128 N = 2880,
+// written flush, three rounds in one process, every row bitwise): 31.25-31.46 against 32.10-32.24 us per cold
+// call for the partial-vector kernel (A/B row `ours_cover_partial` = 0). Its first form was much slower (37.8
+// against 32.3 us; ncu of 220cc1e: 14.8 against 7.6 cycles of L1TEX scoreboard stall per instruction): without
+// the partial-vector branches ptxas put each vector's amax between its load and the next vector's, so a thread's 4
+// loads left one after another (tools/sass_load_order.py flags it: 1-2 of 4 loads before the first use). The kept
+// form computes every address first and issues 4 of 4 (quant_tile).
 #ifndef HPC_FP8_COVER_WHOLE_VECTORS
-#define HPC_FP8_COVER_WHOLE_VECTORS 0
+#define HPC_FP8_COVER_WHOLE_VECTORS 1
 #endif
-// Rows of 1793-3584 vectors on 512-thread CTAs, 7 vectors per lane (fp8_quant_wide_row_kernel). Off: prepared for
-// the A/B row `ours_wide_long_rows` (N = 28672), not yet measured.
+// Rows of 1793-3584 vectors on 512-thread CTAs, 7 vectors per lane (fp8_quant_wide_row_kernel). Why 1 (twenty-sixth
+// session, H200, run of 1b62255, 64 MB bf16 per-token N = 28672, as above): 30.30-30.34 against 31.66-31.86 us
+// for 224 lanes x 16 vectors (A/B row `ours_long_row_sixteen` = 0).
 #ifndef HPC_FP8_WIDE_LONG_ROWS
-#define HPC_FP8_WIDE_LONG_ROWS 0
+#define HPC_FP8_WIDE_LONG_ROWS 1
 #endif
 #ifndef HPC_FP8_ROW3_MIN_BLOCKS
 #define HPC_FP8_ROW3_MIN_BLOCKS 6
@@ -317,8 +317,8 @@ __global__ void __launch_bounds__(kTileThreads, VPT == 16 ? 2 : VPT == 8 ? 3 : 4
   quant_tile<DT, VEC, true, true, VPT, kCover>(p, red);
 }
 
-// Rows of 1793-3584 vectors on one 512-thread CTA, 7 vectors per lane (HPC_FP8_WIDE_LONG_ROWS, off by default:
-// prepared, not yet measured). Why to try: N = 28672 bf16 (3584 vectors) takes 224 lanes x 16 vectors at 128
+// Rows of 1793-3584 vectors on one 512-thread CTA, 7 vectors per lane (HPC_FP8_WIDE_LONG_ROWS; 1.4 us faster at
+// N = 28672, measured above). Why: N = 28672 bf16 (3584 vectors) took 224 lanes x 16 vectors at 128
 // registers, 2 CTAs per SM (75 % at 64 MB per cold call, 85.5 % back to back); 512 lanes x 7 at 64 registers holds the
 // same bytes per SM (2 CTAs) with twice the warps, as 256 x 7 did for N = 14336 (FP8_NOTES.md, twenty-fifth session).
 constexpr int kWideRowThreads = 512;
@@ -536,7 +536,7 @@ inline int row_tile_vpt(int64_t seg_vecs, bool one_segment) {
 inline bool row_tile_covers(const QuantParams& p) { return p.segs_per_row > 1; }
 
 // Whether a cover's segments may end inside a vector (its last vector then partial: masked amax, byte-exact
-// stores). With HPC_FP8_COVER_WHOLE_VECTORS (off by default, measured slower) not when the group length and the
+// stores). With HPC_FP8_COVER_WHOLE_VECTORS (the default) not when the group length and the
 // row length are whole vectors (N = 2880 bf16, group 128: the shorter last group is 8 whole vectors), whose covers
 // then take the kernel without that code.
 inline bool row_tile_partial_vectors(const QuantParams& p, int vec) {
@@ -658,7 +658,7 @@ inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t 
     kernel = fp8_quant_long_row_kernel<DT, VEC, 6, false>;
   } else if (vpt == 7) {
     kernel = fp8_quant_long_row_kernel<DT, VEC, 7, false>;
-    if constexpr (HPC_FP8_WIDE_LONG_ROWS) {  // off by default: not even compiled then
+    if constexpr (HPC_FP8_WIDE_LONG_ROWS) {  // switched off (A/B row): not even compiled
       if (p.team > kTileThreads) kernel = fp8_quant_wide_row_kernel<DT, VEC>;
     }
   } else if (vpt == 16) {
@@ -667,7 +667,7 @@ inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t 
     kernel = cover ? fp8_quant_long_row_kernel<DT, VEC, 8, true> : fp8_quant_long_row_kernel<DT, VEC, 8, false>;
   } else if (cover) {
     kernel = fp8_quant_row_tile_kernel<DT, VEC, true>;
-    if constexpr (HPC_FP8_COVER_WHOLE_VECTORS) {  // off by default: not even compiled then
+    if constexpr (HPC_FP8_COVER_WHOLE_VECTORS) {  // switched off (A/B row): not even compiled
       if (!row_tile_partial_vectors(p, VEC)) kernel = fp8_quant_row_tile_kernel<DT, VEC, true, kBulkVecPerThread, false>;
     }
   } else {
