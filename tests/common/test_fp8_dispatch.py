@@ -123,11 +123,3 @@ def test_whole_vector_covers_switch(probe, tmp_path_factory):
     partial = build_probe(tmp_path_factory, *_ext.FP8_VARIANTS["ours_cover_partial"])
     assert choose(partial, rows) == ["row_tile_cover"] * 3
 
-
-def test_row_warp_six_switch_takes_only_rows_of_129_to_192_vectors(probe, tmp_path_factory):
-    """HPC_FP8_ROW_WARP_SIX (off by default, the benchmark's `ours_row_warp_six` row): one-segment rows of 129-192
-    vectors on one warp each, 6 vectors per lane (the long row kernel's 6-vector form); 128 and 193 keep theirs."""
-    rows = [fields("per_token", torch.empty((64, n), dtype=BF16)) for n in (1024, 1032, 1536, 1544)]
-    assert choose(probe, rows) == ["tile", "row_tile", "row_tile3", "row_tile"]
-    six = build_probe(tmp_path_factory, *_ext.FP8_VARIANTS["ours_row_warp_six"])
-    assert choose(six, rows) == ["tile", "long_row", "long_row", "row_tile"]

@@ -113,13 +113,6 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #ifndef HPC_FP8_WIDE_LONG_ROWS
 #define HPC_FP8_WIDE_LONG_ROWS 1
 #endif
-// One-segment rows of 129-192 vectors on one warp each, 6 vectors per lane (fp8_quant_long_row_kernel<6>, 4 CTAs per
-// SM: 96 KB in flight per SM and 32 warps, against 72 KB and 48 warps for N = 1536 bf16 on 64 lanes x 3 at 6 CTAs
-// per SM; a warp's shuffles replace the two-warp team's shared-memory step). Off: prepared for the A/B row
-// `ours_row_warp_six`, not yet measured.
-#ifndef HPC_FP8_ROW_WARP_SIX
-#define HPC_FP8_ROW_WARP_SIX 0
-#endif
 #ifndef HPC_FP8_ROW3_MIN_BLOCKS
 #define HPC_FP8_ROW3_MIN_BLOCKS 6
 #endif
@@ -524,7 +517,6 @@ inline bool row_tile_three(int64_t sv) {
 // 1025-1792 vectors 6 / 7, HPC_FP8_LONG_ROW_FULL_TEAMS). one_segment: the rows are single segments (not
 // covers, not odd rows).
 inline int row_tile_vpt(int64_t seg_vecs, bool one_segment) {
-  if (one_segment && HPC_FP8_ROW_WARP_SIX && seg_vecs > 4 * 32 && seg_vecs <= 6 * 32) return 6;
   if (one_segment && row_tile_three(seg_vecs)) return 3;
   if (seg_vecs <= kBulkTileVectors) return kBulkVecPerThread;
   if (one_segment && HPC_FP8_LONG_ROW_FULL_TEAMS && seg_vecs <= 7 * kTileThreads) {
