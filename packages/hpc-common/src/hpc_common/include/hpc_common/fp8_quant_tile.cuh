@@ -40,7 +40,6 @@
 #include "hpc_common/fp8_quant.cuh"
 #include "hpc_common/fp8_quant_bulk.cuh"
 #include "hpc_common/fp8_quant_odd_rows.cuh"
-#include "hpc_common/param_lines.cuh"
 
 namespace hpc {
 namespace fp8 {
@@ -114,15 +113,6 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #ifndef HPC_FP8_WIDE_LONG_ROWS
 #define HPC_FP8_WIDE_LONG_ROWS 1
 #endif
-// 1: every tile kernel's thread 0 loads one word per 16 bytes of the parameter block at entry
-// (hpc::touch_param_lines), so after an L2 flush the block's constant lines miss together instead of one after
-// another: the covers' SASS first touches the block's lines 11 / 10 (geometry), then line 9 ~300 instructions
-// later and line 8 (the input pointer) ~700 later, just before the first load; the tile and column tile kernels
-// alike. Off: prepared for the A/B row `ours_touch_params`, not yet measured. (The kernels take their parameters
-// __grid_constant__ for it: the default build's SASS is the same either way.)
-#ifndef HPC_FP8_TOUCH_PARAMS
-#define HPC_FP8_TOUCH_PARAMS 0
-#endif
 #ifndef HPC_FP8_ROW3_MIN_BLOCKS
 #define HPC_FP8_ROW3_MIN_BLOCKS 6
 #endif
@@ -141,7 +131,6 @@ template <int DT, int VEC, bool kDynamic, bool kRagged, int VPT = kBulkVecPerThr
 __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) {
   using P = Pack<DT, VEC>;
   using raw = typename Elem<DT>::raw;
-  if constexpr (HPC_FP8_TOUCH_PARAMS) hpc::touch_param_lines(p);
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();
 
@@ -292,8 +281,7 @@ __device__ __forceinline__ void quant_tile(const QuantParams& p, uint32_t* red) 
 }
 
 template <int DT, int VEC, bool kDynamic>
-__global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS)
-    fp8_quant_tile_kernel(const __grid_constant__ QuantParams p) {
+__global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_tile_kernel(const QuantParams p) {
   __shared__ uint32_t red[kTileThreads / 32];
   quant_tile<DT, VEC, kDynamic, false>(p, red);
 }
@@ -312,7 +300,7 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS)
 // may end inside a vector (row_tile_partial_vectors).
 template <int DT, int VEC, bool kCover, int VPT = kBulkVecPerThread, bool kPartial = true>
 __global__ void __launch_bounds__(kTileThreads, VPT == 3 ? HPC_FP8_ROW3_MIN_BLOCKS : HPC_FP8_TILE_MIN_BLOCKS)
-    fp8_quant_row_tile_kernel(const __grid_constant__ QuantParams p) {
+    fp8_quant_row_tile_kernel(const QuantParams p) {
   __shared__ uint32_t red[kTileThreads / 32];
   quant_tile<DT, VEC, true, true, VPT, kCover, kPartial>(p, red);
 }
@@ -324,7 +312,7 @@ __global__ void __launch_bounds__(kTileThreads, VPT == 3 ? HPC_FP8_ROW3_MIN_BLOC
 // shared memory was slower still (FP8_HISTORY.md).
 template <int DT, int VEC, int VPT, bool kCover>
 __global__ void __launch_bounds__(kTileThreads, VPT == 16 ? 2 : VPT == 8 ? 3 : 4)
-    fp8_quant_long_row_kernel(const __grid_constant__ QuantParams p) {
+    fp8_quant_long_row_kernel(const QuantParams p) {
   __shared__ uint32_t red[kTileThreads / 32];
   quant_tile<DT, VEC, true, true, VPT, kCover>(p, red);
 }
@@ -335,8 +323,7 @@ __global__ void __launch_bounds__(kTileThreads, VPT == 16 ? 2 : VPT == 8 ? 3 : 4
 // same bytes per SM (2 CTAs) with twice the warps, as 256 x 7 did for N = 14336 (FP8_NOTES.md, twenty-fifth session).
 constexpr int kWideRowThreads = 512;
 template <int DT, int VEC>
-__global__ void __launch_bounds__(kWideRowThreads, 2)
-    fp8_quant_wide_row_kernel(const __grid_constant__ QuantParams p) {
+__global__ void __launch_bounds__(kWideRowThreads, 2) fp8_quant_wide_row_kernel(const QuantParams p) {
   __shared__ uint32_t red[kWideRowThreads / 32];
   quant_tile<DT, VEC, true, true, 7, false>(p, red);
 }
@@ -346,12 +333,10 @@ __global__ void __launch_bounds__(kWideRowThreads, 2)
 // elements after the last whole vector go to the last CTA.
 constexpr int kFlatVecs = kBulkVecPerThread;
 template <int DT, int VEC>
-__global__ void __launch_bounds__(kTileThreads, HPC_FP8_FLAT_MIN_BLOCKS)
-    fp8_quant_flat_kernel(const __grid_constant__ QuantParams p) {
+__global__ void __launch_bounds__(kTileThreads, HPC_FP8_FLAT_MIN_BLOCKS) fp8_quant_flat_kernel(const QuantParams p) {
   using P = Pack<DT, VEC>;
   using raw = typename Elem<DT>::raw;
   __shared__ uint32_t red[kTileThreads / 32];
-  if constexpr (HPC_FP8_TOUCH_PARAMS) hpc::touch_param_lines(p);
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();
   const raw* x = static_cast<const raw*>(p.x);
@@ -387,12 +372,10 @@ __global__ void __launch_bounds__(kTileThreads, HPC_FP8_FLAT_MIN_BLOCKS)
 // vectors, G a multiple of p.tile_segs.
 constexpr int kColTileRows = 8;
 template <int DT, int VEC>
-__global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS)
-    fp8_quant_col_tile_kernel(const __grid_constant__ QuantParams p) {
+__global__ void __launch_bounds__(kTileThreads, HPC_FP8_TILE_MIN_BLOCKS) fp8_quant_col_tile_kernel(const QuantParams p) {
   using P = Pack<DT, VEC>;
   using raw = typename Elem<DT>::raw;
   __shared__ float staged[kTileThreads];  // one per segment of the tile (at most one per thread)
-  if constexpr (HPC_FP8_TOUCH_PARAMS) hpc::touch_param_lines(p);
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();
 
