@@ -34,7 +34,8 @@ def load_variant(*defines: str):
 #   (N = 28672; the default before the twenty-sixth session, 1.4 us slower; 1b62255's A/B names the 512-thread
 #   rows `ours_wide_long_rows`).
 # (The twenty-sixth session's ours_row_warp_six, rows of 129-192 vectors on one warp at 6 per lane, measured null at
-# N = 1536 and was removed; its rows are in fp8_quant_row_warp_six_ab_fea367c.*.)
+# N = 1536 and was removed; its rows are in fp8_quant_row_warp_six_ab_fea367c.*. ours_touch_params, every parameter
+# line touched at entry, measured null to slower and was removed: fp8_quant_touch_params_ab_4c48a4c.*.)
 # (dce68fe's stores-last switch, measured null to slower, was removed; its rows are in
 # fp8_quant_stores_last_ab_dce68fe.*.)
 FP8_VARIANTS = {
