@@ -48,7 +48,16 @@ def fields(mode: str, x: torch.Tensor, group_size: int = 128) -> list[int]:
     return [int(params[f]) for f in FIELDS]
 
 
-def choose(probe: Path, rows: list[list[int]]) -> list[str]:
+def _run(probe: Path, rows: list[list[int]], *args: str) -> str:
     text = "\n".join(" ".join(str(v) for v in r) for r in rows) + "\n"
-    r = subprocess.run([str(probe)], input=text, capture_output=True, text=True, check=True)
-    return r.stdout.split()
+    return subprocess.run([str(probe), *args], input=text, capture_output=True, text=True, check=True).stdout
+
+
+def choose(probe: Path, rows: list[list[int]]) -> list[str]:
+    return _run(probe, rows).split()
+
+
+def geometry(probe: Path, rows: list[list[int]]) -> list[tuple[str, int, int]]:
+    """(kernel, segments per CTA, lanes per segment) the launcher would use for each row of fields."""
+    lines = _run(probe, rows, "geometry").splitlines()
+    return [(name, int(segs), int(team)) for name, segs, team in (line.split() for line in lines)]

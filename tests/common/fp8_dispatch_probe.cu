@@ -1,7 +1,8 @@
 // Host-only probe of the FP8 vector-path dispatch (test_fp8_dispatch.py builds it with nvcc and runs it
 // on the CPU: no GPU, no CUDA call). Each input line holds the QuantParams fields the Python launcher
 // sets (see FIELDS in the test); each output line names the kernel csrc/fp8_quant.cu's
-// launch_vector_path would launch, in the same order of tries. Keep the two in step.
+// launch_vector_path would launch, in the same order of tries. Keep the two in step. `probe geometry`:
+// each output line is the kernel's name, then its CTA's segments (tile_segs) and lanes per segment (team).
 #include <cstdio>
 #include <string>
 
@@ -12,9 +13,10 @@
 
 using namespace hpc::fp8;
 
-static std::string choose(const QuantParams& p, int vec) {
+// t: p with the chosen tile kernel's geometry (p itself when none applies).
+static std::string choose(const QuantParams& p, int vec, QuantParams& t) {
+  t = p;
   if (!p.vectorized) return "scalar";
-  QuantParams t = p;
   switch (prepare_tile_kernel(t, vec)) {
     case TileKernel::kColumns:
       return "col_tile";
@@ -74,6 +76,7 @@ static int check_divider() {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "divider") return check_divider();
+  const bool geometry = argc > 1 && std::string(argv[1]) == "geometry";
   constexpr int kFields = 21;
   long long v[kFields];
   while (true) {
@@ -102,7 +105,13 @@ int main(int argc, char** argv) {
     p.tile = v[18] != 0;
     p.short_segments = v[19] != 0;
     p.num_sms = int(v[20]);
-    printf("%s\n", choose(p, p.dtype == kFP32 ? 4 : 8).c_str());
+    QuantParams t;
+    const std::string name = choose(p, p.dtype == kFP32 ? 4 : 8, t);
+    if (geometry) {
+      printf("%s %d %d\n", name.c_str(), t.tile_segs, t.team);
+    } else {
+      printf("%s\n", name.c_str());
+    }
   }
   return 0;
 }

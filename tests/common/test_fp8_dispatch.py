@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 import torch
-from _fp8_dispatch import build_probe, choose, fields
+from _fp8_dispatch import build_probe, choose, fields, geometry
 from hpc_common import _ext
 from hpc_common.fp8 import quant
 
@@ -123,3 +123,16 @@ def test_whole_vector_covers_switch(probe, tmp_path_factory):
     partial = build_probe(tmp_path_factory, *_ext.FP8_VARIANTS["ours_cover_partial"])
     assert choose(partial, rows) == ["row_tile_cover"] * 3
 
+
+
+def test_two_warp_rows_share_ctas_and_wider_rows_take_their_own(probe, tmp_path_factory):
+    """Row tile rows of 64-lane teams share 256-thread CTAs (N = 1536 bf16: 4 rows of 64 lanes x 3 vectors; fp32 N =
+    768 alike); from 96 lanes (N = 2880, 3072, 7168) a row takes a CTA of its own (HPC_FP8_ROW_TILE_OWN_CTA_MIN_TEAM).
+    Built with 64 (the benchmark's `ours_row_tile_one_row_64` row), every multi-warp team takes its own CTA."""
+    rows = [fields("per_token", torch.empty((64, n), dtype=dt)) for n, dt in ((1536, BF16), (768, F32), (2880, BF16),
+                                                                             (3072, BF16), (7168, BF16), (1000, BF16))]
+    expected = [("row_tile3", 4, 64), ("row_tile3", 4, 64), ("row_tile", 1, 96), ("row_tile", 1, 96),
+                ("row_tile", 1, 224), ("row_tile", 8, 32)]
+    assert geometry(probe, rows) == expected
+    old = build_probe(tmp_path_factory, *_ext.FP8_VARIANTS["ours_row_tile_one_row_64"])
+    assert geometry(old, rows) == [(k, 1 if team > 32 else segs, team) for k, segs, team in expected]

@@ -40,6 +40,7 @@ def load_variant(*defines: str):
 # fp8_quant_stores_last_ab_dce68fe.*.)
 FP8_VARIANTS = {
     "ours_row_tile_shared": ("-DHPC_FP8_ROW_TILE_ONE_ROW=0",),
+    "ours_row_tile_one_row_64": ("-DHPC_FP8_ROW_TILE_OWN_CTA_MIN_TEAM=64",),
     "ours_nan_fixup": ("-DHPC_FP8_FINITE_FAST_PATH=0",),
     "ours_col_finite": ("-DHPC_FP8_COL_FINITE_FAST_PATH=1",),
     "ours_row_tile_four": ("-DHPC_FP8_ROW_TILE_THREE=0",),

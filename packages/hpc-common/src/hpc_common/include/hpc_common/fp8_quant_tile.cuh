@@ -66,6 +66,17 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #ifndef HPC_FP8_ROW_TILE_ONE_ROW
 #define HPC_FP8_ROW_TILE_ONE_ROW 1
 #endif
+// ... but only from teams of 3 warps (96 lanes): rows of 2-warp teams (N = 1536 bf16 on 64 lanes x 3 vectors,
+// 3 KB) share 256-thread CTAs, 4 rows each. Why (twenty-sixth session, H200, bf16 per-token, written flush, two
+// rounds, fp8_quant_row_tile_shared_ab_9b020de.*): one 3 KB row per 64-thread CTA streamed at 90 % of the copy
+// rate (256 MB: 108.6 us, 86.8 %; every other width 101-103 %, fp8_quant_fixed_cost_9b020de.*), so the SMs
+// turned CTAs over faster than they could launch them; 4 rows per CTA read 98.2 us at 256 MB and 29.41 against
+// 29.90 us at 64 MB. N = 3072 (96 lanes) read 0.1-0.3 us faster shared too, N = 2880 (96 lanes) 0.15-0.35 slower,
+// so teams of 96 keep a CTA of their own. Build switch for the A/B row (`ours_row_tile_one_row_64`): 64 = every
+// multi-warp team on its own CTA, as before.
+#ifndef HPC_FP8_ROW_TILE_OWN_CTA_MIN_TEAM
+#define HPC_FP8_ROW_TILE_OWN_CTA_MIN_TEAM 96
+#endif
 // Dynamic-scale tile kernels: a thread whose vectors are all finite takes its amax from the raw magnitudes
 // and stores its codes without the NaN fix-up (MagnitudeMax); one that saw an Inf or NaN counts again
 // element by element (ElementAmax) and fixes its codes. Build switch for the A/B row (`ours_nan_fixup`):
@@ -573,7 +584,9 @@ inline bool prepare_row_tiles(QuantParams& p, int vec) {
   g.team = row_tile_team(sv, row_tile_vpt(sv, !cover));
   g.seg_vecs = int(sv);
   const int64_t per_tile =
-      (HPC_FP8_ROW_TILE_ONE_ROW && !cover && g.team > 32) || g.team > kTileThreads ? 1 : kTileThreads / g.team;
+      (HPC_FP8_ROW_TILE_ONE_ROW && !cover && g.team >= HPC_FP8_ROW_TILE_OWN_CTA_MIN_TEAM) || g.team > kTileThreads
+          ? 1
+          : kTileThreads / g.team;
   if (cover) {  // each team locates its segment (locate_cover: indices below 2^31): one run of every segment
     const int64_t nseg = g.rows * g.segs_per_row;
     if (nseg >= (int64_t(1) << 31)) return false;
