@@ -1,4 +1,5 @@
-"""The tools that turn device runs into committed results (tools/ab_results.py, tools/probe_results.py): they
+"""The tools that turn device runs into committed results (tools/ab_results.py, tools/probe_results.py,
+tools/save_run.py): they
 write the shared results format, and the rows keep what tells the runs apart."""
 
 from __future__ import annotations
@@ -69,3 +70,28 @@ def test_probe_results_rows_and_checks(tmp_path):
     assert [(r["provider"], r["median_us"]) for r in doc["rows"]] == [("a", 5.0), ("b", 6.0)]
     assert doc["meta"]["checks"] == [{"check": "a", "tables_equal_library": True}]
     assert (tmp_path / "probe_x.md").is_file()
+
+
+def test_save_run_keeps_rows_and_meta_and_adds_the_note(tmp_path):
+    _bench_run(tmp_path / "run", "abc123", [5.0, 5.1])
+    doc = json.loads((tmp_path / "run" / "h200" / "plan.json").read_text())
+    doc["rows"][1]["variant_only"] = 1  # a field only some rows have still gets its column
+    (tmp_path / "run" / "h200" / "plan.json").write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    out.mkdir()
+    res = _run("save_run.py", "--name", "x_ab", "--note", "what it shows", "--out-dir", str(out),
+               str(tmp_path / "run" / "h200" / "plan.json"))
+    assert res.returncode == 0, res.stderr
+    kept = json.loads((out / "x_ab.json").read_text())
+    assert kept["rows"] == doc["rows"]
+    assert kept["meta"]["note"] == "what it shows" and kept["meta"]["commit"] == "abc123"
+    md = (out / "x_ab.md").read_text()
+    assert "what it shows" in md and "commit abc123" in md
+    assert "| repeat | case | provider | median_us | variant_only |" in md and md.count("| 256x4K |") == 2
+
+
+def test_save_run_fails_without_rows(tmp_path):
+    src = tmp_path / "empty.json"
+    src.write_text(json.dumps({"meta": {"gpu": "g", "commit": "c", "date": "d"}, "rows": []}))
+    res = _run("save_run.py", "--name", "x", "--note", "n", "--out-dir", str(tmp_path), str(src))
+    assert res.returncode != 0 and "no rows" in res.stderr
