@@ -77,6 +77,13 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #ifndef HPC_FP8_ROW_TILE_OWN_CTA_MIN_TEAM
 #define HPC_FP8_ROW_TILE_OWN_CTA_MIN_TEAM 96
 #endif
+// Threads per CTA of the row tile kernel's covers (segments x team; 256: 64 segments of 4 lanes for group-128 bf16).
+// Fewer for the A/B rows `ours_cover_threads_128` / `_64` (prepared, not yet measured): the covers pay ~1.5 us more
+// fixed cost per cold call than the other shapes at the same streaming rate (FP8_NOTES.md, "Fixed cost and
+// streaming rate"); smaller CTAs shorten the call's last CTAs, if that is where it goes.
+#ifndef HPC_FP8_COVER_CTA_THREADS
+#define HPC_FP8_COVER_CTA_THREADS kTileThreads
+#endif
 // Dynamic-scale tile kernels: a thread whose vectors are all finite takes its amax from the raw magnitudes
 // and stores its codes without the NaN fix-up (MagnitudeMax); one that saw an Inf or NaN counts again
 // element by element (ElementAmax) and fixes its codes. Build switch for the A/B row (`ours_nan_fixup`):
@@ -586,7 +593,7 @@ inline bool prepare_row_tiles(QuantParams& p, int vec) {
   const int64_t per_tile =
       (HPC_FP8_ROW_TILE_ONE_ROW && !cover && g.team >= HPC_FP8_ROW_TILE_OWN_CTA_MIN_TEAM) || g.team > kTileThreads
           ? 1
-          : kTileThreads / g.team;
+          : (cover ? HPC_FP8_COVER_CTA_THREADS : kTileThreads) / g.team;
   if (cover) {  // each team locates its segment (locate_cover: indices below 2^31): one run of every segment
     const int64_t nseg = g.rows * g.segs_per_row;
     if (nseg >= (int64_t(1) << 31)) return false;
