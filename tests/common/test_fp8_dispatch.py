@@ -138,10 +138,12 @@ def test_two_warp_rows_share_ctas_and_wider_rows_take_their_own(probe, tmp_path_
     assert geometry(old, rows) == [(k, 1 if team > 32 else segs, team) for k, segs, team in expected]
 
 
-def test_cover_cta_threads_switch(probe, tmp_path_factory):
-    """The covers fill 256-thread CTAs (group-128 bf16: 64 segments of 4 lanes); HPC_FP8_COVER_CTA_THREADS (the
-    benchmark's `ours_cover_threads_128` row) sizes them, and leaves the one-segment rows alone."""
-    rows = [fields("group", torch.empty((64, 2880), dtype=BF16)), fields("per_token", torch.empty((64, 1536), dtype=BF16))]
-    assert geometry(probe, rows) == [("row_tile_cover_whole", 64, 4), ("row_tile3", 4, 64)]
-    small = build_probe(tmp_path_factory, *_ext.FP8_VARIANTS["ours_cover_threads_128"])
-    assert geometry(small, rows) == [("row_tile_cover_whole", 32, 4), ("row_tile3", 4, 64)]
+def test_cover_cta_threads(probe, tmp_path_factory):
+    """Aligned covers run on 64-thread CTAs (group-128 bf16 N = 2880: 16 segments of 4 lanes), odd group rows on 128
+    (HPC_FP8_COVER_CTA_THREADS, HPC_FP8_ODD_COVER_CTA_THREADS); one-segment rows keep theirs. Built as the
+    benchmark's `ours_cover_threads_256` row, both on 256 threads, as before."""
+    rows = [fields("group", torch.empty((64, 2880), dtype=BF16)), fields("group", torch.empty((64, 4095), dtype=BF16)),
+            fields("per_token", torch.empty((64, 1536), dtype=BF16))]
+    assert geometry(probe, rows) == [("row_tile_cover_whole", 16, 4), ("odd_row_tile", 32, 4), ("row_tile3", 4, 64)]
+    old = build_probe(tmp_path_factory, *_ext.FP8_VARIANTS["ours_cover_threads_256"])
+    assert geometry(old, rows) == [("row_tile_cover_whole", 64, 4), ("odd_row_tile", 64, 4), ("row_tile3", 4, 64)]

@@ -33,7 +33,8 @@ def load_variant(*defines: str):
 # - ours_long_row_sixteen: rows of 2049-3584 vectors with 16 vectors per lane on up to 224 lanes, 1793-2048 with 8
 #   (N = 28672; the default before the twenty-sixth session, 1.4 us slower; 1b62255's A/B names the 512-thread
 #   rows `ours_wide_long_rows`);
-# - ours_cover_threads_128 / _64: the covers on CTAs of 128 / 64 threads instead of 256 (not yet measured).
+# - ours_cover_threads_256: the covers (64 threads since the twenty-sixth session) and odd rows (128) on 256-thread
+#   CTAs, as before (0.4-1.8 us slower; 70b01d9's A/B names the 128- / 64-thread rows `ours_cover_threads_128/_64`).
 # (The twenty-sixth session's ours_row_warp_six, rows of 129-192 vectors on one warp at 6 per lane, measured null at
 # N = 1536 and was removed; its rows are in fp8_quant_row_warp_six_ab_fea367c.*. ours_touch_params, every parameter
 # line touched at entry, measured null to slower and was removed: fp8_quant_touch_params_ab_4c48a4c.*.)
@@ -48,7 +49,6 @@ FP8_VARIANTS = {
     "ours_long_row_eight": ("-DHPC_FP8_LONG_ROW_FULL_TEAMS=0",),
     "ours_cover_partial": ("-DHPC_FP8_COVER_WHOLE_VECTORS=0",),
     "ours_long_row_sixteen": ("-DHPC_FP8_WIDE_LONG_ROWS=0",),
-    "ours_cover_threads_128": ("-DHPC_FP8_COVER_CTA_THREADS=128",),
-    "ours_cover_threads_64": ("-DHPC_FP8_COVER_CTA_THREADS=64",),
+    "ours_cover_threads_256": ("-DHPC_FP8_COVER_CTA_THREADS=256", "-DHPC_FP8_ODD_COVER_CTA_THREADS=256"),
 }
 BUILD_VARIANTS = tuple(FP8_VARIANTS.values())

@@ -77,12 +77,19 @@ constexpr int kTileThreads = kBulkThreads;  // 256 threads x 4 vectors = one 16 
 #ifndef HPC_FP8_ROW_TILE_OWN_CTA_MIN_TEAM
 #define HPC_FP8_ROW_TILE_OWN_CTA_MIN_TEAM 96
 #endif
-// Threads per CTA of the row tile kernel's covers (segments x team; 256: 64 segments of 4 lanes for group-128 bf16).
-// Fewer for the A/B rows `ours_cover_threads_128` / `_64` (prepared, not yet measured): the covers pay ~1.5 us more
-// fixed cost per cold call than the other shapes at the same streaming rate (FP8_NOTES.md, "Fixed cost and
-// streaming rate"); smaller CTAs shorten the call's last CTAs, if that is where it goes.
+// Threads per CTA of the row tile kernel's covers (segments x team: group-128 bf16 16 segments of 4 lanes) and of the
+// odd-row kernel's (32 segments). Why (twenty-sixth session, H200, group-128 bf16, written flush, two rounds in one
+// process, fp8_quant_cover_threads_ab_70b01d9.*): the covers paid ~1.5 us more fixed cost per cold call than the
+// other shapes at the same streaming rate (FP8_NOTES.md, "Fixed cost and streaming rate"); on 256-thread CTAs
+// (64 segments) N = 2880 read 31.33-31.39 / 101.7-101.8 us at 64 / 256 MB, on 128 threads 30.91-31.01 / 100.8-100.9,
+// on 64 threads 30.69-30.82 / 100.4-100.6; odd rows (N = 4095) 36.06-36.22 / 119.1-119.5 on 256, 35.23-35.26 /
+// 117.3-117.7 on 128, 35.36-35.42 / 118.4-118.5 on 64. Build switches for the A/B row (`ours_cover_threads_256`):
+// 256 both, as before.
 #ifndef HPC_FP8_COVER_CTA_THREADS
-#define HPC_FP8_COVER_CTA_THREADS kTileThreads
+#define HPC_FP8_COVER_CTA_THREADS 64
+#endif
+#ifndef HPC_FP8_ODD_COVER_CTA_THREADS
+#define HPC_FP8_ODD_COVER_CTA_THREADS 128
 #endif
 // Dynamic-scale tile kernels: a thread whose vectors are all finite takes its amax from the raw magnitudes
 // and stores its codes without the NaN fix-up (MagnitudeMax); one that saw an Inf or NaN counts again
@@ -593,7 +600,7 @@ inline bool prepare_row_tiles(QuantParams& p, int vec) {
   const int64_t per_tile =
       (HPC_FP8_ROW_TILE_ONE_ROW && !cover && g.team >= HPC_FP8_ROW_TILE_OWN_CTA_MIN_TEAM) || g.team > kTileThreads
           ? 1
-          : (cover ? HPC_FP8_COVER_CTA_THREADS : kTileThreads) / g.team;
+          : (!cover ? kTileThreads : p.peel ? HPC_FP8_ODD_COVER_CTA_THREADS : HPC_FP8_COVER_CTA_THREADS) / g.team;
   if (cover) {  // each team locates its segment (locate_cover: indices below 2^31): one run of every segment
     const int64_t nseg = g.rows * g.segs_per_row;
     if (nseg >= (int64_t(1) << 31)) return false;
