@@ -1,5 +1,5 @@
 """The tools that turn device runs into committed results (tools/ab_results.py, tools/probe_results.py,
-tools/save_run.py): they
+tools/save_run.py, tools/fixed_cost.py): they
 write the shared results format, and the rows keep what tells the runs apart."""
 
 from __future__ import annotations
@@ -95,3 +95,27 @@ def test_save_run_fails_without_rows(tmp_path):
     src.write_text(json.dumps({"meta": {"gpu": "g", "commit": "c", "date": "d"}, "rows": []}))
     res = _run("save_run.py", "--name", "x", "--note", "n", "--out-dir", str(tmp_path), str(src))
     assert res.returncode != 0 and "no rows" in res.stderr
+
+
+def test_fixed_cost_recovers_a_known_line(tmp_path):
+    """Rows built as T = F + floor / r at 64 and 256 MB (two rounds each, M following the size) give back F and r per
+    shape; a shape with one size, and calls under 64 MB, are left out."""
+    rows = []
+    for mode, fixed, rate in (("per_token", 6.0, 1.02), ("group128", 8.0, 0.9)):
+        for mb, m in ((1, 128), (64, 8192), (256, 32768)):
+            floor = 0.3685 * mb
+            t = fixed + floor / rate if mb >= 64 else 3.0
+            rows += [{"mode": mode, "M": m, "N": 4096, "input_mb": mb, "provider": "ours", "round": k,
+                      "median_us": t + (0.01 if k else -0.01), "floor_us": floor} for k in (0, 1)]
+    rows.append({"mode": "odd", "M": 5, "N": 4095, "input_mb": 64, "provider": "ours", "median_us": 30.0, "floor_us": 23.6})
+    src = tmp_path / "r.json"
+    src.write_text(json.dumps({"meta": {}, "rows": rows}))
+    res = _run("fixed_cost.py", str(src))
+    assert res.returncode == 0, res.stderr
+    lines = [[c.strip() for c in line.strip("|").split("|")] for line in res.stdout.splitlines()]
+    head, body = lines[0], lines[2:]
+    table = {row[head.index("mode")]: dict(zip(head, row)) for row in body}
+    assert set(table) == {"per_token", "group128"}
+    assert (table["per_token"]["sizes"], table["per_token"]["rate_pct"], table["per_token"]["fixed_us"]) == (
+        "64/256", "102.0", "6.0")
+    assert (table["group128"]["rate_pct"], table["group128"]["fixed_us"]) == ("90.0", "8.0")
