@@ -524,3 +524,17 @@ def test_consumer_schedules_same_bits(group, kv_dtype, producer, monkeypatch):
         outs.append(out)
     assert_bitwise_equal(outs[1], outs[0], name="previous schedule")
     check_accuracy(outs[0], case)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+def test_param_line_touch_same_bits(kv_dtype, producer, monkeypatch):
+    """The parameter block's lines touched at entry (HPC_ATTN_TOUCH_PARAMS, a benchmark A/B build) change no
+    output bit: split items, a length-1 request and an empty one, on both producers."""
+    case = make_case([1, 64, 65, 700, 0, 4097, 130], 2, 8, kv_dtype, seed=61)
+    outs = []
+    for defines in ((), _ext.TOUCH_PARAMS):
+        monkeypatch.setitem(dec.DIAG, "defines", defines)
+        out, _ = run(case, num_ctas=5, min_tiles=1)
+        outs.append(out)
+    assert_bitwise_equal(outs[1], outs[0], name="parameter lines touched at entry")
+    check_accuracy(outs[0], case)
