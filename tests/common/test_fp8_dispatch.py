@@ -147,3 +147,14 @@ def test_cover_cta_threads(probe, tmp_path_factory):
     assert geometry(probe, rows) == [("row_tile_cover_whole", 16, 4), ("odd_row_tile", 32, 4), ("row_tile3", 4, 64)]
     old = build_probe(tmp_path_factory, *_ext.FP8_VARIANTS["ours_cover_threads_256"])
     assert geometry(old, rows) == [("row_tile_cover_whole", 64, 4), ("odd_row_tile", 64, 4), ("row_tile3", 4, 64)]
+
+
+@pytest.mark.parametrize("shape,group,dtype", [((8, 3000), 2048, BF16), ((8, 6000), 4096, BF16), ((8, 9000), 8192, BF16),
+                                               ((8, 3000), 2048, F32), ((5, 4095), 2048, BF16), ((5, 2047), 1024, BF16)],
+                         ids=str)
+def test_covers_of_wide_groups_get_a_cta_each(probe, shape, group, dtype):
+    """Covers whose teams are as wide as the covers' CTAs (64 threads; odd rows 128) or wider still get one segment
+    per CTA, never zero: group sizes of 2048-8192 elements with a shorter last group, aligned and odd rows."""
+    [(kernel, segs, team)] = geometry(probe, [fields("group", torch.empty(shape, dtype=dtype), group)])
+    assert kernel in ("row_tile_cover", "row_tile_cover_whole", "odd_row_tile", "long_row"), kernel
+    assert segs >= 1 and segs * team <= 1024, (kernel, segs, team)

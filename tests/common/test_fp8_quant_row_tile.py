@@ -146,6 +146,10 @@ GROUP_CASES_16BIT = [
     # row_tile_partial_vectors): with a contiguous output only one row keeps every group start aligned.
     ("group", (1, 1004, 128)),      # a 108-element last group: 13.5 vectors
     ("group_col", (1, 4100, 128)),
+    # Wide groups: teams as wide as the covers' 64-thread CTAs or wider, one segment per CTA (prepare_row_tiles).
+    ("group", (5, 3000, 2048)),     # 256-vector groups: 64-lane teams
+    ("group", (3, 6000, 4096)),     # 128-lane teams
+    ("group_col", (2, 9000, 8192)),  # 256-lane teams
 ]
 GROUP_CASES_FP32 = [
     ("group", (11, 2880, 128)),     # 32-vector groups: 8-lane teams
@@ -179,6 +183,8 @@ ODD_GROUP_CASES_16BIT = [
     ("group", (40, 1001, 64)),      # 8-vector groups (2-lane teams) and a 41-element last group
     ("group", (9, 263, 128)),       # 2 groups and a 7-element one
     ("group_col", (5, 129, 128)),   # a one-element last group
+    ("group", (5, 4095, 2048)),     # 64-lane teams, 2 per 128-thread CTA
+    ("group", (3, 8191, 4096)),     # 128-lane teams: one per CTA
 ]
 ODD_GROUP_CASES_FP32 = [
     ("group", (33, 1023, 128)),     # 32-vector groups (8-lane teams), 33 with the extra vector

@@ -597,10 +597,14 @@ inline bool prepare_row_tiles(QuantParams& p, int vec) {
   QuantParams g = p;
   g.team = row_tile_team(sv, row_tile_vpt(sv, !cover));
   g.seg_vecs = int(sv);
+  // Segments per CTA: as many teams as the CTA's threads hold, at least one (a team wider than them, e.g. a cover of
+  // a 4096-element group on 128 lanes, gets a CTA of its own).
+  const int cta_threads =
+      !cover ? kTileThreads : p.peel ? HPC_FP8_ODD_COVER_CTA_THREADS : HPC_FP8_COVER_CTA_THREADS;
   const int64_t per_tile =
-      (HPC_FP8_ROW_TILE_ONE_ROW && !cover && g.team >= HPC_FP8_ROW_TILE_OWN_CTA_MIN_TEAM) || g.team > kTileThreads
+      (HPC_FP8_ROW_TILE_ONE_ROW && !cover && g.team >= HPC_FP8_ROW_TILE_OWN_CTA_MIN_TEAM) || g.team >= cta_threads
           ? 1
-          : (!cover ? kTileThreads : p.peel ? HPC_FP8_ODD_COVER_CTA_THREADS : HPC_FP8_COVER_CTA_THREADS) / g.team;
+          : cta_threads / g.team;
   if (cover) {  // each team locates its segment (locate_cover: indices below 2^31): one run of every segment
     const int64_t nseg = g.rows * g.segs_per_row;
     if (nseg >= (int64_t(1) << 31)) return false;
