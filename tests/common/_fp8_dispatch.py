@@ -57,7 +57,15 @@ def choose(probe: Path, rows: list[list[int]]) -> list[str]:
     return _run(probe, rows).split()
 
 
+def _geometry(probe: Path, rows: list[list[int]]) -> list[tuple[str, int, int, int, int]]:
+    return [(name, *map(int, nums)) for name, *nums in (line.split() for line in _run(probe, rows, "geometry").splitlines())]
+
+
 def geometry(probe: Path, rows: list[list[int]]) -> list[tuple[str, int, int]]:
     """(kernel, segments per CTA, lanes per segment) the launcher would use for each row of fields."""
-    lines = _run(probe, rows, "geometry").splitlines()
-    return [(name, int(segs), int(team)) for name, segs, team in (line.split() for line in lines)]
+    return [g[:3] for g in _geometry(probe, rows)]
+
+
+def launch_dims(probe: Path, rows: list[list[int]]) -> list[tuple[str, int, int]]:
+    """(kernel, threads per CTA, CTAs) of each row's tile-kernel launch; (kernel, 0, 0) for the other kernels."""
+    return [(g[0], g[3], g[4]) for g in _geometry(probe, rows)]

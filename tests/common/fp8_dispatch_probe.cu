@@ -2,7 +2,8 @@
 // on the CPU: no GPU, no CUDA call). Each input line holds the QuantParams fields the Python launcher
 // sets (see FIELDS in the test); each output line names the kernel csrc/fp8_quant.cu's
 // launch_vector_path would launch, in the same order of tries. Keep the two in step. `probe geometry`:
-// each output line is the kernel's name, then its CTA's segments (tile_segs) and lanes per segment (team).
+// each output line is the kernel's name, then its CTA's segments (tile_segs), lanes per segment (team), and for
+// the tile kernels the launch's threads per CTA and CTAs.
 #include <cstdio>
 #include <string>
 
@@ -13,11 +14,13 @@
 
 using namespace hpc::fp8;
 
-// t: p with the chosen tile kernel's geometry (p itself when none applies).
-static std::string choose(const QuantParams& p, int vec, QuantParams& t) {
+// t: p with the chosen tile kernel's geometry (p itself when none applies); k: which (kNone: none).
+static std::string choose(const QuantParams& p, int vec, QuantParams& t, TileKernel& k) {
   t = p;
+  k = TileKernel::kNone;
   if (!p.vectorized) return "scalar";
-  switch (prepare_tile_kernel(t, vec)) {
+  k = prepare_tile_kernel(t, vec);
+  switch (k) {
     case TileKernel::kColumns:
       return "col_tile";
     case TileKernel::kFlat:
@@ -106,9 +109,12 @@ int main(int argc, char** argv) {
     p.short_segments = v[19] != 0;
     p.num_sms = int(v[20]);
     QuantParams t;
-    const std::string name = choose(p, p.dtype == kFP32 ? 4 : 8, t);
-    if (geometry) {
-      printf("%s %d %d\n", name.c_str(), t.tile_segs, t.team);
+    TileKernel k;
+    const std::string name = choose(p, p.dtype == kFP32 ? 4 : 8, t, k);
+    if (geometry) {  // the tile kernels' launch: threads per CTA and CTAs (0 0 for the other kernels)
+      const bool tiled = k != TileKernel::kNone;
+      printf("%s %d %d %u %lld\n", name.c_str(), t.tile_segs, t.team, tiled ? tile_kernel_threads(t, k) : 0u,
+             tiled ? (long long)t.num_tiles : 0ll);
     } else {
       printf("%s\n", name.c_str());
     }

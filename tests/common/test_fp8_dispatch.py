@@ -12,7 +12,9 @@ import subprocess
 
 import pytest
 import torch
-from _fp8_dispatch import build_probe, choose, fields, geometry
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from _fp8_dispatch import FIELDS, build_probe, choose, fields, geometry, launch_dims
 from hpc_common import _ext
 from hpc_common.fp8 import quant
 
@@ -158,3 +160,55 @@ def test_covers_of_wide_groups_get_a_cta_each(probe, shape, group, dtype):
     [(kernel, segs, team)] = geometry(probe, [fields("group", torch.empty(shape, dtype=dtype), group)])
     assert kernel in ("row_tile_cover", "row_tile_cover_whole", "odd_row_tile", "long_row"), kernel
     assert segs >= 1 and segs * team <= 1024, (kernel, segs, team)
+
+
+ROW_KERNELS = ("row_tile", "row_tile3", "row_tile_cover", "row_tile_cover_whole", "odd_row_tile", "long_row", "wide_row")
+TILE_KERNELS = ROW_KERNELS + ("tile", "flat", "col_tile")
+OTHER_KERNELS = ("ring", "generic", "small_seg", "small_seg_masked", "scalar")
+
+
+@st.composite
+def _dispatch_case(draw):
+    """A public call's input: mode, dtype, shape (rows with a pitch, or [T, H, D] per-head), group size."""
+    mode = draw(st.sampled_from(["per_token", "group", "group_col", "per_head", "per_tensor", "per_tensor_static"]))
+    dtype = draw(st.sampled_from([torch.bfloat16, torch.float16, torch.float32]))
+    if mode == "per_head":
+        shape = (draw(st.integers(1, 300)), draw(st.integers(1, 16)), draw(st.integers(1, 600)))
+        return mode, dtype, shape, 0, 128
+    n = draw(st.one_of(st.integers(1, 20000), st.sampled_from([1536, 2880, 4095, 4096, 7168, 14336, 28672, 32776])))
+    m = draw(st.integers(1, 4096 * 8 // max(1, n // 64) + 1))
+    return mode, dtype, (min(m, 5000), n), draw(st.sampled_from([0, 0, 1, 8, 64])), draw(
+        st.sampled_from([32, 64, 96, 100, 128, 128, 256, 1000, 2048, 4096, 8192]))
+
+
+@settings(deadline=None, max_examples=30)
+@given(cases=st.lists(_dispatch_case(), min_size=40, max_size=40))
+def test_every_drawn_input_gets_a_launchable_geometry(probe, cases):
+    """Whatever the shape, stride, dtype and group size, the launcher's geometry functions pick a known kernel, never
+    fault (the probe runs them: a division by zero kills it), and give a tile kernel 1-1024 threads per CTA, 1 to
+    2^31 - 1 CTAs and room for every segment. The 89f0b32 bug (covers of wide groups on 0 segments per CTA) is one
+    this catches."""
+    rows, shapes = [], []
+    for mode, dtype, shape, pad, group in cases:
+        if mode == "per_head":
+            x = torch.empty(shape, dtype=dtype)
+        else:
+            x = torch.empty((shape[0], shape[1] + pad), dtype=dtype)[:, :shape[1]]
+        try:
+            rows.append(fields(mode, x, group))
+        except (ValueError, RuntimeError):  # an input the public function refuses (its own tests check the message)
+            continue
+        shapes.append((mode, dtype, shape, pad, group))
+    if not rows:
+        return
+    for case, f, (name, segs, team), (_, threads, ctas) in zip(shapes, rows, geometry(probe, rows),
+                                                            launch_dims(probe, rows)):
+        assert name in TILE_KERNELS + OTHER_KERNELS, (case, name)
+        if name not in TILE_KERNELS:
+            continue
+        assert 1 <= threads <= 1024 and 1 <= ctas < 2**31, (case, name, threads, ctas)
+        if name in ROW_KERNELS or name == "col_tile":
+            d = dict(zip(FIELDS, f))
+            per_cta = segs * (8 if name == "col_tile" else 1)  # column tiles: kColTileRows rows of tile_segs groups
+            assert segs >= 1 and team >= 1, (case, name, segs, team)
+            assert ctas * per_cta >= d["rows"] * d["segs_per_row"], (case, name, segs, ctas)

@@ -656,6 +656,15 @@ inline TileKernel prepare_tile_kernel(QuantParams& p, int vec) {
   return TileKernel::kTiles;
 }
 
+// Threads per CTA of the kernel prepare_tile_kernel chose for p (host code: the launches below and the CPU dispatch
+// probe's geometry check use it). Rows: whole warps of teams, so a short last run (or a small tensor) still fills
+// each warp's shuffles; columns: kColTileRows rows of the tile's teams.
+inline unsigned tile_kernel_threads(const QuantParams& p, TileKernel k) {
+  if (k == TileKernel::kRows) return unsigned((int64_t(p.tile_segs) * p.team + 31) / 32 * 32);
+  if (k == TileKernel::kColumns) return unsigned(p.tile_segs * kColTileRows * p.team);  // 256 for a full tile
+  return kTileThreads;
+}
+
 // The launches of a p that prepare_tile_kernel set up for them.
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_flat(const QuantParams& p, cudaStream_t stream, bool pdl) {
@@ -674,10 +683,9 @@ inline cudaError_t launch_fp8_quant_tile(QuantParams p, cudaStream_t stream, boo
   return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(kTileThreads), 0, stream, pdl, p);
 }
 
-// Whole warps of teams: a short last run (or a small tensor) still fills each warp's shuffles.
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t stream, bool pdl) {
-  const unsigned threads = unsigned((int64_t(p.tile_segs) * p.team + 31) / 32 * 32);
+  const unsigned threads = tile_kernel_threads(p, TileKernel::kRows);
   const bool cover = row_tile_covers(p);
   const int vpt = row_tile_vpt(p.seg_vecs, !cover && !p.peel);
   void (*kernel)(const QuantParams);
@@ -709,7 +717,7 @@ inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t 
 
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_col_tile(const QuantParams& p, cudaStream_t stream, bool pdl) {
-  const unsigned threads = unsigned(p.tile_segs * kColTileRows * p.team);  // 256 for a full tile
+  const unsigned threads = tile_kernel_threads(p, TileKernel::kColumns);
   return hpc::launch_kernel(fp8_quant_col_tile_kernel<DT, VEC>, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream,
                             pdl, p);
 }
