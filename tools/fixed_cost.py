@@ -19,6 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 from statistics import mean
 
+from hpc_common.bench.results import markdown_table
+
 MEASURED = ("median_us", "floor_us", "tbps", "pct_of_copy", "bitwise", "round", "max_abs_err", "rel_err", "cosine")
 
 
@@ -58,11 +60,7 @@ def main() -> None:
     rows = fit(json.loads(args.results.read_text())["rows"], args.size_field, tuple(args.varies), args.min_size)
     if not rows:
         raise SystemExit("fixed_cost: no shape has rows at two sizes")
-    cols = list(dict.fromkeys(c for r in rows for c in r))
-    print("| " + " | ".join(cols) + " |")
-    print("|" + "---|" * len(cols))
-    for r in rows:
-        print("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+    print("\n".join(markdown_table(rows)))
 
 
 if __name__ == "__main__":

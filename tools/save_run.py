@@ -30,10 +30,9 @@ def main() -> None:
     meta["note"] = args.note
     path = args.out_dir / f"{args.name}.json"
     path.write_text(dump_results(meta, rows))
-    cols = list(dict.fromkeys(c for r in rows for c in r))  # every field, in first-seen order
     md = [f"# {args.name}", "", args.note, "",
           f"GPU {meta['gpu']}, commit {meta['commit']}, {meta['date']}, torch {meta.get('torch')}, "
-          f"CUDA {meta.get('cuda')}, nvcc {meta.get('nvcc')}", "", *markdown_table(rows, cols)]
+          f"CUDA {meta.get('cuda')}, nvcc {meta.get('nvcc')}", "", *markdown_table(rows)]
     (args.out_dir / f"{args.name}.md").write_text("\n".join(md) + "\n")
     print(f"wrote {path} ({len(rows)} rows)")
 

@@ -517,13 +517,18 @@ def test_consumer_schedules_same_bits(group, kv_dtype, producer, monkeypatch):
     the outputs equal the build without it bit for bit, on tasks of one tile, of many tiles and
     across task boundaries (split items, a length-1 request, an empty one)."""
     case = make_case([1, 64, 65, 700, 0, 4097, 130], 2, group, kv_dtype, seed=30 + group)
-    outs = []
-    for defines in ((), _ext.NO_LOOKAHEAD):
-        monkeypatch.setitem(dec.DIAG, "defines", defines)
-        out, _ = run(case, num_ctas=5, min_tiles=1)
-        outs.append(out)
+    outs = _outputs_of_builds(case, ((), _ext.NO_LOOKAHEAD), monkeypatch)
     assert_bitwise_equal(outs[1], outs[0], name="previous schedule")
     check_accuracy(outs[0], case)
+
+
+def _outputs_of_builds(case, builds, monkeypatch):
+    """The case's outputs from each build of the kernels (their -D switches), 5 CTAs, one-tile work floor."""
+    outs = []
+    for defines in builds:
+        monkeypatch.setitem(dec.DIAG, "defines", defines)
+        outs.append(run(case, num_ctas=5, min_tiles=1)[0])
+    return outs
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
@@ -531,10 +536,6 @@ def test_param_line_touch_same_bits(kv_dtype, producer, monkeypatch):
     """The parameter block's lines touched at entry (HPC_ATTN_TOUCH_PARAMS, a benchmark A/B build) change no
     output bit: split items, a length-1 request and an empty one, on both producers."""
     case = make_case([1, 64, 65, 700, 0, 4097, 130], 2, 8, kv_dtype, seed=61)
-    outs = []
-    for defines in ((), _ext.TOUCH_PARAMS):
-        monkeypatch.setitem(dec.DIAG, "defines", defines)
-        out, _ = run(case, num_ctas=5, min_tiles=1)
-        outs.append(out)
+    outs = _outputs_of_builds(case, ((), _ext.TOUCH_PARAMS), monkeypatch)
     assert_bitwise_equal(outs[1], outs[0], name="parameter lines touched at entry")
     check_accuracy(outs[0], case)

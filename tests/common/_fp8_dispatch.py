@@ -57,15 +57,13 @@ def choose(probe: Path, rows: list[list[int]]) -> list[str]:
     return _run(probe, rows).split()
 
 
-def _geometry(probe: Path, rows: list[list[int]]) -> list[tuple[str, int, int, int, int]]:
-    return [(name, *map(int, nums)) for name, *nums in (line.split() for line in _run(probe, rows, "geometry").splitlines())]
+def launch_geometry(probe: Path, rows: list[list[int]]) -> list[tuple[str, int, int, int, int]]:
+    """(kernel, segments per CTA, lanes per segment, threads per CTA, CTAs) the launcher would use for each row of
+    fields; the last two are 0 for kernels other than the tile kernels."""
+    lines = _run(probe, rows, "geometry").splitlines()
+    return [(name, *map(int, nums)) for name, *nums in (line.split() for line in lines)]
 
 
 def geometry(probe: Path, rows: list[list[int]]) -> list[tuple[str, int, int]]:
     """(kernel, segments per CTA, lanes per segment) the launcher would use for each row of fields."""
-    return [g[:3] for g in _geometry(probe, rows)]
-
-
-def launch_dims(probe: Path, rows: list[list[int]]) -> list[tuple[str, int, int]]:
-    """(kernel, threads per CTA, CTAs) of each row's tile-kernel launch; (kernel, 0, 0) for the other kernels."""
-    return [(g[0], g[3], g[4]) for g in _geometry(probe, rows)]
+    return [g[:3] for g in launch_geometry(probe, rows)]

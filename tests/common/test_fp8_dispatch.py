@@ -14,7 +14,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from _fp8_dispatch import FIELDS, build_probe, choose, fields, geometry, launch_dims
+from _fp8_dispatch import FIELDS, build_probe, choose, fields, geometry, launch_geometry
 from hpc_common import _ext
 from hpc_common.fp8 import quant
 
@@ -126,7 +126,6 @@ def test_whole_vector_covers_switch(probe, tmp_path_factory):
     assert choose(partial, rows) == ["row_tile_cover"] * 3
 
 
-
 def test_two_warp_rows_share_ctas_and_wider_rows_take_their_own(probe, tmp_path_factory):
     """Row tile rows of 64-lane teams share 256-thread CTAs (N = 1536 bf16: 4 rows of 64 lanes x 3 vectors; fp32 N =
     768 alike); from 96 lanes (N = 2880, 3072, 7168) a row takes a CTA of its own (HPC_FP8_ROW_TILE_OWN_CTA_MIN_TEAM).
@@ -201,8 +200,7 @@ def test_every_drawn_input_gets_a_launchable_geometry(probe, cases):
         shapes.append((mode, dtype, shape, pad, group))
     if not rows:
         return
-    for case, f, (name, segs, team), (_, threads, ctas) in zip(shapes, rows, geometry(probe, rows),
-                                                            launch_dims(probe, rows)):
+    for case, f, (name, segs, team, threads, ctas) in zip(shapes, rows, launch_geometry(probe, rows)):
         assert name in TILE_KERNELS + OTHER_KERNELS, (case, name)
         if name not in TILE_KERNELS:
             continue

@@ -62,9 +62,11 @@ def run_meta(repo: Path | None = None, **extra) -> dict:
     return meta
 
 
-def markdown_table(rows: list[dict], cols: list[str], cell=str) -> list[str]:
+def markdown_table(rows: list[dict], cols: list[str] | None = None, cell=str) -> list[str]:
     """A Markdown table's lines: header, separator, one line per row (missing fields empty, values through
-    `cell`)."""
+    `cell`). cols: every field of the rows, in first-seen order, unless given."""
+    if cols is None:
+        cols = list(dict.fromkeys(c for r in rows for c in r))
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(cell(r[c]) if c in r else "" for c in cols) + " |" for r in rows]
     return lines

@@ -72,7 +72,9 @@ constexpr bool kScoreLookahead = HPC_ATTN_SCORE_LOOKAHEAD != 0;
 // global-memory descriptor and the block's first fields) after the PDL wait, just before the bin's loads, and
 // c[0x0][0x3f4] (line 0x300) after them. The FP8 quantiser's touch measured null (its 216-byte block lies in one
 // line; hpc-common FP8_NOTES.md). Off: prepared for the benchmark's `--diag-rows touch_params` rows, not yet
-// measured.
+// measured. Not the planner's touch_param_lines (decode_plan_common.cuh): that one's lanes of one warp load 16-byte
+// steps with divergent indices, which the constant cache may serve one line after another; here one warp per line.
+// If this measures a gain, the planner's should take this form (its kernels' SASS was measured as it is).
 #ifndef HPC_ATTN_TOUCH_PARAMS
 #define HPC_ATTN_TOUCH_PARAMS 0
 #endif
