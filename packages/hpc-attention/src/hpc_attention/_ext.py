@@ -20,12 +20,11 @@ def load_timeline():
 
 
 # The decode kernels' build-switch variants that benchmarks and tests load (load_variant) and CI
-# compiles (tools/compile_variants.py): the consumers' schedule before the score look-ahead, and the
-# parameter block's lines touched at entry (prepared in the twenty-sixth session, not yet measured;
-# `--diag-rows touch_params`) (the benchmark's A/B rows).
+# compiles (tools/compile_variants.py): the consumers' schedule before the score look-ahead (the benchmark's
+# A/B rows). (HPC_ATTN_TOUCH_PARAMS, the parameter block's lines touched at entry, measured null in the
+# twenty-seventh session and was removed: decode_attention_touch_params_ab_3e0dcf2.*.)
 NO_LOOKAHEAD = ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",)
-TOUCH_PARAMS = ("-DHPC_ATTN_TOUCH_PARAMS=1",)
-BUILD_VARIANTS = (NO_LOOKAHEAD, TOUCH_PARAMS)
+BUILD_VARIANTS = (NO_LOOKAHEAD,)
 
 
 def load_variant(*defines: str):

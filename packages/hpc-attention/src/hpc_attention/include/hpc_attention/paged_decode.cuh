@@ -65,32 +65,6 @@ namespace hpc::attn {
 #endif
 constexpr bool kScoreLookahead = HPC_ATTN_SCORE_LOOKAHEAD != 0;
 
-// 1: warps 1-3 each load one word of a different 256-byte constant line of the 640-byte parameter block at entry
-// (touch_decode_param_lines), so after an L2 flush the block's lines miss together. Why to try (twenty-sixth
-// session, SASS of the TMA kernel): the first touches of the block's lines lie on the start chain one after
-// another: c[0x0][0x4a8] (line 0x400) in the prologue before the block barrier, c[0x0][0x208] (line 0x200: the
-// global-memory descriptor and the block's first fields) after the PDL wait, just before the bin's loads, and
-// c[0x0][0x3f4] (line 0x300) after them. The FP8 quantiser's touch measured null (its 216-byte block lies in one
-// line; hpc-common FP8_NOTES.md). Off: prepared for the benchmark's `--diag-rows touch_params` rows, not yet
-// measured. Not the planner's touch_param_lines (decode_plan_common.cuh): that one's lanes of one warp load 16-byte
-// steps with divergent indices, which the constant cache may serve one line after another; here one warp per line.
-// If this measures a gain, the planner's should take this form (its kernels' SASS was measured as it is).
-#ifndef HPC_ATTN_TOUCH_PARAMS
-#define HPC_ATTN_TOUCH_PARAMS 0
-#endif
-__device__ __forceinline__ void touch_decode_param_lines(const PagedDecodeParams& p) {
-  constexpr int kLines = static_cast<int>((sizeof(PagedDecodeParams) + 255) / 256);
-  static_assert(kLines <= 7, "warps 1..kLines of the CTA touch one line each");
-  __shared__ volatile int sink[kLines];  // volatile: ptxas would drop unread stores and the loads with them
-  const int w = static_cast<int>(threadIdx.x >> 5);
-  if ((threadIdx.x & 31) == 0 && w >= 1 && w <= kLines) {
-    // One word per 256 bytes from the block's start: each line the block spans, whatever its alignment (the block
-    // ends within kLines * 256 bytes of its start). Warp-uniform index: one address per warp, the warps in parallel.
-    sink[w - 1] = reinterpret_cast<const int*>(&p)[(w - 1) * 64];
-  }
-}
-
-
 // kHeadsN (G <= 8 query heads per KV head): the products run transposed, the tile's
 // tokens on the mma's M side and the heads on N: S^T = K Q^T (tile_scores) and
 // O^T += V^T P^T, with P^T turned into the B operand by two movmatrix transposes. Each thread then
@@ -432,7 +406,6 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
     tl_put(p, kTlClockEntry, clock64());
     tl_put(p, kTlSmid, tl_smid());
   }
-  if constexpr (HPC_ATTN_TOUCH_PARAMS != 0) touch_decode_param_lines(p);
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw;
   if constexpr (kTma) smem += (1024u - (smem_u32(smem_raw) & 1023u)) & 1023u;  // swizzle atoms
