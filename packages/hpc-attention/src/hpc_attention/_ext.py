@@ -24,7 +24,12 @@ def load_timeline():
 # A/B rows). (HPC_ATTN_TOUCH_PARAMS, the parameter block's lines touched at entry, measured null in the
 # twenty-seventh session and was removed: decode_attention_touch_params_ab_3e0dcf2.*.)
 NO_LOOKAHEAD = ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",)
-BUILD_VARIANTS = (NO_LOOKAHEAD,)
+# The split merge's critical path (decode_merge_in_kernel.cuh; twenty-seventh session, `--diag-rows merge`): the
+# last arrival's counter reset after its acquire fence, two rows per helper thread loaded together, both.
+MERGE_LATE_RESET = ("-DHPC_ATTN_MERGE_LATE_RESET=1",)
+MERGE_ROWS2 = ("-DHPC_ATTN_MERGE_ROWS=2",)
+MERGE_FAST = MERGE_LATE_RESET + MERGE_ROWS2
+BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_LATE_RESET, MERGE_ROWS2, MERGE_FAST)
 
 
 def load_variant(*defines: str):

@@ -14,6 +14,20 @@
 
 namespace hpc::attn {
 
+// Build switches of the merge's critical path (twenty-seventh session; both leave every output bit as it is):
+// HPC_ATTN_MERGE_LATE_RESET 1 resets the last arrival's counter after its acquire fence (arrive_last);
+// HPC_ATTN_MERGE_ROWS is the rows each merging thread loads together (merge_split_task; the helpers' 64 threads
+// hold 4 rows per pass, so G = 8 takes two dependent passes with 1 and one with 2).
+#ifndef HPC_ATTN_MERGE_LATE_RESET
+#define HPC_ATTN_MERGE_LATE_RESET 0
+#endif
+#ifndef HPC_ATTN_MERGE_ROWS
+#define HPC_ATTN_MERGE_ROWS 1
+#endif
+constexpr bool kMergeLateReset = HPC_ATTN_MERGE_LATE_RESET != 0;
+constexpr int kMergeHelperRows = HPC_ATTN_MERGE_ROWS;
+static_assert(kMergeHelperRows >= 1 && kMergeHelperRows <= 4, "HPC_ATTN_MERGE_ROWS: 1 to 4");
+
 // ---- merge of split items inside the decode kernel (merge mode) ----------------------------
 // Called by the 128 consumer threads together (uniform control flow, named barrier 1).
 
@@ -36,8 +50,12 @@ __device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* fl
     fence_acq_rel_gpu();  // release: every consumer thread's writes (ordered by the barrier)
     const int old = atomicAdd(ctr, 1);
     const int last = old == need - 1 ? 1 : 0;
-    if (last) atomicExch(ctr, 0);  // every arrival of this call is in: zero for the next call
+    if (!kMergeLateReset && last) atomicExch(ctr, 0);  // every arrival of this call is in: zero for the next call
     fence_acq_rel_gpu();  // acquire: the other arrivals' writes before the merge reads them
+    // After the fence, the reset is off the merge's path: the fence waits for this thread's earlier atomics, so
+    // a reset before it costs the last arrival a second round trip. No arrival of this call reads the counter
+    // again, and the kernel's end orders the reset before the next call's arrivals.
+    if (kMergeLateReset && last) atomicExch(ctr, 0);
     *flag = last;
   }
   named_barrier(kBar, kThreads);
@@ -48,12 +66,14 @@ __device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* fl
 
 // Task of slot `slot` of split item (b, h) with meta = {first slot f, parts P} has written its
 // partial: arrive, and if last merge (thread t: rows t / 16 + k kThreads / 16, columns 8 (t % 16)
-// .. + 7). Per output element the arithmetic does not depend on kThreads. Returns the merge
-// levels this arrival ran (0: not the last part; 1 or 2; read by the timeline diagnostics).
-template <int kThreads = 128, int kBar = 1>
+// .. + 7; kRows of its rows at a time, their loads together). Per output element the arithmetic
+// depends on neither kThreads nor kRows. Returns the merge levels this arrival ran (0: not the last
+// part; 1 or 2; read by the timeline diagnostics).
+template <int kThreads = 128, int kBar = 1, int kRows = 1>
 __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int b, int h, int G, int slot,
                                                  int2 meta, volatile int* flag, int tid) {
   constexpr int kRowStep = kThreads / 16;
+  constexpr int kPassRows = kRows * kRowStep;  // rows of one pass over the threads
   const float kNegInf = -__int_as_float(0x7f800000);
   const int f = meta.x, P = meta.y;
   const int g = (slot - f) & (kMergeGroups - 1);
@@ -64,45 +84,92 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   const int col = 8 * (tid & 15);
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + h * G * p.out_stride_h + col;
   const long long first_row = static_cast<long long>(f) * G;
+  // This thread's rows of the pass starting at row0: row0 + r kRowStep, r < rows.
+  auto pass_rows = [&](int row0, long long (&fr)[kRows], long long base) {
+    int rows = 0;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      fr[r] = base + row0 + r * kRowStep;
+      rows += row0 + r * kRowStep < G ? 1 : 0;
+    }
+    return rows;
+  };
   if (!grouped) {  // one level: parts 0 .. P - 1 (the combine kernel's warp units)
-    for (int row = tid >> 4; row < G; row += kRowStep) {
-      float m = kNegInf, l = 0.f;
-      float4 acc[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
-      merge_parts<2, true>(p.partial_o, p.partial_lse, first_row + row, G, 0, P, 1, col, m, l, acc);
-      store_bf16_row<2>(out + row * p.out_stride_h, acc, 1.f / l);
+    for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
+      long long fr[kRows];
+      const int rows = pass_rows(row0, fr, first_row);
+      float m[kRows], l[kRows];
+      float4 acc[kRows][2];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        m[r] = kNegInf;
+        l[r] = 0.f;
+        acc[r][0] = acc[r][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      merge_parts_rows<kRows, 2, true>(p.partial_o, p.partial_lse, fr, rows, G, 0, P, 1, col, m, l, acc);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        if (r < rows) store_bf16_row<2>(out + (row0 + r * kRowStep) * p.out_stride_h, acc[r], 1.f / l[r]);
     }
     return 1;
   }
   // Level 1: group g (parts g, g + 8, ...). Its state goes to slot f + g: the partial_o columns
   // a thread writes are those it alone read (part g is in its first batch), partial_lse is kept.
-  for (int row = tid >> 4; row < G; row += kRowStep) {
-    float m = kNegInf, l = 0.f;
-    float4 acc[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
-    merge_parts<2, true>(p.partial_o, p.partial_lse, first_row + row, G, g, P, kMergeGroups, col, m, l, acc);
-    const long long sr = first_row + static_cast<long long>(g) * G + row;
-    float4* dst = reinterpret_cast<float4*>(p.partial_o + sr * 128 + col);
-    dst[0] = acc[0];
-    dst[1] = acc[1];
-    if ((tid & 15) == 0) p.merge_ml[sr] = make_float2(m, l);
+  for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
+    long long fr[kRows];
+    const int rows = pass_rows(row0, fr, first_row);
+    float m[kRows], l[kRows];
+    float4 acc[kRows][2];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      m[r] = kNegInf;
+      l[r] = 0.f;
+      acc[r][0] = acc[r][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    merge_parts_rows<kRows, 2, true>(p.partial_o, p.partial_lse, fr, rows, G, g, P, kMergeGroups, col, m, l, acc);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= rows) continue;
+      const long long sr = fr[r] + static_cast<long long>(g) * G;
+      float4* dst = reinterpret_cast<float4*>(p.partial_o + sr * 128 + col);
+      dst[0] = acc[r][0];
+      dst[1] = acc[r][1];
+      if ((tid & 15) == 0) p.merge_ml[sr] = make_float2(m[r], l[r]);
+    }
   }
   if (!arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, sc, tid)) return 1;
   // Level 2: the 8 group states, folded in group order (the combine kernel's phase 2).
-  for (int row = tid >> 4; row < G; row += kRowStep) {
-    float gm[kMergeGroups], gl[kMergeGroups];
-    float4 ga[kMergeGroups][2];
+  for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
+    long long fr[kRows];
+    const int rows = pass_rows(row0, fr, first_row);
+    float gm[kRows][kMergeGroups], gl[kRows][kMergeGroups];
+    float4 ga[kRows][kMergeGroups][2];
 #pragma unroll
-    for (int w = 0; w < kMergeGroups; ++w) {
-      const long long sr = first_row + static_cast<long long>(w) * G + row;
-      const float2 ml = __ldcg(p.merge_ml + sr);
-      gm[w] = ml.x;
-      gl[w] = ml.y;
-      ga[w][0] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + sr * 128 + col));
-      ga[w][1] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + sr * 128 + col + 4));
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int w = 0; w < kMergeGroups; ++w) {
+        if (r < rows) {
+          const long long sr = fr[r] + static_cast<long long>(w) * G;
+          const float2 ml = __ldcg(p.merge_ml + sr);
+          gm[r][w] = ml.x;
+          gl[r][w] = ml.y;
+          ga[r][w][0] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + sr * 128 + col));
+          ga[r][w][1] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + sr * 128 + col + 4));
+        } else {
+          gm[r][w] = kNegInf;
+          gl[r][w] = 0.f;
+          ga[r][w][0] = ga[r][w][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+      }
     }
-    float L;
-    float4 r[2];
-    fold_groups<2>(gm, gl, ga, L, r);
-    store_bf16_row<2>(out + row * p.out_stride_h, r, 1.f / L);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= rows) continue;
+      float L;
+      float4 res[2];
+      fold_groups<2>(gm[r], gl[r], ga[r], L, res);
+      store_bf16_row<2>(out + (row0 + r * kRowStep) * p.out_stride_h, res, 1.f / L);
+    }
   }
   return 2;
 }
@@ -150,8 +217,8 @@ __device__ __forceinline__ void merge_helpers(const PagedDecodeParams& p, const 
     if (d.x < 0) break;
     const int b = d.x / p.num_kv_heads, h = d.x - b * p.num_kv_heads;
     const uint64_t t0 = tl_on(p) ? tl_clock() : 0;
-    merges += merge_split_task<kMergeHelperThreads, kMergeHelperBar>(p, b, h, p.group, d.y, make_int2(d.z, d.w),
-                                                                    flag, tid);
+    merges += merge_split_task<kMergeHelperThreads, kMergeHelperBar, kMergeHelperRows>(
+        p, b, h, p.group, d.y, make_int2(d.z, d.w), flag, tid);
     if (tl_on(p)) {
       last_ns = tl_clock() - t0;
       busy_ns += last_ns;

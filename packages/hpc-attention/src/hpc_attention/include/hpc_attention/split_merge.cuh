@@ -43,57 +43,83 @@ __device__ __forceinline__ float4 merge_load4(const float* p) {
   }
 }
 
-// Running (m, l, acc) over parts q = q_begin, q_begin + step, ... < q_end of one (item, row):
-// acc holds kVec float4 = columns col .. col + 4 kVec - 1. first_row = f * G + r.
+// Running (m, l, acc) over parts q = q_begin, q_begin + step, ... < q_end of kRows rows of one item at once:
+// row i's first part is first_row[i] (= f * G + r_i), valid for i < rows; acc[i] holds kVec float4 = columns
+// col .. col + 4 kVec - 1. Every batch's loads, of all rows, are issued before its arithmetic, so kRows rows
+// cost one dependent L2 round trip per batch instead of kRows; per row the arithmetic is the one-row form's.
+template <int kRows, int kVec, bool kL2Only>
+__device__ __forceinline__ void merge_parts_rows(const float* partial_o, const float* partial_lse,
+                                                 const long long (&first_row)[kRows], int rows, int G, int q_begin,
+                                                 int q_end, int step, int col, float (&m)[kRows], float (&l)[kRows],
+                                                 float4 (&acc)[kRows][kVec]) {
+  const float kNegInf = -__int_as_float(0x7f800000);
+  for (int q0 = q_begin; q0 < q_end; q0 += kCombineBatch * step) {
+    float lse[kRows][kCombineBatch];
+    float4 v[kRows][kCombineBatch][kVec];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int k = 0; k < kCombineBatch; ++k) {
+        const int q = q0 + k * step;
+        if (q < q_end && r < rows) {
+          const long long sr = first_row[r] + static_cast<long long>(q) * G;
+          lse[r][k] = merge_load<kL2Only>(partial_lse + sr);
+#pragma unroll
+          for (int i = 0; i < kVec; ++i) v[r][k][i] = merge_load4<kL2Only>(partial_o + sr * 128 + col + 4 * i);
+        } else {
+          lse[r][k] = kNegInf;
+#pragma unroll
+          for (int i = 0; i < kVec; ++i) v[r][k][i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      float mb = m[r];
+#pragma unroll
+      for (int k = 0; k < kCombineBatch; ++k) mb = fmaxf(mb, lse[r][k]);
+      const float base = mb == kNegInf ? 0.f : mb;
+      const float a = exp2f(m[r] - base);
+      l[r] *= a;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        acc[r][i].x *= a;
+        acc[r][i].y *= a;
+        acc[r][i].z *= a;
+        acc[r][i].w *= a;
+      }
+#pragma unroll
+      for (int k = 0; k < kCombineBatch; ++k) {
+        const float w = exp2f(lse[r][k] - base);  // 0 for the padding (lse = -inf)
+        l[r] += w;
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) {
+          acc[r][i].x += w * v[r][k][i].x;
+          acc[r][i].y += w * v[r][k][i].y;
+          acc[r][i].z += w * v[r][k][i].z;
+          acc[r][i].w += w * v[r][k][i].w;
+        }
+      }
+      m[r] = mb;
+    }
+  }
+}
+
+// The one-row form (first_row = f * G + r): the combine kernel's and the one-row merge's.
 template <int kVec, bool kL2Only>
 __device__ __forceinline__ void merge_parts(const float* partial_o, const float* partial_lse, long long first_row,
                                             int G, int q_begin, int q_end, int step, int col, float& m, float& l,
                                             float4 (&acc)[kVec]) {
-  const float kNegInf = -__int_as_float(0x7f800000);
-  for (int q0 = q_begin; q0 < q_end; q0 += kCombineBatch * step) {
-    float lse[kCombineBatch];
-    float4 v[kCombineBatch][kVec];
+  const long long fr[1] = {first_row};
+  float m1[1] = {m}, l1[1] = {l};
+  float4 a1[1][kVec];
 #pragma unroll
-    for (int k = 0; k < kCombineBatch; ++k) {
-      const int q = q0 + k * step;
-      if (q < q_end) {
-        const long long sr = first_row + static_cast<long long>(q) * G;
-        lse[k] = merge_load<kL2Only>(partial_lse + sr);
+  for (int i = 0; i < kVec; ++i) a1[0][i] = acc[i];
+  merge_parts_rows<1, kVec, kL2Only>(partial_o, partial_lse, fr, 1, G, q_begin, q_end, step, col, m1, l1, a1);
+  m = m1[0];
+  l = l1[0];
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) v[k][i] = merge_load4<kL2Only>(partial_o + sr * 128 + col + 4 * i);
-      } else {
-        lse[k] = kNegInf;
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) v[k][i] = make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-    }
-    float mb = m;
-#pragma unroll
-    for (int k = 0; k < kCombineBatch; ++k) mb = fmaxf(mb, lse[k]);
-    const float base = mb == kNegInf ? 0.f : mb;
-    const float a = exp2f(m - base);
-    l *= a;
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) {
-      acc[i].x *= a;
-      acc[i].y *= a;
-      acc[i].z *= a;
-      acc[i].w *= a;
-    }
-#pragma unroll
-    for (int k = 0; k < kCombineBatch; ++k) {
-      const float w = exp2f(lse[k] - base);  // 0 for the padding (lse = -inf)
-      l += w;
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        acc[i].x += w * v[k][i].x;
-        acc[i].y += w * v[k][i].y;
-        acc[i].z += w * v[k][i].z;
-        acc[i].w += w * v[k][i].w;
-      }
-    }
-    m = mb;
-  }
+  for (int i = 0; i < kVec; ++i) acc[i] = a1[0][i];
 }
 
 // Fold of the kMergeGroups group states (m, l, acc) of one row, in group order.
