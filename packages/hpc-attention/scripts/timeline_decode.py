@@ -31,7 +31,7 @@ import torch
 from hpc_common.bench import timing
 
 import hpc_attention as ha
-from hpc_attention import heuristics
+from hpc_attention import _ext, heuristics
 from hpc_attention import paged_decode as pd
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -54,6 +54,8 @@ VARIANTS = {
     "decode_only_read": (dict(skip_combine=True, flags=0), "read", True),
     # head-major plans: CTA c runs bin c instead of the bins dealt head by head (heuristics.BINS_BY_HEAD)
     "bins_in_cta_order": (dict(bins_by_head=False), "write", True),
+    # the copy issuer laid out right after the prologue (paged_decode.cuh, HPC_ATTN_PRODUCER_FALLTHROUGH)
+    "producer_fallthrough": (dict(defines=_ext.PRODUCER_FALLTHROUGH), "write", True),
 }
 
 
