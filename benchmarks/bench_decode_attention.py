@@ -38,7 +38,7 @@ flush, 34.3 after a read one), which no kernel of ours controls; both are valid 
 sense, so the read rows show the kernels without that cost.
 
     python benchmarks/bench_decode_attention.py [--out-dir benchmarks/results] [--quick]
-        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order|min_tiles|code_warm|task_cost|page_order|promotion|merge|layout]
+        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order|min_tiles|code_warm|task_cost|page_order|promotion|merge]
         [--flush write|read]
 """
 
@@ -59,7 +59,7 @@ from hpc_attention import paged_decode as pd
 from hpc_attention.reference import decode_reference
 
 DIAG_ROW_SETS = ("all", "tail", "first_page", "lookahead", "line_order", "min_tiles", "code_warm", "task_cost",
-                 "page_order", "promotion", "merge", "layout")
+                 "page_order", "promotion", "merge")
 CASES = ["64x0.5K", "64x4K", "32x128+32x4K", "2x32K+30x4K", "1x64K+15x4K", "1x128K+31x4K"]
 HEADS = [(8, 1), (64, 8)]
 PAGE = 64
@@ -282,17 +282,10 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                     time_call("diag_tma_promo256", plan)
                 for name, flags in (("diag_tma_promo256_decode_only", 2), ("diag_tma_promo256_stream_only", 3)):
                     time_mode(name, plan, flags)
-            if diag and diag_rows == "merge":  # the split merge's critical path (decode_merge_in_kernel.cuh): the
-                # variant builds' whole calls (outputs checked), then the default's again (the same process's spread)
-                for name, defines in (("diag_merge_late_reset", _ext.MERGE_LATE_RESET),
-                                      ("diag_merge_rows2", _ext.MERGE_ROWS2), ("diag_merge_fast", _ext.MERGE_FAST),
-                                      ("diag_merge_default_again", ())):
-                    time_mode(name, plan, None, defines=defines)
-            if diag and diag_rows == "layout":  # the copy issuer laid out after the prologue (paged_decode.cuh), alone
-                # and with two merge rows per helper thread; the default's again (the same process's spread)
-                for name, defines in (("diag_producer_fallthrough", _ext.PRODUCER_FALLTHROUGH),
-                                      ("diag_producer_fallthrough_rows2", _ext.PRODUCER_FALLTHROUGH + _ext.MERGE_ROWS2),
-                                      ("diag_merge_rows2", _ext.MERGE_ROWS2), ("diag_layout_default_again", ())):
+            if diag and diag_rows == "merge":  # the split merge with one row per helper thread at a time (the
+                # default before the twenty-seventh session; decode_merge_in_kernel.cuh), outputs checked; the
+                # default's again (the same process's spread)
+                for name, defines in (("diag_merge_rows1", _ext.MERGE_ROWS1), ("diag_merge_default_again", ())):
                     time_mode(name, plan, None, defines=defines)
             if diag and diag_rows != "all":  # every narrow row set also gets decode only / stream only
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):

@@ -212,16 +212,14 @@ MERGE_PARTS = {2: [2], 9: [8, 2], 12: [10, 3], 20: [16, 4], 24: [20, 5], 67: [54
                132: [105, 27]}
 
 
-@pytest.mark.parametrize("build", [(), _ext.MERGE_FAST, _ext.PRODUCER_FALLTHROUGH],
-                         ids=["default", "merge_fast", "producer_fallthrough"])
+@pytest.mark.parametrize("build", [(), _ext.MERGE_ROWS1], ids=["default", "merge_rows1"])
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("num_ctas,group", [(2, 8), (9, 16), (12, 8), (20, 1), (24, 8), (67, 16), (100, 2),
                                             (132, 8)])
 def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype, build, monkeypatch, producer):
     """The in-kernel merge and the combine kernel run the same arithmetic (split_merge.cuh) in
-    the same order: identical bits, whichever CTA finishes last; also in the build with the merge's
-    counter reset after the fence and two rows per helper thread (HPC_ATTN_MERGE_LATE_RESET / _ROWS)
-    and in the build with the warp roles' code in the other order (HPC_ATTN_PRODUCER_FALLTHROUGH)."""
+    the same order: identical bits, whichever CTA finishes last; also in the build whose helper threads
+    merge one row at a time (HPC_ATTN_MERGE_ROWS=1; the default loads two rows together)."""
     monkeypatch.setitem(dec.DIAG, "defines", build)
     case = make_case([64 * 160, 5, 0, 64 * 40 + 7], 1, group, kv_dtype, seed=num_ctas)
     outs = {}

@@ -54,8 +54,8 @@ VARIANTS = {
     "decode_only_read": (dict(skip_combine=True, flags=0), "read", True),
     # head-major plans: CTA c runs bin c instead of the bins dealt head by head (heuristics.BINS_BY_HEAD)
     "bins_in_cta_order": (dict(bins_by_head=False), "write", True),
-    # the copy issuer laid out right after the prologue (paged_decode.cuh, HPC_ATTN_PRODUCER_FALLTHROUGH)
-    "producer_fallthrough": (dict(defines=_ext.PRODUCER_FALLTHROUGH), "write", True),
+    # the split merge with one row per helper thread at a time (HPC_ATTN_MERGE_ROWS=1, the earlier default)
+    "merge_rows1": (dict(defines=_ext.MERGE_ROWS1), "write", True),
 }
 
 

@@ -20,18 +20,14 @@ def load_timeline():
 
 
 # The decode kernels' build-switch variants that benchmarks and tests load (load_variant) and CI
-# compiles (tools/compile_variants.py): the consumers' schedule before the score look-ahead (the benchmark's
-# A/B rows). (HPC_ATTN_TOUCH_PARAMS, the parameter block's lines touched at entry, measured null in the
-# twenty-seventh session and was removed: decode_attention_touch_params_ab_3e0dcf2.*.)
+# compiles (tools/compile_variants.py): the consumers' schedule before the score look-ahead, and the split merge
+# with one row per helper thread at a time (before the twenty-seventh session) (the benchmark's A/B rows and the
+# bitwise tests). Measured and removed: HPC_ATTN_TOUCH_PARAMS (decode_attention_touch_params_ab_3e0dcf2.*), the
+# merge counter's reset after the fence and the copy issuer laid out after the prologue
+# (decode_attention_merge_ab_a69c8ff.*, decode_attention_layout_ab_6db6dbe.*).
 NO_LOOKAHEAD = ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",)
-# The split merge's critical path (decode_merge_in_kernel.cuh; twenty-seventh session, `--diag-rows merge`): the
-# last arrival's counter reset after its acquire fence, two rows per helper thread loaded together, both.
-MERGE_LATE_RESET = ("-DHPC_ATTN_MERGE_LATE_RESET=1",)
-MERGE_ROWS2 = ("-DHPC_ATTN_MERGE_ROWS=2",)
-MERGE_FAST = MERGE_LATE_RESET + MERGE_ROWS2
-# The copy issuer laid out right after the prologue (paged_decode.cuh, `--diag-rows layout`).
-PRODUCER_FALLTHROUGH = ("-DHPC_ATTN_PRODUCER_FALLTHROUGH=1",)
-BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_LATE_RESET, MERGE_ROWS2, MERGE_FAST, PRODUCER_FALLTHROUGH)
+MERGE_ROWS1 = ("-DHPC_ATTN_MERGE_ROWS=1",)
+BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1)
 
 
 def load_variant(*defines: str):

@@ -397,18 +397,6 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   }
 }
 
-// Code layout of the warp roles (twenty-seventh session). ptxas lays the else branch of the role tests right after
-// the prologue and the then branch elsewhere; the code is cold after the benchmark's L2 flush, and each jump into a
-// cold region costs an instruction fetch from DRAM (~0.5-1 us). With the old order the producer warp, the start
-// chain's critical path, jumped twice (to the producer side, then to the copy issuer) before its first copy, and
-// the per-CTA timeline read 1.3-2.3 us from the bin's tables landing to the first copy issued. 1: the role tests are
-// ordered so that the copy issuer falls through from the prologue and the consumers, who wait for the first tile
-// anyway, take the jump.
-#ifndef HPC_ATTN_PRODUCER_FALLTHROUGH
-#define HPC_ATTN_PRODUCER_FALLTHROUGH 0
-#endif
-constexpr bool kProducerFallthrough = HPC_ATTN_PRODUCER_FALLTHROUGH != 0;
-
 template <bool kFp8Kv, bool kFp8Q, bool kTma, bool kHeadsN>
 __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1)
     paged_decode_kernel(const __grid_constant__ PagedDecodeParams p) {
@@ -478,55 +466,27 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
                        ? p.bin_first_page[bin] : -1;
   if (t_begin >= t_end) first_page = -1;  // empty own bin: the entry is stale
   if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlBin, tl_clock_after(t_end ^ first.x));
-  // The producer side's warps: one issues the copies; with TMA, lane 0 of the next one claims tail bins
-  // (decode_bin_ring.cuh) and the last two write the empty items' zero rows and merge split items.
-  auto tma_producer = [&] {
-    producer_tma_warp<kFp8Kv, kFp8Q>(p, smem, full, empty, ring, t_begin, t_end, first, first_page);
-  };
-  auto tma_helpers = [&](int pw) {
-    if (pw < 64) {
-      if (pw == 32) bin_scheduler(p, ring);
-    } else if (p.merge) {
-      static_assert(Cfg::kProducerThreads - 64 == kMergeHelperThreads, "two helper warps");
-      write_empty_items<kMergeHelperThreads>(p, pw - 64);
-      if (p.merge == 2) merge_helpers(p, mring, reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff + 4), pw - 64);
-    }
-  };
-  auto producer_side = [&] {
+  if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
     if constexpr (kTma) {
+      // One warp issues the copies, lane 0 of the next one claims tail bins (decode_bin_ring.cuh),
+      // the last two write the empty items' zero rows. (The copy issuer laid out as the fall-through of these
+      // tests, one jump into cold code fewer before the first copy, measured 0.18 us slower on average:
+      // decode_attention_layout_ab_6db6dbe.*.)
       const int pw = threadIdx.x - 32 * Cfg::kConsumerWarps;
-      if constexpr (kProducerFallthrough) {
-        if (pw >= 32) {
-          tma_helpers(pw);
-        } else {
-          tma_producer();
-        }
-      } else {
-        if (pw < 32) {
-          tma_producer();
-        } else {
-          tma_helpers(pw);
-        }
+      if (pw < 32) {
+        producer_tma_warp<kFp8Kv, kFp8Q>(p, smem, full, empty, ring, t_begin, t_end, first, first_page);
+      } else if (pw < 64) {
+        if (pw == 32) bin_scheduler(p, ring);
+      } else if (p.merge) {
+        static_assert(Cfg::kProducerThreads - 64 == kMergeHelperThreads, "two helper warps");
+        write_empty_items<kMergeHelperThreads>(p, pw - 64);
+        if (p.merge == 2) merge_helpers(p, mring, reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff + 4), pw - 64);
       }
     } else {
       producer_warps<kFp8Kv, kFp8Q>(p, smem, full, empty, bin, t_begin, t_end, first, first_page);
     }
-  };
-  auto consumers = [&] {
-    consumer_warp<kFp8Kv, kFp8Q, kTma, kHeadsN>(p, smem, full, empty, ring, mring, bin, t_begin, t_end, first);
-  };
-  if constexpr (kProducerFallthrough) {  // the copies' issuer right after the prologue in the code (see above)
-    if (threadIdx.x < 32 * Cfg::kConsumerWarps) {
-      consumers();
-    } else {
-      producer_side();
-    }
   } else {
-    if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
-      producer_side();
-    } else {
-      consumers();
-    }
+    consumer_warp<kFp8Kv, kFp8Q, kTma, kHeadsN>(p, smem, full, empty, ring, mring, bin, t_begin, t_end, first);
   }
 }
 
