@@ -38,7 +38,7 @@ flush, 34.3 after a read one), which no kernel of ours controls; both are valid 
 sense, so the read rows show the kernels without that cost.
 
     python benchmarks/bench_decode_attention.py [--out-dir benchmarks/results] [--quick]
-        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order|min_tiles|code_warm|task_cost|page_order|promotion|merge]
+        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order|min_tiles|code_warm|task_cost|page_order|promotion|merge|prologue]
         [--flush write|read]
 """
 
@@ -59,7 +59,7 @@ from hpc_attention import paged_decode as pd
 from hpc_attention.reference import decode_reference
 
 DIAG_ROW_SETS = ("all", "tail", "first_page", "lookahead", "line_order", "min_tiles", "code_warm", "task_cost",
-                 "page_order", "promotion", "merge")
+                 "page_order", "promotion", "merge", "prologue")
 CASES = ["64x0.5K", "64x4K", "32x128+32x4K", "2x32K+30x4K", "1x64K+15x4K", "1x128K+31x4K"]
 HEADS = [(8, 1), (64, 8)]
 PAGE = 64
@@ -286,6 +286,13 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 # default before the twenty-seventh session; decode_merge_in_kernel.cuh), outputs checked; the
                 # default's again (the same process's spread)
                 for name, defines in (("diag_merge_rows1", _ext.MERGE_ROWS1), ("diag_merge_default_again", ())):
+                    time_mode(name, plan, None, defines=defines)
+            if diag and diag_rows == "prologue":  # the start chain's first steps (paged_decode_config.cuh): the
+                # tensor maps prefetched at entry, a prologue without parameter reads, both; the default's again
+                for name, defines in (("diag_early_map_prefetch", _ext.EARLY_MAP_PREFETCH),
+                                      ("diag_prologue_no_params", _ext.PROLOGUE_NO_PARAMS),
+                                      ("diag_prologue_both", _ext.EARLY_MAP_PREFETCH + _ext.PROLOGUE_NO_PARAMS),
+                                      ("diag_prologue_default_again", ())):
                     time_mode(name, plan, None, defines=defines)
             if diag and diag_rows != "all":  # every narrow row set also gets decode only / stream only
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):

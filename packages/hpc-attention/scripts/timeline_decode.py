@@ -56,6 +56,8 @@ VARIANTS = {
     "bins_in_cta_order": (dict(bins_by_head=False), "write", True),
     # the split merge with one row per helper thread at a time (HPC_ATTN_MERGE_ROWS=1, the earlier default)
     "merge_rows1": (dict(defines=_ext.MERGE_ROWS1), "write", True),
+    # the start chain's prepared changes (paged_decode_config.cuh)
+    "prologue": (dict(defines=_ext.EARLY_MAP_PREFETCH + _ext.PROLOGUE_NO_PARAMS), "write", True),
 }
 
 

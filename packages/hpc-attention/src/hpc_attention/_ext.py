@@ -27,7 +27,10 @@ def load_timeline():
 # (decode_attention_merge_ab_a69c8ff.*, decode_attention_layout_ab_6db6dbe.*).
 NO_LOOKAHEAD = ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",)
 MERGE_ROWS1 = ("-DHPC_ATTN_MERGE_ROWS=1",)
-BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1)
+# The start chain's first steps (paged_decode_config.cuh; prepared, `--diag-rows prologue`).
+EARLY_MAP_PREFETCH = ("-DHPC_ATTN_EARLY_MAP_PREFETCH=1",)
+PROLOGUE_NO_PARAMS = ("-DHPC_ATTN_PROLOGUE_NO_PARAMS=1",)
+BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, EARLY_MAP_PREFETCH + PROLOGUE_NO_PARAMS)
 
 
 def load_variant(*defines: str):

@@ -397,6 +397,17 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   }
 }
 
+__device__ __forceinline__ void touch_decode_param_lines(const PagedDecodeParams& p) {
+  constexpr int kLines = static_cast<int>((sizeof(PagedDecodeParams) + 255) / 256);
+  static_assert(kLines <= 3, "warps 1..kLines of the CTA touch one line each");
+  __shared__ volatile int sink[kLines];  // volatile: ptxas would drop unread stores and the loads with them
+  const int w = static_cast<int>(threadIdx.x >> 5);
+  if ((threadIdx.x & 31) == 0 && w >= 1 && w <= kLines) {
+    // One word per 256 bytes from the block's start: every line the block spans, whatever its alignment.
+    sink[w - 1] = reinterpret_cast<const int*>(&p)[(w - 1) * 64];
+  }
+}
+
 template <bool kFp8Kv, bool kFp8Q, bool kTma, bool kHeadsN>
 __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1)
     paged_decode_kernel(const __grid_constant__ PagedDecodeParams p) {
@@ -406,6 +417,11 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
     tl_put(p, kTlClockEntry, clock64());
     tl_put(p, kTlSmid, tl_smid());
   }
+  if constexpr (kTma && kEarlyMapPrefetch) {
+    const int pt = static_cast<int>(threadIdx.x) - 32 * Cfg::kConsumerWarps;
+    if (pt == 0 || pt == 1) tma_prefetch_map(pt ? static_cast<const void*>(&p.v_map) : static_cast<const void*>(&p.k_map));
+  }
+  if constexpr (kPrologueNoParams) touch_decode_param_lines(p);
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw;
   if constexpr (kTma) smem += (1024u - (smem_u32(smem_raw) & 1023u)) & 1023u;  // swizzle atoms
@@ -438,14 +454,17 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
     mbar_fence_init();
     if constexpr (kTma) fence_proxy_async_smem();
   }
-  // Q rows >= G of every stage are never copied: zero them once so padded rows are finite.
+  // Q rows >= G of every stage are never copied: zero them once so padded rows are finite. (kPrologueNoParams: every
+  // row, so the loop reads no parameter; the fence orders this thread's zero stores before the copies' async-proxy
+  // writes of rows < G, which the producer issues after the block barrier below.)
   for (int i = threadIdx.x; i < Cfg::kStages * 16 * 16; i += blockDim.x) {
     const int s = i >> 8, row = (i >> 4) & 15, c = i & 15;
-    if (row >= p.group) {
+    if (kPrologueNoParams || row >= p.group) {
       *reinterpret_cast<uint4*>(smem + s * Cfg::kStageBytes + Cfg::kQOff + row * Cfg::kQPitch + 16 * c) =
           make_uint4(0, 0, 0, 0);
     }
   }
+  if constexpr (kPrologueNoParams) fence_proxy_async_smem();
   __syncthreads();
   hpc::pdl_wait();  // plan, q and the KV cache may come from the previous kernels
   // Dependents (the combine kernel, or in merge mode the next layer's kernels) wait for our

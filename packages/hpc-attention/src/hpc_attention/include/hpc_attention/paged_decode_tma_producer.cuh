@@ -49,7 +49,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   const int my_kv = lane & 1, my_half = (lane >> 1) & (kHalves - 1), my_sub = lane / (2 * kHalves);
   const void* my_map = my_kv ? static_cast<const void*>(&p.v_map) : static_cast<const void*>(&p.k_map);
   const int my_dst = (my_kv ? Cfg::kVOff : Cfg::kKOff) + my_half * Cfg::kHalfBytes + (my_sub << box_log2) * 128;
-  if (lane < 2) tma_prefetch_map(my_map);
+  if (!kEarlyMapPrefetch && lane < 2) tma_prefetch_map(my_map);  // (or at the kernel's entry, paged_decode.cuh)
   int stage = 0;
   uint32_t phase = 0;
   bool tl_first = tl_on(p) && lane == 0;  // timeline diagnostics
