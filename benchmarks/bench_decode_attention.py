@@ -287,11 +287,10 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 # default's again (the same process's spread)
                 for name, defines in (("diag_merge_rows1", _ext.MERGE_ROWS1), ("diag_merge_default_again", ())):
                     time_mode(name, plan, None, defines=defines)
-            if diag and diag_rows == "prologue":  # the start chain's first steps (paged_decode_config.cuh): the
-                # tensor maps prefetched at entry, a prologue without parameter reads, both; the default's again
-                for name, defines in (("diag_early_map_prefetch", _ext.EARLY_MAP_PREFETCH),
-                                      ("diag_prologue_no_params", _ext.PROLOGUE_NO_PARAMS),
-                                      ("diag_prologue_both", _ext.EARLY_MAP_PREFETCH + _ext.PROLOGUE_NO_PARAMS),
+            if diag and diag_rows == "prologue":  # the prologue before the PDL wait (paged_decode_config.cuh): the
+                # earlier form reading p.group there, the barriers initialised in parallel; the default's again
+                for name, defines in (("diag_prologue_reads_group", _ext.PROLOGUE_READS_GROUP),
+                                      ("diag_parallel_mbar_init", _ext.PARALLEL_MBAR_INIT),
                                       ("diag_prologue_default_again", ())):
                     time_mode(name, plan, None, defines=defines)
             if diag and diag_rows != "all":  # every narrow row set also gets decode only / stream only

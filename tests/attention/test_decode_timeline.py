@@ -17,8 +17,9 @@ from .test_decode import check_counters_zero, run
 
 pytestmark = pytest.mark.gpu
 
-SLOTS = 16
+SLOTS = dec.TIMELINE_SLOTS
 ENTRY, PDL, BIN, ISSUE, DATA, LAST, CEND, HEND, MERGE_NS, COUNTS, PEND, SMID, HCOUNTS = range(13)
+PROD_START, PROD_TABLES, PROD_EMPTY = 16, 17, 18  # TMA producer only
 
 
 @pytest.mark.parametrize("merge", ["combine", "consumers", "helpers"])
@@ -50,6 +51,8 @@ def test_timeline_keeps_bits_and_adds_up(kv_dtype, tma, merge, monkeypatch):
         assert r[CEND] >= r[BIN] and r[PEND] >= r[BIN], (c, r)
         if n_tiles:
             assert r[BIN] <= r[ISSUE] <= r[DATA] <= r[LAST] <= r[CEND], (c, r)
+            if tma:
+                assert r[PDL] <= r[PROD_START] <= r[PROD_TABLES] <= r[PROD_EMPTY] <= r[ISSUE], (c, r)
         merges += r[COUNTS] + r[HCOUNTS]
         if merge == "helpers" and tma:
             assert r[HEND] >= r[BIN], (c, r)

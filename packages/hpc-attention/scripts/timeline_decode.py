@@ -39,9 +39,9 @@ _spec = importlib.util.spec_from_file_location("bench_decode_attention", ROOT / 
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
-SLOTS = 16
+SLOTS = pd.TIMELINE_SLOTS
 (ENTRY, PDL, BIN, ISSUE, DATA, LAST, CEND, HEND, MERGE_NS, COUNTS, PEND, SMID, HCOUNTS, CLK0, CLK1,
- LAST_MERGE_NS) = range(16)
+ LAST_MERGE_NS, PROD_START, PROD_TABLES, PROD_EMPTY) = range(19)
 
 # name -> (bench.overrides kwargs, flush mode, plan given the page table: first page ids from the plan)
 VARIANTS = {
@@ -56,8 +56,9 @@ VARIANTS = {
     "bins_in_cta_order": (dict(bins_by_head=False), "write", True),
     # the split merge with one row per helper thread at a time (HPC_ATTN_MERGE_ROWS=1, the earlier default)
     "merge_rows1": (dict(defines=_ext.MERGE_ROWS1), "write", True),
-    # the start chain's prepared changes (paged_decode_config.cuh)
-    "prologue": (dict(defines=_ext.EARLY_MAP_PREFETCH + _ext.PROLOGUE_NO_PARAMS), "write", True),
+    # the prologue's other forms (paged_decode_config.cuh)
+    "prologue_reads_group": (dict(defines=_ext.PROLOGUE_READS_GROUP), "write", True),
+    "parallel_mbar_init": (dict(defines=_ext.PARALLEL_MBAR_INIT), "write", True),
 }
 
 
@@ -150,6 +151,11 @@ def analyse(tables, event_us, a, kv, bins=None):
     lines.append(f"  start  pdl {statistics.median(f('pdl')):5.2f}  bin {statistics.median(f('bin')):5.2f}  "
                  f"issue {statistics.median(f('issue')):5.2f}  land {statistics.median(f('land')):5.2f}   "
                  f"first data p10 {pct(f('data'), .1):5.2f} p50 {pct(f('data'), .5):5.2f} max {max(f('data')):5.2f}")
+    prod = [r for r in a if r[PROD_START] and r[PROD_EMPTY] and r[ISSUE]]  # TMA producer's steps, from kTlBin
+    if prod:
+        med = lambda k: statistics.median((r[k] - r[BIN]) / 1e3 for r in prod)  # noqa: E731
+        lines.append(f"  producer from bin: start {med(PROD_START):+5.2f}  tables {med(PROD_TABLES):+5.2f}  "
+                     f"empty passed {med(PROD_EMPTY):+5.2f}  issued {med(ISSUE):+5.2f}")
     per_tile = [x["stream"] / max(1, x["tiles"] - 1) for x in busy if x["tiles"] > 1]
     gbs = [x["tiles"] * tile_bytes / (x["stream"] * 1e3) for x in busy if x["tiles"] > 1 and x["stream"] > 0]
     tl = f("tiles")

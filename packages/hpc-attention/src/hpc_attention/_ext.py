@@ -27,10 +27,11 @@ def load_timeline():
 # (decode_attention_merge_ab_a69c8ff.*, decode_attention_layout_ab_6db6dbe.*).
 NO_LOOKAHEAD = ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",)
 MERGE_ROWS1 = ("-DHPC_ATTN_MERGE_ROWS=1",)
-# The start chain's first steps (paged_decode_config.cuh; prepared, `--diag-rows prologue`).
-EARLY_MAP_PREFETCH = ("-DHPC_ATTN_EARLY_MAP_PREFETCH=1",)
-PROLOGUE_NO_PARAMS = ("-DHPC_ATTN_PROLOGUE_NO_PARAMS=1",)
-BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, EARLY_MAP_PREFETCH + PROLOGUE_NO_PARAMS)
+# The prologue before the PDL wait (paged_decode_config.cuh, `--diag-rows prologue`): the earlier form that reads
+# p.group there (the default before the twenty-seventh session), and the barriers initialised in parallel (prepared).
+PROLOGUE_READS_GROUP = ("-DHPC_ATTN_PROLOGUE_NO_PARAMS=0",)
+PARALLEL_MBAR_INIT = ("-DHPC_ATTN_PARALLEL_MBAR_INIT=1",)
+BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, PARALLEL_MBAR_INIT)
 
 
 def load_variant(*defines: str):

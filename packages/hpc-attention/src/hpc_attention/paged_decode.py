@@ -22,7 +22,7 @@ _LOG2E = 1.0 / math.log(2.0)
 # launch and the in-kernel merge (the decode kernel alone), "flags" is passed to the decode
 # kernel (bit 0: consumers skip the math). Read when the op runs, so a CUDA graph keeps what
 # was set at capture. Outputs are wrong while set (not while only "timeline" is set).
-# "timeline": None, or a CUDA uint64-sized tensor of >= num_ctas * 16 words into which the decode
+# "timeline": None, or a CUDA uint64-sized tensor of >= num_ctas * TIMELINE_SLOTS words into which the decode
 # kernel writes per-CTA event stamps (decode_timeline.cuh, scripts/timeline_decode.py).
 # "defines": extra -D switches for a separate build of the kernels (benchmark A/B rows only), e.g.
 # ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",) for the consumers' schedule before the score look-ahead.
@@ -36,6 +36,7 @@ LAST_PRODUCER = {"name": None, "first_page": None}
 
 # Smallest page for the TMA producer: a 64-token tile takes 64 / page_size boxes per K and V.
 _TMA_MIN_PAGE = 16
+TIMELINE_SLOTS = 20  # decode_timeline.cuh kTimelineSlots
 
 
 def _use_tma(page_size: int, num_kv_heads: int, fp8_kv: bool = False) -> bool:
@@ -253,8 +254,8 @@ def _timeline_ptr(num_ctas: int) -> int:
     t = DIAG.get("timeline")
     if t is None:
         return 0
-    if not t.is_cuda or t.numel() * t.element_size() < num_ctas * 16 * 8:
-        raise ValueError(f"DIAG['timeline'] must be a CUDA tensor of >= {num_ctas * 16} 64-bit words")
+    if not t.is_cuda or t.numel() * t.element_size() < num_ctas * TIMELINE_SLOTS * 8:
+        raise ValueError(f"DIAG['timeline'] must be a CUDA tensor of >= {num_ctas * TIMELINE_SLOTS} 64-bit words")
     return t.data_ptr()
 
 

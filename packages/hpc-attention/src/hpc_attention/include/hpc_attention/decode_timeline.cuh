@@ -30,7 +30,7 @@ namespace hpc::attn {
 // Whether this translation unit records the timeline at all (see above).
 constexpr bool kTimelineBuild = HPC_ATTN_TIMELINE != 0;
 
-constexpr int kTimelineSlots = 16;
+constexpr int kTimelineSlots = 20;
 
 // The timeline is recorded in this call: the diagnostics build and a buffer given.
 __device__ __forceinline__ bool tl_on(const PagedDecodeParams& p) { return kTimelineBuild && p.timeline != nullptr; }
@@ -53,6 +53,10 @@ enum TimelineSlot : int {
   kTlClockEntry = 13,  // clock64 at entry (same thread as kTlEntry)
   kTlClockEnd = 14,    // clock64 at kTlConsumerEnd (timer-resolution cross-check)
   kTlLastMergeNs = 15, // ns of the CTA's last arrival + merge (consumers or helpers)
+  // TMA producer lane 0 (twenty-seventh session: what the 1.2-1.4 us from kTlBin to kTlFirstIssue holds):
+  kTlProdStart = 16,   // producer_tma_warp entered
+  kTlProdTables = 17,  // the bin's tables and first page id landed (as the producer sees them)
+  kTlProdEmpty = 18,   // first tile: the empty-slot wait passed, just before its copies are issued
 };
 
 // %globaltimer (ns): hpc::sm90::global_timer_ns.

@@ -417,10 +417,6 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
     tl_put(p, kTlClockEntry, clock64());
     tl_put(p, kTlSmid, tl_smid());
   }
-  if constexpr (kTma && kEarlyMapPrefetch) {
-    const int pt = static_cast<int>(threadIdx.x) - 32 * Cfg::kConsumerWarps;
-    if (pt == 0 || pt == 1) tma_prefetch_map(pt ? static_cast<const void*>(&p.v_map) : static_cast<const void*>(&p.k_map));
-  }
   if constexpr (kPrologueNoParams) touch_decode_param_lines(p);
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw;
@@ -436,7 +432,34 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
   mring.desc = reinterpret_cast<int4*>(smem + Cfg::kMergeRingOff);
   mring.full = reinterpret_cast<uint64_t*>(smem + Cfg::kMergeRingOff + kMergeRingSlots * 16);
   mring.empty = mring.full + kMergeRingSlots;
-  if (threadIdx.x == 0) {
+  if constexpr (kParallelMbarInit) {
+    // One barrier per thread of warps 0-1 (the same barriers and counts as below, one instruction per warp).
+    constexpr int kBars = 2 * Cfg::kStages + 2 * kRingSlots + 1 + 2 * kMergeRingSlots;
+    static_assert(kBars <= 64, "barriers of the prologue: warps 0-1 init one each");
+    int t = static_cast<int>(threadIdx.x);
+    if (t < kBars) {
+      uint64_t* bar;
+      int count;
+      if (t < Cfg::kStages) {
+        bar = &full[t], count = kTma ? 1 : Cfg::kProducerThreads;  // TMA: the producer's one expect_tx arrival
+      } else if ((t -= Cfg::kStages) < Cfg::kStages) {
+        bar = &empty[t], count = Cfg::kConsumerWarps;
+      } else if ((t -= Cfg::kStages) < kRingSlots) {
+        bar = &ring.full[t], count = 1;
+      } else if ((t -= kRingSlots) < kRingSlots) {
+        bar = &ring.empty[t], count = Cfg::kConsumerWarps + 1;  // the 4 consumer warps + the producer warp
+      } else if ((t -= kRingSlots) < 1) {
+        bar = ring.want, count = 1;
+      } else if ((t -= 1) < kMergeRingSlots) {
+        bar = &mring.full[t], count = 32 * Cfg::kConsumerWarps;
+      } else {
+        bar = &mring.empty[t - kMergeRingSlots], count = 1;
+      }
+      mbar_init(bar, count);
+      mbar_fence_init();
+      if constexpr (kTma) fence_proxy_async_smem();
+    }
+  } else if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       // cp.async: one arrival per producer thread; TMA: the producer's one expect_tx arrival.
       mbar_init(&full[s], kTma ? 1 : Cfg::kProducerThreads);

@@ -28,23 +28,26 @@ __device__ __forceinline__ int4 task_in_run(const PagedDecodeParams& p, int t_be
   return p.tasks[t];
 }
 
-// The start chain's first steps (twenty-seventh session; prepared, off). The per-CTA timeline reads 0.5 us from entry to
-// the PDL wait passing and 1.3-2.3 us from the bin's tables landing to the first copy issued (64x0.5K to 64x4K, 8/1).
-// HPC_ATTN_EARLY_MAP_PREFETCH 1: the K / V tensor maps (kernel parameters, cold after the flush) are prefetched at
-// entry instead of when the producer starts, after the prologue: the TMA unit's descriptor fetch then overlaps the
-// prologue and the bin's loads. HPC_ATTN_PROLOGUE_NO_PARAMS 1: the prologue reads no parameter (every Q row of
-// every stage is zeroed, not only rows >= G, so it does not wait for p.group's constant line, the block's first
-// cold constant miss), and warps 1-3 touch the block's three 256-byte constant lines at entry, so the misses
-// overlap the barrier inits and the zeroing instead of following the PDL wait. Both are safe before the wait: the
-// tensor maps and the parameter block are the launch's own, no earlier kernel writes them.
-#ifndef HPC_ATTN_EARLY_MAP_PREFETCH
-#define HPC_ATTN_EARLY_MAP_PREFETCH 0
-#endif
+// The prologue before the PDL wait (twenty-seventh session). The per-CTA timeline read 0.5 us (BF16) / 0.77 us (FP8)
+// from entry to the PDL wait passing. HPC_ATTN_PROLOGUE_NO_PARAMS 1 (default): the prologue reads no parameter
+// (every Q row of every stage is zeroed, not only rows >= G, so it does not wait for p.group's constant line, the
+// block's first cold constant miss after the flush) and warps 1-3 touch the block's three 256-byte constant lines at
+// entry, so those misses overlap the barrier inits and the zeroing instead of following the PDL wait: -0.32 us mean
+// over the 24 benchmark cases (22 of 24 faster; decode_attention_prologue_ab_18e2c06.*), the pdl step 0.77 -> 0.58
+// us at FP8. (The touch alone, with p.group still read by the zeroing, measured null:
+// decode_attention_touch_params_ab_3e0dcf2.*; the K / V tensor maps prefetched at entry, null too.) Safe before the
+// wait: the parameter block is the launch's own, no earlier kernel writes it. 0 is the A/B build
+// (_ext.PROLOGUE_READS_GROUP). HPC_ATTN_PARALLEL_MBAR_INIT 1 (prepared, off): the prologue's 23-35 mbarriers
+// initialised one per thread of warps 0-1 instead of one after another by thread 0 (the FP8 kernel's 8 more barriers
+// than BF16's went with +0.26 us in the pdl step).
 #ifndef HPC_ATTN_PROLOGUE_NO_PARAMS
-#define HPC_ATTN_PROLOGUE_NO_PARAMS 0
+#define HPC_ATTN_PROLOGUE_NO_PARAMS 1
 #endif
-constexpr bool kEarlyMapPrefetch = HPC_ATTN_EARLY_MAP_PREFETCH != 0;
+#ifndef HPC_ATTN_PARALLEL_MBAR_INIT
+#define HPC_ATTN_PARALLEL_MBAR_INIT 0
+#endif
 constexpr bool kPrologueNoParams = HPC_ATTN_PROLOGUE_NO_PARAMS != 0;
+constexpr bool kParallelMbarInit = HPC_ATTN_PARALLEL_MBAR_INIT != 0;
 
 // The bin CTA blockIdx.x runs. A head-major line cut into a multiple of Hkv bins holds head h's
 // stretch in bins h * nb1 .. (h + 1) * nb1 - 1, every stretch cut alike; with bin_heads = Hkv the

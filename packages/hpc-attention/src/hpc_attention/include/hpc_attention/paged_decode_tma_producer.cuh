@@ -49,10 +49,12 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   const int my_kv = lane & 1, my_half = (lane >> 1) & (kHalves - 1), my_sub = lane / (2 * kHalves);
   const void* my_map = my_kv ? static_cast<const void*>(&p.v_map) : static_cast<const void*>(&p.k_map);
   const int my_dst = (my_kv ? Cfg::kVOff : Cfg::kKOff) + my_half * Cfg::kHalfBytes + (my_sub << box_log2) * 128;
-  if (!kEarlyMapPrefetch && lane < 2) tma_prefetch_map(my_map);  // (or at the kernel's entry, paged_decode.cuh)
+  if (tl_on(p) && lane == 0) tl_put(p, kTlProdStart, tl_clock());
+  if (lane < 2) tma_prefetch_map(my_map);
   int stage = 0;
   uint32_t phase = 0;
   bool tl_first = tl_on(p) && lane == 0;  // timeline diagnostics
+  if (tl_first) tl_put(p, kTlProdTables, tl_clock_after(t_end ^ first_task.x ^ first_page));
   // Own bin, then the claimed tail bins (decode_bin_ring.cuh).
   for (int claimed = 0;; ++claimed) {
   bool asked = false;  // asked the scheduler for the next bin
@@ -92,6 +94,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
       const bool with_q = tile == task.y;
       const uint32_t bytes = ncopy * (128u << box_log2) + (with_q ? p.group * Cfg::kQRowBytes : 0);
       mbar_wait(&empty[stage], phase ^ 1);
+      if (tl_first) tl_put(p, kTlProdEmpty, tl_clock());
       uint8_t* sb = smem + stage * Cfg::kStageBytes;
       if (lane == 0) mbar_arrive_expect_tx(&full[stage], bytes);
       __syncwarp();
