@@ -58,7 +58,7 @@ VARIANTS = {
     "merge_rows1": (dict(defines=_ext.MERGE_ROWS1), "write", True),
     # the prologue's other forms (paged_decode_config.cuh)
     "prologue_reads_group": (dict(defines=_ext.PROLOGUE_READS_GROUP), "write", True),
-    "parallel_mbar_init": (dict(defines=_ext.PARALLEL_MBAR_INIT), "write", True),
+    "producer_fast_first": (dict(defines=_ext.PRODUCER_FAST_FIRST), "write", True),
 }
 
 

@@ -28,10 +28,11 @@ def load_timeline():
 NO_LOOKAHEAD = ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",)
 MERGE_ROWS1 = ("-DHPC_ATTN_MERGE_ROWS=1",)
 # The prologue before the PDL wait (paged_decode_config.cuh, `--diag-rows prologue`): the earlier form that reads
-# p.group there (the default before the twenty-seventh session), and the barriers initialised in parallel (prepared).
+# p.group there (the default before the twenty-seventh session).
 PROLOGUE_READS_GROUP = ("-DHPC_ATTN_PROLOGUE_NO_PARAMS=0",)
-PARALLEL_MBAR_INIT = ("-DHPC_ATTN_PARALLEL_MBAR_INIT=1",)
-BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, PARALLEL_MBAR_INIT)
+# The TMA producer's first copies with less in front of them (paged_decode_config.cuh; prepared, `--diag-rows prologue`).
+PRODUCER_FAST_FIRST = ("-DHPC_ATTN_PRODUCER_FAST_FIRST=1",)
+BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, PRODUCER_FAST_FIRST)
 
 
 def load_variant(*defines: str):

@@ -432,34 +432,7 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
   mring.desc = reinterpret_cast<int4*>(smem + Cfg::kMergeRingOff);
   mring.full = reinterpret_cast<uint64_t*>(smem + Cfg::kMergeRingOff + kMergeRingSlots * 16);
   mring.empty = mring.full + kMergeRingSlots;
-  if constexpr (kParallelMbarInit) {
-    // One barrier per thread of warps 0-1 (the same barriers and counts as below, one instruction per warp).
-    constexpr int kBars = 2 * Cfg::kStages + 2 * kRingSlots + 1 + 2 * kMergeRingSlots;
-    static_assert(kBars <= 64, "barriers of the prologue: warps 0-1 init one each");
-    int t = static_cast<int>(threadIdx.x);
-    if (t < kBars) {
-      uint64_t* bar;
-      int count;
-      if (t < Cfg::kStages) {
-        bar = &full[t], count = kTma ? 1 : Cfg::kProducerThreads;  // TMA: the producer's one expect_tx arrival
-      } else if ((t -= Cfg::kStages) < Cfg::kStages) {
-        bar = &empty[t], count = Cfg::kConsumerWarps;
-      } else if ((t -= Cfg::kStages) < kRingSlots) {
-        bar = &ring.full[t], count = 1;
-      } else if ((t -= kRingSlots) < kRingSlots) {
-        bar = &ring.empty[t], count = Cfg::kConsumerWarps + 1;  // the 4 consumer warps + the producer warp
-      } else if ((t -= kRingSlots) < 1) {
-        bar = ring.want, count = 1;
-      } else if ((t -= 1) < kMergeRingSlots) {
-        bar = &mring.full[t], count = 32 * Cfg::kConsumerWarps;
-      } else {
-        bar = &mring.empty[t - kMergeRingSlots], count = 1;
-      }
-      mbar_init(bar, count);
-      mbar_fence_init();
-      if constexpr (kTma) fence_proxy_async_smem();
-    }
-  } else if (threadIdx.x == 0) {
+  if (threadIdx.x == 0) {  // (one barrier per thread of warps 0-1, each with its fences: +1.4 us, twenty-seventh session)
     for (int s = 0; s < Cfg::kStages; ++s) {
       // cp.async: one arrival per producer thread; TMA: the producer's one expect_tx arrival.
       mbar_init(&full[s], kTma ? 1 : Cfg::kProducerThreads);

@@ -37,17 +37,38 @@ __device__ __forceinline__ int4 task_in_run(const PagedDecodeParams& p, int t_be
 // us at FP8. (The touch alone, with p.group still read by the zeroing, measured null:
 // decode_attention_touch_params_ab_3e0dcf2.*; the K / V tensor maps prefetched at entry, null too.) Safe before the
 // wait: the parameter block is the launch's own, no earlier kernel writes it. 0 is the A/B build
-// (_ext.PROLOGUE_READS_GROUP). HPC_ATTN_PARALLEL_MBAR_INIT 1 (prepared, off): the prologue's 23-35 mbarriers
-// initialised one per thread of warps 0-1 instead of one after another by thread 0 (the FP8 kernel's 8 more barriers
-// than BF16's went with +0.26 us in the pdl step).
+// (_ext.PROLOGUE_READS_GROUP; +0.27 us in a second process, decode_attention_prologue_ab_e4145d2.*). Measured there
+// and removed: the 23-35 mbarriers initialised one per thread of warps 0-1, each thread with its init and proxy
+// fences, instead of by thread 0: +1.4 us on every case (the pdl step 0.5 -> 1.8 us).
 #ifndef HPC_ATTN_PROLOGUE_NO_PARAMS
 #define HPC_ATTN_PROLOGUE_NO_PARAMS 1
 #endif
-#ifndef HPC_ATTN_PARALLEL_MBAR_INIT
-#define HPC_ATTN_PARALLEL_MBAR_INIT 0
-#endif
 constexpr bool kPrologueNoParams = HPC_ATTN_PROLOGUE_NO_PARAMS != 0;
-constexpr bool kParallelMbarInit = HPC_ATTN_PARALLEL_MBAR_INIT != 0;
+
+// The TMA producer's first copies (twenty-seventh session; prepared, off). The timeline's producer steps (slots
+// 16-18): the bin's tables and first page id land ~0.3-0.4 us after kTlBin, the empty-slot wait passes ~0.5 us later
+// and the first copies are issued ~0.45 us after that, with no memory wait on the path: ~300 dependent instructions
+// of one warp (the item's request / head by an integer division, the next task's and the page window's address
+// arithmetic, the scheduler hint) at ~5 cycles each. HPC_ATTN_PRODUCER_FAST_FIRST 1: the request / head split by a
+// shift when Hkv is a power of two, and on a tile whose page id comes from the plan, the page window's load and
+// the scheduler hint after its copies instead of before them (the window's load stays in flight while the tile
+// lands, as before).
+#ifndef HPC_ATTN_PRODUCER_FAST_FIRST
+#define HPC_ATTN_PRODUCER_FAST_FIRST 0
+#endif
+constexpr bool kProducerFastFirst = HPC_ATTN_PRODUCER_FAST_FIRST != 0;
+
+// Item (request b, KV head h) of a task: item = b * hkv + h. A shift for the power-of-two head counts every model
+// has (a warp-uniform branch), the division otherwise.
+__device__ __forceinline__ void item_request_head(int item, int hkv, int& b, int& h) {
+  if ((hkv & (hkv - 1)) == 0) {
+    b = item >> (__ffs(hkv) - 1);
+    h = item & (hkv - 1);
+  } else {
+    b = item / hkv;
+    h = item - b * hkv;
+  }
+}
 
 // The bin CTA blockIdx.x runs. A head-major line cut into a multiple of Hkv bins holds head h's
 // stretch in bins h * nb1 .. (h + 1) * nb1 - 1, every stretch cut alike; with bin_heads = Hkv the
