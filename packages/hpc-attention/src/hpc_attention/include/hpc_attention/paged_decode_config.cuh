@@ -45,30 +45,16 @@ __device__ __forceinline__ int4 task_in_run(const PagedDecodeParams& p, int t_be
 #endif
 constexpr bool kPrologueNoParams = HPC_ATTN_PROLOGUE_NO_PARAMS != 0;
 
-// The TMA producer's first copies (twenty-seventh session; prepared, off). The timeline's producer steps (slots
-// 16-18): the bin's tables and first page id land ~0.3-0.4 us after kTlBin, the empty-slot wait passes ~0.5 us later
-// and the first copies are issued ~0.45 us after that, with no memory wait on the path: ~300 dependent instructions
-// of one warp (the item's request / head by an integer division, the next task's and the page window's address
-// arithmetic, the scheduler hint) at ~5 cycles each. HPC_ATTN_PRODUCER_FAST_FIRST 1: the request / head split by a
-// shift when Hkv is a power of two, and on a tile whose page id comes from the plan, the page window's load and
-// the scheduler hint after its copies instead of before them (the window's load stays in flight while the tile
-// lands, as before).
-#ifndef HPC_ATTN_PRODUCER_FAST_FIRST
-#define HPC_ATTN_PRODUCER_FAST_FIRST 0
+// The consumers' end of a task (twenty-seventh session; prepared, off): after the 4-warp merge's barrier each
+// thread folds its head dim of the G rows one row after another, every row a chain of shared-memory loads, exp2 and
+// a division before its store (~150 cycles a row: ~0.6 us at G = 8), on every CTA's path to its exit (the timeline's
+// `end`, last tile -> consumer exit, reads 1.7-2.0 us). HPC_ATTN_EPILOGUE_ROWS 4: the loop unrolled by 4 rows, so the
+// rows' loads and arithmetic can overlap (same arithmetic per element). 1: the loop as it was.
+#ifndef HPC_ATTN_EPILOGUE_ROWS
+#define HPC_ATTN_EPILOGUE_ROWS 1
 #endif
-constexpr bool kProducerFastFirst = HPC_ATTN_PRODUCER_FAST_FIRST != 0;
-
-// Item (request b, KV head h) of a task: item = b * hkv + h. A shift for the power-of-two head counts every model
-// has (a warp-uniform branch), the division otherwise.
-__device__ __forceinline__ void item_request_head(int item, int hkv, int& b, int& h) {
-  if ((hkv & (hkv - 1)) == 0) {
-    b = item >> (__ffs(hkv) - 1);
-    h = item & (hkv - 1);
-  } else {
-    b = item / hkv;
-    h = item - b * hkv;
-  }
-}
+constexpr int kEpilogueRows = HPC_ATTN_EPILOGUE_ROWS;
+static_assert(kEpilogueRows >= 1 && kEpilogueRows <= 16, "HPC_ATTN_EPILOGUE_ROWS: 1 to 16");
 
 // The bin CTA blockIdx.x runs. A head-major line cut into a multiple of Hkv bins holds head h's
 // stretch in bins h * nb1 .. (h + 1) * nb1 - 1, every stretch cut alike; with bin_heads = Hkv the

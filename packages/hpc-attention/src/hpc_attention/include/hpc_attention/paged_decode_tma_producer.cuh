@@ -63,47 +63,28 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
     const int4 task = next;
     // t is the position in the bin's run order (task_in_run)
     if (t + 1 < t_end) next = task_in_run(p, t_begin, t_end, t + 1);  // in flight while this task streams
-    int b, h;
-    if constexpr (kProducerFastFirst) {
-      item_request_head(task.x, p.num_kv_heads, b, h);
-    } else {
-      b = task.x / p.num_kv_heads;
-      h = task.x - b * p.num_kv_heads;
-    }
+    const int b = task.x / p.num_kv_heads, h = task.x - b * p.num_kv_heads;
     const int32_t* pt = p.page_table + b * p.page_table_stride;
     const int n_pages = (task.z + page_mask) >> ps_log2;  // table entries inside the length
     const int tile_end = (task.z + Cfg::kTile - 1) / Cfg::kTile;
     int win = -(1 << 30), my_id = 0;  // lane l holds the id of page win + l
-    // The tile's pages are not all in the window: reload it (raw ids, clamped after the shuffle; nothing waits for
-    // the load before its first use).
-    auto refill_window = [&](int first, int nsub) {
-      if (first + nsub > win + 32) {
-        win = first;
-        const int idx = win + lane;
-        my_id = 0;
-        if (idx < n_pages) my_id = __ldg(pt + idx);
-      }
-    };
-    // Tells the scheduler a few tiles before the bin's end (decode_bin_ring.cuh).
-    auto hint_scheduler = [&](int tile) {
+    for (int tile = task.y; tile < tile_end; ++tile) {
+      const int valid = min(Cfg::kTile, task.z - tile * Cfg::kTile);
       if (!asked && t + 1 == t_end && tile_end - tile <= Cfg::kWantTiles) {
         asked = true;
         if (lane == 0) mbar_arrive(ring.want);
       }
-    };
-    for (int tile = task.y; tile < tile_end; ++tile) {
-      const int valid = min(Cfg::kTile, task.z - tile * Cfg::kTile);
-      // The own bin's first tile, one page (>= 64 tokens): id from the plan (kProducerFastFirst: the window's
-      // load and the hint after this tile's copies).
-      const bool planned = first_page >= 0;
-      const bool late = kProducerFastFirst && planned;
-      if (!late) hint_scheduler(tile);
       const int first = (tile * Cfg::kTile) >> ps_log2;            // first page of the tile
       const int nsub = (valid + (1 << box_log2) - 1) >> box_log2;  // boxes per K / V half
-      if (!late) refill_window(first, nsub);
+      if (first + nsub > win + 32) {  // the tile's pages are not all in the window: reload it
+        win = first;
+        const int idx = win + lane;
+        my_id = 0;  // raw id, clamped after the shuffle: nothing waits for the load before its first use
+        if (idx < n_pages) my_id = __ldg(pt + idx);
+      }
       int page;
-      if (planned) {        // the window's load above (or below, late) is awaited only at the next tile
-        page = first_page;
+      if (first_page >= 0) {  // the own bin's first tile, one page (>= 64 tokens): id from the plan,
+        page = first_page;    // the window's load above is awaited only at the next tile
         first_page = -1;
       } else {
         page = __shfl_sync(0xffffffffu, my_id, (first + my_sub - win) & 31);
@@ -128,10 +109,6 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
       if (tl_first) {
         tl_first = false;
         tl_put(p, kTlFirstIssue, tl_clock_after(page));
-      }
-      if (late) {
-        refill_window(first, nsub);
-        hint_scheduler(tile);
       }
       if (++stage == Cfg::kStages) {
         stage = 0;
