@@ -58,7 +58,6 @@ VARIANTS = {
     "merge_rows1": (dict(defines=_ext.MERGE_ROWS1), "write", True),
     # the prologue's other forms (paged_decode_config.cuh)
     "prologue_reads_group": (dict(defines=_ext.PROLOGUE_READS_GROUP), "write", True),
-    "epilogue_rows4": (dict(defines=_ext.EPILOGUE_ROWS4), "write", True),
 }
 
 

@@ -30,9 +30,7 @@ MERGE_ROWS1 = ("-DHPC_ATTN_MERGE_ROWS=1",)
 # The prologue before the PDL wait (paged_decode_config.cuh, `--diag-rows prologue`): the earlier form that reads
 # p.group there (the default before the twenty-seventh session).
 PROLOGUE_READS_GROUP = ("-DHPC_ATTN_PROLOGUE_NO_PARAMS=0",)
-# The consumers' task end with its rows unrolled by 4 (paged_decode_config.cuh; prepared, `--diag-rows prologue`).
-EPILOGUE_ROWS4 = ("-DHPC_ATTN_EPILOGUE_ROWS=4",)
-BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, EPILOGUE_ROWS4)
+BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP)
 
 
 def load_variant(*defines: str):

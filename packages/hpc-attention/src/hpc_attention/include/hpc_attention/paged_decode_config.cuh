@@ -45,17 +45,6 @@ __device__ __forceinline__ int4 task_in_run(const PagedDecodeParams& p, int t_be
 #endif
 constexpr bool kPrologueNoParams = HPC_ATTN_PROLOGUE_NO_PARAMS != 0;
 
-// The consumers' end of a task (twenty-seventh session; prepared, off): after the 4-warp merge's barrier each
-// thread folds its head dim of the G rows one row after another, every row a chain of shared-memory loads, exp2 and
-// a division before its store (~150 cycles a row: ~0.6 us at G = 8), on every CTA's path to its exit (the timeline's
-// `end`, last tile -> consumer exit, reads 1.7-2.0 us). HPC_ATTN_EPILOGUE_ROWS 4: the loop unrolled by 4 rows, so the
-// rows' loads and arithmetic can overlap (same arithmetic per element). 1: the loop as it was.
-#ifndef HPC_ATTN_EPILOGUE_ROWS
-#define HPC_ATTN_EPILOGUE_ROWS 1
-#endif
-constexpr int kEpilogueRows = HPC_ATTN_EPILOGUE_ROWS;
-static_assert(kEpilogueRows >= 1 && kEpilogueRows <= 16, "HPC_ATTN_EPILOGUE_ROWS: 1 to 16");
-
 // The bin CTA blockIdx.x runs. A head-major line cut into a multiple of Hkv bins holds head h's
 // stretch in bins h * nb1 .. (h + 1) * nb1 - 1, every stretch cut alike; with bin_heads = Hkv the
 // bins are dealt so that CTAs c .. c + Hkv - 1 run the Hkv heads' bins of the same stretch (bin
