@@ -212,16 +212,17 @@ MERGE_PARTS = {2: [2], 9: [8, 2], 12: [10, 3], 20: [16, 4], 24: [20, 5], 67: [54
                132: [105, 27]}
 
 
-@pytest.mark.parametrize("build", [(), _ext.MERGE_ROWS1, _ext.PROLOGUE_READS_GROUP],
-                         ids=["default", "merge_rows1", "prologue_reads_group"])
+@pytest.mark.parametrize("build", [(), _ext.MERGE_ROWS1, _ext.PROLOGUE_READS_GROUP, _ext.PEEL_FIRST_COPY],
+                         ids=["default", "merge_rows1", "prologue_reads_group", "peel_first_copy"])
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("num_ctas,group", [(2, 8), (9, 16), (12, 8), (20, 1), (24, 8), (67, 16), (100, 2),
                                             (132, 8)])
 def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype, build, monkeypatch, producer):
     """The in-kernel merge and the combine kernel run the same arithmetic (split_merge.cuh) in
     the same order: identical bits, whichever CTA finishes last; also in the build whose helper threads
-    merge one row at a time (HPC_ATTN_MERGE_ROWS=1; the default loads two rows together), and in the build
-    of the prologue's earlier form (HPC_ATTN_PROLOGUE_NO_PARAMS=0)."""
+    merge one row at a time (HPC_ATTN_MERGE_ROWS=1; the default loads two rows together), and in the builds
+    of the prologue's earlier form and of the producer's first tile before its task loop
+    (HPC_ATTN_PROLOGUE_NO_PARAMS=0, HPC_ATTN_PEEL_FIRST_COPY=1)."""
     monkeypatch.setitem(dec.DIAG, "defines", build)
     case = make_case([64 * 160, 5, 0, 64 * 40 + 7], 1, group, kv_dtype, seed=num_ctas)
     outs = {}

@@ -58,6 +58,7 @@ VARIANTS = {
     "merge_rows1": (dict(defines=_ext.MERGE_ROWS1), "write", True),
     # the prologue's other forms (paged_decode_config.cuh)
     "prologue_reads_group": (dict(defines=_ext.PROLOGUE_READS_GROUP), "write", True),
+    "peel_first_copy": (dict(defines=_ext.PEEL_FIRST_COPY), "write", True),
 }
 
 

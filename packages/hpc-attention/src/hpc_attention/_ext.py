@@ -30,7 +30,9 @@ MERGE_ROWS1 = ("-DHPC_ATTN_MERGE_ROWS=1",)
 # The prologue before the PDL wait (paged_decode_config.cuh, `--diag-rows prologue`): the earlier form that reads
 # p.group there (the default before the twenty-seventh session).
 PROLOGUE_READS_GROUP = ("-DHPC_ATTN_PROLOGUE_NO_PARAMS=0",)
-BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP)
+# The TMA producer's first tile issued before its task loop (paged_decode_config.cuh; prepared, `--diag-rows prologue`).
+PEEL_FIRST_COPY = ("-DHPC_ATTN_PEEL_FIRST_COPY=1",)
+BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, PEEL_FIRST_COPY)
 
 
 def load_variant(*defines: str):

@@ -55,6 +55,46 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   uint32_t phase = 0;
   bool tl_first = tl_on(p) && lane == 0;  // timeline diagnostics
   if (tl_first) tl_put(p, kTlProdTables, tl_clock_after(t_end ^ first_task.x ^ first_page));
+  // Tile `tile` of item (b, h) (`valid` tokens, pages from `page`) into ring slot `stage`, with the task's Q rows
+  // on its first tile.
+  auto issue_tile = [&](int b, int h, int tile, int valid, int page, bool with_q) {
+    const int nsub = (valid + (1 << box_log2) - 1) >> box_log2;  // boxes per K / V half
+    page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
+    const int ncopy = 2 * kHalves * nsub;
+    const uint32_t bytes = ncopy * (128u << box_log2) + (with_q ? p.group * Cfg::kQRowBytes : 0);
+    mbar_wait(&empty[stage], phase ^ 1);
+    if (tl_first) tl_put(p, kTlProdEmpty, tl_clock());
+    uint8_t* sb = smem + stage * Cfg::kStageBytes;
+    if (lane == 0) mbar_arrive_expect_tx(&full[stage], bytes);
+    __syncwarp();
+    if (lane < ncopy) {
+      tma_load_4d(sb + my_dst, my_map, &full[stage], my_half * 64, h, (tile * Cfg::kTile) & page_mask, page, policy);
+    }
+    if (with_q && lane < p.group) {
+      const char* q = static_cast<const char*>(p.q) + (b * p.q_stride_b + (h * p.group + lane) * p.q_stride_h) * kQElem;
+      bulk_load(sb + Cfg::kQOff + lane * Cfg::kQPitch, q, Cfg::kQRowBytes, &full[stage], policy);
+    }
+    if (tl_first) {
+      tl_first = false;
+      tl_put(p, kTlFirstIssue, tl_clock_after(page));
+    }
+    if (++stage == Cfg::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  };
+  // kPeelFirstCopy (paged_decode_config.cuh): the own bin's first tile, whose page id the plan gives, issued before
+  // the task loop's bookkeeping; the loop then starts the first task at its second tile.
+  bool peeled = false;
+  if constexpr (kPeelFirstCopy) {
+    if (first_page >= 0) {  // the own bin is not empty and its first tile is one page (>= 64 tokens)
+      int b, h;
+      item_request_head(first_task.x, p.num_kv_heads, b, h);
+      issue_tile(b, h, first_task.y, min(Cfg::kTile, first_task.z - first_task.y * Cfg::kTile), first_page, true);
+      first_page = -1;
+      peeled = true;
+    }
+  }
   // Own bin, then the claimed tail bins (decode_bin_ring.cuh).
   for (int claimed = 0;; ++claimed) {
   bool asked = false;  // asked the scheduler for the next bin
@@ -68,7 +108,9 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
     const int n_pages = (task.z + page_mask) >> ps_log2;  // table entries inside the length
     const int tile_end = (task.z + Cfg::kTile - 1) / Cfg::kTile;
     int win = -(1 << 30), my_id = 0;  // lane l holds the id of page win + l
-    for (int tile = task.y; tile < tile_end; ++tile) {
+    const int tile_begin = task.y + (peeled ? 1 : 0);  // peeled: the own bin's first tile is in flight already
+    peeled = false;
+    for (int tile = tile_begin; tile < tile_end; ++tile) {
       const int valid = min(Cfg::kTile, task.z - tile * Cfg::kTile);
       if (!asked && t + 1 == t_end && tile_end - tile <= Cfg::kWantTiles) {
         asked = true;
@@ -89,31 +131,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
       } else {
         page = __shfl_sync(0xffffffffu, my_id, (first + my_sub - win) & 31);
       }
-      page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
-      const int ncopy = 2 * kHalves * nsub;
-      const bool with_q = tile == task.y;
-      const uint32_t bytes = ncopy * (128u << box_log2) + (with_q ? p.group * Cfg::kQRowBytes : 0);
-      mbar_wait(&empty[stage], phase ^ 1);
-      if (tl_first) tl_put(p, kTlProdEmpty, tl_clock());
-      uint8_t* sb = smem + stage * Cfg::kStageBytes;
-      if (lane == 0) mbar_arrive_expect_tx(&full[stage], bytes);
-      __syncwarp();
-      if (lane < ncopy) {
-        tma_load_4d(sb + my_dst, my_map, &full[stage], my_half * 64, h, (tile * Cfg::kTile) & page_mask, page,
-                    policy);
-      }
-      if (with_q && lane < p.group) {
-        const char* q = static_cast<const char*>(p.q) + (b * p.q_stride_b + (h * p.group + lane) * p.q_stride_h) * kQElem;
-        bulk_load(sb + Cfg::kQOff + lane * Cfg::kQPitch, q, Cfg::kQRowBytes, &full[stage], policy);
-      }
-      if (tl_first) {
-        tl_first = false;
-        tl_put(p, kTlFirstIssue, tl_clock_after(page));
-      }
-      if (++stage == Cfg::kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
+      issue_tile(b, h, tile, valid, page, tile == task.y);
     }
   }
   if (!asked && lane == 0) mbar_arrive(ring.want);  // empty bin
