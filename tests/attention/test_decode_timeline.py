@@ -20,6 +20,7 @@ pytestmark = pytest.mark.gpu
 SLOTS = dec.TIMELINE_SLOTS
 ENTRY, PDL, BIN, ISSUE, DATA, LAST, CEND, HEND, MERGE_NS, COUNTS, PEND, SMID, HCOUNTS = range(13)
 PROD_START, PROD_TABLES, PROD_EMPTY = 16, 17, 18  # TMA producer only
+END_MERGED, END_STORED, END_HANDED, END_RING = 19, 20, 21, 22  # the last task's end steps
 
 
 @pytest.mark.parametrize("merge", ["combine", "consumers", "helpers"])
@@ -53,6 +54,7 @@ def test_timeline_keeps_bits_and_adds_up(kv_dtype, tma, merge, monkeypatch):
             assert r[BIN] <= r[ISSUE] <= r[DATA] <= r[LAST] <= r[CEND], (c, r)
             if tma:
                 assert r[PDL] <= r[PROD_START] <= r[PROD_TABLES] <= r[PROD_EMPTY] <= r[ISSUE], (c, r)
+            assert r[LAST] <= r[END_MERGED] <= r[END_STORED] <= r[END_HANDED] <= r[END_RING] <= r[CEND], (c, r)
         merges += r[COUNTS] + r[HCOUNTS]
         if merge == "helpers" and tma:
             assert r[HEND] >= r[BIN], (c, r)

@@ -41,7 +41,7 @@ _spec.loader.exec_module(bench)
 
 SLOTS = pd.TIMELINE_SLOTS
 (ENTRY, PDL, BIN, ISSUE, DATA, LAST, CEND, HEND, MERGE_NS, COUNTS, PEND, SMID, HCOUNTS, CLK0, CLK1,
- LAST_MERGE_NS, PROD_START, PROD_TABLES, PROD_EMPTY) = range(19)
+ LAST_MERGE_NS, PROD_START, PROD_TABLES, PROD_EMPTY, END_MERGED, END_STORED, END_HANDED, END_RING) = range(23)
 
 # name -> (bench.overrides kwargs, flush mode, plan given the page table: first page ids from the plan)
 VARIANTS = {
@@ -156,6 +156,11 @@ def analyse(tables, event_us, a, kv, bins=None):
         med = lambda k: statistics.median((r[k] - r[BIN]) / 1e3 for r in prod)  # noqa: E731
         lines.append(f"  producer from bin: start {med(PROD_START):+5.2f}  tables {med(PROD_TABLES):+5.2f}  "
                      f"empty passed {med(PROD_EMPTY):+5.2f}  issued {med(ISSUE):+5.2f}")
+    ends = [r for r in a if r[LAST] and r[END_MERGED] and r[END_RING] and r[CEND]]  # the last task's end, by step
+    if ends:
+        med = lambda k: statistics.median((r[k] - r[LAST]) / 1e3 for r in ends)  # noqa: E731
+        lines.append(f"  end from last tile: merged {med(END_MERGED):+5.2f}  stored {med(END_STORED):+5.2f}  "
+                     f"handed {med(END_HANDED):+5.2f}  next bin {med(END_RING):+5.2f}  exit {med(CEND):+5.2f}")
     per_tile = [x["stream"] / max(1, x["tiles"] - 1) for x in busy if x["tiles"] > 1]
     gbs = [x["tiles"] * tile_bytes / (x["stream"] * 1e3) for x in busy if x["tiles"] > 1 and x["stream"] > 0]
     tl = f("tiles")

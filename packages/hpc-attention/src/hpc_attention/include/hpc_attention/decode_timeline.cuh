@@ -30,7 +30,7 @@ namespace hpc::attn {
 // Whether this translation unit records the timeline at all (see above).
 constexpr bool kTimelineBuild = HPC_ATTN_TIMELINE != 0;
 
-constexpr int kTimelineSlots = 20;
+constexpr int kTimelineSlots = 24;
 
 // The timeline is recorded in this call: the diagnostics build and a buffer given.
 __device__ __forceinline__ bool tl_on(const PagedDecodeParams& p) { return kTimelineBuild && p.timeline != nullptr; }
@@ -57,6 +57,12 @@ enum TimelineSlot : int {
   kTlProdStart = 16,   // producer_tma_warp entered
   kTlProdTables = 17,  // the bin's tables and first page id landed (as the producer sees them)
   kTlProdEmpty = 18,   // first tile: the empty-slot wait passed, just before its copies are issued
+  // Consumer thread 0, each task (the last task's remain; what the 1.7-2.0 us from kTlLastTile to kTlConsumerEnd
+  // holds, twenty-seventh session):
+  kTlEndMerged = 19,   // the 4 warps' partial states in shared memory (the barrier after their writes passed)
+  kTlEndStored = 20,   // the fold done and the task's output or partial stores issued
+  kTlEndHanded = 21,   // split task handed to the helpers (or merged by the consumers), the closing barrier passed
+  kTlEndRing = 22,     // the next bin known (ring_next / the static bin sequence)
 };
 
 // %globaltimer (ns): hpc::sm90::global_timer_ns.

@@ -337,6 +337,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       }
     }
     named_barrier(1, 128);
+    if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndMerged, tl_clock());
     const int d = threadIdx.x;  // 0..127
     // (The rows unrolled by 4, their loads overlapping, measured null: decode_attention_epilogue_ab_19a79e3.*.)
     for (int row = 0; row < G; ++row) {
@@ -364,6 +365,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
         if (d == 0) p.partial_lse[slot_row] = mbase + __log2f(L);
       }
     }
+    if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndStored, tl_clock());
     if (p.merge && task.w >= 0) {
       if (helpers_merge) {
         merge_request(mring, requests++, make_int4(task.x, task.w, meta.x, meta.y));
@@ -379,11 +381,16 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       }
     }
     named_barrier(1, 128);
+    if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndHanded, tl_clock());
   }
   if constexpr (kTma) {
-    if (!ring_next(ring, claimed, t_begin, t_end, first)) break;
+    const bool more = ring_next(ring, claimed, t_begin, t_end, first);
+    if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndRing, tl_clock());
+    if (!more) break;
   } else {
-    if (!bins.next(t_begin, t_end, first)) break;
+    const bool more = bins.next(t_begin, t_end, first);
+    if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndRing, tl_clock());
+    if (!more) break;
   }
   }
   if (helpers_merge) merge_request(mring, requests, make_int4(-1, 0, 0, 0));  // ends the helpers' service
