@@ -459,8 +459,8 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
     if constexpr (kTma) fence_proxy_async_smem();
   }
   // Q rows >= G of every stage are never copied: zero them once so padded rows are finite. (kPrologueNoParams: every
-  // row, so the loop reads no parameter; the fence orders this thread's zero stores before the copies' async-proxy
-  // writes of rows < G, which the producer issues after the block barrier below.)
+  // row, so the loop reads no parameter; the producer's copies of rows < G are issued after the block barrier below,
+  // and the proxy fence orders this thread's zero stores before the TMA kernel's async-proxy writes of them.)
   for (int i = threadIdx.x; i < Cfg::kStages * 16 * 16; i += blockDim.x) {
     const int s = i >> 8, row = (i >> 4) & 15, c = i & 15;
     if (kPrologueNoParams || row >= p.group) {
