@@ -22,9 +22,9 @@ def load_timeline():
 # The decode kernels' build-switch variants that benchmarks and tests load (load_variant) and CI
 # compiles (tools/compile_variants.py): the consumers' schedule before the score look-ahead, and the split merge
 # with one row per helper thread at a time (before the twenty-seventh session) (the benchmark's A/B rows and the
-# bitwise tests). Measured and removed: HPC_ATTN_TOUCH_PARAMS (decode_attention_touch_params_ab_3e0dcf2.*), the
-# merge counter's reset after the fence and the copy issuer laid out after the prologue
-# (decode_attention_merge_ab_a69c8ff.*, decode_attention_layout_ab_6db6dbe.*).
+# bitwise tests). The twenty-seventh session measured and removed eight more (the parameter-line touch, the merge
+# counter's late reset, the copy issuer's layout, the maps' early prefetch, per-thread barrier inits, two forms of the
+# producer's first copies, the task end unrolled): NOTES.md, "Twenty-seventh session", with their results files.
 NO_LOOKAHEAD = ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",)
 MERGE_ROWS1 = ("-DHPC_ATTN_MERGE_ROWS=1",)
 # The prologue before the PDL wait (paged_decode_config.cuh, `--diag-rows prologue`): the earlier form that reads
