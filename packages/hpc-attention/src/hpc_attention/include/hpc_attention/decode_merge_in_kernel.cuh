@@ -78,29 +78,35 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   const int col = 8 * (tid & 15);
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + h * G * p.out_stride_h + col;
   const long long first_row = static_cast<long long>(f) * G;
-  // This thread's rows of the pass starting at row0: row0 + r kRowStep, r < rows.
-  auto pass_rows = [&](int row0, long long (&fr)[kRows], long long base) {
+  // This thread's rows of the pass starting at row0: row0 + r kRowStep, r < rows (the return value).
+  auto pass_rows = [&](int row0, long long (&fr)[kRows]) {
     int rows = 0;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      fr[r] = base + row0 + r * kRowStep;
+      fr[r] = first_row + row0 + r * kRowStep;
       rows += row0 + r * kRowStep < G ? 1 : 0;
     }
     return rows;
   };
+  // One pass of a level-1 or one-level merge: this thread's rows over parts q_begin, q_begin + step, ... < P.
+  auto merge_pass = [&](int row0, int q_begin, int step, long long (&fr)[kRows], float (&m)[kRows], float (&l)[kRows],
+                        float4 (&acc)[kRows][2]) {
+    const int rows = pass_rows(row0, fr);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      m[r] = kNegInf;
+      l[r] = 0.f;
+      acc[r][0] = acc[r][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    merge_parts_rows<kRows, 2, true>(p.partial_o, p.partial_lse, fr, rows, G, q_begin, P, step, col, m, l, acc);
+    return rows;
+  };
+  long long fr[kRows];
+  float m[kRows], l[kRows];
+  float4 acc[kRows][2];
   if (!grouped) {  // one level: parts 0 .. P - 1 (the combine kernel's warp units)
     for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
-      long long fr[kRows];
-      const int rows = pass_rows(row0, fr, first_row);
-      float m[kRows], l[kRows];
-      float4 acc[kRows][2];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        m[r] = kNegInf;
-        l[r] = 0.f;
-        acc[r][0] = acc[r][1] = make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-      merge_parts_rows<kRows, 2, true>(p.partial_o, p.partial_lse, fr, rows, G, 0, P, 1, col, m, l, acc);
+      const int rows = merge_pass(row0, 0, 1, fr, m, l, acc);
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
         if (r < rows) store_bf16_row<2>(out + (row0 + r * kRowStep) * p.out_stride_h, acc[r], 1.f / l[r]);
@@ -110,17 +116,7 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   // Level 1: group g (parts g, g + 8, ...). Its state goes to slot f + g: the partial_o columns
   // a thread writes are those it alone read (part g is in its first batch), partial_lse is kept.
   for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
-    long long fr[kRows];
-    const int rows = pass_rows(row0, fr, first_row);
-    float m[kRows], l[kRows];
-    float4 acc[kRows][2];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      m[r] = kNegInf;
-      l[r] = 0.f;
-      acc[r][0] = acc[r][1] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    merge_parts_rows<kRows, 2, true>(p.partial_o, p.partial_lse, fr, rows, G, g, P, kMergeGroups, col, m, l, acc);
+    const int rows = merge_pass(row0, g, kMergeGroups, fr, m, l, acc);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (r >= rows) continue;
@@ -134,8 +130,7 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   if (!arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, sc, tid)) return 1;
   // Level 2: the 8 group states, folded in group order (the combine kernel's phase 2).
   for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
-    long long fr[kRows];
-    const int rows = pass_rows(row0, fr, first_row);
+    const int rows = pass_rows(row0, fr);
     float gm[kRows][kMergeGroups], gl[kRows][kMergeGroups];
     float4 ga[kRows][kMergeGroups][2];
 #pragma unroll

@@ -383,15 +383,14 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     named_barrier(1, 128);
     if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndHanded, tl_clock());
   }
+  bool more;
   if constexpr (kTma) {
-    const bool more = ring_next(ring, claimed, t_begin, t_end, first);
-    if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndRing, tl_clock());
-    if (!more) break;
+    more = ring_next(ring, claimed, t_begin, t_end, first);
   } else {
-    const bool more = bins.next(t_begin, t_end, first);
-    if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndRing, tl_clock());
-    if (!more) break;
+    more = bins.next(t_begin, t_end, first);
   }
+  if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndRing, tl_clock());
+  if (!more) break;
   }
   if (helpers_merge) merge_request(mring, requests, make_int4(-1, 0, 0, 0));  // ends the helpers' service
   if (tl_on(p) && threadIdx.x == 0) {
