@@ -287,10 +287,10 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 # default's again (the same process's spread)
                 for name, defines in (("diag_merge_rows1", _ext.MERGE_ROWS1), ("diag_merge_default_again", ())):
                     time_mode(name, plan, None, defines=defines)
-            if diag and diag_rows == "prologue":  # the prologue before the PDL wait (paged_decode_config.cuh): the
-                # earlier form reading p.group there (confirmed slower in four processes, so not timed again); the
-                # producer's first tile issued before its task loop; the default's again
-                for name, defines in (("diag_peel_first_copy", _ext.PEEL_FIRST_COPY),
+            if diag and diag_rows == "prologue":  # the call's fixed steps, each variant against the default's
+                # timing again: the task-end fold's earlier form (every thread every row's scalars,
+                # decode_task_fold.cuh). (The prologue's earlier form, slower in four processes, is not timed again.)
+                for name, defines in (("diag_fold_each_thread", _ext.FOLD_EACH_THREAD),
                                       ("diag_prologue_default_again", ())):
                     time_mode(name, plan, None, defines=defines)
             if diag and diag_rows != "all":  # every narrow row set also gets decode only / stream only

@@ -41,8 +41,7 @@ _spec.loader.exec_module(bench)
 
 SLOTS = pd.TIMELINE_SLOTS
 (ENTRY, PDL, BIN, ISSUE, DATA, LAST, CEND, HEND, MERGE_NS, COUNTS, PEND, SMID, HCOUNTS, CLK0, CLK1,
- LAST_MERGE_NS, PROD_START, PROD_TABLES, PROD_EMPTY, END_MERGED, END_STORED, END_HANDED, END_RING,
- END_DRY_FOLD) = range(24)
+ LAST_MERGE_NS, PROD_START, PROD_TABLES, PROD_EMPTY, END_MERGED, END_STORED, END_HANDED, END_RING) = range(23)
 
 # name -> (bench.overrides kwargs, flush mode, plan given the page table: first page ids from the plan)
 VARIANTS = {
@@ -59,10 +58,8 @@ VARIANTS = {
     "merge_rows1": (dict(defines=_ext.MERGE_ROWS1), "write", True),
     # the prologue's other forms (paged_decode_config.cuh)
     "prologue_reads_group": (dict(defines=_ext.PROLOGUE_READS_GROUP), "write", True),
-    "peel_first_copy": (dict(defines=_ext.PEEL_FIRST_COPY), "write", True),
-    # the task-end fold run twice through the same code, the first pass storing nothing (diag bit 64,
-    # kTlEndDryFold between the passes): cold first pass against warm second
-    "dry_fold": (dict(flags=64), "write", True),
+    # the task-end fold's earlier form (decode_task_fold.cuh)
+    "fold_each_thread": (dict(defines=_ext.FOLD_EACH_THREAD), "write", True),
 }
 
 
@@ -164,8 +161,7 @@ def analyse(tables, event_us, a, kv, bins=None):
     if ends:
         med = lambda k: statistics.median((r[k] - r[LAST]) / 1e3 for r in ends)  # noqa: E731
         lines.append(f"  end from last tile: merged {med(END_MERGED):+5.2f}  stored {med(END_STORED):+5.2f}  "
-                     f"handed {med(END_HANDED):+5.2f}  next bin {med(END_RING):+5.2f}  exit {med(CEND):+5.2f}"
-                     + (f"  (dry fold pass done {med(END_DRY_FOLD):+5.2f})" if all(r[END_DRY_FOLD] for r in ends) else ""))
+                     f"handed {med(END_HANDED):+5.2f}  next bin {med(END_RING):+5.2f}  exit {med(CEND):+5.2f}")
     per_tile = [x["stream"] / max(1, x["tiles"] - 1) for x in busy if x["tiles"] > 1]
     gbs = [x["tiles"] * tile_bytes / (x["stream"] * 1e3) for x in busy if x["tiles"] > 1 and x["stream"] > 0]
     tl = f("tiles")

@@ -21,18 +21,20 @@ def load_timeline():
 
 # The decode kernels' build-switch variants that benchmarks and tests load (load_variant) and CI
 # compiles (tools/compile_variants.py): the consumers' schedule before the score look-ahead, and the split merge
-# with one row per helper thread at a time (before the twenty-seventh session) (the benchmark's A/B rows and the
-# bitwise tests). The twenty-seventh session measured and removed eight more (the parameter-line touch, the merge
-# counter's late reset, the copy issuer's layout, the maps' early prefetch, per-thread barrier inits, two forms of the
-# producer's first copies, the task end unrolled): NOTES.md, "Twenty-seventh session", with their results files.
+# with one row per helper thread at a time (before the twenty-seventh session), the prologue's and the task-end
+# fold's earlier forms (the benchmark's A/B rows and the bitwise tests). The twenty-seventh session measured and
+# removed eight more (the parameter-line touch, the merge counter's late reset, the copy issuer's layout, the maps'
+# early prefetch, per-thread barrier inits, the producer's first copies peeled (two forms; the second measured in the
+# twenty-eighth), the task end unrolled): NOTES.md, "Twenty-seventh session", with their results files.
 NO_LOOKAHEAD = ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",)
 MERGE_ROWS1 = ("-DHPC_ATTN_MERGE_ROWS=1",)
 # The prologue before the PDL wait (paged_decode_config.cuh, `--diag-rows prologue`): the earlier form that reads
 # p.group there (the default before the twenty-seventh session).
 PROLOGUE_READS_GROUP = ("-DHPC_ATTN_PROLOGUE_NO_PARAMS=0",)
-# The TMA producer's first tile issued before its task loop (paged_decode_config.cuh; prepared, `--diag-rows prologue`).
-PEEL_FIRST_COPY = ("-DHPC_ATTN_PEEL_FIRST_COPY=1",)
-BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, PEEL_FIRST_COPY)
+# The task-end fold's earlier form, every consumer thread running every row's scalar chain (decode_task_fold.cuh,
+# `--diag-rows prologue`).
+FOLD_EACH_THREAD = ("-DHPC_ATTN_FOLD_ROW_SCALARS=0",)
+BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, FOLD_EACH_THREAD)
 
 
 def load_variant(*defines: str):

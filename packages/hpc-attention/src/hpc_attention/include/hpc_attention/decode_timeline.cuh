@@ -63,7 +63,6 @@ enum TimelineSlot : int {
   kTlEndStored = 20,   // the fold done and the task's output or partial stores issued
   kTlEndHanded = 21,   // split task handed to the helpers (or merged by the consumers), the closing barrier passed
   kTlEndRing = 22,     // the next bin known (ring_next / the static bin sequence)
-  kTlEndDryFold = 23,  // diag bit 64 only: the fold's first pass (no stores) done, the stored pass begins
 };
 
 // %globaltimer (ns): hpc::sm90::global_timer_ns.

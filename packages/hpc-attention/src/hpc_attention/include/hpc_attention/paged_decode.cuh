@@ -53,6 +53,7 @@
 #include "hpc_attention/decode_merge_in_kernel.cuh"
 #include "hpc_attention/decode_bin_ring.cuh"
 #include "hpc_attention/decode_timeline.cuh"
+#include "hpc_attention/decode_task_fold.cuh"
 #include "hpc_common/pdl.cuh"
 
 namespace hpc::attn {
@@ -338,50 +339,21 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     }
     named_barrier(1, 128);
     if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndMerged, tl_clock());
-    const int d = threadIdx.x;  // 0..127
-    // (The rows unrolled by 4, their loads overlapping, measured null: decode_attention_epilogue_ab_19a79e3.*.)
-    auto fold = [&](bool store) {
-    for (int row = 0; row < G; ++row) {
-      float mw[4], mmax = kNegInf;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        mw[w] = merge_m[w * 16 + row];
-        mmax = fmaxf(mmax, mw[w]);
-      }
-      const float mbase = mmax == kNegInf ? 0.f : mmax;
-      float L = 0.f, acc = 0.f;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        const float f = exp2f(mw[w] - mbase);
-        L += f * merge_l[w * 16 + row];
-        acc += f * merge_o[(w * 16 + row) * Cfg::kMergePitch + d];
-      }
-      const float val = (L > 0.f ? acc / L : 0.f) * v_scale;
-      if (!store) {
-        if (val == 12345.f) tl_put(p, kTlEndDryFold, 0);  // keeps the dry pass's arithmetic (never true in tests)
-      } else if (task.w < 0) {
-        __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + (h * G + row) * p.out_stride_h;
-        out[d] = __float2bfloat16_rn(val);
-      } else {
-        const long long slot_row = static_cast<long long>(task.w) * G + row;
-        p.partial_o[slot_row * Cfg::kDim + d] = val;
-        if (d == 0) p.partial_lse[slot_row] = mbase + __log2f(L);
-      }
-    }
-    };
-    if constexpr (kTimelineBuild) {
-      // Diagnostics, diag bit 64: the fold runs twice through the same code, the first pass storing nothing
-      // (kTlEndDryFold stamped between): a cold first pass against a warm second separates instruction fetch
-      // from the fold's own work. The library build has the one stored pass.
-      const bool dry = tl_on(p) && (p.diag & 64);
-#pragma unroll 1
-      for (int pass = dry ? 0 : 1; pass < 2; ++pass) {
-        if (pass == 1 && dry && threadIdx.x == 0) tl_put(p, kTlEndDryFold, tl_clock());
-        fold(pass == 1);
-      }
-    } else {
-      fold(true);
-    }
+    // The fold (decode_task_fold.cuh). (The rows unrolled by 4 in the earlier form, each row still one thread's
+    // serial chain, measured null: decode_attention_epilogue_ab_19a79e3.*.)
+    fold_task_rows<Cfg::kMergePitch>(
+        merge_m, merge_l, merge_o, G, v_scale, threadIdx.x, 1,
+        [&](int row, float val) {
+          if (task.w < 0) {
+            __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + (h * G + row) * p.out_stride_h;
+            out[threadIdx.x] = __float2bfloat16_rn(val);
+          } else {
+            p.partial_o[(static_cast<long long>(task.w) * G + row) * Cfg::kDim + threadIdx.x] = val;
+          }
+        },
+        [&](int row, float lse) {
+          if (task.w >= 0) p.partial_lse[static_cast<long long>(task.w) * G + row] = lse;
+        });
     if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndStored, tl_clock());
     if (p.merge && task.w >= 0) {
       if (helpers_merge) {

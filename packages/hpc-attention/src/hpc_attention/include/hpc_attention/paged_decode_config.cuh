@@ -45,31 +45,6 @@ __device__ __forceinline__ int4 task_in_run(const PagedDecodeParams& p, int t_be
 #endif
 constexpr bool kPrologueNoParams = HPC_ATTN_PROLOGUE_NO_PARAMS != 0;
 
-// The TMA producer's first copies (twenty-seventh session; prepared, off). The timeline's producer steps: the bin's
-// tables and first page id land ~0.3-0.45 us after kTlBin and the first copies are issued ~0.9 us later with no
-// memory wait between, ~300 instructions of one warp (the task loop's bookkeeping: the item's request / head by a
-// division, the next task's load, the page window, the scheduler hint, then the copy arithmetic) at ~5 cycles each.
-// A variant that only moved the window and the hint after the copies lengthened the path in SASS (both forms in the
-// loop) and measured null. HPC_ATTN_PEEL_FIRST_COPY 1: the own bin's first tile, whose page id the plan gives, issued
-// right after the tables land, before the task loop (~80 instructions), the loop starting that task at its second
-// tile.
-#ifndef HPC_ATTN_PEEL_FIRST_COPY
-#define HPC_ATTN_PEEL_FIRST_COPY 0
-#endif
-constexpr bool kPeelFirstCopy = HPC_ATTN_PEEL_FIRST_COPY != 0;
-
-// Item (request b, KV head h) of a task: item = b * hkv + h. A shift for the power-of-two head counts every model
-// has (a warp-uniform branch), the division otherwise.
-__device__ __forceinline__ void item_request_head(int item, int hkv, int& b, int& h) {
-  if ((hkv & (hkv - 1)) == 0) {
-    b = item >> (__ffs(hkv) - 1);
-    h = item & (hkv - 1);
-  } else {
-    b = item / hkv;
-    h = item - b * hkv;
-  }
-}
-
 // The bin CTA blockIdx.x runs. A head-major line cut into a multiple of Hkv bins holds head h's
 // stretch in bins h * nb1 .. (h + 1) * nb1 - 1, every stretch cut alike; with bin_heads = Hkv the
 // bins are dealt so that CTAs c .. c + Hkv - 1 run the Hkv heads' bins of the same stretch (bin

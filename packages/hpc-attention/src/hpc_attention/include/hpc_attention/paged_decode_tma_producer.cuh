@@ -83,22 +83,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
       phase ^= 1;
     }
   };
-  // kPeelFirstCopy (paged_decode_config.cuh): the own bin's first tile, whose page id the plan gives, issued before
-  // the task loop's bookkeeping; the loop then starts the first task at its second tile.
-  bool peeled = false;
   int win = -(1 << 30), my_id = 0;  // lane l holds the id of page win + l (the task loop's page window)
-  if constexpr (kPeelFirstCopy) {
-    if (first_page >= 0) {  // the own bin is not empty and its first tile is one page (>= 64 tokens)
-      int b, h;
-      item_request_head(first_task.x, p.num_kv_heads, b, h);
-      // The window's load first, in flight while the first tile lands (the next tiles' page ids), as in the loop.
-      win = (first_task.y * Cfg::kTile) >> ps_log2;
-      if (win + lane < ((first_task.z + page_mask) >> ps_log2)) my_id = __ldg(p.page_table + b * p.page_table_stride + win + lane);
-      issue_tile(b, h, first_task.y, min(Cfg::kTile, first_task.z - first_task.y * Cfg::kTile), first_page, true);
-      first_page = -1;
-      peeled = true;
-    }
-  }
   // Own bin, then the claimed tail bins (decode_bin_ring.cuh).
   for (int claimed = 0;; ++claimed) {
   bool asked = false;  // asked the scheduler for the next bin
@@ -111,13 +96,9 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
     const int32_t* pt = p.page_table + b * p.page_table_stride;
     const int n_pages = (task.z + page_mask) >> ps_log2;  // table entries inside the length
     const int tile_end = (task.z + Cfg::kTile - 1) / Cfg::kTile;
-    if (!peeled) {  // peeled: the own bin's first tile is in flight already and the window loaded
-      win = -(1 << 30);
-      my_id = 0;
-    }
-    const int tile_begin = task.y + (peeled ? 1 : 0);
-    peeled = false;
-    for (int tile = tile_begin; tile < tile_end; ++tile) {
+    win = -(1 << 30);
+    my_id = 0;
+    for (int tile = task.y; tile < tile_end; ++tile) {
       const int valid = min(Cfg::kTile, task.z - tile * Cfg::kTile);
       if (!asked && t + 1 == t_end && tile_end - tile <= Cfg::kWantTiles) {
         asked = true;
