@@ -21,6 +21,7 @@ SLOTS = dec.TIMELINE_SLOTS
 ENTRY, PDL, BIN, ISSUE, DATA, LAST, CEND, HEND, MERGE_NS, COUNTS, PEND, SMID, HCOUNTS = range(13)
 PROD_START, PROD_TABLES, PROD_EMPTY = 16, 17, 18  # TMA producer only
 END_MERGED, END_STORED, END_HANDED, END_RING = 19, 20, 21, 22  # the last task's end steps
+END_ROW_SCALARS = 23  # the fold's row scalars done (decode_task_fold.cuh)
 
 
 @pytest.mark.parametrize("merge", ["combine", "consumers", "helpers"])
@@ -54,7 +55,8 @@ def test_timeline_keeps_bits_and_adds_up(kv_dtype, tma, merge, monkeypatch):
             assert r[BIN] <= r[ISSUE] <= r[DATA] <= r[LAST] <= r[CEND], (c, r)
             if tma:
                 assert r[PDL] <= r[PROD_START] <= r[PROD_TABLES] <= r[PROD_EMPTY] <= r[ISSUE], (c, r)
-            assert r[LAST] <= r[END_MERGED] <= r[END_STORED] <= r[END_HANDED] <= r[END_RING] <= r[CEND], (c, r)
+            assert r[LAST] <= r[END_MERGED] <= r[END_ROW_SCALARS] <= r[END_STORED] <= r[END_HANDED] <= r[END_RING]
+            assert r[END_RING] <= r[CEND], (c, r)
         merges += r[COUNTS] + r[HCOUNTS]
         if merge == "helpers" and tma:
             assert r[HEND] >= r[BIN], (c, r)

@@ -41,7 +41,8 @@ _spec.loader.exec_module(bench)
 
 SLOTS = pd.TIMELINE_SLOTS
 (ENTRY, PDL, BIN, ISSUE, DATA, LAST, CEND, HEND, MERGE_NS, COUNTS, PEND, SMID, HCOUNTS, CLK0, CLK1,
- LAST_MERGE_NS, PROD_START, PROD_TABLES, PROD_EMPTY, END_MERGED, END_STORED, END_HANDED, END_RING) = range(23)
+ LAST_MERGE_NS, PROD_START, PROD_TABLES, PROD_EMPTY, END_MERGED, END_STORED, END_HANDED, END_RING,
+ END_ROW_SCALARS) = range(24)
 
 # name -> (bench.overrides kwargs, flush mode, plan given the page table: first page ids from the plan)
 VARIANTS = {
@@ -60,6 +61,8 @@ VARIANTS = {
     "prologue_reads_group": (dict(defines=_ext.PROLOGUE_READS_GROUP), "write", True),
     # the task-end fold's earlier form (decode_task_fold.cuh)
     "fold_each_thread": (dict(defines=_ext.FOLD_EACH_THREAD), "write", True),
+    # the fold's store addresses and G pinned in registers from the task's start (no constant read at the fold)
+    "fold_addr_early": (dict(defines=_ext.FOLD_ADDR_EARLY), "write", True),
 }
 
 
@@ -160,7 +163,8 @@ def analyse(tables, event_us, a, kv, bins=None):
     ends = [r for r in a if r[LAST] and r[END_MERGED] and r[END_RING] and r[CEND]]  # the last task's end, by step
     if ends:
         med = lambda k: statistics.median((r[k] - r[LAST]) / 1e3 for r in ends)  # noqa: E731
-        lines.append(f"  end from last tile: merged {med(END_MERGED):+5.2f}  stored {med(END_STORED):+5.2f}  "
+        scalars = f"row scalars {med(END_ROW_SCALARS):+5.2f}  " if all(r[END_ROW_SCALARS] for r in ends) else ""
+        lines.append(f"  end from last tile: merged {med(END_MERGED):+5.2f}  {scalars}stored {med(END_STORED):+5.2f}  "
                      f"handed {med(END_HANDED):+5.2f}  next bin {med(END_RING):+5.2f}  exit {med(CEND):+5.2f}")
     per_tile = [x["stream"] / max(1, x["tiles"] - 1) for x in busy if x["tiles"] > 1]
     gbs = [x["tiles"] * tile_bytes / (x["stream"] * 1e3) for x in busy if x["tiles"] > 1 and x["stream"] > 0]

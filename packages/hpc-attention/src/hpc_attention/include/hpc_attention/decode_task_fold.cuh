@@ -16,23 +16,76 @@
 // same bits; HPC_ATTN_FOLD_ROW_SCALARS 0 is the earlier form (`_ext.FOLD_EACH_THREAD`, the A/B build).
 #pragma once
 
+#include <cuda_bf16.h>
+
 #include "hpc_attention/sm90_primitives.cuh"
+#include "hpc_attention/decode_params.h"
 
 #ifndef HPC_ATTN_FOLD_ROW_SCALARS
 #define HPC_ATTN_FOLD_ROW_SCALARS 1
 #endif
 
+// HPC_ATTN_FOLD_ADDR_EARLY 1 (twenty-eighth session, measuring): with the row scalars the fold still took ~0.8 us
+// (merged -> stored) against ~0.35 us of its instructions' chain. Suspect: its first reads of the parameter block's
+// last constant line (p.out, the strides, p.partial_o / partial_lse, p.group: LDC / ULDC at the fold) missing
+// after the stream, an L2 round trip under load. The variant computes the task's store addresses at the task's
+// start and pins them (and G) in registers, so the fold reads no constant.
+#ifndef HPC_ATTN_FOLD_ADDR_EARLY
+#define HPC_ATTN_FOLD_ADDR_EARLY 0
+#endif
+
 namespace hpc::attn {
 
 constexpr bool kFoldRowScalars = HPC_ATTN_FOLD_ROW_SCALARS != 0;
+constexpr bool kFoldAddrEarly = HPC_ATTN_FOLD_ADDR_EARLY != 0;
+
+// A task's fold targets, thread column d = threadIdx.x: output row 0 (whole task) or partial row 0 and its
+// log-sum-exp slot (split task, slot w >= 0).
+struct FoldTargets {
+  __nv_bfloat16* out;
+  float* partial_o;
+  float* partial_lse;
+  long long out_stride_h;
+  int G;
+};
+
+// Pins a value in a register: passed through a shuffle from the thread's own lane, which ptxas cannot see
+// through (an empty asm statement it can: it re-read the value from the parameter block at the point of use).
+template <class T>
+__device__ __forceinline__ T pin_reg(T v) {
+  static_assert(sizeof(T) == 8 || sizeof(T) == 4, "pin_reg: 4- or 8-byte values");
+  const int lane = threadIdx.x & 31;
+  if constexpr (sizeof(T) == 8) {
+    unsigned long long u = *reinterpret_cast<unsigned long long*>(&v);
+    u = __shfl_sync(0xffffffffu, u, lane);
+    return *reinterpret_cast<T*>(&u);
+  } else {
+    unsigned u = *reinterpret_cast<unsigned*>(&v);
+    u = __shfl_sync(0xffffffffu, u, lane);
+    return *reinterpret_cast<T*>(&u);
+  }
+}
+
+template <int kDim>
+__device__ __forceinline__ FoldTargets fold_targets(const PagedDecodeParams& p, int b, int h, int w) {
+  FoldTargets t;
+  t.G = pin_reg(p.group);
+  t.out_stride_h = pin_reg(p.out_stride_h);
+  t.out = pin_reg(static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + h * t.G * t.out_stride_h + threadIdx.x);
+  const long long slot_row = static_cast<long long>(w < 0 ? 0 : w) * t.G;
+  t.partial_o = pin_reg(p.partial_o + slot_row * kDim + threadIdx.x);
+  t.partial_lse = pin_reg(p.partial_lse + slot_row);
+  return t;
+}
 
 // Called by the 128 consumer threads (d = threadIdx.x) after the barrier that follows the warps' state writes;
 // `bar` is the consumers' named barrier. store_row(row, value) writes column d of an output row;
-// store_lse(row, lse) a split task's log-sum-exp (called by one thread per row).
-template <int kPitch, class StoreRow, class StoreLse>
+// store_lse(row, lse) a split task's log-sum-exp (called by one thread per row); after_scalars() runs after the
+// row scalars' barrier (timeline stamps).
+template <int kPitch, class StoreRow, class StoreLse, class AfterScalars>
 __device__ __forceinline__ void fold_task_rows(float* merge_m, float* merge_l, const float* merge_o, int G,
                                                float v_scale, int d, int bar, StoreRow store_row,
-                                               StoreLse store_lse) {
+                                               StoreLse store_lse, AfterScalars after_scalars) {
   const float kNegInf = -__int_as_float(0x7f800000);
   if constexpr (kFoldRowScalars) {
     if (d < G) {  // row d's scalars: its own slots only, so no thread reads what another writes
@@ -56,6 +109,7 @@ __device__ __forceinline__ void fold_task_rows(float* merge_m, float* merge_l, c
       store_lse(r, mbase + __log2f(L));
     }
     named_barrier(bar, 128);
+    after_scalars();
     for (int row0 = 0; row0 < G; row0 += 4) {
       float val[4];
 #pragma unroll

@@ -63,6 +63,7 @@ enum TimelineSlot : int {
   kTlEndStored = 20,   // the fold done and the task's output or partial stores issued
   kTlEndHanded = 21,   // split task handed to the helpers (or merged by the consumers), the closing barrier passed
   kTlEndRing = 22,     // the next bin known (ring_next / the static bin sequence)
+  kTlEndRowScalars = 23,  // the fold's row scalars written and their barrier passed (decode_task_fold.cuh)
 };
 
 // %globaltimer (ns): hpc::sm90::global_timer_ns.

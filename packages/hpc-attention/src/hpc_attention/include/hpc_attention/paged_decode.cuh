@@ -116,6 +116,8 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       row_scale1 *= head1 < G ? qs[head1 * p.q_scale_stride_h] : 0.f;
     }
     const int tile_end = (task.z + Cfg::kTile - 1) / Cfg::kTile;
+    // kFoldAddrEarly (decode_task_fold.cuh): the fold's store addresses and G in registers from here on.
+    const FoldTargets fold_at = kFoldAddrEarly ? fold_targets<Cfg::kDim>(p, b, h, task.w) : FoldTargets{};
     float o[kOTiles][4];
 #pragma unroll
     for (int nt = 0; nt < kOTiles; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
@@ -341,19 +343,39 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndMerged, tl_clock());
     // The fold (decode_task_fold.cuh). (The rows unrolled by 4 in the earlier form, each row still one thread's
     // serial chain, measured null: decode_attention_epilogue_ab_19a79e3.*.)
-    fold_task_rows<Cfg::kMergePitch>(
-        merge_m, merge_l, merge_o, G, v_scale, threadIdx.x, 1,
-        [&](int row, float val) {
-          if (task.w < 0) {
-            __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + (h * G + row) * p.out_stride_h;
-            out[threadIdx.x] = __float2bfloat16_rn(val);
-          } else {
-            p.partial_o[(static_cast<long long>(task.w) * G + row) * Cfg::kDim + threadIdx.x] = val;
-          }
-        },
-        [&](int row, float lse) {
-          if (task.w >= 0) p.partial_lse[static_cast<long long>(task.w) * G + row] = lse;
-        });
+    const auto stamp_scalars = [&] {
+      if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndRowScalars, tl_clock());
+    };
+    if constexpr (kFoldAddrEarly) {
+      fold_task_rows<Cfg::kMergePitch>(
+          merge_m, merge_l, merge_o, fold_at.G, v_scale, threadIdx.x, 1,
+          [&](int row, float val) {
+            if (task.w < 0) {
+              fold_at.out[row * fold_at.out_stride_h] = __float2bfloat16_rn(val);
+            } else {
+              fold_at.partial_o[row * Cfg::kDim] = val;
+            }
+          },
+          [&](int row, float lse) {
+            if (task.w >= 0) fold_at.partial_lse[row] = lse;
+          },
+          stamp_scalars);
+    } else {
+      fold_task_rows<Cfg::kMergePitch>(
+          merge_m, merge_l, merge_o, G, v_scale, threadIdx.x, 1,
+          [&](int row, float val) {
+            if (task.w < 0) {
+              __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + (h * G + row) * p.out_stride_h;
+              out[threadIdx.x] = __float2bfloat16_rn(val);
+            } else {
+              p.partial_o[(static_cast<long long>(task.w) * G + row) * Cfg::kDim + threadIdx.x] = val;
+            }
+          },
+          [&](int row, float lse) {
+            if (task.w >= 0) p.partial_lse[static_cast<long long>(task.w) * G + row] = lse;
+          },
+          stamp_scalars);
+    }
     if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndStored, tl_clock());
     if (p.merge && task.w >= 0) {
       if (helpers_merge) {
