@@ -61,8 +61,9 @@ VARIANTS = {
     "prologue_reads_group": (dict(defines=_ext.PROLOGUE_READS_GROUP), "write", True),
     # the task-end fold's earlier form (decode_task_fold.cuh)
     "fold_each_thread": (dict(defines=_ext.FOLD_EACH_THREAD), "write", True),
-    # the fold's store addresses and G pinned in registers from the task's start (no constant read at the fold)
-    "fold_addr_early": (dict(defines=_ext.FOLD_ADDR_EARLY), "write", True),
+    # the fold's store addresses computed at the fold; its factors row-major, 8 rows per step
+    "fold_addr_at_fold": (dict(defines=_ext.FOLD_ADDR_AT_FOLD), "write", True),
+    "fold_packed": (dict(defines=_ext.FOLD_PACKED), "write", True),
 }
 
 
