@@ -289,9 +289,8 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                     time_mode(name, plan, None, defines=defines)
             if diag and diag_rows == "prologue":  # the call's fixed steps, each variant against the default's
                 # timing again: the task-end fold's earlier form (every thread every row's scalars,
-                # decode_task_fold.cuh) and its factors row-major, 8 rows per step. (The prologue's earlier form, slower in four processes, is not timed again.)
+                # decode_task_fold.cuh). (The prologue's earlier form, slower in four processes, is not timed again.)
                 for name, defines in (("diag_fold_each_thread", _ext.FOLD_EACH_THREAD),
-                                      ("diag_fold_packed", _ext.FOLD_PACKED),
                                       ("diag_prologue_default_again", ())):
                     time_mode(name, plan, None, defines=defines)
             if diag and diag_rows != "all":  # every narrow row set also gets decode only / stream only

@@ -532,17 +532,14 @@ def test_consumer_schedules_same_bits(group, kv_dtype, producer, monkeypatch):
 @pytest.mark.parametrize("group", [1, 2, 4, 8, 16])
 def test_task_fold_forms_same_bits(group, kv_dtype, producer, monkeypatch):
     """The task-end fold with each row's scalars computed once (decode_task_fold.cuh, the default) against
-    every thread computing every row's (HPC_ATTN_FOLD_ROW_SCALARS=0), with its store addresses computed at
-    the fold (HPC_ATTN_FOLD_ADDR_EARLY=0) and with its factors row-major, 8 rows per step
-    (HPC_ATTN_FOLD_PACKED=1): the same bits, for groups below,
+    every thread computing every row's (HPC_ATTN_FOLD_ROW_SCALARS=0) and with its store addresses computed
+    at the fold (HPC_ATTN_FOLD_ADDR_EARLY=0): the same bits, for groups below,
     at and above the fold's 4-row steps, whole and split tasks (their partials and log-sum-exps feed the
     merges), an empty and a length-1 request."""
     case = make_case([1, 64, 65, 700, 0, 4097, 130], 2, group, kv_dtype, seed=40 + group)
-    builds = ((), _ext.FOLD_EACH_THREAD, _ext.FOLD_ADDR_AT_FOLD, _ext.FOLD_PACKED)
-    outs = _outputs_of_builds(case, builds, monkeypatch)
+    outs = _outputs_of_builds(case, ((), _ext.FOLD_EACH_THREAD, _ext.FOLD_ADDR_AT_FOLD), monkeypatch)
     assert_bitwise_equal(outs[1], outs[0], name="fold, each thread every row")
     assert_bitwise_equal(outs[2], outs[0], name="fold, store addresses computed at the fold")
-    assert_bitwise_equal(outs[3], outs[0], name="fold, factors row-major, 8 rows per step")
     check_accuracy(outs[0], case)
 
 

@@ -61,9 +61,8 @@ VARIANTS = {
     "prologue_reads_group": (dict(defines=_ext.PROLOGUE_READS_GROUP), "write", True),
     # the task-end fold's earlier form (decode_task_fold.cuh)
     "fold_each_thread": (dict(defines=_ext.FOLD_EACH_THREAD), "write", True),
-    # the fold's store addresses computed at the fold; its factors row-major, 8 rows per step
+    # the fold's store addresses computed at the fold (the form before the twenty-eighth session's last change)
     "fold_addr_at_fold": (dict(defines=_ext.FOLD_ADDR_AT_FOLD), "write", True),
-    "fold_packed": (dict(defines=_ext.FOLD_PACKED), "write", True),
 }
 
 

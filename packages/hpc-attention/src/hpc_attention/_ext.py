@@ -37,9 +37,7 @@ FOLD_EACH_THREAD = ("-DHPC_ATTN_FOLD_ROW_SCALARS=0",)
 # The fold's store addresses computed at the fold from the parameters (the default pins them in registers from the
 # task's start; decode_task_fold.cuh).
 FOLD_ADDR_AT_FOLD = ("-DHPC_ATTN_FOLD_ADDR_EARLY=0",)
-# The fold's factors row-major, 8 rows per step (decode_task_fold.cuh; prepared, `--diag-rows prologue`).
-FOLD_PACKED = ("-DHPC_ATTN_FOLD_PACKED=1",)
-BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, FOLD_EACH_THREAD, FOLD_ADDR_AT_FOLD, FOLD_PACKED)
+BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, FOLD_EACH_THREAD, FOLD_ADDR_AT_FOLD)
 
 
 def load_variant(*defines: str):

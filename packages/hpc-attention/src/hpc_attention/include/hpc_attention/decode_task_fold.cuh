@@ -35,18 +35,9 @@
 #define HPC_ATTN_FOLD_ADDR_EARLY 1
 #endif
 
-// HPC_ATTN_FOLD_PACKED 1 (twenty-eighth session, measuring): the row-scalar fold's second step still took ~0.5 us
-// for G = 8 (timeline: row scalars -> stored), two steps of 4 rows, each row's 4 factors and 1 / l read by 5
-// broadcast loads in every warp. The variant writes the factors row-major (one 16-byte broadcast load per row) and
-// folds 8 rows per step (one step at G = 8).
-#ifndef HPC_ATTN_FOLD_PACKED
-#define HPC_ATTN_FOLD_PACKED 0
-#endif
-
 namespace hpc::attn {
 
 constexpr bool kFoldRowScalars = HPC_ATTN_FOLD_ROW_SCALARS != 0;
-constexpr bool kFoldPacked = HPC_ATTN_FOLD_PACKED != 0;
 constexpr bool kFoldAddrEarly = HPC_ATTN_FOLD_ADDR_EARLY != 0;
 
 // A task's fold targets, thread column d = threadIdx.x: output row 0 (whole task) or partial row 0 and its
@@ -98,11 +89,11 @@ __device__ __forceinline__ void fold_task_rows(float* merge_m, float* merge_l, c
                                                StoreLse store_lse, AfterScalars after_scalars) {
   const float kNegInf = -__int_as_float(0x7f800000);
   if constexpr (kFoldRowScalars) {
-    // Row r's scalars, by thread r < G. Unpacked: f_w over the thread's own m slots [w][r] and 1 / l over its l
-    // slot [0][r], so no thread reads what another writes. Packed: f_w row-major at merge_m[4 r + w] (slots of
-    // other rows), so warp 0 reads everything before any lane writes.
-    if (kFoldPacked ? d < 32 : d < G) {
-      const int r = d & 15;
+    // Row r's scalars, by thread r < G: f_w over the thread's own m slots [w][r], 1 / l over its l slot [0][r], so
+    // no thread reads what another writes. (Factors written row-major for one 16-byte load per row, 8 rows per
+    // step: null, -0.02 us, decode_attention_fold_packed_ab_a390661.*.)
+    if (d < G) {
+      const int r = d;
       float mw[4], lw[4], mmax = kNegInf;
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
@@ -111,48 +102,31 @@ __device__ __forceinline__ void fold_task_rows(float* merge_m, float* merge_l, c
         mmax = fmaxf(mmax, mw[w]);
       }
       const float mbase = mmax == kNegInf ? 0.f : mmax;
-      float L = 0.f, f[4];
+      float L = 0.f;
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
-        f[w] = exp2f(mw[w] - mbase);
-        L += f[w] * lw[w];
+        const float f = exp2f(mw[w] - mbase);
+        L += f * lw[w];
+        merge_m[w * 16 + r] = f;
       }
-      if constexpr (kFoldPacked) __syncwarp();
-      if (d < G) {
-        if constexpr (kFoldPacked) {
-          *reinterpret_cast<float4*>(merge_m + 4 * r) = make_float4(f[0], f[1], f[2], f[3]);
-        } else {
-#pragma unroll
-          for (int w = 0; w < 4; ++w) merge_m[w * 16 + r] = f[w];
-        }
-        merge_l[r] = L > 0.f ? 1.f / L : 0.f;
-        store_lse(r, mbase + __log2f(L));
-      }
+      merge_l[r] = L > 0.f ? 1.f / L : 0.f;
+      store_lse(r, mbase + __log2f(L));
     }
     named_barrier(bar, 128);
     after_scalars();
-    constexpr int kRows = kFoldPacked ? 8 : 4;
-    for (int row0 = 0; row0 < G; row0 += kRows) {
-      float val[kRows];
+    for (int row0 = 0; row0 < G; row0 += 4) {
+      float val[4];
 #pragma unroll
-      for (int i = 0; i < kRows; ++i) {  // rows >= G (the last step of G < kRows) read stale slots: not stored
+      for (int i = 0; i < 4; ++i) {  // rows >= G (the last group of G < 4) read stale slots: folded, not stored
         const int row = row0 + i;
-        float fw[4];
-        if constexpr (kFoldPacked) {
-          const float4 f4 = *reinterpret_cast<const float4*>(merge_m + 4 * row);
-          fw[0] = f4.x, fw[1] = f4.y, fw[2] = f4.z, fw[3] = f4.w;
-        } else {
-#pragma unroll
-          for (int w = 0; w < 4; ++w) fw[w] = merge_m[w * 16 + row];
-        }
         float acc = 0.f;
 #pragma unroll
-        for (int w = 0; w < 4; ++w) acc += fw[w] * merge_o[(w * 16 + row) * kPitch + d];
+        for (int w = 0; w < 4; ++w) acc += merge_m[w * 16 + row] * merge_o[(w * 16 + row) * kPitch + d];
         const float rl = merge_l[row];
         val[i] = (rl > 0.f ? acc * rl : 0.f) * v_scale;
       }
 #pragma unroll
-      for (int i = 0; i < kRows; ++i) {
+      for (int i = 0; i < 4; ++i) {
         if (row0 + i < G) store_row(row0 + i, val[i]);
       }
     }
