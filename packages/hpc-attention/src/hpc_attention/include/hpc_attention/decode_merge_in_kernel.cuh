@@ -176,11 +176,26 @@ constexpr int kMergeRingSlots = 4;
 constexpr int kMergeHelperThreads = 64;
 constexpr int kMergeHelperBar = 2;
 
+// HPC_ATTN_MERGE_WARP_ARRIVE 1 (twenty-eighth session, measuring): the timeline's "handed" step (fold's stores done ->
+// the split task handed over and the consumers' closing barrier passed) reads 0.16-0.19 us and the consumers' exit
+// step pays one more hand-over (the service's end). Each hand-over is 128 arrivals on one mbarrier. The variant has
+// lane 0 of each consumer warp arrive after a __syncwarp (which orders the warp's partial writes before lane 0's
+// release arrival), 4 arrivals instead of 128.
+#ifndef HPC_ATTN_MERGE_WARP_ARRIVE
+#define HPC_ATTN_MERGE_WARP_ARRIVE 0
+#endif
+constexpr bool kMergeWarpArrive = HPC_ATTN_MERGE_WARP_ARRIVE != 0;
+
 struct MergeRing {
   int4* desc;      // [kMergeRingSlots]: {item or -1, slot, first slot, parts}
-  uint64_t* full;  // [kMergeRingSlots], 128 arrivals (every consumer thread, after its writes)
+  uint64_t* full;  // [kMergeRingSlots], kMergeRequestArrivals(warps) (the consumers, after their writes)
   uint64_t* empty; // [kMergeRingSlots], 1 arrival (the helpers took the descriptor)
 };
+
+// Arrivals on a merge ring's full barrier per request: every consumer thread, or lane 0 of each consumer warp.
+__host__ __device__ constexpr int merge_request_arrivals(int consumer_warps) {
+  return kMergeWarpArrive ? consumer_warps : 32 * consumer_warps;
+}
 
 // Consumer side, all 128 consumer threads; k = this CTA's request count so far.
 __device__ __forceinline__ void merge_request(const MergeRing& r, int k, int4 desc) {
@@ -189,7 +204,12 @@ __device__ __forceinline__ void merge_request(const MergeRing& r, int k, int4 de
     mbar_wait(&r.empty[s], ((k / kMergeRingSlots) & 1) ^ 1);
     r.desc[s] = desc;
   }
-  mbar_arrive(&r.full[s]);  // release (CTA scope): this thread's partial writes (and the descriptor)
+  if constexpr (kMergeWarpArrive) {
+    __syncwarp();  // the warp's partial writes (and the descriptor, lane 0's own) ordered before lane 0's arrival
+    if ((threadIdx.x & 31) == 0) mbar_arrive(&r.full[s]);
+  } else {
+    mbar_arrive(&r.full[s]);  // release (CTA scope): this thread's partial writes (and the descriptor)
+  }
 }
 
 // Helper side: kMergeHelperThreads threads, tid = 0 .. kMergeHelperThreads - 1.
