@@ -212,9 +212,8 @@ MERGE_PARTS = {2: [2], 9: [8, 2], 12: [10, 3], 20: [16, 4], 24: [20, 5], 67: [54
                132: [105, 27]}
 
 
-@pytest.mark.parametrize("build", [(), _ext.MERGE_ROWS1, _ext.PROLOGUE_READS_GROUP, _ext.FOLD_EACH_THREAD,
-                                   _ext.MERGE_WARP_ARRIVE],
-                         ids=["default", "merge_rows1", "prologue_reads_group", "fold_each_thread", "merge_warp_arrive"])
+@pytest.mark.parametrize("build", [(), _ext.MERGE_ROWS1, _ext.PROLOGUE_READS_GROUP, _ext.FOLD_EACH_THREAD],
+                         ids=["default", "merge_rows1", "prologue_reads_group", "fold_each_thread"])
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("num_ctas,group", [(2, 8), (9, 16), (12, 8), (20, 1), (24, 8), (67, 16), (100, 2),
                                             (132, 8)])
@@ -223,8 +222,7 @@ def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype
     the same order: identical bits, whichever CTA finishes last; also in the build whose helper threads
     merge one row at a time (HPC_ATTN_MERGE_ROWS=1; the default loads two rows together), and in the builds
     of the prologue's and the task-end fold's earlier forms (HPC_ATTN_PROLOGUE_NO_PARAMS=0,
-    HPC_ATTN_FOLD_ROW_SCALARS=0) and of the hand-over with one arrival per consumer warp
-    (HPC_ATTN_MERGE_WARP_ARRIVE=1)."""
+    HPC_ATTN_FOLD_ROW_SCALARS=0)."""
     monkeypatch.setitem(dec.DIAG, "defines", build)
     case = make_case([64 * 160, 5, 0, 64 * 40 + 7], 1, group, kv_dtype, seed=num_ctas)
     outs = {}

@@ -63,8 +63,6 @@ VARIANTS = {
     "fold_each_thread": (dict(defines=_ext.FOLD_EACH_THREAD), "write", True),
     # the fold's store addresses computed at the fold (the form before the twenty-eighth session's last change)
     "fold_addr_at_fold": (dict(defines=_ext.FOLD_ADDR_AT_FOLD), "write", True),
-    # the split task handed to the helper warps with one arrival per consumer warp
-    "merge_warp_arrive": (dict(defines=_ext.MERGE_WARP_ARRIVE), "write", True),
 }
 
 

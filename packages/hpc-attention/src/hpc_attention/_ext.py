@@ -37,10 +37,7 @@ FOLD_EACH_THREAD = ("-DHPC_ATTN_FOLD_ROW_SCALARS=0",)
 # The fold's store addresses computed at the fold from the parameters (the default pins them in registers from the
 # task's start; decode_task_fold.cuh).
 FOLD_ADDR_AT_FOLD = ("-DHPC_ATTN_FOLD_ADDR_EARLY=0",)
-# The split task handed to the helper warps with one arrival per consumer warp (decode_merge_in_kernel.cuh; prepared,
-# `--diag-rows prologue`).
-MERGE_WARP_ARRIVE = ("-DHPC_ATTN_MERGE_WARP_ARRIVE=1",)
-BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, FOLD_EACH_THREAD, FOLD_ADDR_AT_FOLD, MERGE_WARP_ARRIVE)
+BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, FOLD_EACH_THREAD, FOLD_ADDR_AT_FOLD)
 
 
 def load_variant(*defines: str):

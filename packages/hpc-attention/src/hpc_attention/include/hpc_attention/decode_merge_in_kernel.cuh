@@ -171,31 +171,18 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
 // producer warps: the consumers hand each split task over to them through a shared-memory ring
 // (descriptor + one mbarrier arrival per consumer thread, release at CTA scope after its partial
 // writes) and go on at once; the helpers acquire, arrive at GPU scope and merge, with the same
-// arithmetic and order as above (identical bits). A descriptor with item -1 ends the service.
+// arithmetic and order as above (identical bits). A descriptor with item -1 ends the service. (One arrival per
+// consumer warp after a __syncwarp instead of 128 measured null, twenty-eighth session:
+// decode_attention_merge_warp_arrive_ab_b8ceb42.*.)
 constexpr int kMergeRingSlots = 4;
 constexpr int kMergeHelperThreads = 64;
 constexpr int kMergeHelperBar = 2;
 
-// HPC_ATTN_MERGE_WARP_ARRIVE 1 (twenty-eighth session, measuring): the timeline's "handed" step (fold's stores done ->
-// the split task handed over and the consumers' closing barrier passed) reads 0.16-0.19 us and the consumers' exit
-// step pays one more hand-over (the service's end). Each hand-over is 128 arrivals on one mbarrier. The variant has
-// lane 0 of each consumer warp arrive after a __syncwarp (which orders the warp's partial writes before lane 0's
-// release arrival), 4 arrivals instead of 128.
-#ifndef HPC_ATTN_MERGE_WARP_ARRIVE
-#define HPC_ATTN_MERGE_WARP_ARRIVE 0
-#endif
-constexpr bool kMergeWarpArrive = HPC_ATTN_MERGE_WARP_ARRIVE != 0;
-
 struct MergeRing {
   int4* desc;      // [kMergeRingSlots]: {item or -1, slot, first slot, parts}
-  uint64_t* full;  // [kMergeRingSlots], kMergeRequestArrivals(warps) (the consumers, after their writes)
+  uint64_t* full;  // [kMergeRingSlots], 128 arrivals (every consumer thread, after its writes)
   uint64_t* empty; // [kMergeRingSlots], 1 arrival (the helpers took the descriptor)
 };
-
-// Arrivals on a merge ring's full barrier per request: every consumer thread, or lane 0 of each consumer warp.
-__host__ __device__ constexpr int merge_request_arrivals(int consumer_warps) {
-  return kMergeWarpArrive ? consumer_warps : 32 * consumer_warps;
-}
 
 // Consumer side, all 128 consumer threads; k = this CTA's request count so far.
 __device__ __forceinline__ void merge_request(const MergeRing& r, int k, int4 desc) {
@@ -204,12 +191,7 @@ __device__ __forceinline__ void merge_request(const MergeRing& r, int k, int4 de
     mbar_wait(&r.empty[s], ((k / kMergeRingSlots) & 1) ^ 1);
     r.desc[s] = desc;
   }
-  if constexpr (kMergeWarpArrive) {
-    __syncwarp();  // the warp's partial writes (and the descriptor, lane 0's own) ordered before lane 0's arrival
-    if ((threadIdx.x & 31) == 0) mbar_arrive(&r.full[s]);
-  } else {
-    mbar_arrive(&r.full[s]);  // release (CTA scope): this thread's partial writes (and the descriptor)
-  }
+  mbar_arrive(&r.full[s]);  // release (CTA scope): this thread's partial writes (and the descriptor)
 }
 
 // Helper side: kMergeHelperThreads threads, tid = 0 .. kMergeHelperThreads - 1.

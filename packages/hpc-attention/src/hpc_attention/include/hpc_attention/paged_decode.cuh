@@ -462,7 +462,7 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
     }
     mbar_init(ring.want, 1);
     for (int s = 0; s < kMergeRingSlots; ++s) {
-      mbar_init(&mring.full[s], merge_request_arrivals(Cfg::kConsumerWarps));
+      mbar_init(&mring.full[s], 32 * Cfg::kConsumerWarps);
       mbar_init(&mring.empty[s], 1);
     }
     mbar_fence_init();
