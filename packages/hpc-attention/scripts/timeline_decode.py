@@ -63,6 +63,8 @@ VARIANTS = {
     "fold_each_thread": (dict(defines=_ext.FOLD_EACH_THREAD), "write", True),
     # the fold's store addresses computed at the fold (the form before the twenty-eighth session's last change)
     "fold_addr_at_fold": (dict(defines=_ext.FOLD_ADDR_AT_FOLD), "write", True),
+    # the fold's second step on 4 adjacent columns per thread (vector loads and stores)
+    "fold_vector": (dict(defines=_ext.FOLD_VECTOR), "write", True),
 }
 
 

@@ -37,7 +37,10 @@ FOLD_EACH_THREAD = ("-DHPC_ATTN_FOLD_ROW_SCALARS=0",)
 # The fold's store addresses computed at the fold from the parameters (the default pins them in registers from the
 # task's start; decode_task_fold.cuh).
 FOLD_ADDR_AT_FOLD = ("-DHPC_ATTN_FOLD_ADDR_EARLY=0",)
-BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, FOLD_EACH_THREAD, FOLD_ADDR_AT_FOLD)
+# The fold's second step on 4 adjacent columns per thread, vector loads and stores (decode_task_fold.cuh; prepared,
+# `--diag-rows prologue`).
+FOLD_VECTOR = ("-DHPC_ATTN_FOLD_VECTOR=1",)
+BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, FOLD_EACH_THREAD, FOLD_ADDR_AT_FOLD, FOLD_VECTOR)
 
 
 def load_variant(*defines: str):

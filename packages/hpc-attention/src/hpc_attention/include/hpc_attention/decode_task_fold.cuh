@@ -35,9 +35,20 @@
 #define HPC_ATTN_FOLD_ADDR_EARLY 1
 #endif
 
+// HPC_ATTN_FOLD_VECTOR 1 (twenty-eighth session, measuring): the row-scalar fold's second step (~0.5 us at G = 8)
+// is ~220 instructions per consumer warp, issue- and dependency-bound (ncu: "wait" and "selected" stalls only,
+// benchmarks/profiles/h200/ncu_decode_source_fold_b8ceb42.txt): per output element a 4-byte load per source warp and
+// a scalar store with its own address arithmetic and branch. The variant gives each thread 4 adjacent columns of
+// rows r = warp, warp + 4, ...: one 16-byte load per source warp, one 8-byte (BF16) or 16-byte (partial) store per
+// row, the branch on the task's kind once per row; ~80 instructions per warp at G = 8. Same arithmetic per element.
+#ifndef HPC_ATTN_FOLD_VECTOR
+#define HPC_ATTN_FOLD_VECTOR 0
+#endif
+
 namespace hpc::attn {
 
 constexpr bool kFoldRowScalars = HPC_ATTN_FOLD_ROW_SCALARS != 0;
+constexpr bool kFoldVector = HPC_ATTN_FOLD_VECTOR != 0;
 constexpr bool kFoldAddrEarly = HPC_ATTN_FOLD_ADDR_EARLY != 0;
 
 // A task's fold targets, thread column d = threadIdx.x: output row 0 (whole task) or partial row 0 and its
@@ -67,6 +78,14 @@ __device__ __forceinline__ T pin_reg(T v) {
   }
 }
 
+// Vector stores through a generic pointer (8- / 16-byte aligned by the caller).
+__device__ __forceinline__ void store_v2_b32(void* dst, uint2 v) {
+  asm volatile("st.v2.b32 [%0], {%1, %2};" ::"l"(dst), "r"(v.x), "r"(v.y) : "memory");
+}
+__device__ __forceinline__ void store_v4_f32(void* dst, const float (&v)[4]) {
+  asm volatile("st.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]) : "memory");
+}
+
 template <int kDim>
 __device__ __forceinline__ FoldTargets fold_targets(const PagedDecodeParams& p, int b, int h, int w) {
   FoldTargets t;
@@ -80,13 +99,14 @@ __device__ __forceinline__ FoldTargets fold_targets(const PagedDecodeParams& p, 
 }
 
 // Called by the 128 consumer threads (d = threadIdx.x) after the barrier that follows the warps' state writes;
-// `bar` is the consumers' named barrier. store_row(row, value) writes column d of an output row;
-// store_lse(row, lse) a split task's log-sum-exp (called by one thread per row); after_scalars() runs after the
-// row scalars' barrier (timeline stamps).
-template <int kPitch, class StoreRow, class StoreLse, class AfterScalars>
+// `bar` is the consumers' named barrier. store_row(row, value) writes column d of an output row; store_row4(row,
+// col, v) columns col .. col + 3 (kFoldVector); store_lse(row, lse) a split task's log-sum-exp (called by one
+// thread per row); after_scalars() runs after the row scalars' barrier (timeline stamps).
+template <int kPitch, class StoreRow, class StoreRow4, class StoreLse, class AfterScalars>
 __device__ __forceinline__ void fold_task_rows(float* merge_m, float* merge_l, const float* merge_o, int G,
                                                float v_scale, int d, int bar, StoreRow store_row,
-                                               StoreLse store_lse, AfterScalars after_scalars) {
+                                               StoreRow4 store_row4, StoreLse store_lse,
+                                               AfterScalars after_scalars) {
   const float kNegInf = -__int_as_float(0x7f800000);
   if constexpr (kFoldRowScalars) {
     // Row r's scalars, by thread r < G: f_w over the thread's own m slots [w][r], 1 / l over its l slot [0][r], so
@@ -114,6 +134,29 @@ __device__ __forceinline__ void fold_task_rows(float* merge_m, float* merge_l, c
     }
     named_barrier(bar, 128);
     after_scalars();
+    if constexpr (kFoldVector) {
+      static_assert(kPitch % 4 == 0, "fold_task_rows: 16-byte rows of merge_o");
+      const int col = 4 * (d & 31);
+      for (int row = d >> 5; row < G; row += 4) {
+        float fw[4];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) fw[w] = merge_m[w * 16 + row];
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          const float4 o = *reinterpret_cast<const float4*>(merge_o + (w * 16 + row) * kPitch + col);
+          acc[0] += fw[w] * o.x;
+          acc[1] += fw[w] * o.y;
+          acc[2] += fw[w] * o.z;
+          acc[3] += fw[w] * o.w;
+        }
+        const float rl = merge_l[row];
+        float val[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) val[c] = (rl > 0.f ? acc[c] * rl : 0.f) * v_scale;
+        store_row4(row, col, val);
+      }
+    } else {
     for (int row0 = 0; row0 < G; row0 += 4) {
       float val[4];
 #pragma unroll
@@ -129,6 +172,7 @@ __device__ __forceinline__ void fold_task_rows(float* merge_m, float* merge_l, c
       for (int i = 0; i < 4; ++i) {
         if (row0 + i < G) store_row(row0 + i, val[i]);
       }
+    }
     }
   } else {
     for (int row = 0; row < G; ++row) {

@@ -346,6 +346,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     const auto stamp_scalars = [&] {
       if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndRowScalars, tl_clock());
     };
+    static_assert(!kFoldVector || kFoldAddrEarly, "the vector fold stores through the task's early addresses");
     if constexpr (kFoldAddrEarly) {
       fold_task_rows<Cfg::kMergePitch>(
           merge_m, merge_l, merge_o, fold_at.G, v_scale, threadIdx.x, 1,
@@ -354,6 +355,19 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
               fold_at.out[row * fold_at.out_stride_h] = __float2bfloat16_rn(val);
             } else {
               fold_at.partial_o[row * Cfg::kDim] = val;
+            }
+          },
+          [&](int row, int col, const float (&v)[4]) {  // fold_at's pointers hold the thread's own column
+            if (task.w < 0) {
+              const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
+              uint2 packed;
+              packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+              packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+              // 8-byte aligned (out's strides are multiples of 8 elements, checked by the wrapper); inline PTX, as
+              // NVVM split the vector store through the shuffled pointer into scalar ones.
+              store_v2_b32(fold_at.out + row * fold_at.out_stride_h + (col - static_cast<int>(threadIdx.x)), packed);
+            } else {
+              store_v4_f32(fold_at.partial_o + row * Cfg::kDim + (col - static_cast<int>(threadIdx.x)), v);
             }
           },
           [&](int row, float lse) {
@@ -371,6 +385,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
               p.partial_o[(static_cast<long long>(task.w) * G + row) * Cfg::kDim + threadIdx.x] = val;
             }
           },
+          [&](int, int, const float (&)[4]) {},  // (the vector fold is built with the early addresses only)
           [&](int row, float lse) {
             if (task.w >= 0) p.partial_lse[static_cast<long long>(task.w) * G + row] = lse;
           },
