@@ -288,9 +288,10 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 for name, defines in (("diag_merge_rows1", _ext.MERGE_ROWS1), ("diag_merge_default_again", ())):
                     time_mode(name, plan, None, defines=defines)
             if diag and diag_rows == "prologue":  # the call's fixed steps, each variant against the default's
-                # timing again: the task-end fold's second step on 4 adjacent columns per thread (decode_task_fold.cuh).
-                # (The prologue's and the fold's earlier forms, slower in three or four processes, are not timed again.)
-                for name, defines in (("diag_fold_vector", _ext.FOLD_VECTOR),
+                # timing again: the task-end fold's second step one column per thread (decode_task_fold.cuh; the
+                # default takes 4). (The prologue's and the fold's earlier forms, slower in three or four processes,
+                # are not timed again.)
+                for name, defines in (("diag_fold_scalar_columns", _ext.FOLD_SCALAR_COLUMNS),
                                       ("diag_prologue_default_again", ())):
                     time_mode(name, plan, None, defines=defines)
             if diag and diag_rows != "all":  # every narrow row set also gets decode only / stream only

@@ -213,8 +213,9 @@ MERGE_PARTS = {2: [2], 9: [8, 2], 12: [10, 3], 20: [16, 4], 24: [20, 5], 67: [54
 
 
 @pytest.mark.parametrize("build", [(), _ext.MERGE_ROWS1, _ext.PROLOGUE_READS_GROUP, _ext.FOLD_EACH_THREAD,
-                                   _ext.FOLD_VECTOR],
-                         ids=["default", "merge_rows1", "prologue_reads_group", "fold_each_thread", "fold_vector"])
+                                   _ext.FOLD_SCALAR_COLUMNS],
+                         ids=["default", "merge_rows1", "prologue_reads_group", "fold_each_thread",
+                              "fold_scalar_columns"])
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("num_ctas,group", [(2, 8), (9, 16), (12, 8), (20, 1), (24, 8), (67, 16), (100, 2),
                                             (132, 8)])
@@ -223,7 +224,7 @@ def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype
     the same order: identical bits, whichever CTA finishes last; also in the build whose helper threads
     merge one row at a time (HPC_ATTN_MERGE_ROWS=1; the default loads two rows together), and in the builds
     of the prologue's and the task-end fold's earlier forms (HPC_ATTN_PROLOGUE_NO_PARAMS=0,
-    HPC_ATTN_FOLD_ROW_SCALARS=0) and of the fold on 4 columns per thread (HPC_ATTN_FOLD_VECTOR=1)."""
+    HPC_ATTN_FOLD_ROW_SCALARS=0) and of the fold on one column per thread (HPC_ATTN_FOLD_VECTOR=0)."""
     monkeypatch.setitem(dec.DIAG, "defines", build)
     case = make_case([64 * 160, 5, 0, 64 * 40 + 7], 1, group, kv_dtype, seed=num_ctas)
     outs = {}
@@ -532,17 +533,18 @@ def test_consumer_schedules_same_bits(group, kv_dtype, producer, monkeypatch):
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("group", [1, 2, 4, 8, 16])
 def test_task_fold_forms_same_bits(group, kv_dtype, producer, monkeypatch):
-    """The task-end fold with each row's scalars computed once (decode_task_fold.cuh, the default) against
-    every thread computing every row's (HPC_ATTN_FOLD_ROW_SCALARS=0), with its store addresses computed
-    at the fold (HPC_ATTN_FOLD_ADDR_EARLY=0) and with 4 adjacent columns per thread (HPC_ATTN_FOLD_VECTOR=1):
-    the same bits, for groups below,
+    """The task-end fold with each row's scalars computed once and 4 adjacent columns per thread
+    (decode_task_fold.cuh, the default) against every thread computing every row's scalars
+    (HPC_ATTN_FOLD_ROW_SCALARS=0), one column per thread (HPC_ATTN_FOLD_VECTOR=0) and that form with its
+    store addresses computed at the fold (HPC_ATTN_FOLD_ADDR_EARLY=0): the same bits, for groups below,
     at and above the fold's 4-row steps, whole and split tasks (their partials and log-sum-exps feed the
     merges), an empty and a length-1 request."""
     case = make_case([1, 64, 65, 700, 0, 4097, 130], 2, group, kv_dtype, seed=40 + group)
-    outs = _outputs_of_builds(case, ((), _ext.FOLD_EACH_THREAD, _ext.FOLD_ADDR_AT_FOLD, _ext.FOLD_VECTOR), monkeypatch)
+    builds = ((), _ext.FOLD_EACH_THREAD, _ext.FOLD_SCALAR_COLUMNS, _ext.FOLD_ADDR_AT_FOLD)
+    outs = _outputs_of_builds(case, builds, monkeypatch)
     assert_bitwise_equal(outs[1], outs[0], name="fold, each thread every row")
-    assert_bitwise_equal(outs[2], outs[0], name="fold, store addresses computed at the fold")
-    assert_bitwise_equal(outs[3], outs[0], name="fold, 4 columns per thread")
+    assert_bitwise_equal(outs[2], outs[0], name="fold, one column per thread")
+    assert_bitwise_equal(outs[3], outs[0], name="fold, one column per thread, store addresses computed at the fold")
     check_accuracy(outs[0], case)
 
 

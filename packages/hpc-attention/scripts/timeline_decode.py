@@ -61,10 +61,9 @@ VARIANTS = {
     "prologue_reads_group": (dict(defines=_ext.PROLOGUE_READS_GROUP), "write", True),
     # the task-end fold's earlier form (decode_task_fold.cuh)
     "fold_each_thread": (dict(defines=_ext.FOLD_EACH_THREAD), "write", True),
-    # the fold's store addresses computed at the fold (the form before the twenty-eighth session's last change)
+    # the fold's second step one column per thread, and that form with its store addresses computed at the fold
+    "fold_scalar_columns": (dict(defines=_ext.FOLD_SCALAR_COLUMNS), "write", True),
     "fold_addr_at_fold": (dict(defines=_ext.FOLD_ADDR_AT_FOLD), "write", True),
-    # the fold's second step on 4 adjacent columns per thread (vector loads and stores)
-    "fold_vector": (dict(defines=_ext.FOLD_VECTOR), "write", True),
 }
 
 

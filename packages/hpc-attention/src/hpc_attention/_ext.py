@@ -34,13 +34,13 @@ PROLOGUE_READS_GROUP = ("-DHPC_ATTN_PROLOGUE_NO_PARAMS=0",)
 # The task-end fold's earlier form, every consumer thread running every row's scalar chain (decode_task_fold.cuh,
 # `--diag-rows prologue`).
 FOLD_EACH_THREAD = ("-DHPC_ATTN_FOLD_ROW_SCALARS=0",)
-# The fold's store addresses computed at the fold from the parameters (the default pins them in registers from the
-# task's start; decode_task_fold.cuh).
-FOLD_ADDR_AT_FOLD = ("-DHPC_ATTN_FOLD_ADDR_EARLY=0",)
-# The fold's second step on 4 adjacent columns per thread, vector loads and stores (decode_task_fold.cuh; prepared,
-# `--diag-rows prologue`).
-FOLD_VECTOR = ("-DHPC_ATTN_FOLD_VECTOR=1",)
-BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, FOLD_EACH_THREAD, FOLD_ADDR_AT_FOLD, FOLD_VECTOR)
+# The fold's second step one column per thread (the default takes 4 adjacent columns with vector loads and stores;
+# decode_task_fold.cuh), and that form with its store addresses computed at the fold from the parameters (the
+# default pins them in registers from the task's start).
+FOLD_SCALAR_COLUMNS = ("-DHPC_ATTN_FOLD_VECTOR=0",)
+FOLD_ADDR_AT_FOLD = ("-DHPC_ATTN_FOLD_VECTOR=0", "-DHPC_ATTN_FOLD_ADDR_EARLY=0")
+BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, FOLD_EACH_THREAD, FOLD_SCALAR_COLUMNS,
+                  FOLD_ADDR_AT_FOLD)
 
 
 def load_variant(*defines: str):

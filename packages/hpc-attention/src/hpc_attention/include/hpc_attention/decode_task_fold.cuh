@@ -35,14 +35,16 @@
 #define HPC_ATTN_FOLD_ADDR_EARLY 1
 #endif
 
-// HPC_ATTN_FOLD_VECTOR 1 (twenty-eighth session, measuring): the row-scalar fold's second step (~0.5 us at G = 8)
-// is ~220 instructions per consumer warp, issue- and dependency-bound (ncu: "wait" and "selected" stalls only,
+// HPC_ATTN_FOLD_VECTOR 1 (default, twenty-eighth session): the row-scalar fold's second step (~0.5 us at G = 8)
+// was ~220 instructions per consumer warp, issue- and dependency-bound (ncu: "wait" and "selected" stalls only,
 // benchmarks/profiles/h200/ncu_decode_source_fold_b8ceb42.txt): per output element a 4-byte load per source warp and
-// a scalar store with its own address arithmetic and branch. The variant gives each thread 4 adjacent columns of
-// rows r = warp, warp + 4, ...: one 16-byte load per source warp, one 8-byte (BF16) or 16-byte (partial) store per
-// row, the branch on the task's kind once per row; ~80 instructions per warp at G = 8. Same arithmetic per element.
+// a scalar store with its own address arithmetic and branch. Now each thread takes 4 adjacent columns of rows
+// r = warp, warp + 4, ...: one 16-byte load per source warp, one 8-byte (BF16) or 16-byte (partial) store per row,
+// the branch on the task's kind once per row; ~110 instructions per warp at G = 8. Same arithmetic per element,
+// same bits. Timeline's step 0.51 -> 0.32-0.35 us; -0.33 us mean over the 24 cases, 24 faster
+// (decode_attention_fold_vector_ab_fcc7866.*). 0 is the earlier form (`_ext.FOLD_SCALAR_COLUMNS`).
 #ifndef HPC_ATTN_FOLD_VECTOR
-#define HPC_ATTN_FOLD_VECTOR 0
+#define HPC_ATTN_FOLD_VECTOR 1
 #endif
 
 namespace hpc::attn {
