@@ -25,14 +25,15 @@ def load_timeline():
 # fold's earlier forms (the benchmark's A/B rows and the bitwise tests). The twenty-seventh session measured and
 # removed eight more (the parameter-line touch, the merge counter's late reset, the copy issuer's layout, the maps'
 # early prefetch, per-thread barrier inits, the producer's first copies peeled (two forms; the second measured in the
-# twenty-eighth), the task end unrolled): NOTES.md, "Twenty-seventh session", with their results files.
+# twenty-eighth), the task end unrolled): NOTES.md, "Twenty-seventh session", with their results files; the
+# twenty-eighth two (the fold's factors row-major, one hand-over arrival per consumer warp): "Twenty-eighth session".
 NO_LOOKAHEAD = ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",)
 MERGE_ROWS1 = ("-DHPC_ATTN_MERGE_ROWS=1",)
 # The prologue before the PDL wait (paged_decode_config.cuh, `--diag-rows prologue`): the earlier form that reads
 # p.group there (the default before the twenty-seventh session).
 PROLOGUE_READS_GROUP = ("-DHPC_ATTN_PROLOGUE_NO_PARAMS=0",)
-# The task-end fold's earlier form, every consumer thread running every row's scalar chain (decode_task_fold.cuh,
-# `--diag-rows prologue`).
+# The task-end fold's earlier form, every consumer thread running every row's scalar chain (decode_task_fold.cuh; the
+# bitwise tests and the timeline's variant).
 FOLD_EACH_THREAD = ("-DHPC_ATTN_FOLD_ROW_SCALARS=0",)
 # The fold's second step one column per thread (the default takes 4 adjacent columns with vector loads and stores;
 # decode_task_fold.cuh), and that form with its store addresses computed at the fold from the parameters (the

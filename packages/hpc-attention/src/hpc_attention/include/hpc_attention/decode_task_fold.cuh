@@ -10,10 +10,11 @@
 // first, so the time is the fold's own dependent chain, not cold code or stores: each of the 128 threads ran
 // every row's scalar chain (8 shared loads, max, 4 exp2, sums, reciprocal) before the row's output, one row
 // after another (~280 cycles a row). HPC_ATTN_FOLD_ROW_SCALARS 1 (default): thread r < G computes row r's
-// scalars once (f_w and 1 / l written back over its own m / l slots), a barrier, then every thread folds its
-// column of 4 rows at a time, the rows' loads and products independent of each other. Same arithmetic in the
-// same order (the reciprocal is the same MUFU.RCP that `acc / L` compiles to under --use_fast_math), so the
-// same bits; HPC_ATTN_FOLD_ROW_SCALARS 0 is the earlier form (`_ext.FOLD_EACH_THREAD`, the A/B build).
+// scalars once (f_w and 1 / l written back over its own m / l slots), a barrier, then the second step folds the
+// rows with their loads and products independent of each other (its form: HPC_ATTN_FOLD_VECTOR below). Same
+// arithmetic in the same order (the reciprocal is the same MUFU.RCP that `acc / L` compiles to under
+// --use_fast_math), so the same bits; HPC_ATTN_FOLD_ROW_SCALARS 0 is the earlier form (`_ext.FOLD_EACH_THREAD`, the
+// A/B build).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -53,8 +54,8 @@ constexpr bool kFoldRowScalars = HPC_ATTN_FOLD_ROW_SCALARS != 0;
 constexpr bool kFoldVector = HPC_ATTN_FOLD_VECTOR != 0;
 constexpr bool kFoldAddrEarly = HPC_ATTN_FOLD_ADDR_EARLY != 0;
 
-// A task's fold targets, thread column d = threadIdx.x: output row 0 (whole task) or partial row 0 and its
-// log-sum-exp slot (split task, slot w >= 0).
+// A task's fold targets at the thread's column d = threadIdx.x (the vector step subtracts d and adds its own
+// first column): output row 0 (whole task) or partial row 0 and its log-sum-exp slot (split task, slot w >= 0).
 struct FoldTargets {
   __nv_bfloat16* out;
   float* partial_o;
@@ -158,23 +159,23 @@ __device__ __forceinline__ void fold_task_rows(float* merge_m, float* merge_l, c
         for (int c = 0; c < 4; ++c) val[c] = (rl > 0.f ? acc[c] * rl : 0.f) * v_scale;
         store_row4(row, col, val);
       }
-    } else {
-    for (int row0 = 0; row0 < G; row0 += 4) {
-      float val[4];
+    } else {  // one column (d) per thread, 4 rows at a time
+      for (int row0 = 0; row0 < G; row0 += 4) {
+        float val[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {  // rows >= G (the last group of G < 4) read stale slots: folded, not stored
-        const int row = row0 + i;
-        float acc = 0.f;
+        for (int i = 0; i < 4; ++i) {  // rows >= G (the last group of G < 4) read stale slots: folded, not stored
+          const int row = row0 + i;
+          float acc = 0.f;
 #pragma unroll
-        for (int w = 0; w < 4; ++w) acc += merge_m[w * 16 + row] * merge_o[(w * 16 + row) * kPitch + d];
-        const float rl = merge_l[row];
-        val[i] = (rl > 0.f ? acc * rl : 0.f) * v_scale;
+          for (int w = 0; w < 4; ++w) acc += merge_m[w * 16 + row] * merge_o[(w * 16 + row) * kPitch + d];
+          const float rl = merge_l[row];
+          val[i] = (rl > 0.f ? acc * rl : 0.f) * v_scale;
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if (row0 + i < G) store_row(row0 + i, val[i]);
+        }
       }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if (row0 + i < G) store_row(row0 + i, val[i]);
-      }
-    }
     }
   } else {
     for (int row = 0; row < G; ++row) {
