@@ -12,11 +12,11 @@ def load():
     return SPEC.load()
 
 
-def load_timeline():
-    """The same sources built with HPC_ATTN_TIMELINE=1: the decode kernel records per-CTA event
-    stamps (decode_timeline.cuh; scripts/timeline_decode.py). Diagnostics only, so it is made on
-    first use and not listed for `hpc_common.jit.prebuild`."""
-    return load_variant("-DHPC_ATTN_TIMELINE=1")
+def load_timeline(*defines: str):
+    """The same sources built with HPC_ATTN_TIMELINE=1 (and any other build switches): the decode kernel
+    records per-CTA event stamps (decode_timeline.cuh; scripts/timeline_decode.py). Diagnostics only, so it
+    is made on first use and not listed for `hpc_common.jit.prebuild`."""
+    return load_variant("-DHPC_ATTN_TIMELINE=1", *defines)
 
 
 # The decode kernels' build-switch variants that benchmarks and tests load (load_variant) and CI

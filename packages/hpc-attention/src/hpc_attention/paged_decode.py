@@ -209,7 +209,7 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
                tma_producer: bool, merge_helpers: bool, bin_first_page: torch.Tensor | None, bin_heads: int) -> None:
     # The timeline is recorded only by the diagnostics build of the extension (decode_timeline.cuh).
     if DIAG.get("timeline") is not None:  # with any build switches of the A/B rows
-        ext = _ext.load_variant("-DHPC_ATTN_TIMELINE=1", *DIAG["defines"]) if DIAG.get("defines") else _ext.load_timeline()
+        ext = _ext.load_timeline(*(DIAG.get("defines") or ()))
     elif DIAG.get("defines"):
         ext = _ext.load_variant(*DIAG["defines"])
     else:

@@ -89,15 +89,24 @@ __device__ __forceinline__ void store_v4_f32(void* dst, const float (&v)[4]) {
   asm volatile("st.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]) : "memory");
 }
 
-template <int kDim>
+// The targets of task slot w (< 0: a whole task) of item (b, h). kPin: pinned in registers (kFoldAddrEarly, called
+// at the task's start); otherwise plain values that ptxas re-reads from the parameters where they are used.
+template <int kDim, bool kPin>
 __device__ __forceinline__ FoldTargets fold_targets(const PagedDecodeParams& p, int b, int h, int w) {
+  const auto keep = [](auto v) {
+    if constexpr (kPin) {
+      return pin_reg(v);
+    } else {
+      return v;
+    }
+  };
   FoldTargets t;
-  t.G = pin_reg(p.group);
-  t.out_stride_h = pin_reg(p.out_stride_h);
-  t.out = pin_reg(static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + h * t.G * t.out_stride_h + threadIdx.x);
+  t.G = keep(p.group);
+  t.out_stride_h = keep(p.out_stride_h);
+  t.out = keep(static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + h * t.G * t.out_stride_h + threadIdx.x);
   const long long slot_row = static_cast<long long>(w < 0 ? 0 : w) * t.G;
-  t.partial_o = pin_reg(p.partial_o + slot_row * kDim + threadIdx.x);
-  t.partial_lse = pin_reg(p.partial_lse + slot_row);
+  t.partial_o = keep(p.partial_o + slot_row * kDim + threadIdx.x);
+  t.partial_lse = keep(p.partial_lse + slot_row);
   return t;
 }
 

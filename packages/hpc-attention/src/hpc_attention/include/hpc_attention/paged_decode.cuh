@@ -117,7 +117,8 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     }
     const int tile_end = (task.z + Cfg::kTile - 1) / Cfg::kTile;
     // kFoldAddrEarly (decode_task_fold.cuh): the fold's store addresses and G in registers from here on.
-    const FoldTargets fold_at = kFoldAddrEarly ? fold_targets<Cfg::kDim>(p, b, h, task.w) : FoldTargets{};
+    FoldTargets fold_at{};
+    if constexpr (kFoldAddrEarly) fold_at = fold_targets<Cfg::kDim, true>(p, b, h, task.w);
     float o[kOTiles][4];
 #pragma unroll
     for (int nt = 0; nt < kOTiles; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
@@ -343,54 +344,35 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndMerged, tl_clock());
     // The fold (decode_task_fold.cuh). (The rows unrolled by 4 in the earlier form, each row still one thread's
     // serial chain, measured null: decode_attention_epilogue_ab_19a79e3.*.)
-    const auto stamp_scalars = [&] {
-      if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndRowScalars, tl_clock());
-    };
-    static_assert(!kFoldVector || kFoldAddrEarly, "the vector fold stores through the task's early addresses");
-    if constexpr (kFoldAddrEarly) {
-      fold_task_rows<Cfg::kMergePitch>(
-          merge_m, merge_l, merge_o, fold_at.G, v_scale, threadIdx.x, 1,
-          [&](int row, float val) {
-            if (task.w < 0) {
-              fold_at.out[row * fold_at.out_stride_h] = __float2bfloat16_rn(val);
-            } else {
-              fold_at.partial_o[row * Cfg::kDim] = val;
-            }
-          },
-          [&](int row, int col, const float (&v)[4]) {  // fold_at's pointers hold the thread's own column
-            if (task.w < 0) {
-              const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
-              uint2 packed;
-              packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-              packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-              // 8-byte aligned (out's strides are multiples of 8 elements, checked by the wrapper); inline PTX, as
-              // NVVM split the vector store through the shuffled pointer into scalar ones.
-              store_v2_b32(fold_at.out + row * fold_at.out_stride_h + (col - static_cast<int>(threadIdx.x)), packed);
-            } else {
-              store_v4_f32(fold_at.partial_o + row * Cfg::kDim + (col - static_cast<int>(threadIdx.x)), v);
-            }
-          },
-          [&](int row, float lse) {
-            if (task.w >= 0) fold_at.partial_lse[row] = lse;
-          },
-          stamp_scalars);
-    } else {
-      fold_task_rows<Cfg::kMergePitch>(
-          merge_m, merge_l, merge_o, G, v_scale, threadIdx.x, 1,
-          [&](int row, float val) {
-            if (task.w < 0) {
-              __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + (h * G + row) * p.out_stride_h;
-              out[threadIdx.x] = __float2bfloat16_rn(val);
-            } else {
-              p.partial_o[(static_cast<long long>(task.w) * G + row) * Cfg::kDim + threadIdx.x] = val;
-            }
-          },
-          [&](int, int, const float (&)[4]) {},  // (the vector fold is built with the early addresses only)
-          [&](int row, float lse) {
-            if (task.w >= 0) p.partial_lse[static_cast<long long>(task.w) * G + row] = lse;
-          },
-          stamp_scalars);
-    }
+    if constexpr (!kFoldAddrEarly) fold_at = fold_targets<Cfg::kDim, false>(p, b, h, task.w);
+    fold_task_rows<Cfg::kMergePitch>(
+        merge_m, merge_l, merge_o, fold_at.G, v_scale, threadIdx.x, 1,
+        [&](int row, float val) {
+          if (task.w < 0) {
+            fold_at.out[row * fold_at.out_stride_h] = __float2bfloat16_rn(val);
+          } else {
+            fold_at.partial_o[row * Cfg::kDim] = val;
+          }
+        },
+        [&](int row, int col, const float (&v)[4]) {  // fold_at's pointers hold the thread's own column
+          if (task.w < 0) {
+            const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
+            uint2 packed;
+            packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+            packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+            // 8-byte aligned (out's strides are multiples of 8 elements, checked by the wrapper); inline PTX, as
+            // NVVM split the vector store through the shuffled pointer into scalar ones.
+            store_v2_b32(fold_at.out + row * fold_at.out_stride_h + (col - static_cast<int>(threadIdx.x)), packed);
+          } else {
+            store_v4_f32(fold_at.partial_o + row * Cfg::kDim + (col - static_cast<int>(threadIdx.x)), v);
+          }
+        },
+        [&](int row, float lse) {
+          if (task.w >= 0) fold_at.partial_lse[row] = lse;
+        },
+        [&] {
+          if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndRowScalars, tl_clock());
+        });
     if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndStored, tl_clock());
     if (p.merge && task.w >= 0) {
       if (helpers_merge) {

@@ -55,10 +55,9 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   uint32_t phase = 0;
   bool tl_first = tl_on(p) && lane == 0;  // timeline diagnostics
   if (tl_first) tl_put(p, kTlProdTables, tl_clock_after(t_end ^ first_task.x ^ first_page));
-  // Tile `tile` of item (b, h) (`valid` tokens, pages from `page`) into ring slot `stage`, with the task's Q rows
-  // on its first tile.
-  auto issue_tile = [&](int b, int h, int tile, int valid, int page, bool with_q) {
-    const int nsub = (valid + (1 << box_log2) - 1) >> box_log2;  // boxes per K / V half
+  // Tile `tile` of item (b, h) (`nsub` boxes per K / V half, pages from `page`) into ring slot `stage`, with the
+  // task's Q rows on its first tile.
+  auto issue_tile = [&](int b, int h, int tile, int nsub, int page, bool with_q) {
     page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
     const int ncopy = 2 * kHalves * nsub;
     const uint32_t bytes = ncopy * (128u << box_log2) + (with_q ? p.group * Cfg::kQRowBytes : 0);
@@ -83,7 +82,6 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
       phase ^= 1;
     }
   };
-  int win = -(1 << 30), my_id = 0;  // lane l holds the id of page win + l (the task loop's page window)
   // Own bin, then the claimed tail bins (decode_bin_ring.cuh).
   for (int claimed = 0;; ++claimed) {
   bool asked = false;  // asked the scheduler for the next bin
@@ -96,8 +94,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
     const int32_t* pt = p.page_table + b * p.page_table_stride;
     const int n_pages = (task.z + page_mask) >> ps_log2;  // table entries inside the length
     const int tile_end = (task.z + Cfg::kTile - 1) / Cfg::kTile;
-    win = -(1 << 30);
-    my_id = 0;
+    int win = -(1 << 30), my_id = 0;  // lane l holds the id of page win + l
     for (int tile = task.y; tile < tile_end; ++tile) {
       const int valid = min(Cfg::kTile, task.z - tile * Cfg::kTile);
       if (!asked && t + 1 == t_end && tile_end - tile <= Cfg::kWantTiles) {
@@ -119,7 +116,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
       } else {
         page = __shfl_sync(0xffffffffu, my_id, (first + my_sub - win) & 31);
       }
-      issue_tile(b, h, tile, valid, page, tile == task.y);
+      issue_tile(b, h, tile, nsub, page, tile == task.y);
     }
   }
   if (!asked && lane == 0) mbar_arrive(ring.want);  // empty bin
