@@ -42,7 +42,7 @@ _spec.loader.exec_module(bench)
 SLOTS = pd.TIMELINE_SLOTS
 (ENTRY, PDL, BIN, ISSUE, DATA, LAST, CEND, HEND, MERGE_NS, COUNTS, PEND, SMID, HCOUNTS, CLK0, CLK1,
  LAST_MERGE_NS, PROD_START, PROD_TABLES, PROD_EMPTY, END_MERGED, END_STORED, END_HANDED, END_RING,
- END_ROW_SCALARS) = range(24)
+ END_ROW_SCALARS, M_DESC, M_ARRIVED, M_LOADED, M_STORED, M_ARRIVED2, M_END, M_PARTS, M_NEED) = range(32)
 
 # name -> (bench.overrides kwargs, flush mode, plan given the page table: first page ids from the plan)
 VARIANTS = {
@@ -167,6 +167,24 @@ def analyse(tables, event_us, a, kv, bins=None):
         scalars = f"row scalars {med(END_ROW_SCALARS):+5.2f}  " if all(r[END_ROW_SCALARS] for r in ends) else ""
         lines.append(f"  end from last tile: merged {med(END_MERGED):+5.2f}  {scalars}stored {med(END_STORED):+5.2f}  "
                      f"handed {med(END_HANDED):+5.2f}  next bin {med(END_RING):+5.2f}  exit {med(CEND):+5.2f}")
+    # The helpers' last merge that merged, by step (us after its descriptor was taken): one-level merges and the
+    # level-2 merges apart; the latest-ending one of each kind in full.
+    for kind, sel in (("one-level", lambda r: r[M_ARRIVED2] == 0 and r[M_PARTS] <= 16),
+                      ("level-1 only", lambda r: r[M_ARRIVED2] == 0 and r[M_PARTS] > 16),
+                      ("two-level", lambda r: r[M_ARRIVED2] != 0)):
+        ms = [r for r in a if r[M_END] and r[M_DESC] and sel(r)]
+        if not ms:
+            continue
+        med = lambda k: statistics.median((r[k] - r[M_DESC]) / 1e3 for r in ms)  # noqa: E731
+        late = max(ms, key=lambda r: r[M_END])
+        step = lambda r, k: (r[k] - r[M_DESC]) / 1e3 if r[k] else float("nan")  # noqa: E731
+        lines.append(f"  merge steps, {kind} (n {len(ms)}, P {min(r[M_PARTS] for r in ms)}..{max(r[M_PARTS] for r in ms)}"
+                     f", need {min(r[M_NEED] for r in ms)}..{max(r[M_NEED] for r in ms)}): p50 arrived "
+                     f"{med(M_ARRIVED):+5.2f} pass merged {med(M_LOADED):+5.2f} stored {med(M_STORED):+5.2f} "
+                     f"end {med(M_END):+5.2f}; latest (desc at {us(late[M_DESC]):5.2f}): arrived "
+                     f"{step(late, M_ARRIVED):+5.2f} merged {step(late, M_LOADED):+5.2f} stored "
+                     f"{step(late, M_STORED):+5.2f} level-2 arrived {step(late, M_ARRIVED2):+5.2f} end "
+                     f"{step(late, M_END):+5.2f}")
     per_tile = [x["stream"] / max(1, x["tiles"] - 1) for x in busy if x["tiles"] > 1]
     gbs = [x["tiles"] * tile_bytes / (x["stream"] * 1e3) for x in busy if x["tiles"] > 1 and x["stream"] > 0]
     tl = f("tiles")

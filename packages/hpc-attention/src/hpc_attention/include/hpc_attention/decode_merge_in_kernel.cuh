@@ -63,9 +63,12 @@ __device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* fl
 // .. + 7; kRows of its rows at a time, their loads together). Per output element the arithmetic
 // depends on neither kThreads nor kRows. Returns the merge levels this arrival ran (0: not the last
 // part; 1 or 2; read by the timeline diagnostics).
+// st (timeline build only, else unused): thread 0 stamps {arrived, first pass merged, stored, level-2 arrived, need}
+// (decode_timeline.cuh kTlMergeArrived ..).
 template <int kThreads = 128, int kBar = 1, int kRows = 1>
 __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int b, int h, int G, int slot,
-                                                 int2 meta, volatile int* flag, int tid) {
+                                                 int2 meta, volatile int* flag, int tid, uint64_t* st = nullptr) {
+  const bool stamp = kTimelineBuild && st != nullptr && tid == 0;
   constexpr int kRowStep = kThreads / 16;
   constexpr int kPassRows = kRows * kRowStep;  // rows of one pass over the threads
   const float kNegInf = -__int_as_float(0x7f800000);
@@ -75,6 +78,11 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   const int need = grouped ? (P - g + kMergeGroups - 1) / kMergeGroups : P;
   const bool sc = (p.diag & 8) != 0;
   if (!arrive_last<kThreads, kBar>(p.merge_counts + (grouped ? f + 1 + g : f), need, flag, sc, tid)) return 0;
+  if (stamp) {
+    st[0] = tl_clock();
+    st[3] = 0;
+    st[4] = static_cast<uint64_t>(need);
+  }
   const int col = 8 * (tid & 15);
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + h * G * p.out_stride_h + col;
   const long long first_row = static_cast<long long>(f) * G;
@@ -107,16 +115,19 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   if (!grouped) {  // one level: parts 0 .. P - 1 (the combine kernel's warp units)
     for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
       const int rows = merge_pass(row0, 0, 1, fr, m, l, acc);
+      if (stamp && row0 == 0) st[1] = tl_clock_after(__float_as_int(l[0]));
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
         if (r < rows) store_bf16_row<2>(out + (row0 + r * kRowStep) * p.out_stride_h, acc[r], 1.f / l[r]);
     }
+    if (stamp) st[2] = tl_clock();
     return 1;
   }
   // Level 1: group g (parts g, g + 8, ...). Its state goes to slot f + g: the partial_o columns
   // a thread writes are those it alone read (part g is in its first batch), partial_lse is kept.
   for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
     const int rows = merge_pass(row0, g, kMergeGroups, fr, m, l, acc);
+    if (stamp && row0 == 0) st[1] = tl_clock_after(__float_as_int(l[0]));
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (r >= rows) continue;
@@ -127,7 +138,9 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
       if ((tid & 15) == 0) p.merge_ml[sr] = make_float2(m[r], l[r]);
     }
   }
+  if (stamp) st[2] = tl_clock();
   if (!arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, sc, tid)) return 1;
+  if (stamp) st[3] = tl_clock();
   // Level 2: the 8 group states, folded in group order (the combine kernel's phase 2).
   for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
     const int rows = pass_rows(row0, fr);
@@ -208,11 +221,24 @@ __device__ __forceinline__ void merge_helpers(const PagedDecodeParams& p, const 
     if (d.x < 0) break;
     const int b = d.x / p.num_kv_heads, h = d.x - b * p.num_kv_heads;
     const uint64_t t0 = tl_on(p) ? tl_clock() : 0;
-    merges += merge_split_task<kMergeHelperThreads, kMergeHelperBar, kMergeHelperRows>(
-        p, b, h, p.group, d.y, make_int2(d.z, d.w), flag, tid);
+    uint64_t st[5];
+    const int levels = merge_split_task<kMergeHelperThreads, kMergeHelperBar, kMergeHelperRows>(
+        p, b, h, p.group, d.y, make_int2(d.z, d.w), flag, tid, tl_on(p) ? st : nullptr);
+    merges += levels;
     if (tl_on(p)) {
-      last_ns = tl_clock() - t0;
+      const uint64_t t1 = tl_clock();
+      last_ns = t1 - t0;
       busy_ns += last_ns;
+      if (levels > 0 && tid == 0) {  // the last merge that merged: its steps
+        tl_put(p, kTlMergeDesc, t0);
+        tl_put(p, kTlMergeArrived, st[0]);
+        tl_put(p, kTlMergeLoaded, st[1]);
+        tl_put(p, kTlMergeStored, st[2]);
+        tl_put(p, kTlMergeArrived2, st[3]);
+        tl_put(p, kTlMergeEnd, t1);
+        tl_put(p, kTlMergeParts, d.w);
+        tl_put(p, kTlMergeNeed, st[4]);
+      }
     }
   }
   if (tl_on(p) && tid == 0) {

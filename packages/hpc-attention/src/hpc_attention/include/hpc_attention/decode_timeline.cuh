@@ -30,7 +30,7 @@ namespace hpc::attn {
 // Whether this translation unit records the timeline at all (see above).
 constexpr bool kTimelineBuild = HPC_ATTN_TIMELINE != 0;
 
-constexpr int kTimelineSlots = 24;
+constexpr int kTimelineSlots = 32;
 
 // The timeline is recorded in this call: the diagnostics build and a buffer given.
 __device__ __forceinline__ bool tl_on(const PagedDecodeParams& p) { return kTimelineBuild && p.timeline != nullptr; }
@@ -64,6 +64,15 @@ enum TimelineSlot : int {
   kTlEndHanded = 21,   // split task handed to the helpers (or merged by the consumers), the closing barrier passed
   kTlEndRing = 22,     // the next bin known (ring_next / the static bin sequence)
   kTlEndRowScalars = 23,  // the fold's row scalars written and their barrier passed (decode_task_fold.cuh)
+  // Merge helper tid 0, the CTA's last merge that merged (twenty-ninth session: what a merge's 1-5 us hold):
+  kTlMergeDesc = 24,     // its descriptor taken from the ring
+  kTlMergeArrived = 25,  // the (level-1 or one-level) arrival returned last
+  kTlMergeLoaded = 26,   // the pass's loads landed and merged (the first pass; before its stores)
+  kTlMergeStored = 27,   // the one-level output or level-1 group state stores issued (all passes)
+  kTlMergeArrived2 = 28, // level 2: its arrival returned last (0 when the merge had one level or was not last)
+  kTlMergeEnd = 29,      // merge_split_task returned
+  kTlMergeParts = 30,    // its parts P
+  kTlMergeNeed = 31,     // the arrivals its (level-1 or one-level) counter needed
 };
 
 // %globaltimer (ns): hpc::sm90::global_timer_ns.
