@@ -40,6 +40,8 @@ FOLD_EACH_THREAD = ("-DHPC_ATTN_FOLD_ROW_SCALARS=0",)
 # default pins them in registers from the task's start).
 FOLD_SCALAR_COLUMNS = ("-DHPC_ATTN_FOLD_VECTOR=0",)
 FOLD_ADDR_AT_FOLD = ("-DHPC_ATTN_FOLD_VECTOR=0", "-DHPC_ATTN_FOLD_ADDR_EARLY=0")
+# Timeline diagnostics only (decode_merge_in_kernel.cuh): the level-2 merge run twice, the first pass storing nothing.
+MERGE_L2_TWICE = ("-DHPC_ATTN_MERGE_L2_TWICE=1",)
 BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, FOLD_EACH_THREAD, FOLD_SCALAR_COLUMNS,
                   FOLD_ADDR_AT_FOLD)
 
