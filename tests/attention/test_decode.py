@@ -213,9 +213,9 @@ MERGE_PARTS = {2: [2], 9: [8, 2], 12: [10, 3], 20: [16, 4], 24: [20, 5], 67: [54
 
 
 @pytest.mark.parametrize("build", [(), _ext.MERGE_ROWS1, _ext.PROLOGUE_READS_GROUP, _ext.FOLD_EACH_THREAD,
-                                   _ext.FOLD_SCALAR_COLUMNS],
+                                   _ext.FOLD_SCALAR_COLUMNS, _ext.MERGE_FOLD_GROUPS],
                          ids=["default", "merge_rows1", "prologue_reads_group", "fold_each_thread",
-                              "fold_scalar_columns"])
+                              "fold_scalar_columns", "merge_fold_groups"])
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("num_ctas,group", [(2, 8), (9, 16), (12, 8), (20, 1), (24, 8), (67, 16), (100, 2),
                                             (132, 8)])
@@ -224,7 +224,8 @@ def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype
     the same order: identical bits, whichever CTA finishes last; also in the build whose helper threads
     merge one row at a time (HPC_ATTN_MERGE_ROWS=1; the default loads two rows together), and in the builds
     of the prologue's and the task-end fold's earlier forms (HPC_ATTN_PROLOGUE_NO_PARAMS=0,
-    HPC_ATTN_FOLD_ROW_SCALARS=0) and of the fold on one column per thread (HPC_ATTN_FOLD_VECTOR=0)."""
+    HPC_ATTN_FOLD_ROW_SCALARS=0), of the fold on one column per thread (HPC_ATTN_FOLD_VECTOR=0) and of the 8 merge
+    groups folded as states (HPC_ATTN_MERGE_GROUP_PARTS=0; the default merges them as 8 group partials)."""
     monkeypatch.setitem(dec.DIAG, "defines", build)
     case = make_case([64 * 160, 5, 0, 64 * 40 + 7], 1, group, kv_dtype, seed=num_ctas)
     outs = {}

@@ -65,7 +65,9 @@ VARIANTS = {
     # the fold's second step one column per thread, and that form with its store addresses computed at the fold
     "fold_scalar_columns": (dict(defines=_ext.FOLD_SCALAR_COLUMNS), "write", True),
     "fold_addr_at_fold": (dict(defines=_ext.FOLD_ADDR_AT_FOLD), "write", True),
-    # timeline build only: the level-2 merge run twice, the first pass storing nothing (cold code or data?)
+    # the 8 merge groups of a long item folded as states (split_merge.cuh; the form before the twenty-ninth session)
+    "merge_fold_groups": (dict(defines=_ext.MERGE_FOLD_GROUPS), "write", True),
+    # timeline build only: that form's level-2 merge run twice, the first pass storing nothing (cold code or data?)
     "merge_l2_twice": (dict(defines=_ext.MERGE_L2_TWICE), "write", True),
 }
 

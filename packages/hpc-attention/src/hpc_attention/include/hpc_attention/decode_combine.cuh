@@ -27,6 +27,7 @@
 namespace hpc::attn {
 
 static_assert(kCombineThreads / 32 == kMergeGroups, "phase 2: one warp per merge group");
+static_assert(kMergeGroups == kCombineBatch, "phase 2: the 8 group partials are one merge batch");
 
 __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const __grid_constant__ DecodeCombineParams p) {
   constexpr int kWarps = kCombineThreads / 32;
@@ -97,6 +98,27 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
       float4 acc[1] = {make_float4(0.f, 0.f, 0.f, 0.f)};
       merge_parts<1, false>(p.partial_o, p.partial_lse, static_cast<long long>(e.y) * G + row, G, warp, e.z,
                             kWarps, 4 * lane, m, l, acc);
+#if HPC_ATTN_MERGE_GROUP_PARTS
+      float glse;
+      float4 go[1];
+      group_as_part<1>(m, l, acc, glse, go);  // group `warp` as a part; the 8 merged as one batch below
+      s_acc[warp][lane] = go[0];
+      if (lane == 0) s_m[warp] = glse;
+      __syncthreads();
+      if (warp == 0) {
+        float lse[kCombineBatch];
+        float4 v[kCombineBatch][1];
+#pragma unroll
+        for (int w = 0; w < kMergeGroups; ++w) {
+          lse[w] = s_m[w];
+          v[w][0] = s_acc[w][lane];
+        }
+        float M = kNegInf, L = 0.f;
+        float4 r[1] = {make_float4(0.f, 0.f, 0.f, 0.f)};
+        merge_batch<1>(M, L, r, lse, v);
+        store_bf16_row<1>(out_row(e.x, row) + 4 * lane, r, 1.f / L);
+      }
+#else
       s_acc[warp][lane] = acc[0];
       if (lane == 0) {
         s_m[warp] = m;
@@ -117,6 +139,7 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
         fold_groups<1>(gm, gl, ga, L, r);
         store_bf16_row<1>(out_row(e.x, row) + 4 * lane, r, 1.f / L);
       }
+#endif
       __syncthreads();
     }
   }

@@ -64,7 +64,7 @@ __device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* fl
 // depends on neither kThreads nor kRows. Returns the merge levels this arrival ran (0: not the last
 // part; 1 or 2; read by the timeline diagnostics).
 // st (timeline build only, else unused): thread 0 stamps {arrived, first pass merged, stored, level-2 arrived, need,
-// level-2 loaded, level-2 dry pass done} (decode_timeline.cuh kTlMergeArrived ..).
+// level-2 first pass merged (or loaded), level-2 dry pass done} (decode_timeline.cuh kTlMergeArrived ..).
 template <int kThreads = 128, int kBar = 1, int kRows = 1>
 __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int b, int h, int G, int slot,
                                                  int2 meta, volatile int* flag, int tid, uint64_t* st = nullptr) {
@@ -96,9 +96,9 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
     }
     return rows;
   };
-  // One pass of a level-1 or one-level merge: this thread's rows over parts q_begin, q_begin + step, ... < P.
-  auto merge_pass = [&](int row0, int q_begin, int step, long long (&fr)[kRows], float (&m)[kRows], float (&l)[kRows],
-                        float4 (&acc)[kRows][2]) {
+  // One pass of a merge: this thread's rows over parts q_begin, q_begin + step, ... < q_end.
+  auto merge_pass = [&](int row0, int q_begin, int step, int q_end, long long (&fr)[kRows], float (&m)[kRows],
+                        float (&l)[kRows], float4 (&acc)[kRows][2]) {
     const int rows = pass_rows(row0, fr);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -106,15 +106,58 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
       l[r] = 0.f;
       acc[r][0] = acc[r][1] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    merge_parts_rows<kRows, 2, true>(p.partial_o, p.partial_lse, fr, rows, G, q_begin, P, step, col, m, l, acc);
+    merge_parts_rows<kRows, 2, true>(p.partial_o, p.partial_lse, fr, rows, G, q_begin, q_end, step, col, m, l, acc);
     return rows;
   };
   long long fr[kRows];
   float m[kRows], l[kRows];
   float4 acc[kRows][2];
+#if HPC_ATTN_MERGE_GROUP_PARTS
+  // Every level through one loop body (one copy of the code, warm from the one-level merges: split_merge.cuh says
+  // why). One level: parts 0 .. P - 1 into the output. Level 1: group g (parts g, g + 8, ...) as a partial of its own
+  // into part g's slot f + g (the partial_o columns a thread writes are those it alone read: part g is in its first
+  // batch; its lse once the row's 16 lanes have read part g's). Level 2: the 8 group partials at slots f .. f + 7 as
+  // a one-level item of 8 parts into the output.
+  int q_begin = grouped ? g : 0, step = grouped ? kMergeGroups : 1, q_end = P, level = grouped ? 1 : 0;
+  for (;;) {
+    for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
+      const int rows = merge_pass(row0, q_begin, step, q_end, fr, m, l, acc);
+      if (stamp && row0 == tid >> 4) st[level == 2 ? 5 : 1] = tl_clock_after(__float_as_int(l[0]));
+      if (level != 1) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+          if (r < rows) store_bf16_row<2>(out + (row0 + r * kRowStep) * p.out_stride_h, acc[r], 1.f / l[r]);
+      } else {
+        __syncwarp(0xffffu << (tid & 16));  // the row's 16 lanes (a half warp) have read part g's lse
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          if (r >= rows) continue;
+          float lse;
+          float4 o[2];
+          group_as_part<2>(m[r], l[r], acc[r], lse, o);
+          const long long sr = fr[r] + static_cast<long long>(g) * G;
+          float4* dst = reinterpret_cast<float4*>(p.partial_o + sr * 128 + col);
+          dst[0] = o[0];
+          dst[1] = o[1];
+          if ((tid & 15) == 0) p.partial_lse[sr] = lse;
+        }
+      }
+    }
+    if (level != 1) break;
+    if (stamp) st[2] = tl_clock();
+    if (!arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, sc, tid)) return 1;
+    if (stamp) st[3] = tl_clock();
+    q_begin = 0;
+    step = 1;
+    q_end = kMergeGroups;
+    level = 2;
+  }
+  if (stamp && level == 0) st[2] = tl_clock();
+  return level == 2 ? 2 : 1;
+#else
   if (!grouped) {  // one level: parts 0 .. P - 1 (the combine kernel's warp units)
     for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
-      const int rows = merge_pass(row0, 0, 1, fr, m, l, acc);
+      const int rows = merge_pass(row0, 0, 1, P, fr, m, l, acc);
       if (stamp && row0 == 0) st[1] = tl_clock_after(__float_as_int(l[0]));
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
@@ -126,7 +169,7 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   // Level 1: group g (parts g, g + 8, ...). Its state goes to slot f + g: the partial_o columns
   // a thread writes are those it alone read (part g is in its first batch), partial_lse is kept.
   for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
-    const int rows = merge_pass(row0, g, kMergeGroups, fr, m, l, acc);
+    const int rows = merge_pass(row0, g, kMergeGroups, P, fr, m, l, acc);
     if (stamp && row0 == 0) st[1] = tl_clock_after(__float_as_int(l[0]));
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -188,6 +231,7 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   }
   }
   return 2;
+#endif
 }
 
 // ---- merge by helper warps (TMA kernel, merge == 2) -----------------------------------------

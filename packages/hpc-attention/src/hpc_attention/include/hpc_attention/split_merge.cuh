@@ -25,6 +25,17 @@ constexpr int kCombineBatch = 8;
 constexpr int kWarpParts = 16;
 constexpr int kMergeGroups = 8;
 
+// How the 8 group states of an item with more than kWarpParts parts are folded (both merge paths alike):
+// 1: each group's state is turned into a partial of its own (group_as_part: o = acc / l, lse = m + log2 l) and the
+//    8 group partials are merged as a one-level item of 8 parts (merge_batch), so the decode kernel's level 2 runs
+//    the same code as its one-level merges. Why (twenty-ninth session, timeline of b1c401a / 5e7e5c6): the level-2
+//    fold ran once per call on one CTA, its code cold after the flush, and took 2.2-5.1 us at 8/1 on 1x128K+31x4K
+//    and 1x64K+15x4K, against 1.5 us for the same fold run a second time (the last CTA's exit waits for it);
+// 0: fold_groups over the (m, l, acc) states (the earlier form; A/B build _ext.MERGE_FOLD_GROUPS). Different bits.
+#ifndef HPC_ATTN_MERGE_GROUP_PARTS
+#define HPC_ATTN_MERGE_GROUP_PARTS 1
+#endif
+
 template <bool kL2Only>
 __device__ __forceinline__ float merge_load(const float* p) {
   if constexpr (kL2Only) {
@@ -41,6 +52,52 @@ __device__ __forceinline__ float4 merge_load4(const float* p) {
   } else {
     return *reinterpret_cast<const float4*>(p);
   }
+}
+
+// One batch of the running merge (m, l, acc) of a row: kCombineBatch parts' (lse, o), padding lse = -inf.
+template <int kVec>
+__device__ __forceinline__ void merge_batch(float& m, float& l, float4 (&acc)[kVec], const float (&lse)[kCombineBatch],
+                                            const float4 (&v)[kCombineBatch][kVec]) {
+  const float kNegInf = -__int_as_float(0x7f800000);
+  float mb = m;
+#pragma unroll
+  for (int k = 0; k < kCombineBatch; ++k) mb = fmaxf(mb, lse[k]);
+  const float base = mb == kNegInf ? 0.f : mb;
+  const float a = exp2f(m - base);
+  l *= a;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    acc[i].x *= a;
+    acc[i].y *= a;
+    acc[i].z *= a;
+    acc[i].w *= a;
+  }
+#pragma unroll
+  for (int k = 0; k < kCombineBatch; ++k) {
+    const float w = exp2f(lse[k] - base);  // 0 for the padding (lse = -inf)
+    l += w;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      acc[i].x += w * v[k][i].x;
+      acc[i].y += w * v[k][i].y;
+      acc[i].z += w * v[k][i].z;
+      acc[i].w += w * v[k][i].w;
+    }
+  }
+  m = mb;
+}
+
+// A merge group's running state (m, l, acc) as a partial of its own (HPC_ATTN_MERGE_GROUP_PARTS): o = acc / l with the
+// reciprocal the output store takes, lse = m + log2(l); a group that saw no weight (l = 0) is padding (lse = -inf,
+// o = 0), which merge_batch weighs 0.
+template <int kVec>
+__device__ __forceinline__ void group_as_part(float m, float l, const float4 (&acc)[kVec], float& lse,
+                                              float4 (&o)[kVec]) {
+  const bool some = l > 0.f;
+  const float inv = some ? 1.f / l : 0.f;
+  lse = some ? m + log2f(l) : -__int_as_float(0x7f800000);
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) o[i] = make_float4(acc[i].x * inv, acc[i].y * inv, acc[i].z * inv, acc[i].w * inv);
 }
 
 // Running (m, l, acc) over parts q = q_begin, q_begin + step, ... < q_end of kRows rows of one item at once:
@@ -74,34 +131,7 @@ __device__ __forceinline__ void merge_parts_rows(const float* partial_o, const f
       }
     }
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      float mb = m[r];
-#pragma unroll
-      for (int k = 0; k < kCombineBatch; ++k) mb = fmaxf(mb, lse[r][k]);
-      const float base = mb == kNegInf ? 0.f : mb;
-      const float a = exp2f(m[r] - base);
-      l[r] *= a;
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        acc[r][i].x *= a;
-        acc[r][i].y *= a;
-        acc[r][i].z *= a;
-        acc[r][i].w *= a;
-      }
-#pragma unroll
-      for (int k = 0; k < kCombineBatch; ++k) {
-        const float w = exp2f(lse[r][k] - base);  // 0 for the padding (lse = -inf)
-        l[r] += w;
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) {
-          acc[r][i].x += w * v[r][k][i].x;
-          acc[r][i].y += w * v[r][k][i].y;
-          acc[r][i].z += w * v[r][k][i].z;
-          acc[r][i].w += w * v[r][k][i].w;
-        }
-      }
-      m[r] = mb;
-    }
+    for (int r = 0; r < kRows; ++r) merge_batch<kVec>(m[r], l[r], acc[r], lse[r], v[r]);
   }
 }
 
