@@ -113,47 +113,47 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   float m[kRows], l[kRows];
   float4 acc[kRows][2];
 #if HPC_ATTN_MERGE_GROUP_PARTS
-  // Every level through one loop body (one copy of the code, warm from the one-level merges: split_merge.cuh says
-  // why). One level: parts 0 .. P - 1 into the output. Level 1: group g (parts g, g + 8, ...) as a partial of its own
-  // into part g's slot f + g (the partial_o columns a thread writes are those it alone read: part g is in its first
-  // batch; its lse once the row's 16 lanes have read part g's). Level 2: the 8 group partials at slots f .. f + 7 as
-  // a one-level item of 8 parts into the output.
-  int q_begin = grouped ? g : 0, step = grouped ? kMergeGroups : 1, q_end = P, level = grouped ? 1 : 0;
-  for (;;) {
+  // Level 1 (more than kWarpParts parts): group g (parts g, g + 8, ...) as a partial of its own into part g's slot
+  // f + g (the partial_o columns a thread writes are those it alone read: part g is in its first batch; its lse once
+  // the row's 16 lanes have read part g's). The last group then merges the 8 group partials at slots f .. f + 7 as a
+  // one-level item of 8 parts, through the one-level merge's code below: that code is warm from the call's other
+  // merges, a level-2 fold of its own ran cold (split_merge.cuh says why). (Level 1 through the same loop body as
+  // well made the one-level merges 0.15-0.5 us slower on 8/1 64x4K and 64x0.5K in two processes.)
+  int q_end = P, levels = 1;
+  if (grouped) {
     for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
-      const int rows = merge_pass(row0, q_begin, step, q_end, fr, m, l, acc);
-      if (stamp && row0 == tid >> 4) st[level == 2 ? 5 : 1] = tl_clock_after(__float_as_int(l[0]));
-      if (level != 1) {
+      const int rows = merge_pass(row0, g, kMergeGroups, P, fr, m, l, acc);
+      if (stamp && row0 == 0) st[1] = tl_clock_after(__float_as_int(l[0]));
+      __syncwarp(0xffffu << (tid & 16));  // the row's 16 lanes (a half warp) have read part g's lse
 #pragma unroll
-        for (int r = 0; r < kRows; ++r)
-          if (r < rows) store_bf16_row<2>(out + (row0 + r * kRowStep) * p.out_stride_h, acc[r], 1.f / l[r]);
-      } else {
-        __syncwarp(0xffffu << (tid & 16));  // the row's 16 lanes (a half warp) have read part g's lse
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          if (r >= rows) continue;
-          float lse;
-          float4 o[2];
-          group_as_part<2>(m[r], l[r], acc[r], lse, o);
-          const long long sr = fr[r] + static_cast<long long>(g) * G;
-          float4* dst = reinterpret_cast<float4*>(p.partial_o + sr * 128 + col);
-          dst[0] = o[0];
-          dst[1] = o[1];
-          if ((tid & 15) == 0) p.partial_lse[sr] = lse;
-        }
+      for (int r = 0; r < kRows; ++r) {
+        if (r >= rows) continue;
+        float lse;
+        float4 o[2];
+        group_as_part<2>(m[r], l[r], acc[r], lse, o);
+        const long long sr = fr[r] + static_cast<long long>(g) * G;
+        float4* dst = reinterpret_cast<float4*>(p.partial_o + sr * 128 + col);
+        dst[0] = o[0];
+        dst[1] = o[1];
+        if ((tid & 15) == 0) p.partial_lse[sr] = lse;
       }
     }
-    if (level != 1) break;
     if (stamp) st[2] = tl_clock();
     if (!arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, sc, tid)) return 1;
     if (stamp) st[3] = tl_clock();
-    q_begin = 0;
-    step = 1;
     q_end = kMergeGroups;
-    level = 2;
+    levels = 2;
   }
-  if (stamp && level == 0) st[2] = tl_clock();
-  return level == 2 ? 2 : 1;
+  // One level: parts 0 .. q_end - 1 into the output (the item's P parts, or level 2's 8 group partials).
+  for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
+    const int rows = merge_pass(row0, 0, 1, q_end, fr, m, l, acc);
+    if (stamp && row0 == 0) st[levels == 2 ? 5 : 1] = tl_clock_after(__float_as_int(l[0]));
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      if (r < rows) store_bf16_row<2>(out + (row0 + r * kRowStep) * p.out_stride_h, acc[r], 1.f / l[r]);
+  }
+  if (stamp && levels == 1) st[2] = tl_clock();
+  return levels;
 #else
   if (!grouped) {  // one level: parts 0 .. P - 1 (the combine kernel's warp units)
     for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
