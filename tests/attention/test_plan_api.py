@@ -1,4 +1,4 @@
-"""plan_decode's scheduling arguments on the CPU (runs in CI): the per-item task cost and the
+"""plan_decode's scheduling arguments on the CPU (runs in CI): the per-item task cost, the work floor and the
 bin-first-task table reach the planner binding, and bad values name the argument."""
 
 from __future__ import annotations
@@ -26,6 +26,18 @@ def test_task_cost_follows_the_kv_dtype(fake, kv_dtype, want):  # noqa: F811
     nbins = 132 + heuristics.MAX_TAIL_BINS_PER_CTA * 132  # owned + claimable tail bins
     assert kw["bin_first"] == ws.bin_first.data_ptr() and ws.bin_first.shape == (nbins, 4)
     assert ws.bin_start.shape == (nbins + 1,) and kw["max_tail_bins"] == ws.max_tail_bins == nbins - 132
+
+
+@pytest.mark.parametrize("kv_dtype, want", [(None, heuristics.MIN_TILES_PER_CTA),
+                                            (torch.bfloat16, heuristics.MIN_TILES_PER_CTA),
+                                            (FP8, heuristics.MIN_TILES_PER_CTA_FP8)])
+def test_work_floor_follows_the_kv_dtype(fake, kv_dtype, want):  # noqa: F811
+    lens = torch.tensor([5, 0, 200], dtype=torch.int32)
+    ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu")
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws, kv_dtype=kv_dtype)
+    assert fake.calls[-1][1]["min_tiles"] == want and plan.min_tiles == want
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws, kv_dtype=kv_dtype, min_tiles=3)  # an explicit floor wins
+    assert fake.calls[-1][1]["min_tiles"] == 3 and plan.min_tiles == 3
 
 
 def test_tail_arguments_reach_the_planner(fake):  # noqa: F811
