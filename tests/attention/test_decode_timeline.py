@@ -22,7 +22,7 @@ ENTRY, PDL, BIN, ISSUE, DATA, LAST, CEND, HEND, MERGE_NS, COUNTS, PEND, SMID, HC
 PROD_START, PROD_TABLES, PROD_EMPTY = 16, 17, 18  # TMA producer only
 END_MERGED, END_STORED, END_HANDED, END_RING = 19, 20, 21, 22  # the last task's end steps
 END_ROW_SCALARS = 23  # the fold's row scalars done (decode_task_fold.cuh)
-M_DESC, M_ARRIVED, M_LOADED, M_STORED, M_ARRIVED2, M_END, M_PARTS, M_NEED = range(24, 32)  # helpers' last merge
+M_DESC, M_ARRIVED, M_LOADED, M_STORED, M_ARRIVED2, M_END, M_PARTS, M_NEED, M_L2_MERGED = range(24, 33)  # helpers' last merge
 
 
 @pytest.mark.parametrize("merge", ["combine", "consumers", "helpers"])
@@ -63,7 +63,7 @@ def test_timeline_keeps_bits_and_adds_up(kv_dtype, tma, merge, monkeypatch):
             assert r[HEND] >= r[BIN], (c, r)
             if r[HCOUNTS]:  # the last merge that merged, by step
                 assert r[BIN] <= r[M_DESC] <= r[M_ARRIVED] <= r[M_LOADED] <= r[M_STORED] <= r[M_END] <= r[HEND], (c, r)
-                assert r[M_ARRIVED2] == 0 or r[M_STORED] <= r[M_ARRIVED2] <= r[M_END], (c, r)
+                assert r[M_ARRIVED2] == 0 or r[M_STORED] <= r[M_ARRIVED2] <= r[M_L2_MERGED] <= r[M_END], (c, r)
                 assert r[M_PARTS] > 1 and 1 <= r[M_NEED] <= r[M_PARTS], (c, r)
             else:
                 assert r[M_DESC] == 0 and r[M_END] == 0, (c, r)

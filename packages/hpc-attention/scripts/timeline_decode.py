@@ -42,8 +42,8 @@ _spec.loader.exec_module(bench)
 SLOTS = pd.TIMELINE_SLOTS
 (ENTRY, PDL, BIN, ISSUE, DATA, LAST, CEND, HEND, MERGE_NS, COUNTS, PEND, SMID, HCOUNTS, CLK0, CLK1,
  LAST_MERGE_NS, PROD_START, PROD_TABLES, PROD_EMPTY, END_MERGED, END_STORED, END_HANDED, END_RING,
- END_ROW_SCALARS, M_DESC, M_ARRIVED, M_LOADED, M_STORED, M_ARRIVED2, M_END, M_PARTS, M_NEED, M_L2_LOADED,
- M_L2_DRY) = range(34)
+ END_ROW_SCALARS, M_DESC, M_ARRIVED, M_LOADED, M_STORED, M_ARRIVED2, M_END, M_PARTS, M_NEED,
+ M_L2_MERGED) = range(33)
 
 # name -> (bench.overrides kwargs, flush mode, plan given the page table: first page ids from the plan)
 VARIANTS = {
@@ -67,8 +67,6 @@ VARIANTS = {
     "fold_addr_at_fold": (dict(defines=_ext.FOLD_ADDR_AT_FOLD), "write", True),
     # the 8 merge groups of a long item folded as states (split_merge.cuh; the form before the twenty-ninth session)
     "merge_fold_groups": (dict(defines=_ext.MERGE_FOLD_GROUPS), "write", True),
-    # timeline build only: that form's level-2 merge run twice, the first pass storing nothing (cold code or data?)
-    "merge_l2_twice": (dict(defines=_ext.MERGE_L2_TWICE), "write", True),
 }
 
 
@@ -189,8 +187,7 @@ def analyse(tables, event_us, a, kv, bins=None):
                      f"end {med(M_END):+5.2f}; latest (desc at {us(late[M_DESC]):5.2f}): arrived "
                      f"{step(late, M_ARRIVED):+5.2f} merged {step(late, M_LOADED):+5.2f} stored "
                      f"{step(late, M_STORED):+5.2f} level-2 arrived {step(late, M_ARRIVED2):+5.2f} "
-                     + (f"dry pass {step(late, M_L2_DRY):+5.2f} " if late[M_L2_DRY] else "")
-                     + (f"level-2 loaded {step(late, M_L2_LOADED):+5.2f} " if late[M_L2_LOADED] else "")
+                     + (f"level-2 merged {step(late, M_L2_MERGED):+5.2f} " if late[M_L2_MERGED] else "")
                      + f"end {step(late, M_END):+5.2f}")
     per_tile = [x["stream"] / max(1, x["tiles"] - 1) for x in busy if x["tiles"] > 1]
     gbs = [x["tiles"] * tile_bytes / (x["stream"] * 1e3) for x in busy if x["tiles"] > 1 and x["stream"] > 0]

@@ -43,9 +43,6 @@ FOLD_ADDR_AT_FOLD = ("-DHPC_ATTN_FOLD_VECTOR=0", "-DHPC_ATTN_FOLD_ADDR_EARLY=0")
 # The 8 group states of an item of more than 16 parts folded by fold_groups (the form before the twenty-ninth
 # session; split_merge.cuh HPC_ATTN_MERGE_GROUP_PARTS): different bits, the combine kernel alike.
 MERGE_FOLD_GROUPS = ("-DHPC_ATTN_MERGE_GROUP_PARTS=0",)
-# Timeline diagnostics only (decode_merge_in_kernel.cuh): that form's level-2 merge run twice, the first pass storing
-# nothing.
-MERGE_L2_TWICE = MERGE_FOLD_GROUPS + ("-DHPC_ATTN_MERGE_L2_TWICE=1",)
 BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, FOLD_EACH_THREAD, FOLD_SCALAR_COLUMNS,
                   FOLD_ADDR_AT_FOLD, MERGE_FOLD_GROUPS)
 

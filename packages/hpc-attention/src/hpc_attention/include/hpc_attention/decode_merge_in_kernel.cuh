@@ -64,7 +64,7 @@ __device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* fl
 // depends on neither kThreads nor kRows. Returns the merge levels this arrival ran (0: not the last
 // part; 1 or 2; read by the timeline diagnostics).
 // st (timeline build only, else unused): thread 0 stamps {arrived, first pass merged, stored, level-2 arrived, need,
-// level-2 first pass merged (or loaded), level-2 dry pass done} (decode_timeline.cuh kTlMergeArrived ..).
+// level-2 first pass merged} (decode_timeline.cuh kTlMergeArrived ..).
 template <int kThreads = 128, int kBar = 1, int kRows = 1>
 __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int b, int h, int G, int slot,
                                                  int2 meta, volatile int* flag, int tid, uint64_t* st = nullptr) {
@@ -80,7 +80,7 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   if (!arrive_last<kThreads, kBar>(p.merge_counts + (grouped ? f + 1 + g : f), need, flag, sc, tid)) return 0;
   if (stamp) {
     st[0] = tl_clock();
-    st[3] = st[5] = st[6] = 0;
+    st[3] = st[5] = 0;
     st[4] = static_cast<uint64_t>(need);
   }
   const int col = 8 * (tid & 15);
@@ -184,15 +184,9 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   if (stamp) st[2] = tl_clock();
   if (!arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, sc, tid)) return 1;
   if (stamp) st[3] = tl_clock();
-  // Level 2: the 8 group states, folded in group order (the combine kernel's phase 2).
-  // (Diagnostics: HPC_ATTN_MERGE_L2_TWICE runs it twice, the first pass storing nothing: cold code or data?)
-#if defined(HPC_ATTN_MERGE_L2_TWICE) && HPC_ATTN_TIMELINE
-  for (int twice = 0; twice < 2; ++twice) {
-  const bool dry = twice == 0;
-#else
-  {
-  constexpr bool dry = false;
-#endif
+  // Level 2: the 8 group states, folded in group order (the combine kernel's phase 2). (Run twice, the first pass
+  // storing nothing, this fold took 1.3-4.8 us the first time and 1.5 us the second: cold code; twenty-ninth
+  // session, decode_timeline_merge_l2_twice_e79e60b.txt.)
   for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
     const int rows = pass_rows(row0, fr);
     float gm[kRows][kMergeGroups], gl[kRows][kMergeGroups];
@@ -215,20 +209,15 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
         }
       }
     }
-    if (stamp && row0 == 0 && !dry) st[5] = tl_clock_after(__float_as_int(gl[0][kMergeGroups - 1]) ^ __float_as_int(ga[0][kMergeGroups - 1][1].w));
+    if (stamp && row0 == 0) st[5] = tl_clock_after(__float_as_int(gl[0][kMergeGroups - 1]));
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (r >= rows) continue;
       float L;
       float4 res[2];
       fold_groups<2>(gm[r], gl[r], ga[r], L, res);
-      if (dry) {
-        if (stamp) st[6] = tl_clock_after(__float_as_int(L) ^ __float_as_int(res[1].w));
-      } else {
-        store_bf16_row<2>(out + (row0 + r * kRowStep) * p.out_stride_h, res, 1.f / L);
-      }
+      store_bf16_row<2>(out + (row0 + r * kRowStep) * p.out_stride_h, res, 1.f / L);
     }
-  }
   }
   return 2;
 #endif
@@ -279,7 +268,7 @@ __device__ __forceinline__ void merge_helpers(const PagedDecodeParams& p, const 
     if (d.x < 0) break;
     const int b = d.x / p.num_kv_heads, h = d.x - b * p.num_kv_heads;
     const uint64_t t0 = tl_on(p) ? tl_clock() : 0;
-    uint64_t st[7];
+    uint64_t st[6];
     const int levels = merge_split_task<kMergeHelperThreads, kMergeHelperBar, kMergeHelperRows>(
         p, b, h, p.group, d.y, make_int2(d.z, d.w), flag, tid, tl_on(p) ? st : nullptr);
     merges += levels;
@@ -296,8 +285,7 @@ __device__ __forceinline__ void merge_helpers(const PagedDecodeParams& p, const 
         tl_put(p, kTlMergeEnd, t1);
         tl_put(p, kTlMergeParts, d.w);
         tl_put(p, kTlMergeNeed, st[4]);
-        tl_put(p, kTlMergeL2Loaded, st[5]);
-        tl_put(p, kTlMergeL2Dry, st[6]);
+        tl_put(p, kTlMergeL2Merged, st[5]);
       }
     }
   }

@@ -127,7 +127,7 @@ struct PagedDecodeParams {
   int merge;
   const int2* slot_meta;  // [slots]: {first slot f, parts P}
   int* merge_counts;      // [slots], zero between calls: arrivals per item (index f) / group (f + 1 + g)
-  float2* merge_ml;       // [slots, G]: (m, l) of merge group g of an item, at slot f + g
+  float2* merge_ml;       // [slots, G]: (m, l) of merge group g of an item, at slot f + g (HPC_ATTN_MERGE_GROUP_PARTS=0 only)
   const int4* combine;    // {item, first slot, parts, 0}: entries with parts == 0 (empty items) -> zeros
   const int32_t* counters;  // counters[kNumTailBins]: claimable tail bins after the gridDim.x owned ones
   int* claim_counter;       // zero between calls: tail bins claimed so far (the last claim resets it)

@@ -30,7 +30,7 @@ namespace hpc::attn {
 // Whether this translation unit records the timeline at all (see above).
 constexpr bool kTimelineBuild = HPC_ATTN_TIMELINE != 0;
 
-constexpr int kTimelineSlots = 34;
+constexpr int kTimelineSlots = 33;
 
 // The timeline is recorded in this call: the diagnostics build and a buffer given.
 __device__ __forceinline__ bool tl_on(const PagedDecodeParams& p) { return kTimelineBuild && p.timeline != nullptr; }
@@ -73,8 +73,7 @@ enum TimelineSlot : int {
   kTlMergeEnd = 29,      // merge_split_task returned
   kTlMergeParts = 30,    // its parts P
   kTlMergeNeed = 31,     // the arrivals its (level-1 or one-level) counter needed
-  kTlMergeL2Loaded = 32, // level 2: the 8 group states loaded (thread 0's first pass)
-  kTlMergeL2Dry = 33,    // level 2 run twice (HPC_ATTN_MERGE_L2_TWICE, timeline build only): the first, storeless pass done
+  kTlMergeL2Merged = 32, // level 2: thread 0's first pass merged (the earlier form: its group states loaded)
 };
 
 // %globaltimer (ns): hpc::sm90::global_timer_ns.
