@@ -228,7 +228,7 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
     if diag and diag_rows == "min_tiles":  # work floors per CTA (ninth session; the defaults are 4 BF16, 8 FP8 since
         # the twenty-ninth): at 8/1 with 8, 64x0.5K's 8-tile requests fit whole bins (64 CTAs, no split merges) instead
         # of two 4-tile parts
-        variants += [(f"diag_min_tiles{m}", None, None, {"min_tiles": m}, None, None) for m in (4, 6, 8)]
+        variants += [(f"diag_min_tiles{m}", None, None, {"min_tiles": m}, None, None) for m in (4, 6, 8, 12)]
     if diag and diag_rows in ("all", "tail"):  # TMA kernel: claimable tail (percent of the line, smallest bin) x
         # merge on helpers / consumers
         for helpers, who in ((True, "helpers"), (False, "consumers")):
