@@ -28,12 +28,15 @@ def test_task_cost_follows_the_kv_dtype(fake, kv_dtype, want):  # noqa: F811
     assert ws.bin_start.shape == (nbins + 1,) and kw["max_tail_bins"] == ws.max_tail_bins == nbins - 132
 
 
-@pytest.mark.parametrize("kv_dtype, want", [(None, heuristics.MIN_TILES_PER_CTA),
-                                            (torch.bfloat16, heuristics.MIN_TILES_PER_CTA),
-                                            (FP8, heuristics.MIN_TILES_PER_CTA_FP8)])
-def test_work_floor_follows_the_kv_dtype(fake, kv_dtype, want):  # noqa: F811
-    lens = torch.tensor([5, 0, 200], dtype=torch.int32)
-    ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu")
+@pytest.mark.parametrize("batch, kv_dtype, want", [(3, None, heuristics.MIN_TILES_PER_CTA),
+                                                   (40, torch.bfloat16, heuristics.MIN_TILES_PER_CTA),
+                                                   (3, FP8, heuristics.MIN_TILES_PER_CTA),  # few items
+                                                   (16, FP8, heuristics.MIN_TILES_PER_CTA),  # 32 items < 132 / 4
+                                                   (17, FP8, heuristics.MIN_TILES_PER_CTA_FP8),  # 34 items
+                                                   (40, FP8, heuristics.MIN_TILES_PER_CTA_FP8)])
+def test_work_floor_follows_the_kv_dtype_and_item_count(fake, batch, kv_dtype, want):  # noqa: F811
+    lens = torch.full((batch,), 300, dtype=torch.int32)
+    ws = ha.DecodeWorkspace(batch, 2, 8, 512, "cpu")  # 2 KV heads: 2 * batch items on 132 CTAs
     plan = ha.plan_decode(lens, 2, 8, workspace=ws, kv_dtype=kv_dtype)
     assert fake.calls[-1][1]["min_tiles"] == want and plan.min_tiles == want
     plan = ha.plan_decode(lens, 2, 8, workspace=ws, kv_dtype=kv_dtype, min_tiles=3)  # an explicit floor wins

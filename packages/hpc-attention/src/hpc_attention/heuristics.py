@@ -20,12 +20,13 @@ CTAS_PER_SM = 1
 # while a higher floor leaves SMs idle on small batches (64 x 0.5K with 8/1 heads has 512
 # tiles: floor 4 -> 128 CTAs busy, floor 8 -> 64).
 MIN_TILES_PER_CTA = 4
-# FP8 KV: 8. An FP8 tile is half a BF16 tile's bytes and the kernel keeps 7 stages in flight (4 for BF16), so 8
-# FP8 tiles stream about as long as 4 BF16 ones, and whole 0.5K requests per bin skip the split merge that the end
-# of such a call waits for (~2 us per merge on its critical path, twenty-ninth-session timeline). 8/1 64x0.5K FP8
-# with 8 against 4, three processes sessions apart (`--diag-rows min_tiles`): 14.0 / 14.2 us (238ccb6), 13.25 /
-# 13.7 (ce5b1fd), 12.32 / 12.93 (b037a14 tree); BF16 slower with 8 in each (15.74 / 14.91 today); the other
-# benchmark cases within noise (they have >= 16 tiles per CTA, or whole items per bin at 64/8).
+# FP8 KV with at least a quarter as many items (request, KV head) as CTAs: 8. An FP8 tile is half a BF16 tile's
+# bytes and the kernel keeps 7 stages in flight (4 for BF16), so 8 FP8 tiles stream about as long as 4 BF16 ones,
+# and fewer, longer parts mean fewer split merges at the call's end (~2 us each on its critical path, twenty-ninth
+# session). 8/1 FP8, floor 8 against 4, us (`--diag-rows min_tiles`, written flush; NOTES.md): 64x0.5K 12.4 / 13.0
+# (and 14.0 / 14.2, 13.25 / 13.7 in earlier sessions), 48x0.5K 11.8 / 12.2, 64x1K 15.0 / 16.2; but with few items
+# the parallelism matters more: 1x1K 12.3 / 10.8, 16x1K 12.8 / 11.7, 8x2K 12.5 / 11.7, 32x1K 13.1 / 12.6 (hence
+# the gate). BF16 is slower with 8 on nearly every shape (64x0.5K 15.7 / 14.9).
 MIN_TILES_PER_CTA_FP8 = 8
 
 # Split items (one (request, KV head) over several CTAs) are merged inside the decode kernel by
@@ -145,9 +146,11 @@ HEAD_DIM = 128
 MAX_GROUP = 16
 
 
-def min_tiles_per_cta(kv_dtype=None) -> int:
-    """Default work floor per CTA (in tiles) of a plan serving KV of `kv_dtype` (None: BF16)."""
-    return MIN_TILES_PER_CTA_FP8 if kv_dtype == torch.float8_e4m3fn else MIN_TILES_PER_CTA
+def min_tiles_per_cta(kv_dtype=None, items: int = 0, ctas: int = 1) -> int:
+    """Default work floor per CTA (in tiles) of a plan of `items` (request, KV head) items on `ctas` CTAs serving KV
+    of `kv_dtype` (None: BF16)."""
+    many = 4 * items >= ctas
+    return MIN_TILES_PER_CTA_FP8 if kv_dtype == torch.float8_e4m3fn and many else MIN_TILES_PER_CTA
 
 
 def task_cost_tiles(kv_dtype=None) -> int:

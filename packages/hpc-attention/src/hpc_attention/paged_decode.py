@@ -281,9 +281,10 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
     new lengths at every replay. workspace: a DecodeWorkspace (required under graph capture;
     otherwise one is made for B requests and `max_kv_len`). static_splits: None for the
     dynamic plan, an int S or "auto" for the split-KV baseline. min_tiles: work floor per CTA
-    in 64-token tiles (default heuristics.min_tiles_per_cta: 4 BF16, 8 FP8). kv_dtype: the KV cache dtype
-    the plan will serve (torch.bfloat16 by default, or torch.float8_e4m3fn): it selects the default
-    work floor and task_cost, the fixed cost per (request, KV head) counted in tiles when the bins are cut
+    in 64-token tiles (default heuristics.min_tiles_per_cta: 4, or 8 for FP8 KV with at least num_ctas / 4
+    items). kv_dtype: the KV cache dtype the plan will serve (torch.bfloat16 by default, or
+    torch.float8_e4m3fn): it selects the default work floor and task_cost, the fixed cost per (request,
+    KV head) counted in tiles when the bins are cut
     (heuristics.task_cost_tiles; 0 cuts on tiles alone). Any plan is correct with any KV dtype;
     these only balance the CTAs. tail_percent / tail_bin: the share of the work line (percent,
     0..heuristics.MAX_TAIL_PERCENT) cut into small bins that CTAs claim once their own bin is
@@ -337,7 +338,8 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
                              f"static_splits={splits}")
     if kv_dtype is not None and kv_dtype not in (torch.bfloat16, torch.float8_e4m3fn):
         raise ValueError(f"{op}: kv_dtype must be torch.bfloat16 or torch.float8_e4m3fn, got {kv_dtype}")
-    floor = heuristics.min_tiles_per_cta(kv_dtype) if min_tiles is None else int(min_tiles)
+    floor = (heuristics.min_tiles_per_cta(kv_dtype, B * num_kv_heads, ws.num_ctas) if min_tiles is None
+             else int(min_tiles))
     if floor < 1:
         raise ValueError(f"{op}: min_tiles must be >= 1, got {floor}")
     cost = heuristics.task_cost_tiles(kv_dtype) if task_cost is None else int(task_cost)
