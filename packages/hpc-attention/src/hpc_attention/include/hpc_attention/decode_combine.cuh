@@ -31,7 +31,10 @@ static_assert(kMergeGroups == kCombineBatch, "phase 2: the 8 group partials are 
 
 __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const __grid_constant__ DecodeCombineParams p) {
   constexpr int kWarps = kCombineThreads / 32;
-  __shared__ float s_m[kWarps], s_l[kWarps];
+  __shared__ float s_m[kWarps];  // the groups' lse (kMergeGroupParts) or m
+#if !HPC_ATTN_MERGE_GROUP_PARTS
+  __shared__ float s_l[kWarps];
+#endif
   __shared__ float4 s_acc[kWarps][32];
   __shared__ int s_list[kCombineThreads];
   hpc::pdl_wait();

@@ -58,6 +58,49 @@ __device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* fl
   return last;
 }
 
+// Level 2 of the earlier form (!kMergeGroupParts): the 8 group states (m, l in merge_ml, acc in partial_o at slots
+// f .. f + 7, first_row = f * G) folded in group order (the combine kernel's phase 2) into the output, this thread's
+// rows and columns as in merge_split_task. (Run twice, the first pass storing nothing, this fold took 1.3-4.8 us the
+// first time and 1.5 us the second: cold code; twenty-ninth session, decode_timeline_merge_l2_twice_e79e60b.txt.)
+template <int kRows, int kThreads>
+__device__ __forceinline__ void merge_fold_group_states(const PagedDecodeParams& p, long long first_row, int G,
+                                                        int col, __nv_bfloat16* out, int tid, uint64_t* st,
+                                                        bool stamp) {
+  constexpr int kRowStep = kThreads / 16;
+  const float kNegInf = -__int_as_float(0x7f800000);
+  for (int row0 = tid >> 4; row0 < G; row0 += kRows * kRowStep) {
+    float gm[kRows][kMergeGroups], gl[kRows][kMergeGroups];
+    float4 ga[kRows][kMergeGroups][2];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int w = 0; w < kMergeGroups; ++w) {
+        if (row0 + r * kRowStep < G) {
+          const long long sr = first_row + row0 + r * kRowStep + static_cast<long long>(w) * G;
+          const float2 ml = __ldcg(p.merge_ml + sr);
+          gm[r][w] = ml.x;
+          gl[r][w] = ml.y;
+          ga[r][w][0] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + sr * 128 + col));
+          ga[r][w][1] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + sr * 128 + col + 4));
+        } else {  // (never folded; filled because without it ptxas spilled ~420 bytes in the TMA kernels)
+          gm[r][w] = kNegInf;
+          gl[r][w] = 0.f;
+          ga[r][w][0] = ga[r][w][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+      }
+    }
+    if (stamp && row0 == 0) st[5] = tl_clock_after(__float_as_int(gl[0][kMergeGroups - 1]));
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (row0 + r * kRowStep >= G) continue;
+      float L;
+      float4 res[2];
+      fold_groups<2>(gm[r], gl[r], ga[r], L, res);
+      store_bf16_row<2>(out + (row0 + r * kRowStep) * p.out_stride_h, res, 1.f / L);
+    }
+  }
+}
+
 // Task of slot `slot` of split item (b, h) with meta = {first slot f, parts P} has written its
 // partial: arrive, and if last merge (thread t: rows t / 16 + k kThreads / 16, columns 8 (t % 16)
 // .. + 7; kRows of its rows at a time, their loads together). Per output element the arithmetic
@@ -112,35 +155,45 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   long long fr[kRows];
   float m[kRows], l[kRows];
   float4 acc[kRows][2];
-#if HPC_ATTN_MERGE_GROUP_PARTS
-  // Level 1 (more than kWarpParts parts): group g (parts g, g + 8, ...) as a partial of its own into part g's slot
-  // f + g (the partial_o columns a thread writes are those it alone read: part g is in its first batch; its lse once
-  // the row's 16 lanes have read part g's). The last group then merges the 8 group partials at slots f .. f + 7 as a
-  // one-level item of 8 parts, through the one-level merge's code below: that code is warm from the call's other
-  // merges, a level-2 fold of its own ran cold (split_merge.cuh says why). (Level 1 through the same loop body as
-  // well made the one-level merges 0.15-0.5 us slower on 8/1 64x4K and 64x0.5K in two processes.)
+  // Level 1 (more than kWarpParts parts): group g (parts g, g + 8, ...) into part g's slot f + g (the partial_o
+  // columns a thread writes are those it alone read: part g is in its first batch). kMergeGroupParts (split_merge.cuh):
+  // as a partial of its own (its lse once the row's 16 lanes have read part g's), and the last group merges the 8
+  // group partials at slots f .. f + 7 as a one-level item of 8 parts through the one-level loop below, whose code is
+  // warm from the call's other merges (a level-2 fold of its own ran cold). (Level 1 through that loop as well made
+  // the one-level merges 0.15-0.5 us slower on 8/1 64x4K and 64x0.5K in two processes.) Otherwise its (m, l, acc)
+  // state, (m, l) in merge_ml, folded by fold_groups.
   int q_end = P, levels = 1;
   if (grouped) {
     for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
       const int rows = merge_pass(row0, g, kMergeGroups, P, fr, m, l, acc);
       if (stamp && row0 == 0) st[1] = tl_clock_after(__float_as_int(l[0]));
-      __syncwarp(0xffffu << (tid & 16));  // the row's 16 lanes (a half warp) have read part g's lse
+      if constexpr (kMergeGroupParts) __syncwarp(0xffffu << (tid & 16));  // the row's half warp read part g's lse
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         if (r >= rows) continue;
-        float lse;
-        float4 o[2];
-        group_as_part<2>(m[r], l[r], acc[r], lse, o);
         const long long sr = fr[r] + static_cast<long long>(g) * G;
         float4* dst = reinterpret_cast<float4*>(p.partial_o + sr * 128 + col);
-        dst[0] = o[0];
-        dst[1] = o[1];
-        if ((tid & 15) == 0) p.partial_lse[sr] = lse;
+        if constexpr (kMergeGroupParts) {
+          float lse;
+          float4 o[2];
+          group_as_part<2>(m[r], l[r], acc[r], lse, o);
+          dst[0] = o[0];
+          dst[1] = o[1];
+          if ((tid & 15) == 0) p.partial_lse[sr] = lse;
+        } else {
+          dst[0] = acc[r][0];
+          dst[1] = acc[r][1];
+          if ((tid & 15) == 0) p.merge_ml[sr] = make_float2(m[r], l[r]);
+        }
       }
     }
     if (stamp) st[2] = tl_clock();
     if (!arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, sc, tid)) return 1;
     if (stamp) st[3] = tl_clock();
+    if constexpr (!kMergeGroupParts) {
+      merge_fold_group_states<kRows, kThreads>(p, first_row, G, col, out, tid, st, stamp);
+      return 2;
+    }
     q_end = kMergeGroups;
     levels = 2;
   }
@@ -154,73 +207,6 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   }
   if (stamp && levels == 1) st[2] = tl_clock();
   return levels;
-#else
-  if (!grouped) {  // one level: parts 0 .. P - 1 (the combine kernel's warp units)
-    for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
-      const int rows = merge_pass(row0, 0, 1, P, fr, m, l, acc);
-      if (stamp && row0 == 0) st[1] = tl_clock_after(__float_as_int(l[0]));
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-        if (r < rows) store_bf16_row<2>(out + (row0 + r * kRowStep) * p.out_stride_h, acc[r], 1.f / l[r]);
-    }
-    if (stamp) st[2] = tl_clock();
-    return 1;
-  }
-  // Level 1: group g (parts g, g + 8, ...). Its state goes to slot f + g: the partial_o columns
-  // a thread writes are those it alone read (part g is in its first batch), partial_lse is kept.
-  for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
-    const int rows = merge_pass(row0, g, kMergeGroups, P, fr, m, l, acc);
-    if (stamp && row0 == 0) st[1] = tl_clock_after(__float_as_int(l[0]));
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (r >= rows) continue;
-      const long long sr = fr[r] + static_cast<long long>(g) * G;
-      float4* dst = reinterpret_cast<float4*>(p.partial_o + sr * 128 + col);
-      dst[0] = acc[r][0];
-      dst[1] = acc[r][1];
-      if ((tid & 15) == 0) p.merge_ml[sr] = make_float2(m[r], l[r]);
-    }
-  }
-  if (stamp) st[2] = tl_clock();
-  if (!arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, sc, tid)) return 1;
-  if (stamp) st[3] = tl_clock();
-  // Level 2: the 8 group states, folded in group order (the combine kernel's phase 2). (Run twice, the first pass
-  // storing nothing, this fold took 1.3-4.8 us the first time and 1.5 us the second: cold code; twenty-ninth
-  // session, decode_timeline_merge_l2_twice_e79e60b.txt.)
-  for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
-    const int rows = pass_rows(row0, fr);
-    float gm[kRows][kMergeGroups], gl[kRows][kMergeGroups];
-    float4 ga[kRows][kMergeGroups][2];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-      for (int w = 0; w < kMergeGroups; ++w) {
-        if (r < rows) {
-          const long long sr = fr[r] + static_cast<long long>(w) * G;
-          const float2 ml = __ldcg(p.merge_ml + sr);
-          gm[r][w] = ml.x;
-          gl[r][w] = ml.y;
-          ga[r][w][0] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + sr * 128 + col));
-          ga[r][w][1] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + sr * 128 + col + 4));
-        } else {  // (never folded; filled because without it ptxas spilled ~420 bytes in the TMA kernels)
-          gm[r][w] = kNegInf;
-          gl[r][w] = 0.f;
-          ga[r][w][0] = ga[r][w][1] = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-      }
-    }
-    if (stamp && row0 == 0) st[5] = tl_clock_after(__float_as_int(gl[0][kMergeGroups - 1]));
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (r >= rows) continue;
-      float L;
-      float4 res[2];
-      fold_groups<2>(gm[r], gl[r], ga[r], L, res);
-      store_bf16_row<2>(out + (row0 + r * kRowStep) * p.out_stride_h, res, 1.f / L);
-    }
-  }
-  return 2;
-#endif
 }
 
 // ---- merge by helper warps (TMA kernel, merge == 2) -----------------------------------------

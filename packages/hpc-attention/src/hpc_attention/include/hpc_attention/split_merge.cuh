@@ -35,6 +35,7 @@ constexpr int kMergeGroups = 8;
 #ifndef HPC_ATTN_MERGE_GROUP_PARTS
 #define HPC_ATTN_MERGE_GROUP_PARTS 1
 #endif
+constexpr bool kMergeGroupParts = HPC_ATTN_MERGE_GROUP_PARTS != 0;
 
 template <bool kL2Only>
 __device__ __forceinline__ float merge_load(const float* p) {
@@ -54,6 +55,20 @@ __device__ __forceinline__ float4 merge_load4(const float* p) {
   }
 }
 
+// a += w v, a *= s (per component; the FMAs every merge form compiles to).
+__device__ __forceinline__ void fma4(float4& a, float w, const float4& v) {
+  a.x += w * v.x;
+  a.y += w * v.y;
+  a.z += w * v.z;
+  a.w += w * v.w;
+}
+__device__ __forceinline__ void scale4(float4& a, float s) {
+  a.x *= s;
+  a.y *= s;
+  a.z *= s;
+  a.w *= s;
+}
+
 // One batch of the running merge (m, l, acc) of a row: kCombineBatch parts' (lse, o), padding lse = -inf.
 template <int kVec>
 __device__ __forceinline__ void merge_batch(float& m, float& l, float4 (&acc)[kVec], const float (&lse)[kCombineBatch],
@@ -66,23 +81,13 @@ __device__ __forceinline__ void merge_batch(float& m, float& l, float4 (&acc)[kV
   const float a = exp2f(m - base);
   l *= a;
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    acc[i].x *= a;
-    acc[i].y *= a;
-    acc[i].z *= a;
-    acc[i].w *= a;
-  }
+  for (int i = 0; i < kVec; ++i) scale4(acc[i], a);
 #pragma unroll
   for (int k = 0; k < kCombineBatch; ++k) {
     const float w = exp2f(lse[k] - base);  // 0 for the padding (lse = -inf)
     l += w;
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) {
-      acc[i].x += w * v[k][i].x;
-      acc[i].y += w * v[k][i].y;
-      acc[i].z += w * v[k][i].z;
-      acc[i].w += w * v[k][i].w;
-    }
+    for (int i = 0; i < kVec; ++i) fma4(acc[i], w, v[k][i]);
   }
   m = mb;
 }
@@ -97,7 +102,10 @@ __device__ __forceinline__ void group_as_part(float m, float l, const float4 (&a
   const float inv = some ? 1.f / l : 0.f;
   lse = some ? m + log2f(l) : -__int_as_float(0x7f800000);
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) o[i] = make_float4(acc[i].x * inv, acc[i].y * inv, acc[i].z * inv, acc[i].w * inv);
+  for (int i = 0; i < kVec; ++i) {
+    o[i] = acc[i];
+    scale4(o[i], inv);
+  }
 }
 
 // Running (m, l, acc) over parts q = q_begin, q_begin + step, ... < q_end of kRows rows of one item at once:
@@ -168,12 +176,7 @@ __device__ __forceinline__ void fold_groups(const float (&gm)[kMergeGroups], con
     const float f = exp2f(gm[w] - mx);
     L += f * gl[w];
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) {
-      r[i].x += f * ga[w][i].x;
-      r[i].y += f * ga[w][i].y;
-      r[i].z += f * ga[w][i].z;
-      r[i].w += f * ga[w][i].w;
-    }
+    for (int i = 0; i < kVec; ++i) fma4(r[i], f, ga[w][i]);
   }
 }
 
