@@ -38,7 +38,7 @@ flush, 34.3 after a read one), which no kernel of ours controls; both are valid 
 sense, so the read rows show the kernels without that cost.
 
     python benchmarks/bench_decode_attention.py [--out-dir benchmarks/results] [--quick]
-        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order|min_tiles|code_warm|task_cost|page_order|promotion|merge|prologue]
+        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order|min_tiles|code_warm|task_cost|cost_cap|page_order|promotion|merge|prologue]
         [--flush write|read]
 """
 
@@ -58,7 +58,7 @@ from hpc_attention import _ext, heuristics
 from hpc_attention import paged_decode as pd
 from hpc_attention.reference import decode_reference
 
-DIAG_ROW_SETS = ("all", "tail", "first_page", "lookahead", "line_order", "min_tiles", "code_warm", "task_cost",
+DIAG_ROW_SETS = ("all", "tail", "first_page", "lookahead", "line_order", "min_tiles", "code_warm", "task_cost", "cost_cap",
                  "page_order", "promotion", "merge", "prologue")
 CASES = ["64x0.5K", "64x4K", "32x128+32x4K", "2x32K+30x4K", "1x64K+15x4K", "1x128K+31x4K"]
 HEADS = [(8, 1), (64, 8)]
@@ -229,6 +229,8 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
         # the twenty-ninth): at 8/1 with 8, 64x0.5K's 8-tile requests fit whole bins (64 CTAs, no split merges) instead
         # of two 4-tile parts
         variants += [(f"diag_min_tiles{m}", None, None, {"min_tiles": m}, None, None) for m in (4, 6, 8, 12)]
+    if diag and diag_rows == "cost_cap":  # the charge uncapped (heuristics.TASK_COST_CAP off; thirtieth session)
+        variants.append(("diag_cost_cap_off", None, None, {"cost_cap": False}, None, None))
     if diag and diag_rows in ("all", "tail"):  # TMA kernel: claimable tail (percent of the line, smallest bin) x
         # merge on helpers / consumers
         for helpers, who in ((True, "helpers"), (False, "consumers")):

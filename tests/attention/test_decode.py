@@ -65,14 +65,17 @@ def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out
 @pytest.mark.parametrize("num_ctas", [1, 7, 132])
 def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail, monkeypatch):
     gen = torch.Generator().manual_seed(num_ctas)
-    for trial in range(11):
+    for trial in range(13):
         # Trials 6-7: more requests than planner threads (several requests per thread). Trial 8: the
         # benchmark's batch-256 plan at 8 KV heads, head-major: the aligned row plan (decode_plan_rows.cuh,
         # decode_plan_rows_aligned_kernel). Trial 9: 600 virtual requests on a line too short to fill the
         # bins: the aligned kernel's fallback (decode_plan_aligned_kernel -> plan_head_major_unaligned)
         # wherever 132 bins are cut. Trial 10: the same for the aligned row plan (100 requests x 8 heads).
+        # Trials 11-12: equal short requests whose tiles fill the tiles-only budget at a work floor of 8, where
+        # the capped charge binds (ItemCharge; the row plan at one head, the aligned row plan at 8). Trials 5
+        # and 7 plan without the cap.
         B = (int(torch.randint(1, 300, (1,), generator=gen)) if trial < 6
-             else {6: 1106, 7: 1107, 8: 256, 9: 300, 10: 100}[trial])
+             else {6: 1106, 7: 1107, 8: 256, 9: 300, 10: 100, 11: 64, 12: 128}[trial])
         kind = trial % 3
         if trial == 8:
             lens = torch.full((B,), 4096)
@@ -80,6 +83,8 @@ def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail, m
         elif trial in (9, 10):
             lens = torch.zeros(B, dtype=torch.int64)
             lens[-10:] = 64
+        elif trial in (11, 12):
+            lens = torch.full((B,), 512)
         elif kind == 0:
             lens = torch.randint(0, 300, (B,), generator=gen)
         elif kind == 1:
@@ -87,7 +92,7 @@ def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail, m
         else:
             lens = torch.full((B,), 20)
             lens[0] = 130_000
-        hkv = {9: 2, 10: 8}.get(trial, [1, 2, 8][trial % 3])
+        hkv = {9: 2, 10: 8, 11: 1, 12: 8}.get(trial, [1, 2, 8][trial % 3])
         kv_lens = lens.int().cuda()
         ws = ha.DecodeWorkspace(B, hkv, hkv * 4, 140_000, num_ctas=num_ctas, static_splits=static_splits)
         # Odd trials also give a page table (random ids, negatives included: the planner copies them raw).
@@ -101,14 +106,16 @@ def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail, m
         monkeypatch.setattr(heuristics, "HEAD_MAJOR_CUT_TO_HEADS", trial != 3)
         plan = ha.plan_decode(kv_lens, hkv, hkv * 4, workspace=ws, static_splits=static_splits,
                               task_cost=task_cost, tail_percent=tail, tail_bin=1 + trial % 5,
-                              head_major=None if default_order else False, **pt_kw)
+                              head_major=None if default_order else False, min_tiles=8 if trial >= 11 else None,
+                              cost_cap=trial not in (5, 7), **pt_kw)
+        assert plan.cost_cap == (trial not in (5, 7) and not static_splits), trial
         assert plan.cut_to_heads == (trial != 3), trial
         assert plan.head_major == (default_order and hkv > 1 and not static_splits and tail == 0), trial
         got = plan.tables()
         want = plan_tables(lens.tolist(), hkv, num_ctas, plan.min_tiles, static_splits=static_splits or 0,
                            max_len=140_000, task_cost=plan.task_cost, tail_percent=plan.tail_percent,
                            tail_bin=plan.tail_bin, max_tail_bins=ws.max_tail_bins, head_major=plan.head_major,
-                           cut_to_heads=plan.cut_to_heads)
+                           cut_to_heads=plan.cut_to_heads, cost_cap=plan.cost_cap)
         assert got.counters == want.counters, (trial, got.counters, want.counters)
         assert got.bin_start == want.bin_start, trial
         assert got.tasks == want.tasks, trial

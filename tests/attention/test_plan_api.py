@@ -67,6 +67,21 @@ def test_task_cost_override_and_static_plans(fake):  # noqa: F811
     assert plan.task_cost == 0  # static plans do not use it
 
 
+def test_cost_cap_reaches_the_planner(fake, monkeypatch):  # noqa: F811
+    lens = torch.tensor([5, 0, 200], dtype=torch.int32)
+    ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu")
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws)
+    assert fake.calls[-1][1]["cost_cap"] is heuristics.TASK_COST_CAP is plan.cost_cap
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws, cost_cap=False)
+    assert fake.calls[-1][1]["cost_cap"] is False and plan.cost_cap is False
+    monkeypatch.setattr(heuristics, "TASK_COST_CAP", False)
+    assert ha.plan_decode(lens, 2, 8, workspace=ws).cost_cap is False
+    assert ha.plan_decode(lens, 2, 8, workspace=ws, cost_cap=True).cost_cap is True
+    ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu", static_splits="auto")
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws, static_splits="auto", cost_cap=True)
+    assert plan.cost_cap is False and fake.calls[-1][1]["cost_cap"] is False  # static plans charge nothing
+
+
 def test_bad_scheduling_arguments_name_the_argument(fake):  # noqa: F811
     lens = torch.tensor([5, 9], dtype=torch.int32)
     ws = ha.DecodeWorkspace(2, 1, 8, 64, "cpu")

@@ -53,7 +53,7 @@ def harness(tmp_path_factory):
 
 def _cases(seed: int, n: int):
     """(lens, hkv, C, min_tiles, static_splits, max_len, task_cost, tail_percent, tail_bin,
-    max_tail_bins, page_size or 0, head_major, cut_to_heads)."""
+    max_tail_bins, page_size or 0, head_major, cut_to_heads, cost_cap)."""
     rng = random.Random(seed)
     bench = [100 if i % 7 == 0 else 4096 for i in range(256)]  # the benchmark's batch-256 plan
     out = [(bench, hkv, 132, 4, 0, 4096, cost, 0, 4, 264, page, hm, 1)
@@ -90,6 +90,16 @@ def _cases(seed: int, n: int):
         ([20] * 60 + [130_000] + [20] * 9, 16, 1000, 4, 0, 140_000, 4, 0, 4, 0, 64, 1, 1),
         ([0] * 590 + [64] * 10, 2, 132, 4, 0, 140_000, 2, 0, 4, 0, 64, 1, 1),  # 15 bins: not aligned, general plan
     ]
+    # The fixed cases with the charge capped (the default) and, every third, without.
+    out = [c + (int(i % 3 != 2),) for i, c in enumerate(out)]
+    # The cap binding (ItemCharge): equal short items whose tiles fill the tiles-only budget (the row plan, the
+    # fast plan, the aligned row and block-scan plans, the general plan with a tail), and mixed short ones.
+    for lens in ([512] * 64, [512] * 128, [512] * 48, [500 + 13 * (i % 7) for i in range(96)],
+                 [rng.randrange(1, 700) for _ in range(300)], [512] * 600):
+        for hkv, hm in ((1, 0), (8, 1), (2, 0)):
+            out.append((lens, hkv, 132, 8, 0, 4096, 4, 0, 4, 0, 64, hm, 1, 1))
+    out.append(([512] * 200, 1, 132, 8, 0, 4096, 4, 20, 4, 264, 64, 0, 1, 1))
+    out.append(([rng.randrange(1, 700) for _ in range(200)], 1, 132, 8, 0, 4096, 64, 20, 4, 264, 64, 0, 1, 1))
     for _ in range(n):
         B = rng.choice([1, 2, 3, 5, 31, 32, 64, 100, 255, 256, 257, 300, 511, 512, 513, 1100, 2000])
         kind = rng.randrange(6)
@@ -110,7 +120,7 @@ def _cases(seed: int, n: int):
         out.append((lens, rng.choice([1, 1, 2, 3, 4, 8, 8, 16]), C, rng.choice([1, 4, 4, 16]),
                     rng.choice([0, 0, 0, 0, 3, 1]), 140_000, rng.choice([0, 2, 4, 7, 64]),
                     rng.choice([0, 0, 0, 20, 50]), rng.randrange(1, 6), rng.choice([0, 2 * C, C // 3]),
-                    rng.choice([0, 16, 64, 128]), rng.choice([0, 1]), rng.choice([1, 1, 1, 0])))
+                    rng.choice([0, 16, 64, 128]), rng.choice([0, 1]), rng.choice([1, 1, 1, 0]), rng.choice([0, 1])))
     return out
 
 
@@ -122,15 +132,15 @@ def test_emulated_cuda_planner_matches_python_twin(harness, seed):
     assert res.returncode == 0, res.stderr[-4000:]
     lines = res.stdout.splitlines()
     assert len(lines) == 7 * len(cases)
-    for k, (lens, hkv, C, floor, splits, max_len, cost, pct, tbin, max_tail, page, hm, cut) in enumerate(cases):
+    for k, (lens, hkv, C, floor, splits, max_len, cost, pct, tbin, max_tail, page, hm, cut, cap) in enumerate(cases):
         got = {}
         for ln in lines[7 * k:7 * k + 7]:
             name, *vals = ln.split()
             got[name] = [int(v) for v in vals]
         want = plan_tables(lens, hkv, C, floor, static_splits=splits, max_len=max_len, task_cost=cost,
                            tail_percent=pct, tail_bin=tbin, max_tail_bins=max_tail, head_major=bool(hm),
-                           cut_to_heads=bool(cut))
-        tag = (k, len(lens), hkv, C, floor, splits, cost, pct, tbin, max_tail, page, hm, cut)
+                           cut_to_heads=bool(cut), cost_cap=bool(cap))
+        tag = (k, len(lens), hkv, C, floor, splits, cost, pct, tbin, max_tail, page, hm, cut, cap)
         quads = [tuple(got["tasks"][i:i + 4]) for i in range(0, len(got["tasks"]), 4)]
         assert got["counters"] == want.counters, tag
         assert got["bin_start"] == want.bin_start, tag

@@ -38,14 +38,22 @@ def cut_bins(C, hkv, head_major):
     return C - C % hkv if head_major and hkv > 1 and C >= hkv else C
 
 
-def check_bin_cut(t, per_bin, lens, hkv, C, floor, cost) -> int:
+def charge_of(n: int, total: int, nb0: int, cost: int, cost_cap: bool) -> int:
+    """The fixed cost charged to an item of n tiles (planner.plan_tables): `cost` when 1 <= n <= total // nb0 (the
+    tiles-only budget), with cost_cap at most that budget minus n; else 0."""
+    if n <= 0 or n * nb0 > total:
+        return 0
+    return min(cost, total // nb0 - n) if cost_cap else cost
+
+
+def check_bin_cut(t, per_bin, lens, hkv, C, floor, cost, cost_cap=False) -> int:
     """The bins of a dynamic plan with at most C bins (a non-empty batch): the line they cut is the
-    tiles plus `cost` per charged item; used bins come first, each within one tile of the budget
+    tiles plus each charged item's charge (<= cost); used bins come first, each within one tile of the budget
     (plus or minus one task cost: an item's cost may sit just before the boundary of the bin
     holding its first tile); idle bins only when the floor caps the bin count. Returns the line."""
     _, _, budget, total, _, nb, _, _ = t.counters
     nb0 = min(C, max(1, total // floor))
-    line = total + cost * hkv * sum(1 for x in lens if 0 < tiles(x) and tiles(x) * nb0 <= total)
+    line = total + hkv * sum(charge_of(tiles(x), total, nb0, cost, cost_cap) for x in lens)
     assert nb == min(C, max(1, line // floor))
     assert budget == -(-line // nb)
     assert all(budget - 1 - cost <= x <= budget + cost for x in per_bin[:nb]), (per_bin[:nb], budget)
@@ -53,10 +61,10 @@ def check_bin_cut(t, per_bin, lens, hkv, C, floor, cost) -> int:
     return line
 
 
-def check_plan(lens, hkv, C, floor, splits=0, cost=0, tail=(0, 0, 0), head_major=False):
+def check_plan(lens, hkv, C, floor, splits=0, cost=0, tail=(0, 0, 0), head_major=False, cost_cap=False):
     pct, tbin, max_tail = tail
     t = plan_tables(lens, hkv, C, floor, static_splits=splits, task_cost=cost, tail_percent=pct, tail_bin=tbin,
-                    max_tail_bins=max_tail, head_major=head_major)
+                    max_tail_bins=max_tail, head_major=head_major, cost_cap=cost_cap)
     num_tasks, num_comb, budget, total, num_slots, nb_used, clamped, _ = t.counters
     ntiles = [tiles(x) for x in lens]
     assert total == sum(ntiles) * hkv
@@ -87,16 +95,12 @@ def check_plan(lens, hkv, C, floor, splits=0, cost=0, tail=(0, 0, 0), head_major
     for c in range(NB):
         per_bin.append(sum(tiles(tok_end) - tb for _, tb, tok_end, _ in t.tasks[bs[c]:bs[c + 1]]))
     assert sum(per_bin) == total
-    # Work per bin on the planner's line: tiles plus the task cost of each charged item starting
-    # there (charged: no longer than the tiles-only budget, total / nb0).
+    # Work per bin on the planner's line: tiles plus the charge of each charged item starting
+    # there (charged: no longer than the tiles-only budget, total / nb0; charge_of).
     if splits == 0:
         nb0 = min(cut_bins(C, hkv, head_major), max(1, total // floor))
-
-        def charged(item):
-            n = ntiles[item // hkv]
-            return 0 < n and n * nb0 <= total
-
-        per_bin = [x + cost * sum(1 for item, tb, _, _ in t.tasks[bs[c]:bs[c + 1]] if tb == 0 and charged(item))
+        per_bin = [x + sum(charge_of(ntiles[item // hkv], total, nb0, cost, cost_cap)
+                           for item, tb, _, _ in t.tasks[bs[c]:bs[c + 1]] if tb == 0)
                    for c, x in enumerate(per_bin)]
 
     # Slots: each split item owns consecutive, disjoint slots; combine lists exactly the split
@@ -176,23 +180,25 @@ def simulate_in_kernel_merge(t, rng: random.Random, rounds: int = 2):
 
 @settings(max_examples=300, deadline=None)
 @given(lens=lengths_strategy(), hkv=st.sampled_from([1, 2, 8]), C=st.sampled_from([1, 2, 7, 66, 132, 264]),
-       floor=st.sampled_from([1, 4, 16]), cost=st.sampled_from([0, 0, 2, 4, 7]))
-@example(lens=[0], hkv=1, C=132, floor=4, cost=0)
-@example(lens=[1], hkv=8, C=132, floor=4, cost=0)
-@example(lens=[0, 1, 0, 1], hkv=2, C=3, floor=1, cost=0)
-@example(lens=[131072] + [4096] * 31, hkv=1, C=132, floor=4, cost=0)
-@example(lens=[512] * 64, hkv=1, C=132, floor=4, cost=0)
-@example(lens=[1] * 10, hkv=1, C=132, floor=1, cost=7)  # bins wholly inside a task cost: empty
-@example(lens=[128] * 32 + [4096] * 32, hkv=8, C=132, floor=4, cost=2)
-@example(lens=[0, 5, 0, 70000, 0], hkv=2, C=132, floor=1, cost=4)
-def test_dynamic_plan_properties(lens, hkv, C, floor, cost):
-    t, per_bin = check_plan(lens, hkv, C, floor, cost=cost)
+       floor=st.sampled_from([1, 4, 8, 16]), cost=st.sampled_from([0, 0, 2, 4, 7]), cap=st.booleans())
+@example(lens=[512] * 64, hkv=1, C=132, floor=8, cost=4, cap=True)  # the cap binds: whole items
+@example(lens=[512] * 128, hkv=1, C=132, floor=8, cost=4, cap=False)  # nearly every item split
+@example(lens=[0], hkv=1, C=132, floor=4, cost=0, cap=False)
+@example(lens=[1], hkv=8, C=132, floor=4, cost=0, cap=False)
+@example(lens=[0, 1, 0, 1], hkv=2, C=3, floor=1, cost=0, cap=False)
+@example(lens=[131072] + [4096] * 31, hkv=1, C=132, floor=4, cost=0, cap=False)
+@example(lens=[512] * 64, hkv=1, C=132, floor=4, cost=0, cap=False)
+@example(lens=[1] * 10, hkv=1, C=132, floor=1, cost=7, cap=False)  # bins wholly inside a task cost: empty
+@example(lens=[128] * 32 + [4096] * 32, hkv=8, C=132, floor=4, cost=2, cap=False)
+@example(lens=[0, 5, 0, 70000, 0], hkv=2, C=132, floor=1, cost=4, cap=False)
+def test_dynamic_plan_properties(lens, hkv, C, floor, cost, cap):
+    t, per_bin = check_plan(lens, hkv, C, floor, cost=cost, cost_cap=cap)
     num_tasks, _, budget, total, _, nb, _, _ = t.counters
     if total == 0:
         assert num_tasks == 0 and nb == 0 and all(x == 0 for x in t.bin_start)
         return
     # At least `floor` per used bin unless the batch has less in total.
-    line = check_bin_cut(t, per_bin, lens, hkv, C, floor, cost)
+    line = check_bin_cut(t, per_bin, lens, hkv, C, floor, cost, cap)
     if line >= floor:
         assert min(per_bin[:nb]) >= floor - cost
     # Request order kept: tasks sorted by (item, first tile), and so is every bin.
@@ -202,22 +208,23 @@ def test_dynamic_plan_properties(lens, hkv, C, floor, cost):
 
 @settings(max_examples=300, deadline=None)
 @given(lens=lengths_strategy(), hkv=st.sampled_from([2, 4, 8, 16]), C=st.sampled_from([1, 2, 7, 16, 66, 132, 264]),
-       floor=st.sampled_from([1, 4, 16]), cost=st.sampled_from([0, 2, 4, 7]))
-@example(lens=[512] * 64, hkv=8, C=132, floor=4, cost=4)  # 128 bins of whole items: no split
-@example(lens=[131072] + [4096] * 31, hkv=8, C=132, floor=4, cost=4)
-@example(lens=[128] * 32 + [4096] * 32, hkv=8, C=132, floor=4, cost=4)
-@example(lens=[0, 5, 0, 70000, 0], hkv=2, C=7, floor=1, cost=4)
-def test_head_major_plan_properties(lens, hkv, C, floor, cost):
+       floor=st.sampled_from([1, 4, 8, 16]), cost=st.sampled_from([0, 2, 4, 7]), cap=st.booleans())
+@example(lens=[512] * 128, hkv=2, C=132, floor=8, cost=4, cap=True)  # the cap binds
+@example(lens=[512] * 64, hkv=8, C=132, floor=4, cost=4, cap=False)  # 128 bins of whole items: no split
+@example(lens=[131072] + [4096] * 31, hkv=8, C=132, floor=4, cost=4, cap=False)
+@example(lens=[128] * 32 + [4096] * 32, hkv=8, C=132, floor=4, cost=4, cap=False)
+@example(lens=[0, 5, 0, 70000, 0], hkv=2, C=7, floor=1, cost=4, cap=False)
+def test_head_major_plan_properties(lens, hkv, C, floor, cost, cap):
     """The head-major line (the default from 2 KV heads): every check of the request-major plan
     (tiles once, bins within one tile of the budget, slots, merge protocol), at most C rounded
     down to a multiple of Hkv bins, request order kept within each head, and, when the bin
     count is a multiple of Hkv, every head's bins hold the same requests and tile ranges."""
-    t, per_bin = check_plan(lens, hkv, C, floor, cost=cost, head_major=True)
+    t, per_bin = check_plan(lens, hkv, C, floor, cost=cost, head_major=True, cost_cap=cap)
     num_tasks, _, budget, total, _, nb, _, _ = t.counters
     if total == 0:
         assert num_tasks == 0 and nb == 0
         return
-    check_bin_cut(t, per_bin, lens, hkv, cut_bins(C, hkv, True), floor, cost)
+    check_bin_cut(t, per_bin, lens, hkv, cut_bins(C, hkv, True), floor, cost, cap)
     keys = [(item % hkv, item // hkv, tb) for item, tb, _, _ in t.tasks]
     assert keys == sorted(keys)
     if nb % hkv == 0:
@@ -340,6 +347,42 @@ def test_task_cost_leaves_items_longer_than_the_budget_alone():
     assert plan_tables(lens, 1, 132, 4, task_cost=2) == plan_tables(lens, 1, 132, 4, task_cost=0)
     mixed = [512] * 8 + [64] * 200  # 1-tile items within the budget are charged
     assert plan_tables(mixed, 1, 132, 4, task_cost=2) != plan_tables(mixed, 1, 132, 4, task_cost=0)
+
+
+def test_capped_charge_keeps_short_items_whole():
+    """8/1 FP8 defaults (floor 8, cost 4): equal 0.5K items fill the tiles-only budget (8 tiles) with their tiles,
+    so the uncapped charge (12 units per item) cut them in two (64x0.5K: 32 of 64 items; 128x0.5K: 76 of 128); capped,
+    every item is one task in a bin of its own. Batches whose items stay well inside the budget plan the same either
+    way (the brief's mixes)."""
+    for lens in ([512] * 64, [512] * 128, [512] * 48, [512] * 96):
+        uncapped = plan_tables(lens, 1, 132, 8, task_cost=4)
+        capped = plan_tables(lens, 1, 132, 8, task_cost=4, cost_cap=True)
+        assert sum(1 for c in uncapped.combine if c[2] > 1) > len(lens) // 4, len(lens)
+        assert capped.combine == [] and capped.counters[0] == len(lens), len(lens)
+        assert capped.counters[5] == len(lens)  # one bin per item
+    for lens, hkv, hm in (([128] * 32 + [4096] * 32, 8, True), ([128] * 32 + [4096] * 32, 1, False),
+                          ([100 if i % 7 == 0 else 4096 for i in range(256)], 1, False), ([512] * 64, 8, True)):
+        for cost in (2, 4):
+            assert (plan_tables(lens, hkv, 132, 8, task_cost=cost, head_major=hm, cost_cap=True)
+                    == plan_tables(lens, hkv, 132, 8, task_cost=cost, head_major=hm)), (len(lens), hkv, cost)
+
+
+@settings(max_examples=150, deadline=None)
+@given(lens=st.lists(st.integers(0, 2000), min_size=1, max_size=300), hkv=st.sampled_from([1, 2, 8]),
+       floor=st.sampled_from([1, 4, 8, 12]), cost=st.integers(0, 9), hm=st.booleans())
+def test_capped_charge_never_passes_the_tiles_only_budget(lens, hkv, floor, cost, hm):
+    """With cost_cap every charged item spans at most q_t = total // nb0 units (its tiles plus its charge), so an item
+    whose tiles fit a tiles-only bin is never longer than it; the plan stays a valid plan (check_plan's properties)."""
+    t = plan_tables(lens, hkv, 132, floor, task_cost=cost, head_major=hm, cost_cap=True)
+    total = t.counters[3]
+    nb0 = min(132 - 132 % hkv if hm and hkv > 1 else 132, max(1, total // floor))
+    q_t = total // nb0
+    ntiles = [tiles(x) for x in lens]
+    line = total + hkv * sum(min(cost, q_t - n) for n in ntiles if 0 < n <= q_t)
+    # the line the bins cut: budget = ceil(line / bins_used) when no tail
+    if t.counters[5]:
+        assert t.counters[2] == -(-line // t.counters[5])
+    check_plan(lens, hkv, 132, floor, cost=cost, head_major=hm, cost_cap=True)
 
 
 def test_length_clamped_and_counted():

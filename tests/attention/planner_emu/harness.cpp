@@ -104,9 +104,9 @@ int main() {
   using namespace hpc::attn;
   int B;
   while (std::cin >> B) {
-    int hkv, C, floor_, splits, max_len, cost, pct, tbin, maxtail, page, head_major, cut_to_heads;
+    int hkv, C, floor_, splits, max_len, cost, pct, tbin, maxtail, page, head_major, cut_to_heads, cost_cap;
     std::cin >> hkv >> C >> floor_ >> splits >> max_len >> cost >> pct >> tbin >> maxtail >> page >> head_major >>
-        cut_to_heads;
+        cut_to_heads >> cost_cap;
     std::vector<int> lens(B);
     for (auto& x : lens) std::cin >> x;
     const int nbins = C + maxtail;
@@ -120,7 +120,7 @@ int main() {
     std::vector<int> pt;
     DecodePlanParams p{};
     p.kv_lens = lens.data(); p.batch = B; p.num_kv_heads = hkv; p.num_bins = C; p.min_tiles = floor_;
-    p.static_splits = splits; p.max_len = max_len; p.task_cost = cost; p.tail_percent = pct; p.tail_bin = tbin;
+    p.static_splits = splits; p.max_len = max_len; p.task_cost = cost; p.cost_cap = cost_cap; p.tail_percent = pct; p.tail_bin = tbin;
     p.max_tail_bins = maxtail; p.tasks = tasks.data(); p.bin_start = bin_start.data(); p.bin_first = bin_first.data();
     p.combine = combine.data(); p.counters = counters.data(); p.slot_meta = slot_meta.data();
     if (page) {

@@ -64,6 +64,16 @@ TASK_COST_TILES_BF16 = 2
 TASK_COST_TILES_FP8 = 4
 MAX_TASK_COST = 64
 
+# The charge is capped (DecodePlanParams::cost_cap, planner.plan_tables' cost_cap): an item of n tiles is charged at
+# most q_t - n units, q_t = total tiles / nb0 (the tiles-only budget), so the charge never makes an item whose tiles
+# fit one bin longer than that budget. Why: equal short items whose tiles fill the budget (8/1 64x0.5K FP8: 8 tiles
+# + 4 units against a budget of 8 units) were each cut in two by the charge alone, bins of 4 / 4 / 8 tiles (no
+# shorter than whole items' 8) and a split merge at the call's end for every other item; 128x0.5K FP8 (11.6 units
+# per bin against 12 per item) split nearly every item. Whole items measured 11.0 against 12.4 us (64x0.5K, the
+# floor-12 plan, twenty-ninth session); it changes no other brief case (their charged items are far below q_t).
+# Measured (thirtieth session, NOTES.md): see `--diag-rows cost_cap`. Read by plan_decode.
+TASK_COST_CAP = True
+
 # Producer of the decode kernel: tensor-map (TMA) copies from one warp (True) or 16-byte cp.async
 # from four warps (False), or "auto": TMA when num_kv_heads >= TMA_MIN_KV_HEADS. Identical
 # outputs; the GPU tests run both. Pages of fewer than 16 tokens always use cp.async. Measured

@@ -143,6 +143,7 @@ class DecodePlan:
     first_page_of: tuple[int, int, int] | None = None
     head_major: bool = False  # the line holds the items head by head (heuristics.HEAD_MAJOR_LINE)
     cut_to_heads: bool = True  # head-major: bins a multiple of Hkv (heuristics.HEAD_MAJOR_CUT_TO_HEADS)
+    cost_cap: bool = False  # no charge makes an item longer than the tiles-only budget (heuristics.TASK_COST_CAP)
 
     def tables(self) -> PlanTables:
         """The device tables as Python lists (synchronises; for tests and debugging)."""
@@ -174,7 +175,7 @@ def _plan_op(kv_lens: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor
              min_tiles: int,
              static_splits: int, max_len: int, task_cost: int, tail_percent: int, tail_bin: int,
              max_tail_bins: int, page_table: torch.Tensor | None, page_size_log2: int,
-             bin_first_page: torch.Tensor, head_major: bool, cut_to_heads: bool) -> None:
+             bin_first_page: torch.Tensor, head_major: bool, cut_to_heads: bool, cost_cap: bool) -> None:
     # The planner's step stamps are recorded only by the diagnostics build (decode_plan_timeline.cuh).
     tl = DIAG.get("plan_timeline")
     ext = _ext.load_timeline() if tl is not None else _ext.load()
@@ -188,13 +189,14 @@ def _plan_op(kv_lens: torch.Tensor, tasks: torch.Tensor, bin_start: torch.Tensor
         tasks=tasks.data_ptr(),
         bin_start=bin_start.data_ptr(), bin_first=bin_first.data_ptr(), combine=combine.data_ptr(),
         counters=counters.data_ptr(), slot_meta=slot_meta.data_ptr(), pdl=get_pdl(), stream=stream_ptr(kv_lens.device),
-        head_major=head_major, cut_to_heads=cut_to_heads, timeline=tl.data_ptr() if tl is not None else 0)
+        head_major=head_major, cut_to_heads=cut_to_heads, timeline=tl.data_ptr() if tl is not None else 0,
+        cost_cap=cost_cap)
 
 
 @_plan_op.register_fake
 def _(kv_lens, tasks, bin_start, bin_first, combine, counters, slot_meta, num_kv_heads, num_ctas, min_tiles,
       static_splits, max_len, task_cost, tail_percent, tail_bin, max_tail_bins, page_table, page_size_log2,
-      bin_first_page, head_major, cut_to_heads):
+      bin_first_page, head_major, cut_to_heads, cost_cap):
     return None
 
 
@@ -273,7 +275,8 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
                 min_tiles: int | None = None, kv_dtype: torch.dtype | None = None, task_cost: int | None = None,
                 tail_percent: int | None = None, tail_bin: int | None = None,
                 validate: bool | None = None, page_table: torch.Tensor | None = None,
-                page_size: int | None = None, head_major: bool | None = None) -> DecodePlan:
+                page_size: int | None = None, head_major: bool | None = None,
+                cost_cap: bool | None = None) -> DecodePlan:
     """Build the decode plan on the device from the device-side lengths (no host sync).
 
     kv_lens: [B] int32 CUDA tensor, the KV length of each request (0 allowed). The plan reads
@@ -300,7 +303,10 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
     ids are read when the plan kernel runs: the table's first pages must not change between
     plan_decode and decode. head_major: lay the items on the work line head by head and cut it
     into a multiple of Hkv bins (default heuristics.HEAD_MAJOR_LINE; only for dynamic plans with
-    Hkv > 1 and no claimable tail, ignored otherwise). Any plan gives correct results.
+    Hkv > 1 and no claimable tail, ignored otherwise). cost_cap: no item's task_cost charge makes it
+    longer than the tiles-only budget (total tiles over the bins of a plan without charges), so an item
+    whose tiles fit one bin is not split for the charge's sake (default heuristics.TASK_COST_CAP).
+    Any plan gives correct results.
     """
     op = "plan_decode"
     check_tensor(kv_lens, "kv_lens", op, dtype=torch.int32, ndim=1, contiguous=True)
@@ -377,16 +383,17 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
         head_major = heuristics.HEAD_MAJOR_LINE
     head_major = bool(head_major) and num_kv_heads > 1 and splits == 0 and tail == 0
     cut_to_heads = bool(heuristics.HEAD_MAJOR_CUT_TO_HEADS)
+    cost_cap = bool(heuristics.TASK_COST_CAP if cost_cap is None else cost_cap) and splits == 0
     torch.ops.hpc_attention.plan_decode(kv_lens, ws.tasks, ws.bin_start, ws.bin_first, ws.combine, ws.counters,
                                         ws.slot_meta, num_kv_heads, ws.num_ctas, floor, splits, max_len, cost,
                                         tail if splits == 0 else 0, tbin, ws.max_tail_bins, page_table,
                                         int(page_size).bit_length() - 1 if page_table is not None else 0,
-                                        ws.bin_first_page, head_major, cut_to_heads)
+                                        ws.bin_first_page, head_major, cut_to_heads, cost_cap)
     return DecodePlan(workspace=ws, batch=B, num_kv_heads=num_kv_heads, num_qo_heads=num_qo_heads,
                       num_ctas=ws.num_ctas, static_splits=splits, min_tiles=floor,
                       task_cost=cost if splits == 0 else 0, tail_percent=tail if splits == 0 else 0, tail_bin=tbin,
                       max_kv_len=max_len, kv_lens_ptr=kv_lens.data_ptr(), first_page_of=first_page_of,
-                      head_major=head_major, cut_to_heads=cut_to_heads)
+                      head_major=head_major, cut_to_heads=cut_to_heads, cost_cap=cost_cap)
 
 
 def _scale_arg(x, name: str, op: str, device: torch.device):

@@ -82,13 +82,16 @@ def _tiles(length: int) -> int:
 def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_tiles: int,
                 static_splits: int = 0, max_len: int | None = None, task_cost: int = 0,
                 tail_percent: int = 0, tail_bin: int = 0, max_tail_bins: int = 0,
-                head_major: bool = False, cut_to_heads: bool = True) -> PlanTables:
+                head_major: bool = False, cut_to_heads: bool = True, cost_cap: bool = False) -> PlanTables:
     """The plan, computed the way the CUDA planner does (same integer arithmetic, same order).
 
     task_cost: tiles' worth of fixed cost charged on the work line (dynamic mode) to every
     non-empty item no longer than the tiles-only budget (n * nb0 <= total tiles, nb0 the bin
     count without costs): the line holds, per charged item, `task_cost` units of fixed cost
     followed by the item's tiles, and the bins cut that line. 0 gives the plain tile line.
+    cost_cap: an item's charge is at most q_t - n, q_t = total tiles // nb0 (the tiles-only budget), so
+    the charge never makes an item that fits one bin by its tiles longer than that budget (the CUDA
+    planner's DecodePlanParams::cost_cap; heuristics.TASK_COST_CAP says why).
 
     Claimable tail (dynamic mode, when all C owned bins are used): of
     T = min(line * tail_percent // 100, line - C * min_tiles) units, ne = T // tb bins of tb = max(tail_bin, ceil(T / max_tail_bins)) units each end the
@@ -115,8 +118,12 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
     # Charged items: non-empty and no longer than the tiles-only budget (total / nb0 tiles).
     nb0 = min(c_cut, max(1, total_tiles // max(1, min_tiles)))
 
+    q_t = total_tiles // nb0 if nb0 > 0 else 0
+
     def cost_of(n: int) -> int:
-        return cost if n > 0 and n * nb0 <= total_tiles else 0
+        if n <= 0 or n * nb0 > total_tiles:
+            return 0
+        return min(cost, q_t - n) if cost_cap else cost
 
     total = total_tiles + hkv * sum(cost_of(n) for n in ntiles)
     dynamic = static_splits <= 0

@@ -35,7 +35,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
          int max_len, int task_cost, int tail_percent, int tail_bin, int max_tail_bins, uintptr_t tasks, uintptr_t bin_start, uintptr_t bin_first, uintptr_t combine,
          uintptr_t counters, uintptr_t slot_meta, bool pdl, uintptr_t stream, uintptr_t page_table,
          long long page_table_stride, int page_size_log2, uintptr_t bin_first_page, bool head_major,
-         bool cut_to_heads, uintptr_t timeline) {
+         bool cut_to_heads, uintptr_t timeline, bool cost_cap) {
         DecodePlanParams p{};
         p.kv_lens = hpc::as_ptr<const int32_t>(kv_lens);
         p.batch = batch;
@@ -45,6 +45,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.static_splits = static_splits;
         p.max_len = max_len;
         p.task_cost = task_cost;
+        p.cost_cap = cost_cap ? 1 : 0;
         p.tail_percent = tail_percent;
         p.tail_bin = tail_bin;
         p.max_tail_bins = max_tail_bins;
@@ -68,7 +69,8 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       py::arg("bin_first"), py::arg("combine"),
       py::arg("counters"), py::arg("slot_meta"), py::arg("pdl"), py::arg("stream"), py::arg("page_table") = 0,
       py::arg("page_table_stride") = 0, py::arg("page_size_log2") = 0, py::arg("bin_first_page") = 0,
-      py::arg("head_major") = false, py::arg("cut_to_heads") = true, py::arg("timeline") = 0);
+      py::arg("head_major") = false, py::arg("cut_to_heads") = true, py::arg("timeline") = 0,
+      py::arg("cost_cap") = false);
 
   m.def(
       "paged_decode",

@@ -34,6 +34,7 @@ struct DecodePlanParams {
   int static_splits;  // 0: dynamic; > 0: fixed splits per item
   int max_len;        // lengths are clamped into [0, max_len] (page-table capacity)
   int task_cost;      // dynamic mode: tiles' worth of fixed cost charged per non-empty item
+  int cost_cap;       // 1: no charge makes an item longer than the tiles-only budget (ItemCharge)
   // Claimable tail (dynamic mode, only when all num_bins bins are used): the last tail_percent %
   // of the work line is cut into bins of tail_bin units, at most max_tail_bins of them, after the
   // num_bins owned bins; CTAs that finish their own bin claim them in order (paged_decode.cuh).

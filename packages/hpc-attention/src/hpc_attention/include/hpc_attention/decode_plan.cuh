@@ -108,15 +108,15 @@ __device__ __forceinline__ void plan_one_cta(const DecodePlanParams& p, const Fa
   plan_tl(p, kPtScan1, tot[0]);
   const int total = tot[0];
   if (dynamic) {
-    // The work line: tiles plus task_cost units per charged item (see plan_dynamic_general);
-    // charged = non-empty and n * nb0 <= total, i.e. n <= total / nb0 (charged_items). Both bin
+    // The work line: tiles plus each item's charge (ItemCharge; see plan_dynamic_general);
+    // charged = non-empty and n * nb0 <= total, i.e. n <= total / nb0 (charged_units). Both bin
     // counts divide by floor_tiles: one reciprocal (FastDiv) serves the two; the charge threshold
     // is tested as a product (no third division).
-    const unsigned ovh = p.task_cost > 0 ? p.task_cost : 0;
     const int nb0 = bins_for(by_floor, static_cast<unsigned>(total), p.cut_bins);
-    const int2 charged = charged_items<kHM>(p, r0, r1, nh, len0, nb0, total, tot[3], v[1], tot[1]);
-    const long long line = total + static_cast<long long>(ovh) * charged.y;
-    const long long line0 = v[0] + static_cast<long long>(ovh) * charged.x;
+    const ItemCharge charge = make_charge(p, nb0, total, tot[3]);
+    const int2 charged = charged_units<kHM>(p, r0, r1, nh, len0, charge, tot[3], v[1], tot[1]);
+    const long long line = total + static_cast<long long>(charged.y);
+    const long long line0 = v[0] + static_cast<long long>(charged.x);
     bool fast = !tail && line <= 0x7fffffffll;
     int nb = 1;
     if (fast) {
@@ -125,9 +125,9 @@ __device__ __forceinline__ void plan_one_cta(const DecodePlanParams& p, const Fa
     }
     if (fast) {
       plan_fast<kHM>(p, r0, r1, h0, h1, chunk, len0, static_cast<unsigned>(line0), static_cast<unsigned>(line),
-                static_cast<unsigned>(nb), ovh, nb0, total, tot[2]);
+                static_cast<unsigned>(nb), charge, total, tot[2]);
     } else {
-      plan_dynamic_general<kHM>(p, r0, r1, h0, h1, chunk, len0, line0, line, total, nb0, tot[2]);
+      plan_dynamic_general<kHM>(p, r0, r1, h0, h1, chunk, len0, line0, line, total, charge, tot[2]);
     }
   } else {
     plan_static(p, r0, r1, total, tot[2]);

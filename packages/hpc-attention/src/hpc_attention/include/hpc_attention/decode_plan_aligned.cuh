@@ -164,12 +164,11 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
   const long long total_ll = static_cast<long long>(H) * tot[0];
   if (total_ll > 0x7fffffffll) return false;
   const unsigned total = static_cast<unsigned>(total_ll);
-  const unsigned ovh = p.task_cost > 0 ? p.task_cost : 0;
   const int nb0 = bins_for(by_floor, total, p.cut_bins);
+  const ItemCharge charge = make_charge(p, nb0, total, tot[3]);
   // real requests: the request-major reads
-  const int2 charged = charged_items<false>(p, r0, r1, mine, len0, nb0, total, tot[3], v[1], tot[1]);
-  const int pre_charged = charged.x, charged1 = charged.y;
-  const long long line1_ll = tot[0] + static_cast<long long>(ovh) * charged1;
+  const int2 charged = charged_units<false>(p, r0, r1, mine, len0, charge, tot[3], v[1], tot[1]);
+  const long long line1_ll = tot[0] + static_cast<long long>(charged.y);
   const long long line_ll = line1_ll * H;
   if (line_ll > 0x7fffffffll) return false;
   const unsigned line = static_cast<unsigned>(line_ll);
@@ -180,19 +179,16 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
   if ((line_ll + 1) * nb + line_ll >= 0xFFFFFFFFll || nb != p.cut_bins || p.num_bins < H) return false;
 
   auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, p.kv_lens[b]); };
-  auto cost_of = [&](int n) {
-    return n > 0 && static_cast<unsigned long long>(n) * static_cast<unsigned>(nb0) <= total ? ovh : 0u;
-  };
   FastCut cut;
   cut.init(line, static_cast<unsigned>(nb));
   const FastLine& L = cut.L;
   const unsigned budget = cut.budget, long_units = cut.long_units;
-  const bool nest = cut.nests(ovh);
-  const unsigned line0 = static_cast<unsigned>(v[0]) + ovh * static_cast<unsigned>(pre_charged);
+  const bool nest = cut.nests(charge.ovh);
+  const unsigned line0 = static_cast<unsigned>(v[0]) + static_cast<unsigned>(charged.x);
 
   // Pass 2: head 0's tasks, slots and combine entries of my requests.
   int cnt[4] = {0, 0, 0, 0};
-  count_requests(cnt, L, r0, r1, line0, 1, mine, length, cost_of);
+  count_requests(cnt, L, r0, r1, line0, 1, mine, length, charge);
   int tot2[4];
   block_scan<3, false>(cnt, tot2, sh.scan[2]);
   plan_tl(p, kPtScan2, tot2[0]);
@@ -221,7 +217,7 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
     const bool valid = b < r1;
     const int len = valid ? length(b) : 0;
     const int n = tiles_of(len);
-    const unsigned ovh_b = cost_of(n);
+    const unsigned ovh_b = charge(n);
     const unsigned units = n > 0 ? n + ovh_b : 0;
     const bool is_long = units > long_units;
     if (valid && !is_long) {

@@ -251,36 +251,68 @@ __device__ __forceinline__ int item_parts_static(int n, int splits) {
   return (n + chunk - 1) / chunk;
 }
 
-// Charged items (1 <= n, n * nb0 <= total) when some request is longer than total / nb0: {my prefix, block total},
-// one more block scan; out of line (rare: only batches with a request longer than the
-// tiles-only budget, i.e. long-context mixes).
+// The fixed cost charged to an item of n tiles on the work line (decode_plan_general.cuh says why
+// items are charged): ovh units iff 1 <= n and n * nb0 <= total tiles (n <= q_t = total / nb0, the
+// tiles-only budget; tested as a product, no division), and with p.cost_cap at most q_t - n, so the
+// charge never makes an item whose tiles fit one bin longer than that budget. Why the cap: without it
+// many equal short items whose tiles fill the budget exactly (8/1 64x0.5K FP8: 8 tiles + 4 units on a
+// budget of 8) are each cut in two for the charge's sake, and every cut costs a split merge at the
+// call's end (heuristics.TASK_COST_CAP). cap = q_t when some item may reach it (make_charge), else
+// 0xffffffff: every charged item then takes ovh, and the division is not made.
+struct ItemCharge {
+  unsigned ovh, nb0, total, cap;
+  __device__ __forceinline__ unsigned operator()(int n) const {
+    if (n <= 0 || static_cast<unsigned long long>(n) * nb0 > total) return 0u;
+    const unsigned room = cap - static_cast<unsigned>(n);  // >= 0: n <= q_t when charged
+    return room < ovh ? room : ovh;
+  }
+};
+
+// The plan's charge rule. longest: the longest request in tiles, or any bound on it (the rows plan
+// passes each lane's own longest: the same rule, only the division is made or not per lane).
+__device__ __forceinline__ ItemCharge make_charge(const DecodePlanParams& p, unsigned nb0, unsigned total,
+                                                  int longest) {
+  ItemCharge c;
+  c.ovh = p.task_cost > 0 ? static_cast<unsigned>(p.task_cost) : 0u;
+  c.nb0 = nb0;
+  c.total = total;
+  const bool may_bind = p.cost_cap != 0 && c.ovh > 0 &&
+                        (static_cast<unsigned long long>(longest) + c.ovh) * nb0 > total;
+  c.cap = may_bind ? total / nb0 : 0xffffffffu;
+  return c;
+}
+
+// Charge units {before this thread, in the block} when they are not every non-empty item's ovh: one
+// more block scan; out of line (rare: batches with a request longer than the tiles-only budget, i.e.
+// long-context mixes, or with cost_cap short items that fill it).
 template <bool kHM>
-__device__ __noinline__ int2 count_charged(const DecodePlanParams& p, int r0, int r1, int nh, int len0, unsigned nb0,
-                                         unsigned total) {
+__device__ __noinline__ int2 count_charged(const DecodePlanParams& p, int r0, int r1, int nh, int len0,
+                                           ItemCharge charge) {
   int w[4] = {0, 0, 0, 0};
 #pragma unroll 1
   for (int b = r0; b < r1; ++b) {
     const int n = tiles_of(b == r0 ? len0 : clamp_len(p, line_len<kHM>(p, b)));
-    w[0] += n > 0 && static_cast<unsigned long long>(n) * nb0 <= total ? nh : 0;
+    w[0] += static_cast<int>(charge(n)) * nh;
   }
   int t[4];
   block_scan<1, false>(w, t, plan_shared().scan[1]);
   return make_int2(w[0], t[0]);
 }
 
-// Charged items {before this thread, in the block} (block-uniform branch): when no request is
-// longer than the tiles-only budget (longest * nb0 <= total, the usual case) every non-empty item
-// is charged and pass 1's counts of them serve; otherwise count_charged scans once more. `weight`:
-// the items each of this thread's requests stands for (its heads, or 0 for a thread whose request
-// another thread counts).
+// Charge units {before this thread, in the block} (block-uniform branch): when every non-empty item
+// takes the whole ovh (no request longer than the tiles-only budget, and no capped charge: longest +
+// ovh fits it, the usual case) pass 1's counts of the non-empty items serve; otherwise count_charged
+// scans once more. `weight`: the items each of this thread's requests stands for (its heads, or 0 for
+// a thread whose request another thread counts).
 template <bool kHM>
-__device__ __forceinline__ int2 charged_items(const DecodePlanParams& p, int r0, int r1, int weight, int len0,
-                                              unsigned nb0, unsigned total, int longest, int pre_nonempty,
+__device__ __forceinline__ int2 charged_units(const DecodePlanParams& p, int r0, int r1, int weight, int len0,
+                                              const ItemCharge& charge, int longest, int pre_nonempty,
                                               int nonempty) {
-  if (p.task_cost > 0 && static_cast<unsigned long long>(longest) * nb0 > total) {
-    return count_charged<kHM>(p, r0, r1, weight, len0, nb0, total);
+  const unsigned reach = static_cast<unsigned>(longest) + (p.cost_cap != 0 ? charge.ovh : 0u);
+  if (charge.ovh > 0 && static_cast<unsigned long long>(reach) * charge.nb0 > charge.total) {
+    return count_charged<kHM>(p, r0, r1, weight, len0, charge);
   }
-  return make_int2(pre_nonempty, nonempty);
+  return make_int2(static_cast<int>(charge.ovh) * pre_nonempty, static_cast<int>(charge.ovh) * nonempty);
 }
 
 // Pass 2 of every dynamic plan: an item of `parts` tasks, counted `weight` times, adds its tasks

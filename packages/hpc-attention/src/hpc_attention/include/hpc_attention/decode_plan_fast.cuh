@@ -105,7 +105,7 @@ __device__ __forceinline__ void for_each_part(const FastLine& L, unsigned s0, un
 // lane passes its own values; lane `src`'s request is written; returns src's task / slot /
 // combine counters after it.
 // Pass 2 of the fast plans over requests [r0, r1) laid from line position pos: each non-empty
-// request as `heads` consecutive items of cost_of(n) + n units, each item's parts counted `weight`
+// request as `heads` consecutive items of cost_of(n) + n units (cost_of: the plan's ItemCharge), each item's parts counted `weight`
 // times (count_parts), an empty request as `heads` combine entries. The fast plan counts its
 // thread's heads (weight 1); the aligned plan head 0 alone, weighted by whether this thread's
 // counts go into the scan.
@@ -157,32 +157,22 @@ __device__ __noinline__ void write_nested_bins(const DecodePlanParams& p, const 
   }
 }
 
-// An item of n tiles is charged the fixed cost iff 1 <= n and n * nb0 <= total tiles (n <= total /
-// nb0 without that division).
-__device__ __forceinline__ bool item_charged(int n, unsigned nb0, unsigned total_tiles) {
-  return n > 0 && static_cast<unsigned long long>(n) * nb0 <= total_tiles;
-}
-
 // Pass 3 of the common dynamic plan: write the tasks, slots, combine entries and bin entries of
 // this thread's items. This thread owns heads [h0, h1) of requests [r0, r1); `chunk` is the
 // block-uniform number of requests per thread (loop bounds are warp-uniform for the ballots);
 // line0 = where my first request starts on the line; task / slot / comb = the entries of the items
-// before mine (the counting pass's exclusive prefixes); an item of n tiles is charged `ovh` units
-// iff 1 <= n and n * nb0 <= total_tiles (n <= total_tiles / nb0 without that division).
+// before mine (the counting pass's exclusive prefixes); an item of n tiles is charged charge(n) units.
 template <bool kHM>
 __device__ __forceinline__ void plan_fast_write(const DecodePlanParams& p, const FastCut& cut, int r0, int r1, int h0,
-                                                int h1, int chunk, int len0, unsigned line0, unsigned ovh,
-                                                unsigned nb0, int total_tiles, int task, int slot, int comb) {
+                                                int h1, int chunk, int len0, unsigned line0, const ItemCharge& charge,
+                                                int task, int slot, int comb) {
   const int nh = h1 - h0;
   const int lane = threadIdx.x & 31;
   auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, line_len<kHM>(p, b)); };
   auto tiles = tiles_of;
-  auto cost_of = [&](int n) {
-    return n > 0 && static_cast<unsigned long long>(n) * nb0 <= static_cast<unsigned>(total_tiles) ? ovh : 0u;
-  };
   const FastLine& L = cut.L;
   const unsigned long_units = cut.long_units;
-  const bool nest = cut.nests(ovh);
+  const bool nest = cut.nests(charge.ovh);
   unsigned pos = line0;
 #pragma unroll 1
   for (int i = 0; i < chunk; ++i) {
@@ -190,7 +180,7 @@ __device__ __forceinline__ void plan_fast_write(const DecodePlanParams& p, const
     const bool valid = b < r1;
     const int len = valid ? length(b) : 0;
     const int n = tiles(len);
-    const unsigned ovh_b = cost_of(n), span = n + ovh_b;
+    const unsigned ovh_b = charge(n), span = n + ovh_b;
     const unsigned units = n > 0 ? span * nh : 0;
     const bool is_long = units > long_units;
     if (valid && n == 0) {
@@ -242,19 +232,16 @@ __device__ __forceinline__ void plan_fast_write(const DecodePlanParams& p, const
 // pass 3 (plan_fast_write). Arguments as plan_fast_write's; line = the line's length, nb its bins.
 template <bool kHM>
 __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int r1, int h0, int h1, int chunk,
-                                          int len0, unsigned line0, unsigned line, unsigned nb, unsigned ovh,
-                                          unsigned nb0, int total_tiles, int clamped) {
+                                          int len0, unsigned line0, unsigned line, unsigned nb,
+                                          const ItemCharge& charge, int total_tiles, int clamped) {
   const int nh = h1 - h0;
   auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, line_len<kHM>(p, b)); };
-  auto cost_of = [&](int n) {
-    return n > 0 && static_cast<unsigned long long>(n) * nb0 <= static_cast<unsigned>(total_tiles) ? ovh : 0u;
-  };
   FastCut cut;
   cut.init(line, nb);
 
   // Pass 2: tasks, slots and combine entries of my requests.
   int cnt[4] = {0, 0, 0, 0};
-  count_requests(cnt, cut.L, r0, r1, line0, nh, 1, length, cost_of);
+  count_requests(cnt, cut.L, r0, r1, line0, nh, 1, length, charge);
   int tot[4];
   block_scan<3, false>(cnt, tot, plan_shared().scan[2]);
   plan_tl(p, kPtScan2, tot[0]);
@@ -267,7 +254,7 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
                    clamped, 0});
 
   // Pass 3: write.
-  plan_fast_write<kHM>(p, cut, r0, r1, h0, h1, chunk, len0, line0, ovh, nb0, total_tiles, cnt[0], cnt[1], cnt[2]);
+  plan_fast_write<kHM>(p, cut, r0, r1, h0, h1, chunk, len0, line0, charge, cnt[0], cnt[1], cnt[2]);
 }
 
 }  // namespace hpc::attn

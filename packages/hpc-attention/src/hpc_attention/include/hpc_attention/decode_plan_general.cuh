@@ -63,7 +63,7 @@ struct BinWalk {
 };
 
 // Fixed cost per item (DecodePlanParams::task_cost): the line holds, for each charged item,
-// `ovh` units of fixed cost [s0, s) and then its n tiles [s, s + n); bins cut that line, so a
+// `ovh` units of fixed cost [s0, s) (fewer with cost_cap: ItemCharge) and then its n tiles [s, s + n); bins cut that line, so a
 // bin of many short items gets fewer of them. Charged = non-empty and no longer than the
 // tiles-only budget (n * nb0 <= total tiles, nb0 = the bin count of the plan without costs):
 // longer items are split into parts anyway, every bin then pays about one task, and a charge at
@@ -75,14 +75,11 @@ struct BinWalk {
 template <bool kHM>
 __device__ __noinline__ void plan_dynamic_general(const DecodePlanParams& p, int r0, int r1, int h0, int h1,
                                                   int chunk, int len0, long long line0, long long total_ll,
-                                                  long long total_tiles, long long nb0, int clamped_total) {
+                                                  long long total_tiles, ItemCharge charge, int clamped_total) {
   using T = unsigned long long;
   constexpr int kWalkMax = kPlanWalkMax;
   const int nh = h1 - h0;
-  const T task_cost = static_cast<T>(p.task_cost > 0 ? p.task_cost : 0);
-  auto cost_of = [&](int n) {  // fixed cost units of an item of n tiles (see above)
-    return n > 0 && static_cast<long long>(n) * nb0 <= total_tiles ? task_cost : T(0);
-  };
+  auto cost_of = [&](int n) { return static_cast<T>(charge(n)); };  // fixed cost units of an item of n tiles
   const int lane = threadIdx.x & 31;
   auto length = [&](int b) { return b == r0 ? len0 : clamp_len(p, line_len<kHM>(p, b)); };
   auto tiles = tiles_of;

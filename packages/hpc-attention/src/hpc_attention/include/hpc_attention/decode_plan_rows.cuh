@@ -90,7 +90,6 @@ __device__ __forceinline__ bool plan_fast_rows(const DecodePlanParams& p, const 
   // Parameters only, before the lengths land: this CTA's heads and the bins per head stretch.
   const int ch0 = kAligned ? cta_first_head(H, blockIdx.x) : 0, ch1 = kAligned ? cta_first_head(H, blockIdx.x + 1) : 1;
   const int nb1 = kAligned ? p.cut_bins / H : 0;
-  const unsigned ovh = p.task_cost > 0 ? p.task_cost : 0;
 
   // Pass 1 (every active warp alike): lengths, tiles, clamped flags of all requests.
   int raw[kRowMax];
@@ -101,11 +100,12 @@ __device__ __forceinline__ bool plan_fast_rows(const DecodePlanParams& p, const 
   // repeated here keeps the row kernel's SASS as measured (the same instructions in the same order).
   if (!kAligned && p.page_table != nullptr) init_first_pages(p, rows * 32);
   int n[kRowMax];
-  int lane_tiles = 0, lane_clamped = 0;
+  int lane_tiles = 0, lane_clamped = 0, lane_longest = 0;
 #pragma unroll
   for (int k = 0; k < kRowMax; ++k) {
     n[k] = tiles_of(clamp_len(p, raw[k]));
     lane_tiles += n[k];
+    lane_longest = max(lane_longest, n[k]);
     lane_clamped += raw[k] < 0 || raw[k] > p.max_len ? 1 : 0;  // 0 outside the batch
   }
   plan_tl(p, kPtLens, lane_tiles);
@@ -113,25 +113,27 @@ __device__ __forceinline__ bool plan_fast_rows(const DecodePlanParams& p, const 
   // below 2^31).
   const int tiles1 = warp_sum(lane_tiles), total = tiles1 * H;
   const int clamped = warp_sum(lane_clamped);
-  // Charged items (item_charged, as plan_fast's cost_of) and each request's span on the
-  // line; my line position = the spans of the rows before mine + a scan of my row.
+  // Each item's charge (ItemCharge, as plan_fast's; the cap's division made only by lanes whose own
+  // requests may reach it: the same charges either way) and each request's span on the line; my line
+  // position = the spans of the rows before mine + a scan of my row.
   const unsigned nb0 = static_cast<unsigned>(bins_for(by_floor, static_cast<unsigned>(total), p.cut_bins));
-  int lane_charged = 0, lane_before = 0, my_len = 0, my_n = 0;
+  const ItemCharge charge = make_charge(p, nb0, static_cast<unsigned>(total), lane_longest);
+  int lane_charge = 0, lane_before = 0, my_len = 0, my_n = 0;
   unsigned my_ovh = 0;
 #pragma unroll
   for (int k = 0; k < kRowMax; ++k) {
-    const bool charged = item_charged(n[k], nb0, static_cast<unsigned>(total));
-    lane_charged += charged ? 1 : 0;
-    const int span = n[k] + (charged ? static_cast<int>(ovh) : 0);
+    const unsigned ck = charge(n[k]);
+    lane_charge += static_cast<int>(ck);
+    const int span = n[k] + static_cast<int>(ck);
     if (k < w) lane_before += span;
     if (k == w) {  // unrolled selects: no dynamic register indexing
       my_len = clamp_len(p, raw[k]);
       my_n = n[k];
-      my_ovh = charged ? ovh : 0u;
+      my_ovh = ck;
     }
   }
   // line1: one head's stretch (the whole line when kAligned is false).
-  const unsigned line1 = static_cast<unsigned>(tiles1) + ovh * static_cast<unsigned>(warp_sum(lane_charged));
+  const unsigned line1 = static_cast<unsigned>(tiles1) + static_cast<unsigned>(warp_sum(lane_charge));
   const unsigned line = line1 * static_cast<unsigned>(H);
   const unsigned line0 = static_cast<unsigned>(warp_sum(lane_before) + warp_exclusive_scan(my_n + static_cast<int>(my_ovh)));
   plan_tl(p, kPtScan1, static_cast<int>(line0));
@@ -181,10 +183,9 @@ __device__ __forceinline__ bool plan_fast_rows(const DecodePlanParams& p, const 
   const bool mine = b < B;
   if constexpr (kAligned) {
     const AlignedHeads A{H, B, nb1, line1, num_tasks, num_slots, num_comb};
-    write_rows_aligned(p, cut, A, mine, b, my_len, my_n, line0, my_ovh, ovh, ch0, ch1, task, slot, comb);
+    write_rows_aligned(p, cut, A, mine, b, my_len, my_n, line0, my_ovh, charge.ovh, ch0, ch1, task, slot, comb);
   } else {  // plan_fast's writer
-    plan_fast_write<false>(p, cut, mine ? b : B, mine ? b + 1 : B, 0, 1, 1, my_len, line0, ovh, nb0, total, task, slot,
-                           comb);
+    plan_fast_write<false>(p, cut, mine ? b : B, mine ? b + 1 : B, 0, 1, 1, my_len, line0, charge, task, slot, comb);
   }
   return true;
 }
