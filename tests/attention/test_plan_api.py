@@ -29,11 +29,13 @@ def test_task_cost_follows_the_kv_dtype(fake, kv_dtype, want):  # noqa: F811
 
 
 @pytest.mark.parametrize("batch, kv_dtype, want", [(3, None, heuristics.MIN_TILES_PER_CTA),
-                                                   (40, torch.bfloat16, heuristics.MIN_TILES_PER_CTA),
+                                                   (16, torch.bfloat16, heuristics.MIN_TILES_PER_CTA),
+                                                   (17, None, heuristics.MIN_TILES_PER_CTA_MANY),
+                                                   (40, torch.bfloat16, heuristics.MIN_TILES_PER_CTA_MANY),
                                                    (3, FP8, heuristics.MIN_TILES_PER_CTA),  # few items
                                                    (16, FP8, heuristics.MIN_TILES_PER_CTA),  # 32 items < 132 / 4
-                                                   (17, FP8, heuristics.MIN_TILES_PER_CTA_FP8),  # 34 items
-                                                   (40, FP8, heuristics.MIN_TILES_PER_CTA_FP8)])
+                                                   (17, FP8, heuristics.MIN_TILES_PER_CTA_MANY),  # 34 items
+                                                   (40, FP8, heuristics.MIN_TILES_PER_CTA_MANY)])
 def test_work_floor_follows_the_kv_dtype_and_item_count(fake, batch, kv_dtype, want):  # noqa: F811
     lens = torch.full((batch,), 300, dtype=torch.int32)
     ws = ha.DecodeWorkspace(batch, 2, 8, 512, "cpu")  # 2 KV heads: 2 * batch items on 132 CTAs

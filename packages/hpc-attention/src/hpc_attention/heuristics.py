@@ -20,14 +20,15 @@ CTAS_PER_SM = 1
 # while a higher floor leaves SMs idle on small batches (64 x 0.5K with 8/1 heads has 512
 # tiles: floor 4 -> 128 CTAs busy, floor 8 -> 64).
 MIN_TILES_PER_CTA = 4
-# FP8 KV with at least a quarter as many items (request, KV head) as CTAs: 8. An FP8 tile is half a BF16 tile's
-# bytes and the kernel keeps 7 stages in flight (4 for BF16), so 8 FP8 tiles stream about as long as 4 BF16 ones,
-# and fewer, longer parts mean fewer split merges at the call's end (~2 us each on its critical path, twenty-ninth
-# session). 8/1 FP8, floor 8 against 4, us (`--diag-rows min_tiles`, written flush; NOTES.md): 64x0.5K 12.4 / 13.0
-# (and 14.0 / 14.2, 13.25 / 13.7 in earlier sessions), 48x0.5K 11.8 / 12.2, 64x1K 15.0 / 16.2; but with few items
-# the parallelism matters more: 1x1K 12.3 / 10.8, 16x1K 12.8 / 11.7, 8x2K 12.5 / 11.7, 32x1K 13.1 / 12.6 (hence
-# the gate). BF16 is slower with 8 on nearly every shape (64x0.5K 15.7 / 14.9).
-MIN_TILES_PER_CTA_FP8 = 8
+# Plans with at least a quarter as many items (request, KV head) as CTAs: 8, BF16 and FP8 alike. Fewer, longer parts
+# mean fewer split merges at the call's end (~2 us each on its critical path, twenty-ninth session); with few items the
+# parallelism matters more (FP8 8/1, floor 8 against 4, us: 1x1K 12.3 / 10.8, 16x1K 12.8 / 11.7, 8x2K 12.5 / 11.7, 32x1K
+# 13.1 / 12.6; hence the gate). FP8 since the twenty-ninth session (8/1 64x0.5K 12.4 / 13.0, 48x0.5K 11.8 / 12.2, 64x1K
+# 15.0 / 16.2). BF16 since the thirtieth, once the capped charge (TASK_COST_CAP) let a floor of 8 keep 8-tile items
+# whole (before it, floor 8 cut 64x0.5K's items at 8 units + 2 of charge and read 15.7 against 14.9): 8/1 64x0.5K
+# 12.90 / 14.88, 128x0.5K 17.54 / 20.70, 36x0.5K 11.20 / 13.15, 48x1K 17.66 / 18.88, 64x1K 19.84 / 20.58, 64/8 8x0.5K
+# 12.77 / 15.14, no shape slower beyond noise (`decode_attention_min_tiles_bf16_cap_*`; NOTES.md).
+MIN_TILES_PER_CTA_MANY = 8
 
 # Split items (one (request, KV head) over several CTAs) are merged inside the decode kernel by
 # the last of their parts to finish (no combine launch) when True, by the separate combine
@@ -158,9 +159,9 @@ MAX_GROUP = 16
 
 def min_tiles_per_cta(kv_dtype=None, items: int = 0, ctas: int = 1) -> int:
     """Default work floor per CTA (in tiles) of a plan of `items` (request, KV head) items on `ctas` CTAs serving KV
-    of `kv_dtype` (None: BF16)."""
-    many = 4 * items >= ctas
-    return MIN_TILES_PER_CTA_FP8 if kv_dtype == torch.float8_e4m3fn and many else MIN_TILES_PER_CTA
+    of `kv_dtype` (None: BF16; the same floors for both since the thirtieth session, the argument is kept for callers
+    and for a dtype-specific floor to come back)."""
+    return MIN_TILES_PER_CTA_MANY if 4 * items >= ctas else MIN_TILES_PER_CTA
 
 
 def task_cost_tiles(kv_dtype=None) -> int:

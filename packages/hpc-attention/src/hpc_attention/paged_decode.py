@@ -284,9 +284,9 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
     new lengths at every replay. workspace: a DecodeWorkspace (required under graph capture;
     otherwise one is made for B requests and `max_kv_len`). static_splits: None for the
     dynamic plan, an int S or "auto" for the split-KV baseline. min_tiles: work floor per CTA
-    in 64-token tiles (default heuristics.min_tiles_per_cta: 4, or 8 for FP8 KV with at least num_ctas / 4
-    items). kv_dtype: the KV cache dtype the plan will serve (torch.bfloat16 by default, or
-    torch.float8_e4m3fn): it selects the default work floor and task_cost, the fixed cost per (request,
+    in 64-token tiles (default heuristics.min_tiles_per_cta: 8 with at least num_ctas / 4 (request, KV head)
+    items, else 4). kv_dtype: the KV cache dtype the plan will serve (torch.bfloat16 by default, or
+    torch.float8_e4m3fn): it selects the default task_cost, the fixed cost per (request,
     KV head) counted in tiles when the bins are cut
     (heuristics.task_cost_tiles; 0 cuts on tiles alone). Any plan is correct with any KV dtype;
     these only balance the CTAs. tail_percent / tail_bin: the share of the work line (percent,
