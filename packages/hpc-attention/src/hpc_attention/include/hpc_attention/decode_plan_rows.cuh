@@ -113,11 +113,11 @@ __device__ __forceinline__ bool plan_fast_rows(const DecodePlanParams& p, const 
   // below 2^31).
   const int tiles1 = warp_sum(lane_tiles), total = tiles1 * H;
   const int clamped = warp_sum(lane_clamped);
-  // Each item's charge (ItemCharge, as plan_fast's; the cap's division made only by lanes whose own
-  // requests may reach it: the same charges either way) and each request's span on the line; my line
-  // position = the spans of the rows before mine + a scan of my row.
+  // Each item's charge (ItemCharge, as plan_fast's; the longest request warp-reduced, so the cap's
+  // rare division is a warp-uniform branch) and each request's span on the line; my line position =
+  // the spans of the rows before mine + a scan of my row.
   const unsigned nb0 = static_cast<unsigned>(bins_for(by_floor, static_cast<unsigned>(total), p.cut_bins));
-  const ItemCharge charge = make_charge(p, nb0, static_cast<unsigned>(total), lane_longest);
+  const ItemCharge charge = make_charge(p, nb0, static_cast<unsigned>(total), __reduce_max_sync(0xffffffffu, lane_longest));
   int lane_charge = 0, lane_before = 0, my_len = 0, my_n = 0;
   unsigned my_ovh = 0;
 #pragma unroll
