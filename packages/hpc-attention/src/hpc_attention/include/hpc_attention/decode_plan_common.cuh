@@ -268,8 +268,10 @@ struct ItemCharge {
   }
 };
 
-// The plan's charge rule. longest: the longest request in tiles, or any bound on it (the rows plan
-// passes each lane's own longest: the same rule, only the division is made or not per lane).
+// The plan's charge rule. longest: the longest request in tiles (any value at least the longest of the
+// items this thread charges gives the same charges; only whether the division is made depends on it).
+// Block- or warp-uniform in every plan, so the division is a uniform branch: the row plan's first form,
+// each lane with its own longest, read ~0.2 us slower at batch 256 (NOTES.md, thirtieth session).
 __device__ __forceinline__ ItemCharge make_charge(const DecodePlanParams& p, unsigned nb0, unsigned total,
                                                   int longest) {
   ItemCharge c;
