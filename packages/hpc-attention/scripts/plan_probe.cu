@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(512, 1) rows_stop(const __grid_constant__ Deco
   for (int k = 0; k < kRowMax; ++k) {
     const bool charged = (kFlags & 128) != 0
                              ? n[k] > 0 && static_cast<unsigned>(n[k]) * nb0 <= static_cast<unsigned>(total)
-                             : item_charged(n[k], nb0, static_cast<unsigned>(total));
+                             : n[k] > 0 && static_cast<unsigned long long>(n[k]) * nb0 <= static_cast<unsigned>(total);
     lane_charged += charged ? 1 : 0;
     const int span = n[k] + (charged ? static_cast<int>(ovh) : 0);
     if (k < w) lane_before += span;
@@ -204,8 +204,9 @@ __global__ void __launch_bounds__(512, 1) rows_stop(const __grid_constant__ Deco
       write_long_request<false>(p, cut.L, src, b, my_len, my_n, line0, my_ovh, 0, 1, task, slot, comb);
     }
   } else {
-    plan_fast_write<false>(p, cut, mine ? b : B, mine ? b + 1 : B, 0, 1, 1, my_len, line0, ovh, nb0, total, task, slot,
-                           comb);
+    // the uncapped charge this probe measured (the library's ItemCharge with cost_cap off)
+    const ItemCharge charge{ovh, nb0, static_cast<unsigned>(total), 0xffffffffu};
+    plan_fast_write<false>(p, cut, mine ? b : B, mine ? b + 1 : B, 0, 1, 1, my_len, line0, charge, task, slot, comb);
   }
   if constexpr ((kFlags & 4) != 0) {
     close_unused_bins(p, nb_used, num_tasks, rows * 32);
