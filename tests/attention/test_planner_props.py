@@ -375,10 +375,8 @@ def test_capped_charge_never_passes_the_tiles_only_budget(lens, hkv, floor, cost
     whose tiles fit a tiles-only bin is never longer than it; the plan stays a valid plan (check_plan's properties)."""
     t = plan_tables(lens, hkv, 132, floor, task_cost=cost, head_major=hm, cost_cap=True)
     total = t.counters[3]
-    nb0 = min(132 - 132 % hkv if hm and hkv > 1 else 132, max(1, total // floor))
-    q_t = total // nb0
-    ntiles = [tiles(x) for x in lens]
-    line = total + hkv * sum(min(cost, q_t - n) for n in ntiles if 0 < n <= q_t)
+    nb0 = min(cut_bins(132, hkv, hm), max(1, total // floor))
+    line = total + hkv * sum(charge_of(tiles(x), total, nb0, cost, True) for x in lens)
     # the line the bins cut: budget = ceil(line / bins_used) when no tail
     if t.counters[5]:
         assert t.counters[2] == -(-line // t.counters[5])

@@ -157,10 +157,9 @@ HEAD_DIM = 128
 MAX_GROUP = 16
 
 
-def min_tiles_per_cta(kv_dtype=None, items: int = 0, ctas: int = 1) -> int:
-    """Default work floor per CTA (in tiles) of a plan of `items` (request, KV head) items on `ctas` CTAs serving KV
-    of `kv_dtype` (None: BF16; the same floors for both since the thirtieth session, the argument is kept for callers
-    and for a dtype-specific floor to come back)."""
+def min_tiles_per_cta(items: int = 0, ctas: int = 1) -> int:
+    """Default work floor per CTA (in tiles) of a plan of `items` (request, KV head) items on `ctas` CTAs (the same
+    for BF16 and FP8 KV since the thirtieth session)."""
     return MIN_TILES_PER_CTA_MANY if 4 * items >= ctas else MIN_TILES_PER_CTA
 
 

@@ -344,7 +344,7 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
                              f"static_splits={splits}")
     if kv_dtype is not None and kv_dtype not in (torch.bfloat16, torch.float8_e4m3fn):
         raise ValueError(f"{op}: kv_dtype must be torch.bfloat16 or torch.float8_e4m3fn, got {kv_dtype}")
-    floor = (heuristics.min_tiles_per_cta(kv_dtype, B * num_kv_heads, ws.num_ctas) if min_tiles is None
+    floor = (heuristics.min_tiles_per_cta(B * num_kv_heads, ws.num_ctas) if min_tiles is None
              else int(min_tiles))
     if floor < 1:
         raise ValueError(f"{op}: min_tiles must be >= 1, got {floor}")

@@ -118,7 +118,7 @@ def plan_tables(kv_lens: Sequence[int], num_kv_heads: int, num_ctas: int, min_ti
     # Charged items: non-empty and no longer than the tiles-only budget (total / nb0 tiles).
     nb0 = min(c_cut, max(1, total_tiles // max(1, min_tiles)))
 
-    q_t = total_tiles // nb0 if nb0 > 0 else 0
+    q_t = total_tiles // nb0  # nb0 >= 1
 
     def cost_of(n: int) -> int:
         if n <= 0 or n * nb0 > total_tiles:

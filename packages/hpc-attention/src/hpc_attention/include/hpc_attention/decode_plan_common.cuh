@@ -266,6 +266,8 @@ struct ItemCharge {
     const unsigned room = cap - static_cast<unsigned>(n);  // >= 0: n <= q_t when charged
     return room < ovh ? room : ovh;
   }
+  // Some item may be charged less than ovh (make_charge found the cap may bind).
+  __device__ __forceinline__ bool capped() const { return cap != 0xffffffffu; }
 };
 
 // The plan's charge rule. longest: the longest request in tiles (any value at least the longest of the
@@ -310,8 +312,8 @@ template <bool kHM>
 __device__ __forceinline__ int2 charged_units(const DecodePlanParams& p, int r0, int r1, int weight, int len0,
                                               const ItemCharge& charge, int longest, int pre_nonempty,
                                               int nonempty) {
-  const unsigned reach = static_cast<unsigned>(longest) + (p.cost_cap != 0 ? charge.ovh : 0u);
-  if (charge.ovh > 0 && static_cast<unsigned long long>(reach) * charge.nb0 > charge.total) {
+  if (charge.ovh > 0 &&
+      (static_cast<unsigned long long>(longest) * charge.nb0 > charge.total || charge.capped())) {
     return count_charged<kHM>(p, r0, r1, weight, len0, charge);
   }
   return make_int2(static_cast<int>(charge.ovh) * pre_nonempty, static_cast<int>(charge.ovh) * nonempty);
