@@ -38,7 +38,7 @@ flush, 34.3 after a read one), which no kernel of ours controls; both are valid 
 sense, so the read rows show the kernels without that cost.
 
     python benchmarks/bench_decode_attention.py [--out-dir benchmarks/results] [--quick]
-        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order|min_tiles|code_warm|task_cost|cost_cap|page_order|promotion|merge|prologue|spread]
+        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order|min_tiles|code_warm|task_cost|cost_cap|page_order|promotion|merge|prologue]
         [--flush write|read]
 """
 
@@ -59,7 +59,7 @@ from hpc_attention import paged_decode as pd
 from hpc_attention.reference import decode_reference
 
 DIAG_ROW_SETS = ("all", "tail", "first_page", "lookahead", "line_order", "min_tiles", "code_warm", "task_cost", "cost_cap",
-                 "page_order", "promotion", "merge", "prologue", "spread")
+                 "page_order", "promotion", "merge", "prologue")
 CASES = ["64x0.5K", "64x4K", "32x128+32x4K", "2x32K+30x4K", "1x64K+15x4K", "1x128K+31x4K"]
 HEADS = [(8, 1), (64, 8)]
 PAGE = 64
@@ -67,17 +67,16 @@ FP8 = torch.float8_e4m3fn
 
 
 _SWITCHES = {"merge": "MERGE_IN_DECODE", "tma": "USE_TMA_PRODUCER", "helpers": "MERGE_ON_HELPER_WARPS",
-             "cut_to_heads": "HEAD_MAJOR_CUT_TO_HEADS", "bins_by_head": "BINS_BY_HEAD", "spread": "SPREAD_BINS"}
+             "cut_to_heads": "HEAD_MAJOR_CUT_TO_HEADS", "bins_by_head": "BINS_BY_HEAD"}
 
 
 @contextlib.contextmanager
-def overrides(merge=None, tma=None, helpers=None, cut_to_heads=None, bins_by_head=None, spread=None, **diag):
+def overrides(merge=None, tma=None, helpers=None, cut_to_heads=None, bins_by_head=None, **diag):
     """Temporarily: the split-merge path (heuristics.MERGE_IN_DECODE), the producer
     (heuristics.USE_TMA_PRODUCER), the merge on helper warps (heuristics.MERGE_ON_HELPER_WARPS),
     the head-major line's cut and bin dealing (HEAD_MAJOR_CUT_TO_HEADS, read by plan_decode;
-    BINS_BY_HEAD and SPREAD_BINS, read by decode) and the decode diagnostics (paged_decode.DIAG keys)."""
-    values = dict(merge=merge, tma=tma, helpers=helpers, cut_to_heads=cut_to_heads, bins_by_head=bins_by_head,
-                  spread=spread)
+    BINS_BY_HEAD, read by decode) and the decode diagnostics (paged_decode.DIAG keys)."""
+    values = dict(merge=merge, tma=tma, helpers=helpers, cut_to_heads=cut_to_heads, bins_by_head=bins_by_head)
     saved = {name: getattr(heuristics, name) for name in _SWITCHES.values()}, dict(pd.DIAG)
     for key, value in values.items():
         if value is not None:
@@ -300,12 +299,6 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 for name, defines in (("diag_fold_scalar_columns", _ext.FOLD_SCALAR_COLUMNS),
                                       ("diag_prologue_default_again", ())):
                     time_mode(name, plan, None, defines=defines)
-            if diag and diag_rows == "spread":  # one-head plans' bins in CTA order (heuristics.SPREAD_BINS off; the
-                # default before the thirty-first session), whole call and stream only, and the default's whole call again
-                with overrides(spread=False):
-                    time_call("diag_bins_packed", plan)
-                time_mode("diag_bins_packed_stream_only", plan, 1, spread=False)
-                time_call("diag_spread_default_again", plan)
             if diag and diag_rows != "all":  # every narrow row set also gets decode only / stream only
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
                     time_mode(name, plan, flags)

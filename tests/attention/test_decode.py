@@ -527,25 +527,6 @@ def test_bins_by_head_same_bits(hkv, num_ctas, kv_dtype, producer, merge_mode, m
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
-@pytest.mark.parametrize("num_ctas,min_tiles", [(132, 8), (131, 8), (7, 1), (18, 1)])
-def test_bins_spread_same_bits(num_ctas, min_tiles, kv_dtype, producer, merge_mode, monkeypatch):
-    """One-head plans: CTA 2k runs bin k and CTA 2k + 1 bin ceil(C / 2) + k (heuristics.SPREAD_BINS,
-    own_bin) instead of bin c: no result changes, bit for bit, on even and odd grids, with plans that
-    fill fewer than half of the bins (a work floor of 8) and all of them (split items, empty and
-    length-1 requests)."""
-    case = make_case([1, 64, 65, 700, 0, 4097, 130, 17, 200, 64, 3000, 900], 1, 8, kv_dtype, seed=60 + num_ctas)
-    outs = []
-    for spread in (True, False):
-        monkeypatch.setattr(heuristics, "SPREAD_BINS", spread)
-        out, plan = run(case, num_ctas=num_ctas, min_tiles=min_tiles)
-        assert dec._bin_spread(plan) == spread
-        check_counters_zero(plan.workspace)
-        outs.append(out)
-    check_accuracy(outs[0], case)
-    assert_bitwise_equal(outs[1], outs[0], name="bins spread over the TPCs vs in CTA order")
-
-
-@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("group", [1, 8, 16])
 def test_consumer_schedules_same_bits(group, kv_dtype, producer, monkeypatch):
     """The consumers' score look-ahead (HPC_ATTN_SCORE_LOOKAHEAD) only reorders independent work:

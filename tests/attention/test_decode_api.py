@@ -97,33 +97,6 @@ def test_dry_run_passes_every_binding_argument(fake, monkeypatch, merge_in_decod
         assert comb_kw["group"] == 4 and comb_kw["partial_o"] == ws.partial_o.data_ptr()
 
 
-@pytest.mark.parametrize("spread", [True, False])
-@pytest.mark.parametrize("hkv", [1, 2])
-def test_bin_deal_passed_to_the_kernel(fake, monkeypatch, spread, hkv):
-    """One-head plans spread their bins over the TPCs (heuristics.SPREAD_BINS); head-major plans of
-    several heads deal them by head and never spread."""
-    monkeypatch.setattr(heuristics, "SPREAD_BINS", spread)
-    q, k, v, pt, lens = inputs(hkv=hkv)
-    plan = ha.plan_decode(lens, hkv, 4 * hkv, workspace=ha.DecodeWorkspace(3, hkv, 4 * hkv, 256, "cpu"))
-    ha.decode(q, k, v, pt, lens, plan)
-    kw = fake.calls[1][1]
-    assert kw["bin_heads"] == (hkv if hkv > 1 else 1)
-    assert kw["bin_spread"] == (1 if spread and hkv == 1 else 0)
-
-
-@pytest.mark.parametrize("num_ctas", [1, 2, 7, 131, 132])
-def test_cta_bins_spread_is_a_bijection(num_ctas):
-    """own_bin's spread deal: CTA 2k runs bin k, CTA 2k + 1 bin ceil(C / 2) + k; every bin exactly once,
-    and a plan of at most ceil(C / 2) bins lands on even CTAs only (one SM of each TPC)."""
-    bins = dec.cta_bins(num_ctas, 1, True)
-    assert sorted(bins) == list(range(num_ctas))
-    half = (num_ctas + 1) // 2
-    assert all(c % 2 == 0 for c, b in enumerate(bins) if b < half)
-    assert dec.cta_bins(num_ctas, 1, False) == list(range(num_ctas))
-    by_head = dec.cta_bins(num_ctas, 4, False)
-    assert sorted(by_head) == list(range(num_ctas))
-
-
 @pytest.mark.parametrize("flag,page,want", [(False, 64, False), (True, 64, True), (True, 16, True),
                                              (True, 8, False)])
 def test_tma_producer_flag_and_page_floor(fake, monkeypatch, flag, page, want):

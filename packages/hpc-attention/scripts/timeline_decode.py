@@ -101,8 +101,10 @@ def run(case, kv, variant, inputs, reps):
             timing.empty_l2(dev, flush)
 
         runs = timing.replay_in_graph(fn, reps, stream, pre=pre, each=lambda: tl.view(C, SLOTS).cpu().tolist())
-        bins = pd.cta_bins(C, pd._bin_heads(plan), pd._bin_spread(plan))  # own_bin: the bin CTA c runs
+        H = pd._bin_heads(plan)  # own_bin: the bin CTA c runs
     torch.cuda.current_stream(dev).wait_stream(stream)
+    nb1 = C // H if H > 1 else C
+    bins = [(c % H) * nb1 + c // H if H > 1 and c < nb1 * H else c for c in range(C)]
     return producer, plan.tables(), runs, bins
 
 

@@ -152,13 +152,6 @@ HEAD_MAJOR_CUT_TO_HEADS = True
 # Same bits either way. Read when `decode` is called (a CUDA graph keeps the capture's value).
 BINS_BY_HEAD = True
 
-# Plans whose bins are not dealt by head (one KV head, request-major lines, static splits): CTA 2k runs
-# bin k and CTA 2k + 1 bin ceil(C / 2) + k (own_bin, paged_decode_config.cuh) instead of CTA c bin c.
-# CTAs 2k and 2k + 1 share a TPC; a plan that fills at most half of the C bins (the work floor at small
-# batches, e.g. 8/1 64x0.5K's 64 whole items) then streams on one SM of every TPC instead of both SMs
-# of half of them. Same bits either way (GPU test). Read when `decode` is called.
-SPREAD_BINS = True
-
 TILE_TOKENS = 64
 HEAD_DIM = 128
 MAX_GROUP = 16

@@ -208,8 +208,7 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
                merge_counts: torch.Tensor, merge_ml: torch.Tensor, claim_counter: torch.Tensor, out: torch.Tensor,
                k_scale_t: torch.Tensor | None, v_scale_t: torch.Tensor | None, k_scale: float, v_scale: float,
                sm_scale: float, num_ctas: int, combine_ctas: int, merge_in_decode: bool,
-               tma_producer: bool, merge_helpers: bool, bin_first_page: torch.Tensor | None, bin_heads: int,
-               bin_spread: bool) -> None:
+               tma_producer: bool, merge_helpers: bool, bin_first_page: torch.Tensor | None, bin_heads: int) -> None:
     # The timeline is recorded only by the diagnostics build of the extension (decode_timeline.cuh).
     if DIAG.get("timeline") is not None:  # with any build switches of the A/B rows
         ext = _ext.load_timeline(*(DIAG.get("defines") or ()))
@@ -243,8 +242,7 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
         merge_counts=merge_counts.data_ptr(), merge_ml=merge_ml.data_ptr(), combine=combine.data_ptr(),
         counters=counters.data_ptr(), claim_counter=claim_counter.data_ptr(), tma_producer=tma_producer,
         num_ctas=num_ctas, pdl=pdl, stream=stream, timeline=_timeline_ptr(num_ctas),
-        bin_first_page=bin_first_page.data_ptr() if bin_first_page is not None else 0, bin_heads=bin_heads,
-        bin_spread=int(bin_spread))
+        bin_first_page=bin_first_page.data_ptr() if bin_first_page is not None else 0, bin_heads=bin_heads)
     LAST_PRODUCER["name"] = "tma" if used_tma else "cp_async"
     if merge or skip_combine:
         return
@@ -266,7 +264,7 @@ def _timeline_ptr(num_ctas: int) -> int:
 @_decode_op.register_fake
 def _(q, q_scale, k_cache, v_cache, page_table, tasks, bin_start, bin_first, combine, counters, partial_o, partial_lse,
       slot_meta, merge_counts, merge_ml, claim_counter, out, k_scale_t, v_scale_t, k_scale, v_scale, sm_scale, num_ctas, combine_ctas,
-      merge_in_decode, tma_producer, merge_helpers, bin_first_page, bin_heads, bin_spread):
+      merge_in_decode, tma_producer, merge_helpers, bin_first_page, bin_heads):
     return None
 
 
@@ -499,7 +497,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
         v_f, float(sm_scale),
         plan.num_ctas, heuristics.combine_ctas(get_num_sms(dev)), bool(heuristics.MERGE_IN_DECODE),
         _use_tma(page_size, Hkv, k_cache.dtype == _FP8), bool(heuristics.MERGE_ON_HELPER_WARPS),
-        ws.bin_first_page if first_page else None, _bin_heads(plan), _bin_spread(plan))
+        ws.bin_first_page if first_page else None, _bin_heads(plan))
     LAST_PRODUCER["first_page"] = first_page
     return out
 
@@ -510,22 +508,6 @@ def _bin_heads(plan: DecodePlan) -> int:
     if heuristics.BINS_BY_HEAD and plan.head_major and plan.cut_to_heads:
         return plan.num_kv_heads
     return 1
-
-
-def _bin_spread(plan: DecodePlan) -> bool:
-    """Whether the decode kernel spreads a plan's bins over the TPCs (heuristics.SPREAD_BINS; only
-    where the bins are not dealt by head)."""
-    return bool(heuristics.SPREAD_BINS) and _bin_heads(plan) <= 1
-
-
-def cta_bins(num_ctas: int, bin_heads: int, bin_spread: bool) -> list[int]:
-    """The bin each CTA runs (own_bin in paged_decode_config.cuh), for diagnostics and tests."""
-    if bin_heads > 1:
-        nb1 = num_ctas // bin_heads
-        return [(c % bin_heads) * nb1 + c // bin_heads if c < nb1 * bin_heads else c for c in range(num_ctas)]
-    if bin_spread:
-        return [(num_ctas + 1) // 2 + c // 2 if c % 2 else c // 2 for c in range(num_ctas)]
-    return list(range(num_ctas))
 
 
 def _use_first_page(plan: DecodePlan, page_table: torch.Tensor, page_size: int) -> bool:

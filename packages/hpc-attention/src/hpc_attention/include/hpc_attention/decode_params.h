@@ -148,7 +148,6 @@ struct PagedDecodeParams {
               // bit 4 = a bin's tasks run in line order (see task_in_run);
               // bit 5 = own_bin pairs heads h and h + Hkv / 2 on a TPC instead of h and h + 1
   int bin_heads;  // > 1: CTA c runs bin (c % bin_heads) * nb1 + c / bin_heads (own_bin); else bin c
-  int bin_spread;  // bin_heads <= 1 only: CTA 2k runs bin k, CTA 2k + 1 bin ceil(C / 2) + k (own_bin)
 };
 
 constexpr int kCombineThreads = 256;

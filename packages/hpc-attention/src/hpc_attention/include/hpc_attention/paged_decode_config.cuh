@@ -53,15 +53,9 @@ constexpr bool kPrologueNoParams = HPC_ATTN_PROLOGUE_NO_PARAMS != 0;
 // Why (H200, eleventh session, NOTES.md): 64/8 FP8 64x4K 153.9 -> 149.4 us, 1x128K+31x4K 155.6 ->
 // 150.8, 2x32K+30x4K 117.6 -> 113.8; BF16 within +-0.7 us except 64x4K -1.9. Any bijection of the
 // bins gives the same results (GPU test); the CTAs past nb1 * Hkv run their own bin.
-//
-// Otherwise (one-head plans) CTA c runs bin c, or with p.bin_spread (heuristics.SPREAD_BINS) the bins
-// are spread over the TPCs: CTA 2k runs bin k and CTA 2k + 1 bin ceil(C / 2) + k. CTAs 2k and 2k + 1
-// share a TPC (the timeline's %smid stamps, eleventh session), and a plan that fills at most half the
-// bins (the work floor at small batches: 8/1 64x0.5K runs 64 whole items) would otherwise load 32
-// TPCs with two streaming SMs each and leave the other TPCs idle.
 __device__ __forceinline__ int own_bin(const PagedDecodeParams& p) {
   const int c = static_cast<int>(blockIdx.x), H = p.bin_heads;
-  if (H <= 1) return p.bin_spread ? ((c & 1) ? ((static_cast<int>(gridDim.x) + 1) >> 1) + (c >> 1) : c >> 1) : c;
+  if (H <= 1) return c;
   const int nb1 = static_cast<int>(gridDim.x) / H;
   int h = c % H;
   // Diag bit 5 (benchmark rows only): CTAs 2k and 2k + 1 (one TPC) get heads h and h + H / 2
