@@ -43,8 +43,11 @@ FOLD_ADDR_AT_FOLD = ("-DHPC_ATTN_FOLD_VECTOR=0", "-DHPC_ATTN_FOLD_ADDR_EARLY=0")
 # The 8 group states of an item of more than 16 parts folded by fold_groups (the form before the twenty-ninth
 # session; split_merge.cuh HPC_ATTN_MERGE_GROUP_PARTS): different bits, the combine kernel alike.
 MERGE_FOLD_GROUPS = ("-DHPC_ATTN_MERGE_GROUP_PARTS=0",)
+# A merge group's parts loaded in batches of 8 (split_merge.cuh HPC_ATTN_MERGE_GROUP_BATCH; the default takes 9, so
+# the groups of 65-72-part items load in one round trip): different bits, the combine kernel alike.
+MERGE_GROUP_BATCH8 = ("-DHPC_ATTN_MERGE_GROUP_BATCH=8",)
 BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, FOLD_EACH_THREAD, FOLD_SCALAR_COLUMNS,
-                  FOLD_ADDR_AT_FOLD, MERGE_FOLD_GROUPS)
+                  FOLD_ADDR_AT_FOLD, MERGE_FOLD_GROUPS, MERGE_GROUP_BATCH8)
 
 
 def load_variant(*defines: str):

@@ -124,23 +124,24 @@ def _running_merge(o_parts: torch.Tensor, lse_parts: torch.Tensor, qs: list[int]
 
 
 def merge_split_item(o_parts: torch.Tensor, lse_parts: torch.Tensor, warp_parts: int = 16,
-                     groups: int = 8) -> torch.Tensor:
+                     groups: int = 8, group_batch: int = 9) -> torch.Tensor:
     """The fixed-order merge of the combine kernel and of the decode kernel's in-kernel merge
-    (split_merge.cuh), as algebra: P <= warp_parts parts in one running merge; more in `groups`
-    residue groups (parts g, g + groups, ...) folded in group order. Equals combine_partials."""
+    (split_merge.cuh), as algebra: P <= warp_parts parts in one running merge (batches of 8); more in
+    `groups` residue groups (parts g, g + groups, ..., batches of `group_batch`), each turned into a
+    partial of its own (o = acc / l, lse = m + log2 l; a group without parts is padding) and the group
+    partials merged in group order as one batch. Equals combine_partials."""
     P = o_parts.shape[0]
     if P <= warp_parts:
         _, l, acc = _running_merge(o_parts, lse_parts, list(range(P)))
         return acc / l[..., None]
-    states = [_running_merge(o_parts, lse_parts, list(range(g, P, groups))) for g in range(groups)]
-    mx = torch.stack([s[0] for s in states]).max(dim=0).values
-    L = torch.zeros_like(mx)
-    r = torch.zeros_like(o_parts[0])
-    for m, l, acc in states:
-        f = torch.exp2(m - mx)
-        L = L + f * l
-        r = r + f[..., None] * acc
-    return r / L[..., None]
+    group_o, group_lse = [], []
+    for g in range(groups):
+        m, l, acc = _running_merge(o_parts, lse_parts, list(range(g, P, groups)), batch=group_batch)
+        some = l > 0
+        group_o.append(torch.where(some[..., None], acc / torch.where(some, l, 1)[..., None], 0))
+        group_lse.append(torch.where(some, m + torch.log2(torch.where(some, l, 1)), float("-inf")))
+    _, l, acc = _running_merge(torch.stack(group_o), torch.stack(group_lse), list(range(groups)), batch=groups)
+    return acc / l[..., None]
 
 
 def execute_plan(tables: PlanTables, q, k_cache, v_cache, page_table, kv_lens, *, sm_scale: float,

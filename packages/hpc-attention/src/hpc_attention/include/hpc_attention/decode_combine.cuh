@@ -9,7 +9,7 @@
 // - a unit with at most kWarpParts parts is merged by one warp (lane = 4 head dims), all of
 //   its parts' loads issued together, in batches of kCombineBatch;
 // - a longer unit (a long context split over many CTAs) gets a whole CTA: warp w takes parts
-//   w, w + 8, ... in batches, then warp 0 merges the 8 warps in a fixed order.
+//   w, w + 8, ... in batches of kGroupBatch, then warp 0 merges the 8 warps in a fixed order.
 // Every unit's arithmetic depends only on the plan, never on which warp or CTA runs it, so
 // results are bitwise reproducible. The arithmetic lives in split_merge.cuh, shared with the
 // merge inside the decode kernel (heuristics.MERGE_IN_DECODE), which gives identical bits.
@@ -99,8 +99,8 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
       const int row = uu - (uu / G) * G;
       float m = kNegInf, l = 0.f;
       float4 acc[1] = {make_float4(0.f, 0.f, 0.f, 0.f)};
-      merge_parts<1, false>(p.partial_o, p.partial_lse, static_cast<long long>(e.y) * G + row, G, warp, e.z,
-                            kWarps, 4 * lane, m, l, acc);
+      merge_parts<1, false, kGroupBatch>(p.partial_o, p.partial_lse, static_cast<long long>(e.y) * G + row, G, warp,
+                                         e.z, kWarps, 4 * lane, m, l, acc);
 #if HPC_ATTN_MERGE_GROUP_PARTS
       float glse;
       float4 go[1];

@@ -140,6 +140,7 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
     return rows;
   };
   // One pass of a merge: this thread's rows over parts q_begin, q_begin + step, ... < q_end.
+  // (A merge group's parts, step kMergeGroups, in batches of kGroupBatch; the one-level parts in batches of 8.)
   auto merge_pass = [&](int row0, int q_begin, int step, int q_end, long long (&fr)[kRows], float (&m)[kRows],
                         float (&l)[kRows], float4 (&acc)[kRows][2]) {
     const int rows = pass_rows(row0, fr);
@@ -149,7 +150,12 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
       l[r] = 0.f;
       acc[r][0] = acc[r][1] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    merge_parts_rows<kRows, 2, true>(p.partial_o, p.partial_lse, fr, rows, G, q_begin, q_end, step, col, m, l, acc);
+    if (step == kMergeGroups) {
+      merge_parts_rows<kRows, 2, true, kGroupBatch>(p.partial_o, p.partial_lse, fr, rows, G, q_begin, q_end, step,
+                                                    col, m, l, acc);
+    } else {
+      merge_parts_rows<kRows, 2, true>(p.partial_o, p.partial_lse, fr, rows, G, q_begin, q_end, step, col, m, l, acc);
+    }
     return rows;
   };
   long long fr[kRows];

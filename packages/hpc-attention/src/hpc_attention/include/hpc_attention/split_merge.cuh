@@ -8,8 +8,8 @@
 // partial_lse[(f + q) * G + r].
 // - P <= kWarpParts: one running (m, l, acc) over parts 0, 1, ..., P - 1 in batches of
 //   kCombineBatch (all loads of a batch before its arithmetic).
-// - P > kWarpParts: kMergeGroups running states, group g over parts g, g + 8, g + 16, ... (same
-//   batches), then the groups folded in the order g = 0 .. 7 (fold_groups).
+// - P > kWarpParts: kMergeGroups running states, group g over parts g, g + 8, g + 16, ... (batches of
+//   kGroupBatch), then the groups merged in the order g = 0 .. 7 (kMergeGroupParts; fold_groups otherwise).
 // Per element the arithmetic depends only on the parts' values and P, never on the thread
 // that runs it, so the result is the same whichever CTA merges.
 #pragma once
@@ -24,6 +24,19 @@ namespace hpc::attn {
 constexpr int kCombineBatch = 8;
 constexpr int kWarpParts = 16;
 constexpr int kMergeGroups = 8;
+
+// Parts per batch of a merge group (level 1 of an item with more than kWarpParts parts; a group holds parts
+// g, g + 8, ...). 9 (thirty-first session): a long context split over 65-72 parts (8/1 1x128K+31x4K: 68, 1x64K+15x4K:
+// 68) has groups of 9, which batches of 8 loaded in two dependent L2 round trips; the twenty-ninth session's merge
+// timeline put level 1 at +2.2-2.9 us after the descriptor against +1.6-2.0 for a one-batch merge, on the call's
+// critical path. 8 is the earlier form (A/B build _ext.MERGE_GROUP_BATCH8). Both merge paths use it alike (the
+// combine kernel's phase 2 and the in-kernel merge keep identical bits); different bits from 8 (both exact to
+// float32 rounding).
+#ifndef HPC_ATTN_MERGE_GROUP_BATCH
+#define HPC_ATTN_MERGE_GROUP_BATCH 9
+#endif
+constexpr int kGroupBatch = HPC_ATTN_MERGE_GROUP_BATCH;
+static_assert(kGroupBatch >= kCombineBatch && kGroupBatch <= 16, "HPC_ATTN_MERGE_GROUP_BATCH: 8 to 16");
 
 // How the 8 group states of an item with more than kWarpParts parts are folded (both merge paths alike):
 // 1: each group's state is turned into a partial of its own (group_as_part: o = acc / l, lse = m + log2 l) and the
@@ -69,21 +82,21 @@ __device__ __forceinline__ void scale4(float4& a, float s) {
   a.w *= s;
 }
 
-// One batch of the running merge (m, l, acc) of a row: kCombineBatch parts' (lse, o), padding lse = -inf.
-template <int kVec>
-__device__ __forceinline__ void merge_batch(float& m, float& l, float4 (&acc)[kVec], const float (&lse)[kCombineBatch],
-                                            const float4 (&v)[kCombineBatch][kVec]) {
+// One batch of the running merge (m, l, acc) of a row: kBatch parts' (lse, o), padding lse = -inf.
+template <int kVec, int kBatch = kCombineBatch>
+__device__ __forceinline__ void merge_batch(float& m, float& l, float4 (&acc)[kVec], const float (&lse)[kBatch],
+                                            const float4 (&v)[kBatch][kVec]) {
   const float kNegInf = -__int_as_float(0x7f800000);
   float mb = m;
 #pragma unroll
-  for (int k = 0; k < kCombineBatch; ++k) mb = fmaxf(mb, lse[k]);
+  for (int k = 0; k < kBatch; ++k) mb = fmaxf(mb, lse[k]);
   const float base = mb == kNegInf ? 0.f : mb;
   const float a = exp2f(m - base);
   l *= a;
 #pragma unroll
   for (int i = 0; i < kVec; ++i) scale4(acc[i], a);
 #pragma unroll
-  for (int k = 0; k < kCombineBatch; ++k) {
+  for (int k = 0; k < kBatch; ++k) {
     const float w = exp2f(lse[k] - base);  // 0 for the padding (lse = -inf)
     l += w;
 #pragma unroll
@@ -112,19 +125,20 @@ __device__ __forceinline__ void group_as_part(float m, float l, const float4 (&a
 // row i's first part is first_row[i] (= f * G + r_i), valid for i < rows; acc[i] holds kVec float4 = columns
 // col .. col + 4 kVec - 1. Every batch's loads, of all rows, are issued before its arithmetic, so kRows rows
 // cost one dependent L2 round trip per batch instead of kRows; per row the arithmetic is the one-row form's.
-template <int kRows, int kVec, bool kL2Only>
+// kBatch parts per batch (kCombineBatch, or kGroupBatch for a merge group).
+template <int kRows, int kVec, bool kL2Only, int kBatch = kCombineBatch>
 __device__ __forceinline__ void merge_parts_rows(const float* partial_o, const float* partial_lse,
                                                  const long long (&first_row)[kRows], int rows, int G, int q_begin,
                                                  int q_end, int step, int col, float (&m)[kRows], float (&l)[kRows],
                                                  float4 (&acc)[kRows][kVec]) {
   const float kNegInf = -__int_as_float(0x7f800000);
-  for (int q0 = q_begin; q0 < q_end; q0 += kCombineBatch * step) {
-    float lse[kRows][kCombineBatch];
-    float4 v[kRows][kCombineBatch][kVec];
+  for (int q0 = q_begin; q0 < q_end; q0 += kBatch * step) {
+    float lse[kRows][kBatch];
+    float4 v[kRows][kBatch][kVec];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-      for (int k = 0; k < kCombineBatch; ++k) {
+      for (int k = 0; k < kBatch; ++k) {
         const int q = q0 + k * step;
         if (q < q_end && r < rows) {
           const long long sr = first_row[r] + static_cast<long long>(q) * G;
@@ -139,12 +153,12 @@ __device__ __forceinline__ void merge_parts_rows(const float* partial_o, const f
       }
     }
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) merge_batch<kVec>(m[r], l[r], acc[r], lse[r], v[r]);
+    for (int r = 0; r < kRows; ++r) merge_batch<kVec, kBatch>(m[r], l[r], acc[r], lse[r], v[r]);
   }
 }
 
 // The one-row form (first_row = f * G + r): the combine kernel's and the one-row merge's.
-template <int kVec, bool kL2Only>
+template <int kVec, bool kL2Only, int kBatch = kCombineBatch>
 __device__ __forceinline__ void merge_parts(const float* partial_o, const float* partial_lse, long long first_row,
                                             int G, int q_begin, int q_end, int step, int col, float& m, float& l,
                                             float4 (&acc)[kVec]) {
@@ -153,7 +167,8 @@ __device__ __forceinline__ void merge_parts(const float* partial_o, const float*
   float4 a1[1][kVec];
 #pragma unroll
   for (int i = 0; i < kVec; ++i) a1[0][i] = acc[i];
-  merge_parts_rows<1, kVec, kL2Only>(partial_o, partial_lse, fr, 1, G, q_begin, q_end, step, col, m1, l1, a1);
+  merge_parts_rows<1, kVec, kL2Only, kBatch>(partial_o, partial_lse, fr, 1, G, q_begin, q_end, step, col, m1, l1,
+                                             a1);
   m = m1[0];
   l = l1[0];
 #pragma unroll
