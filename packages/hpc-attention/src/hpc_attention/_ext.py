@@ -46,11 +46,8 @@ MERGE_FOLD_GROUPS = ("-DHPC_ATTN_MERGE_GROUP_PARTS=0",)
 # A merge group's parts loaded in batches of 8 (split_merge.cuh HPC_ATTN_MERGE_GROUP_BATCH; the default takes 9, so
 # the groups of 65-72-part items load in one round trip): different bits, the combine kernel alike.
 MERGE_GROUP_BATCH8 = ("-DHPC_ATTN_MERGE_GROUP_BATCH=8",)
-# The split parts' arrival with a release fence before its atomic and an acquire fence after it, the parts read once
-# (decode_merge_in_kernel.cuh HPC_ATTN_MERGE_POLL; the default arrives unfenced and polls the parts' words): same bits.
-MERGE_FENCED = ("-DHPC_ATTN_MERGE_POLL=0",)
 BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, FOLD_EACH_THREAD, FOLD_SCALAR_COLUMNS,
-                  FOLD_ADDR_AT_FOLD, MERGE_FOLD_GROUPS, MERGE_GROUP_BATCH8, MERGE_FENCED)
+                  FOLD_ADDR_AT_FOLD, MERGE_FOLD_GROUPS, MERGE_GROUP_BATCH8)
 
 
 def load_variant(*defines: str):

@@ -19,8 +19,7 @@ _LOG2E = 1.0 / math.log(2.0)
 
 
 # Benchmark diagnostics (never set by the library): "skip_combine" leaves out the combine
-# launch and the in-kernel merge (the decode kernel alone; its parts go to a scratch pair of partial
-# buffers, DecodeWorkspace.partials_for_call), "flags" is passed to the decode
+# launch and the in-kernel merge (the decode kernel alone), "flags" is passed to the decode
 # kernel (bit 0: consumers skip the math). Read when the op runs, so a CUDA graph keeps what
 # was set at capture. Outputs are wrong while set (not while only "timeline" is set).
 # "timeline": None, or a CUDA uint64-sized tensor of >= num_ctas * TIMELINE_SLOTS words into which the decode
@@ -38,8 +37,6 @@ LAST_PRODUCER = {"name": None, "first_page": None}
 # Smallest page for the TMA producer: a 64-token tile takes 64 / page_size boxes per K and V.
 _TMA_MIN_PAGE = 16
 TIMELINE_SLOTS = 33  # decode_timeline.cuh kTimelineSlots
-# split_merge.cuh kPartialEmpty as an int32: the bits of an unwritten partial word.
-PARTIAL_EMPTY_BITS = -1
 
 
 def _use_tma(page_size: int, num_kv_heads: int, fp8_kv: bool = False) -> bool:
@@ -115,34 +112,14 @@ class DecodeWorkspace:
         self.claim_counter = torch.zeros(1, **i32)
         self.combine = torch.zeros(caps.combine, 4, **i32)
         self.counters = torch.zeros(NUM_COUNTERS, **i32)
-        # Split tasks' partial outputs and log-sum-exps. Between calls every word holds PARTIAL_EMPTY (a NaN that no
-        # arithmetic produces): a merging CTA polls the other parts' words until they are written instead of every
-        # part fencing its stores before its arrival, and puts the words it read back to PARTIAL_EMPTY
-        # (split_merge.cuh). reset_partials() restores that state (e.g. after a call that faulted).
         self.partial_o = torch.empty(caps.slots, self.group, heuristics.HEAD_DIM, dtype=torch.float32, device=device)
         self.partial_lse = torch.empty(caps.slots, self.group, dtype=torch.float32, device=device)
-        self._scratch_partials = None  # DIAG["skip_combine"] calls write here (nothing merges them)
-        self.reset_partials()
         # In-kernel merge (heuristics.MERGE_IN_DECODE): {first slot, parts} per slot (planner),
         # arrival counters (zero here; every merging CTA puts its counter back to zero, so each
         # call and each graph replay starts from zero), group states (m, l) per slot and row.
         self.slot_meta = torch.zeros(caps.slots, 2, **i32)
         self.merge_counts = torch.zeros(caps.slots, **i32)
         self.merge_ml = torch.empty(caps.slots, self.group, 2, dtype=torch.float32, device=device)
-
-    def reset_partials(self) -> None:
-        """Every partial word to PARTIAL_EMPTY, the state each call expects and leaves."""
-        for t in (self.partial_o, self.partial_lse):
-            t.view(torch.int32).fill_(PARTIAL_EMPTY_BITS)
-
-    def partials_for_call(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The partial buffers a decode call writes: the workspace's own, or with DIAG["skip_combine"] (no merge,
-        no combine) a scratch pair of the same size, so the unmerged parts never reach a later call's merge."""
-        if not DIAG["skip_combine"]:
-            return self.partial_o, self.partial_lse
-        if self._scratch_partials is None:
-            self._scratch_partials = (torch.empty_like(self.partial_o), torch.empty_like(self.partial_lse))
-        return self._scratch_partials
 
 
 @dataclass
@@ -514,10 +491,9 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
     if validate:
         _validate_pages(page_table, kv_lens, page_size, num_pages, plan.max_kv_len, op)
     first_page = _use_first_page(plan, page_table, page_size)
-    partial_o, partial_lse = ws.partials_for_call()
     torch.ops.hpc_attention.paged_decode(
         q, q_scale, k_cache, v_cache, page_table, ws.tasks, ws.bin_start, ws.bin_first, ws.combine, ws.counters,
-        partial_o, partial_lse, ws.slot_meta, ws.merge_counts, ws.merge_ml, ws.claim_counter, out, k_t, v_t, k_f,
+        ws.partial_o, ws.partial_lse, ws.slot_meta, ws.merge_counts, ws.merge_ml, ws.claim_counter, out, k_t, v_t, k_f,
         v_f, float(sm_scale),
         plan.num_ctas, heuristics.combine_ctas(get_num_sms(dev)), bool(heuristics.MERGE_IN_DECODE),
         _use_tma(page_size, Hkv, k_cache.dtype == _FP8), bool(heuristics.MERGE_ON_HELPER_WARPS),

@@ -165,8 +165,8 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         DecodeCombineParams p{};
         p.combine = hpc::as_ptr<const int4>(combine);
         p.counters = hpc::as_ptr<const int32_t>(counters);
-        p.partial_o = hpc::as_ptr<float>(partial_o);
-        p.partial_lse = hpc::as_ptr<float>(partial_lse);
+        p.partial_o = hpc::as_ptr<const float>(partial_o);
+        p.partial_lse = hpc::as_ptr<const float>(partial_lse);
         p.out = hpc::as_ptr<void>(out);
         p.out_stride_b = out_stride_b;
         p.out_stride_h = out_stride_h;

@@ -12,8 +12,7 @@
 //   w, w + 8, ... in batches of kGroupBatch, then warp 0 merges the 8 warps in a fixed order.
 // Every unit's arithmetic depends only on the plan, never on which warp or CTA runs it, so
 // results are bitwise reproducible. The arithmetic lives in split_merge.cuh, shared with the
-// merge inside the decode kernel (heuristics.MERGE_IN_DECODE), which gives identical bits. The words a
-// unit read go back to empty (kPartialEmpty), the state every decode call expects.
+// merge inside the decode kernel (heuristics.MERGE_IN_DECODE), which gives identical bits.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -70,11 +69,9 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
     }
     float m = kNegInf, l = 0.f;
     float4 acc[1] = {make_float4(0.f, 0.f, 0.f, 0.f)};
-    const long long first_row[1] = {static_cast<long long>(e.y) * G + row};
-    merge_parts<1, false>(p.partial_o, p.partial_lse, first_row[0], G, 0, e.z, 1, 4 * lane, m, l, acc);
+    merge_parts<1, false>(p.partial_o, p.partial_lse, static_cast<long long>(e.y) * G + row, G, 0, e.z, 1,
+                          4 * lane, m, l, acc);
     store_bf16_row<1>(out + 4 * lane, acc, 1.f / l);
-    __syncwarp();  // every lane has read the parts' lse
-    reset_parts_rows<1, 1>(p.partial_o, p.partial_lse, first_row, 1, G, 0, e.z, 1, 4 * lane, lane == 0);
   }
 
   // Phase 2: units with more than kWarpParts parts, one CTA each (units u = cb + k * grid).
@@ -102,11 +99,8 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
       const int row = uu - (uu / G) * G;
       float m = kNegInf, l = 0.f;
       float4 acc[1] = {make_float4(0.f, 0.f, 0.f, 0.f)};
-      const long long first_row[1] = {static_cast<long long>(e.y) * G + row};
-      merge_parts<1, false, kGroupBatch>(p.partial_o, p.partial_lse, first_row[0], G, warp, e.z, kWarps, 4 * lane, m,
-                                         l, acc);
-      __syncwarp();  // every lane has read the group's lse
-      reset_parts_rows<1, 1>(p.partial_o, p.partial_lse, first_row, 1, G, warp, e.z, kWarps, 4 * lane, lane == 0);
+      merge_parts<1, false, kGroupBatch>(p.partial_o, p.partial_lse, static_cast<long long>(e.y) * G + row, G, warp,
+                                         e.z, kWarps, 4 * lane, m, l, acc);
 #if HPC_ATTN_MERGE_GROUP_PARTS
       float glse;
       float4 go[1];

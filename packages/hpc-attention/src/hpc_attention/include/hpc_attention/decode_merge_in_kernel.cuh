@@ -25,15 +25,6 @@ namespace hpc::attn {
 constexpr int kMergeHelperRows = HPC_ATTN_MERGE_ROWS;
 static_assert(kMergeHelperRows >= 1 && kMergeHelperRows <= 4, "HPC_ATTN_MERGE_ROWS: 1 to 4");
 
-// How a split part arrives (thirty-first session): 1 (default) without fences, the last part polling the parts'
-// words (split_merge.cuh, kPartialEmpty); 0 the earlier protocol, a release fence before the arrival's atomic and an
-// acquire fence after it, the parts read once (A/B build _ext.MERGE_FENCED). Same bits; both put the words back to
-// empty. The level-2 arrival (the 8 group partials) stays fenced in both.
-#ifndef HPC_ATTN_MERGE_POLL
-#define HPC_ATTN_MERGE_POLL 1
-#endif
-constexpr bool kMergePoll = HPC_ATTN_MERGE_POLL != 0;
-
 // ---- merge of split items inside the decode kernel (merge mode) ----------------------------
 // Called by the 128 consumer threads together (uniform control flow, named barrier 1).
 
@@ -48,25 +39,22 @@ constexpr bool kMergePoll = HPC_ATTN_MERGE_POLL != 0;
 // the arrival costing 1-4 us more than with cp.async, attributed to those per-thread fences.
 // kThreads / kBar: the threads that arrive together (the 128 consumer threads on named barrier 1,
 // or the merge helpers of the TMA kernel, see below) and their named barrier; tid = 0 .. kThreads-1.
-// fenced false (the parts' own arrival since the thirty-first session): no fences; the last part polls the parts'
-// words until they have landed (split_merge.cuh, kPartialEmpty), so no part waits for its stores before the atomic.
 template <int kThreads = 128, int kBar = 1>
-__device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* flag, bool sc_fences, int tid,
-                                            bool fenced = true) {
-  if (sc_fences && fenced) __threadfence();
+__device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* flag, bool sc_fences, int tid) {
+  if (sc_fences) __threadfence();
   named_barrier(kBar, kThreads);
   if (tid == 0) {
-    if (fenced) fence_acq_rel_gpu();  // release: every consumer thread's writes (ordered by the barrier)
+    fence_acq_rel_gpu();  // release: every consumer thread's writes (ordered by the barrier)
     const int old = atomicAdd(ctr, 1);
     const int last = old == need - 1 ? 1 : 0;
     if (last) atomicExch(ctr, 0);  // every arrival of this call is in: zero for the next call
     // (Reset after the acquire fence, off the merge's path, measured null: decode_attention_merge_ab_a69c8ff.*.)
-    if (fenced) fence_acq_rel_gpu();  // acquire: the other arrivals' writes before the merge reads them
+    fence_acq_rel_gpu();  // acquire: the other arrivals' writes before the merge reads them
     *flag = last;
   }
   named_barrier(kBar, kThreads);
   const bool last = *flag != 0;
-  if (sc_fences && fenced && last) __threadfence();
+  if (sc_fences && last) __threadfence();
   return last;
 }
 
@@ -132,17 +120,13 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   const bool grouped = P > kWarpParts;
   const int need = grouped ? (P - g + kMergeGroups - 1) / kMergeGroups : P;
   const bool sc = (p.diag & 8) != 0;
-  // The parts' arrival: unfenced, the merge polls their words (kMergePoll; split_merge.cuh, kPartialEmpty).
-  if (!arrive_last<kThreads, kBar>(p.merge_counts + (grouped ? f + 1 + g : f), need, flag, sc, tid, !kMergePoll)) {
-    return 0;
-  }
+  if (!arrive_last<kThreads, kBar>(p.merge_counts + (grouped ? f + 1 + g : f), need, flag, sc, tid)) return 0;
   if (stamp) {
     st[0] = tl_clock();
     st[3] = st[5] = 0;
     st[4] = static_cast<uint64_t>(need);
   }
   const int col = 8 * (tid & 15);
-  const unsigned row_lanes = 0xffffu << (tid & 16);  // the half warp of a row's 16 threads
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + h * G * p.out_stride_h + col;
   const long long first_row = static_cast<long long>(f) * G;
   // This thread's rows of the pass starting at row0: row0 + r kRowStep, r < rows (the return value).
@@ -155,11 +139,10 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
     }
     return rows;
   };
-  // One pass of a merge: this thread's rows over parts q_begin, q_begin + step, ... < q_end. A merge group's parts
-  // (step kMergeGroups) in batches of kGroupBatch, the one-level parts in batches of 8; `poll`: the parts' own words
-  // (the unfenced arrival), else level 2's group partials (published by a fenced arrival).
-  auto merge_pass = [&](int row0, int q_begin, int step, int q_end, bool poll, long long (&fr)[kRows],
-                        float (&m)[kRows], float (&l)[kRows], float4 (&acc)[kRows][2]) {
+  // One pass of a merge: this thread's rows over parts q_begin, q_begin + step, ... < q_end.
+  // (A merge group's parts, step kMergeGroups, in batches of kGroupBatch; the one-level parts in batches of 8.)
+  auto merge_pass = [&](int row0, int q_begin, int step, int q_end, long long (&fr)[kRows], float (&m)[kRows],
+                        float (&l)[kRows], float4 (&acc)[kRows][2]) {
     const int rows = pass_rows(row0, fr);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -168,25 +151,12 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
       acc[r][0] = acc[r][1] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
     if (step == kMergeGroups) {
-      merge_parts_rows<kRows, 2, true, kGroupBatch, kMergePoll>(p.partial_o, p.partial_lse, fr, rows, G, q_begin,
-                                                                q_end, step, col, m, l, acc);
-    } else if (kMergePoll && poll) {
-      merge_parts_rows<kRows, 2, true, kCombineBatch, true>(p.partial_o, p.partial_lse, fr, rows, G, q_begin, q_end,
-                                                            step, col, m, l, acc);
+      merge_parts_rows<kRows, 2, true, kGroupBatch>(p.partial_o, p.partial_lse, fr, rows, G, q_begin, q_end, step,
+                                                    col, m, l, acc);
     } else {
       merge_parts_rows<kRows, 2, true>(p.partial_o, p.partial_lse, fr, rows, G, q_begin, q_end, step, col, m, l, acc);
     }
     return rows;
-  };
-  // The words this thread read, back to empty (after the row's threads have read the lse: one per row resets it).
-  auto reset_parts = [&](int q_begin, int step, int q_end) {
-    __syncwarp(row_lanes);
-    for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
-      long long fr[kRows];
-      const int rows = pass_rows(row0, fr);
-      reset_parts_rows<kRows, 2>(p.partial_o, p.partial_lse, fr, rows, G, q_begin, q_end, step, col,
-                                 (tid & 15) == 0);
-    }
   };
   long long fr[kRows];
   float m[kRows], l[kRows];
@@ -197,14 +167,13 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   // group partials at slots f .. f + 7 as a one-level item of 8 parts through the one-level loop below, whose code is
   // warm from the call's other merges (a level-2 fold of its own ran cold). (Level 1 through that loop as well made
   // the one-level merges 0.15-0.5 us slower on 8/1 64x4K and 64x0.5K in two processes.) Otherwise its (m, l, acc)
-  // state, (m, l) in merge_ml, folded by fold_groups. The group's other parts go back to empty after the level-2
-  // arrival (off its fence), slots f .. f + 7 after level 2.
+  // state, (m, l) in merge_ml, folded by fold_groups.
   int q_end = P, levels = 1;
   if (grouped) {
     for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
-      const int rows = merge_pass(row0, g, kMergeGroups, P, true, fr, m, l, acc);
+      const int rows = merge_pass(row0, g, kMergeGroups, P, fr, m, l, acc);
       if (stamp && row0 == 0) st[1] = tl_clock_after(__float_as_int(l[0]));
-      if constexpr (kMergeGroupParts) __syncwarp(row_lanes);  // the row's half warp read part g's lse
+      if constexpr (kMergeGroupParts) __syncwarp(0xffffu << (tid & 16));  // the row's half warp read part g's lse
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         if (r >= rows) continue;
@@ -225,16 +194,10 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
       }
     }
     if (stamp) st[2] = tl_clock();
-    const bool last = arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, sc, tid);
-    if (!last) {
-      reset_parts(g + kMergeGroups, kMergeGroups, P);
-      return 1;
-    }
+    if (!arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, sc, tid)) return 1;
     if (stamp) st[3] = tl_clock();
     if constexpr (!kMergeGroupParts) {
       merge_fold_group_states<kRows, kThreads>(p, first_row, G, col, out, tid, st, stamp);
-      reset_parts(g + kMergeGroups, kMergeGroups, P);
-      reset_parts(0, 1, kMergeGroups);
       return 2;
     }
     q_end = kMergeGroups;
@@ -242,15 +205,13 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   }
   // One level: parts 0 .. q_end - 1 into the output (the item's P parts, or level 2's 8 group partials).
   for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
-    const int rows = merge_pass(row0, 0, 1, q_end, levels == 1, fr, m, l, acc);
+    const int rows = merge_pass(row0, 0, 1, q_end, fr, m, l, acc);
     if (stamp && row0 == 0) st[levels == 2 ? 5 : 1] = tl_clock_after(__float_as_int(l[0]));
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
       if (r < rows) store_bf16_row<2>(out + (row0 + r * kRowStep) * p.out_stride_h, acc[r], 1.f / l[r]);
   }
   if (stamp && levels == 1) st[2] = tl_clock();
-  if (levels == 2) reset_parts(g + kMergeGroups, kMergeGroups, P);
-  reset_parts(0, 1, q_end);
   return levels;
 }
 

@@ -155,8 +155,8 @@ constexpr int kCombineThreads = 256;
 struct DecodeCombineParams {
   const int4* combine;      // {item, first slot, parts, 0}
   const int32_t* counters;  // counters[1] = number of entries
-  float* partial_o;   // [slots, G, 128] (put back to empty after the reads: split_merge.cuh kPartialEmpty)
-  float* partial_lse; // [slots, G], log2 domain
+  const float* partial_o;   // [slots, G, 128]
+  const float* partial_lse; // [slots, G], log2 domain
   void* out;                // [B, Hq, 128] BF16
   long long out_stride_b, out_stride_h;
   int num_kv_heads;

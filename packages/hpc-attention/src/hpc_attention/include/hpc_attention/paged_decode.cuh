@@ -350,8 +350,8 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
         [&](int row, float val) {
           if (task.w < 0) {
             fold_at.out[row * fold_at.out_stride_h] = __float2bfloat16_rn(val);
-          } else {  // strong: the last part polls it (split_merge.cuh, kPartialEmpty)
-            store_relaxed(fold_at.partial_o + row * Cfg::kDim, val);
+          } else {
+            fold_at.partial_o[row * Cfg::kDim] = val;
           }
         },
         [&](int row, int col, const float (&v)[4]) {  // fold_at's pointers hold the thread's own column
@@ -364,11 +364,11 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
             // NVVM split the vector store through the shuffled pointer into scalar ones.
             store_v2_b32(fold_at.out + row * fold_at.out_stride_h + (col - static_cast<int>(threadIdx.x)), packed);
           } else {
-            store_relaxed4(fold_at.partial_o + row * Cfg::kDim + (col - static_cast<int>(threadIdx.x)), v);
+            store_v4_f32(fold_at.partial_o + row * Cfg::kDim + (col - static_cast<int>(threadIdx.x)), v);
           }
         },
         [&](int row, float lse) {
-          if (task.w >= 0) store_relaxed(fold_at.partial_lse + row, lse);
+          if (task.w >= 0) fold_at.partial_lse[row] = lse;
         },
         [&] {
           if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndRowScalars, tl_clock());

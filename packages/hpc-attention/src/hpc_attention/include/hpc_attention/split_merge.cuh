@@ -50,51 +50,6 @@ static_assert(kGroupBatch >= kCombineBatch && kGroupBatch <= 16, "HPC_ATTN_MERGE
 #endif
 constexpr bool kMergeGroupParts = HPC_ATTN_MERGE_GROUP_PARTS != 0;
 
-// The state of every partial word between calls (DecodeWorkspace.reset_partials): bits 0xFFFFFFFF, a NaN that no
-// arithmetic produces (NaN results are 0x7FFFFFFF), so a written partial word never equals it. Why (thirty-first
-// session): a split part used to fence its partial stores (release) before its arrival, and the last part to arrive
-// read the others' after an acquire, two dependent round trips (~1 us at the call's end, twenty-ninth session's merge
-// timeline). Now a part arrives without the fence and the last one polls the parts' words (strong loads) until none
-// is empty; a word is either empty or this call's value (the previous call's merge put it back to empty, ordered by
-// the kernel boundary), so each 4-byte word validates itself. Every merge then puts the words it read back to empty.
-constexpr uint32_t kPartialEmpty = 0xffffffffu;
-// Polls of one batch before the merge gives up with a trap: a part that arrived has issued its stores, so they land
-// in a few round trips; an endless poll would be a bug (a slot nobody writes), reported instead of hanging.
-constexpr int kPartialPollLimit = 1 << 22;
-
-__device__ __forceinline__ bool partial_empty(float v) { return __float_as_uint(v) == kPartialEmpty; }
-__device__ __forceinline__ bool partial_empty4(const float4& v) {
-  return partial_empty(v.x) | partial_empty(v.y) | partial_empty(v.z) | partial_empty(v.w);
-}
-
-// Strong (relaxed, GPU scope) accesses of the partial words that other CTAs write and poll in the same call.
-__device__ __forceinline__ float load_relaxed(const float* p) {
-  float v;
-  asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ float4 load_relaxed4(const float* p) {
-  float4 v;
-  asm volatile("ld.relaxed.gpu.global.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-__device__ __forceinline__ void store_relaxed(float* p, float v) {
-  asm volatile("st.relaxed.gpu.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
-}
-__device__ __forceinline__ void store_relaxed4(float* p, const float (&v)[4]) {
-  asm volatile("st.relaxed.gpu.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3])
-               : "memory");
-}
-// Back to empty (the merger, after its reads; ordered before the next call by the kernel boundary).
-__device__ __forceinline__ void reset_partial4(float* p) {
-  const float e = __uint_as_float(kPartialEmpty);
-  *reinterpret_cast<float4*>(p) = make_float4(e, e, e, e);
-}
-__device__ __forceinline__ void reset_partial(float* p) { *p = __uint_as_float(kPartialEmpty); }
-
 template <bool kL2Only>
 __device__ __forceinline__ float merge_load(const float* p) {
   if constexpr (kL2Only) {
@@ -170,9 +125,8 @@ __device__ __forceinline__ void group_as_part(float m, float l, const float4 (&a
 // row i's first part is first_row[i] (= f * G + r_i), valid for i < rows; acc[i] holds kVec float4 = columns
 // col .. col + 4 kVec - 1. Every batch's loads, of all rows, are issued before its arithmetic, so kRows rows
 // cost one dependent L2 round trip per batch instead of kRows; per row the arithmetic is the one-row form's.
-// kBatch parts per batch (kCombineBatch, or kGroupBatch for a merge group). kPoll: the parts may still be landing
-// (kPartialEmpty above): strong loads, and a batch with an empty word is loaded again.
-template <int kRows, int kVec, bool kL2Only, int kBatch = kCombineBatch, bool kPoll = false>
+// kBatch parts per batch (kCombineBatch, or kGroupBatch for a merge group).
+template <int kRows, int kVec, bool kL2Only, int kBatch = kCombineBatch>
 __device__ __forceinline__ void merge_parts_rows(const float* partial_o, const float* partial_lse,
                                                  const long long (&first_row)[kRows], int rows, int G, int q_begin,
                                                  int q_end, int step, int col, float (&m)[kRows], float (&l)[kRows],
@@ -181,79 +135,25 @@ __device__ __forceinline__ void merge_parts_rows(const float* partial_o, const f
   for (int q0 = q_begin; q0 < q_end; q0 += kBatch * step) {
     float lse[kRows][kBatch];
     float4 v[kRows][kBatch][kVec];
-    // The batch's loads, all before any use; parts q0 + k * stp.
-    auto load_batch = [&](int stp) {
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-          const int q = q0 + k * stp;
-          if (q < q_end && r < rows) {
-            const long long sr = first_row[r] + static_cast<long long>(q) * G;
-            if constexpr (kPoll) {
-              lse[r][k] = load_relaxed(partial_lse + sr);
+      for (int k = 0; k < kBatch; ++k) {
+        const int q = q0 + k * step;
+        if (q < q_end && r < rows) {
+          const long long sr = first_row[r] + static_cast<long long>(q) * G;
+          lse[r][k] = merge_load<kL2Only>(partial_lse + sr);
 #pragma unroll
-              for (int i = 0; i < kVec; ++i) v[r][k][i] = load_relaxed4(partial_o + sr * 128 + col + 4 * i);
-            } else {
-              lse[r][k] = merge_load<kL2Only>(partial_lse + sr);
+          for (int i = 0; i < kVec; ++i) v[r][k][i] = merge_load4<kL2Only>(partial_o + sr * 128 + col + 4 * i);
+        } else {
+          lse[r][k] = kNegInf;
 #pragma unroll
-              for (int i = 0; i < kVec; ++i) v[r][k][i] = merge_load4<kL2Only>(partial_o + sr * 128 + col + 4 * i);
-            }
-          } else {
-            lse[r][k] = kNegInf;
-#pragma unroll
-            for (int i = 0; i < kVec; ++i) v[r][k][i] = make_float4(0.f, 0.f, 0.f, 0.f);
-          }
-        }
-      }
-    };
-    auto batch_empty = [&] {
-      bool empty = false;
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-          empty |= partial_empty(lse[r][k]);
-#pragma unroll
-          for (int i = 0; i < kVec; ++i) empty |= partial_empty4(v[r][k][i]);
-        }
-      }
-      return empty;
-    };
-    load_batch(step);
-    if constexpr (kPoll) {
-      if (batch_empty()) {  // rare: a part's stores still landing; the batch again until every word is written
-        // (The step laundered through an empty asm: the addresses are computed again here instead of being kept
-        // from the first loads, which took ~40 registers and spilled in the TMA kernels.)
-        int stp = step;
-        for (int attempt = 0;; ++attempt) {
-          asm volatile("" : "+r"(stp));
-          load_batch(stp);
-          if (!batch_empty()) break;
-          if (attempt >= kPartialPollLimit) __trap();
+          for (int i = 0; i < kVec; ++i) v[r][k][i] = make_float4(0.f, 0.f, 0.f, 0.f);
         }
       }
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) merge_batch<kVec, kBatch>(m[r], l[r], acc[r], lse[r], v[r]);
-  }
-}
-
-// Puts this thread's words of rows first_row[r] (r < rows) of parts q_begin, q_begin + step, ... < q_end back to
-// empty: the kVec float4 at col of each row (a thread's own columns, read by it alone); with `lse` also the rows'
-// log-sum-exps (one thread per row, after the row's threads have read them).
-template <int kRows, int kVec>
-__device__ __forceinline__ void reset_parts_rows(float* partial_o, float* partial_lse, const long long (&first_row)[kRows],
-                                                 int rows, int G, int q_begin, int q_end, int step, int col, bool lse) {
-  for (int q = q_begin; q < q_end; q += step) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (r >= rows) continue;
-      const long long sr = first_row[r] + static_cast<long long>(q) * G;
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) reset_partial4(partial_o + sr * 128 + col + 4 * i);
-      if (lse) reset_partial(partial_lse + sr);
-    }
   }
 }
 
