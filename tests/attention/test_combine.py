@@ -62,6 +62,6 @@ def test_kernel_merge_order_equals_exact_combine(seed, P, G, spread):
     gen = torch.Generator().manual_seed(seed)
     o = torch.randn(P, G, 128, generator=gen, dtype=torch.float64)
     lse = torch.randn(P, G, generator=gen, dtype=torch.float64) * spread
-    for group_batch in (9, 8):
-        torch.testing.assert_close(merge_split_item(o, lse, group_batch=group_batch), combine_partials(o, lse),
+    for batch in (9, 8):
+        torch.testing.assert_close(merge_split_item(o, lse, batch=batch, group_batch=batch), combine_partials(o, lse),
                                    rtol=1e-12, atol=1e-12)

@@ -210,22 +210,23 @@ def test_bitwise_deterministic(kv_dtype, merge_mode, producer):
     check_counters_zero(ws)
 
 
-# Items split in P parts for P in 2..105: one-level merges (P <= 16, one or two batches of 8)
-# and two-level ones (P > 16; groups of parts g, g + 8, ..., in batches of kGroupBatch = 9: P = 68 gives
-# groups of 8-9 in one batch, P = 80 and 105 groups of 10 and 13-14 in two), G = 1, 2, 8, 16. Plans
+# Items split in P parts for P in 2..105: one-level merges (P <= 16, one or two batches of kCombineBatch = 9:
+# P = 9 in one) and two-level ones (P > 16; groups of parts g, g + 8, ..., in batches of kGroupBatch = 9: P = 68
+# gives groups of 8-9 in one batch, P = 80 and 105 groups of 10 and 13-14 in two), G = 1, 2, 8, 16. Plans
 # cut on tiles alone (task_cost=0): the per-item cost moves the boundaries (e.g. 105 -> 102 parts).
-# num_ctas -> parts of the split items of the case below (planner twin): 2 | 8, 2 | 10 (two
+# num_ctas -> parts of the split items of the case below (planner twin): 2 | 8, 2 | 9, 3 | 10 (two
 # batches) | 16 (largest one-level) | 20 (two levels) | 54, 14 | 68, 17 | 80, 20 | 105, 27.
-MERGE_PARTS = {2: [2], 9: [8, 2], 12: [10, 3], 20: [16, 4], 24: [20, 5], 67: [54, 14], 85: [68, 17],
+MERGE_PARTS = {2: [2], 9: [8, 2], 11: [9, 3], 12: [10, 3], 20: [16, 4], 24: [20, 5], 67: [54, 14], 85: [68, 17],
                100: [80, 20], 132: [105, 27]}
 
 
 @pytest.mark.parametrize("build", [(), _ext.MERGE_ROWS1, _ext.PROLOGUE_READS_GROUP, _ext.FOLD_EACH_THREAD,
-                                   _ext.FOLD_SCALAR_COLUMNS, _ext.MERGE_FOLD_GROUPS, _ext.MERGE_GROUP_BATCH8],
+                                   _ext.FOLD_SCALAR_COLUMNS, _ext.MERGE_FOLD_GROUPS, _ext.MERGE_GROUP_BATCH8,
+                                   _ext.MERGE_BATCH8],
                          ids=["default", "merge_rows1", "prologue_reads_group", "fold_each_thread",
-                              "fold_scalar_columns", "merge_fold_groups", "merge_group_batch8"])
+                              "fold_scalar_columns", "merge_fold_groups", "merge_group_batch8", "merge_batch8"])
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
-@pytest.mark.parametrize("num_ctas,group", [(2, 8), (9, 16), (12, 8), (20, 1), (24, 8), (67, 16), (85, 8),
+@pytest.mark.parametrize("num_ctas,group", [(2, 8), (9, 16), (11, 8), (12, 8), (20, 1), (24, 8), (67, 16), (85, 8),
                                             (100, 2), (132, 8)])
 def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype, build, monkeypatch, producer):
     """The in-kernel merge and the combine kernel run the same arithmetic (split_merge.cuh) in
@@ -233,8 +234,9 @@ def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype
     merge one row at a time (HPC_ATTN_MERGE_ROWS=1; the default loads two rows together), and in the builds
     of the prologue's and the task-end fold's earlier forms (HPC_ATTN_PROLOGUE_NO_PARAMS=0,
     HPC_ATTN_FOLD_ROW_SCALARS=0), of the fold on one column per thread (HPC_ATTN_FOLD_VECTOR=0), of the 8 merge
-    groups folded as states (HPC_ATTN_MERGE_GROUP_PARTS=0; the default merges them as 8 group partials) and of
-    merge groups in batches of 8 parts (HPC_ATTN_MERGE_GROUP_BATCH=8; the default takes 9)."""
+    groups folded as states (HPC_ATTN_MERGE_GROUP_PARTS=0; the default merges them as 8 group partials), of
+    merge groups in batches of 8 parts (HPC_ATTN_MERGE_GROUP_BATCH=8; the default takes 9) and of one-level merges
+    in batches of 8 (HPC_ATTN_MERGE_BATCH=8; the default takes 9)."""
     monkeypatch.setitem(dec.DIAG, "defines", build)
     case = make_case([64 * 160, 5, 0, 64 * 40 + 7], 1, group, kv_dtype, seed=num_ctas)
     outs = {}

@@ -124,15 +124,15 @@ def _running_merge(o_parts: torch.Tensor, lse_parts: torch.Tensor, qs: list[int]
 
 
 def merge_split_item(o_parts: torch.Tensor, lse_parts: torch.Tensor, warp_parts: int = 16,
-                     groups: int = 8, group_batch: int = 9) -> torch.Tensor:
+                     groups: int = 8, batch: int = 9, group_batch: int = 9) -> torch.Tensor:
     """The fixed-order merge of the combine kernel and of the decode kernel's in-kernel merge
-    (split_merge.cuh), as algebra: P <= warp_parts parts in one running merge (batches of 8); more in
+    (split_merge.cuh), as algebra: P <= warp_parts parts in one running merge (batches of `batch`); more in
     `groups` residue groups (parts g, g + groups, ..., batches of `group_batch`), each turned into a
     partial of its own (o = acc / l, lse = m + log2 l; a group without parts is padding) and the group
     partials merged in group order as one batch. Equals combine_partials."""
     P = o_parts.shape[0]
     if P <= warp_parts:
-        _, l, acc = _running_merge(o_parts, lse_parts, list(range(P)))
+        _, l, acc = _running_merge(o_parts, lse_parts, list(range(P)), batch=batch)
         return acc / l[..., None]
     group_o, group_lse = [], []
     for g in range(groups):

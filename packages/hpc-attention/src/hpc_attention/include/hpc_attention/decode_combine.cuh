@@ -27,7 +27,7 @@
 namespace hpc::attn {
 
 static_assert(kCombineThreads / 32 == kMergeGroups, "phase 2: one warp per merge group");
-static_assert(kMergeGroups == kCombineBatch, "phase 2: the 8 group partials are one merge batch");
+static_assert(kMergeGroups <= kCombineBatch, "phase 2: the 8 group partials are one merge batch (padded)");
 
 __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const __grid_constant__ DecodeCombineParams p) {
   constexpr int kWarps = kCombineThreads / 32;
@@ -112,9 +112,9 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
         float lse[kCombineBatch];
         float4 v[kCombineBatch][1];
 #pragma unroll
-        for (int w = 0; w < kMergeGroups; ++w) {
-          lse[w] = s_m[w];
-          v[w][0] = s_acc[w][lane];
+        for (int w = 0; w < kCombineBatch; ++w) {  // padded as the in-kernel merge's level-2 batch
+          lse[w] = w < kMergeGroups ? s_m[w] : kNegInf;
+          v[w][0] = w < kMergeGroups ? s_acc[w][lane] : make_float4(0.f, 0.f, 0.f, 0.f);
         }
         float M = kNegInf, L = 0.f;
         float4 r[1] = {make_float4(0.f, 0.f, 0.f, 0.f)};

@@ -7,7 +7,7 @@
 // row partial_o[((f + q) * G + r) * 128 ...] (normalised, V scale applied) with its log2-sum-exp
 // partial_lse[(f + q) * G + r].
 // - P <= kWarpParts: one running (m, l, acc) over parts 0, 1, ..., P - 1 in batches of
-//   kCombineBatch (all loads of a batch before its arithmetic).
+//   kCombineBatch (all loads of a batch before its arithmetic; the last batch padded).
 // - P > kWarpParts: kMergeGroups running states, group g over parts g, g + 8, g + 16, ... (batches of
 //   kGroupBatch), then the groups merged in the order g = 0 .. 7 (kMergeGroupParts; fold_groups otherwise).
 // Per element the arithmetic depends only on the parts' values and P, never on the thread
@@ -21,9 +21,18 @@
 
 namespace hpc::attn {
 
-constexpr int kCombineBatch = 8;
+// Parts per batch of a one-level merge (an item of at most kWarpParts parts, and level 2's 8 group partials, padded).
+// 9 (thirty-first session): at 64/8 the long item of 1x64K+15x4K (both KV dtypes) and of 1x128K+31x4K (BF16) is
+// split in 9 parts per head, which batches of 8 loaded in two dependent L2 round trips at the call's end. For P <= 8
+// the padding adds exact zeros (the same bits as 8 unless a column sums to -0.0); 10-16 parts take two batches
+// either way. 8 is the earlier form (A/B build _ext.MERGE_BATCH8).
+#ifndef HPC_ATTN_MERGE_BATCH
+#define HPC_ATTN_MERGE_BATCH 9
+#endif
+constexpr int kCombineBatch = HPC_ATTN_MERGE_BATCH;
 constexpr int kWarpParts = 16;
 constexpr int kMergeGroups = 8;
+static_assert(kCombineBatch >= kMergeGroups && kCombineBatch <= 16, "HPC_ATTN_MERGE_BATCH: 8 to 16");
 
 // Parts per batch of a merge group (level 1 of an item with more than kWarpParts parts; a group holds parts
 // g, g + 8, ...). 9 (thirty-first session): a long context split over 65-72 parts (8/1 1x128K+31x4K: 68, 1x64K+15x4K:
@@ -36,7 +45,7 @@ constexpr int kMergeGroups = 8;
 #define HPC_ATTN_MERGE_GROUP_BATCH 9
 #endif
 constexpr int kGroupBatch = HPC_ATTN_MERGE_GROUP_BATCH;
-static_assert(kGroupBatch >= kCombineBatch && kGroupBatch <= 16, "HPC_ATTN_MERGE_GROUP_BATCH: 8 to 16");
+static_assert(kGroupBatch >= 8 && kGroupBatch <= 16, "HPC_ATTN_MERGE_GROUP_BATCH: 8 to 16");
 
 // How the 8 group states of an item with more than kWarpParts parts are folded (both merge paths alike):
 // 1: each group's state is turned into a partial of its own (group_as_part: o = acc / l, lse = m + log2 l) and the
