@@ -140,7 +140,8 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
     return rows;
   };
   // One pass of a merge: this thread's rows over parts q_begin, q_begin + step, ... < q_end.
-  // (A merge group's parts, step kMergeGroups, in batches of kGroupBatch; the one-level parts in batches of 8.)
+  // (A merge group's parts, step kMergeGroups, in batches of kGroupBatch; the one-level parts in batches of
+  // kCombineBatch. Both 9 since the thirty-first session: split_merge.cuh.)
   auto merge_pass = [&](int row0, int q_begin, int step, int q_end, long long (&fr)[kRows], float (&m)[kRows],
                         float (&l)[kRows], float4 (&acc)[kRows][2]) {
     const int rows = pass_rows(row0, fr);

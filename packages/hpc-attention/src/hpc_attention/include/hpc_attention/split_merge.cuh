@@ -36,7 +36,7 @@ static_assert(kCombineBatch >= kMergeGroups && kCombineBatch <= 16, "HPC_ATTN_ME
 
 // Parts per batch of a merge group (level 1 of an item with more than kWarpParts parts; a group holds parts
 // g, g + 8, ...). 9 (thirty-first session): a long context split over 65-72 parts (8/1 1x128K+31x4K: 68, 1x64K+15x4K:
-// 68) has groups of 9, which batches of 8 loaded in two dependent L2 round trips; the twenty-ninth session's merge
+// 69) has groups of 8-9, which batches of 8 loaded in two dependent L2 round trips; the twenty-ninth session's merge
 // timeline put level 1 at +2.2-2.9 us after the descriptor against +1.6-2.0 for a one-batch merge, on the call's
 // critical path. 8 is the earlier form (A/B build _ext.MERGE_GROUP_BATCH8). Both merge paths use it alike (the
 // combine kernel's phase 2 and the in-kernel merge keep identical bits); different bits from 8 (both exact to
