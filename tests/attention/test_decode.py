@@ -222,9 +222,10 @@ MERGE_PARTS = {2: [2], 9: [8, 2], 11: [9, 3], 12: [10, 3], 20: [16, 4], 24: [20,
 
 @pytest.mark.parametrize("build", [(), _ext.MERGE_ROWS1, _ext.PROLOGUE_READS_GROUP, _ext.FOLD_EACH_THREAD,
                                    _ext.FOLD_SCALAR_COLUMNS, _ext.MERGE_FOLD_GROUPS, _ext.MERGE_GROUP_BATCH8,
-                                   _ext.MERGE_BATCH8],
+                                   _ext.MERGE_BATCH8, _ext.HELPERS_MERGE_LAST],
                          ids=["default", "merge_rows1", "prologue_reads_group", "fold_each_thread",
-                              "fold_scalar_columns", "merge_fold_groups", "merge_group_batch8", "merge_batch8"])
+                              "fold_scalar_columns", "merge_fold_groups", "merge_group_batch8", "merge_batch8",
+                              "helpers_merge_last"])
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("num_ctas,group", [(2, 8), (9, 16), (11, 8), (12, 8), (20, 1), (24, 8), (67, 16), (85, 8),
                                             (100, 2), (132, 8)])
@@ -235,8 +236,9 @@ def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype
     of the prologue's and the task-end fold's earlier forms (HPC_ATTN_PROLOGUE_NO_PARAMS=0,
     HPC_ATTN_FOLD_ROW_SCALARS=0), of the fold on one column per thread (HPC_ATTN_FOLD_VECTOR=0), of the 8 merge
     groups folded as states (HPC_ATTN_MERGE_GROUP_PARTS=0; the default merges them as 8 group partials), of
-    merge groups in batches of 8 parts (HPC_ATTN_MERGE_GROUP_BATCH=8; the default takes 9) and of one-level merges
-    in batches of 8 (HPC_ATTN_MERGE_BATCH=8; the default takes 9)."""
+    merge groups in batches of 8 parts (HPC_ATTN_MERGE_GROUP_BATCH=8; the default takes 9), of one-level merges
+    in batches of 8 (HPC_ATTN_MERGE_BATCH=8; the default takes 9) and of every split part merged by the helper
+    warps (HPC_ATTN_CONSUMERS_MERGE_LAST=0; by default the consumers merge their bin's last task)."""
     monkeypatch.setitem(dec.DIAG, "defines", build)
     case = make_case([64 * 160, 5, 0, 64 * 40 + 7], 1, group, kv_dtype, seed=num_ctas)
     outs = {}

@@ -49,8 +49,11 @@ MERGE_GROUP_BATCH8 = ("-DHPC_ATTN_MERGE_GROUP_BATCH=8",)
 # One-level merges (and level 2's 8 group partials) in batches of 8 parts (split_merge.cuh HPC_ATTN_MERGE_BATCH; the
 # default takes 9, so 9-part items load in one round trip): different bits for 9-16 parts, the combine kernel alike.
 MERGE_BATCH8 = ("-DHPC_ATTN_MERGE_BATCH=8",)
+# Every split part handed to the helper warps (decode_merge_in_kernel.cuh HPC_ATTN_CONSUMERS_MERGE_LAST; the default
+# has the consumers merge their bin's last task): same bits.
+HELPERS_MERGE_LAST = ("-DHPC_ATTN_CONSUMERS_MERGE_LAST=0",)
 BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, FOLD_EACH_THREAD, FOLD_SCALAR_COLUMNS,
-                  FOLD_ADDR_AT_FOLD, MERGE_FOLD_GROUPS, MERGE_GROUP_BATCH8, MERGE_BATCH8)
+                  FOLD_ADDR_AT_FOLD, MERGE_FOLD_GROUPS, MERGE_GROUP_BATCH8, MERGE_BATCH8, HELPERS_MERGE_LAST)
 
 
 def load_variant(*defines: str):

@@ -227,6 +227,16 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
 // arithmetic and order as above (identical bits). A descriptor with item -1 ends the service. (One arrival per
 // consumer warp after a __syncwarp instead of 128 measured null, twenty-eighth session:
 // decode_attention_merge_warp_arrive_ab_b8ceb42.*.)
+// HPC_ATTN_CONSUMERS_MERGE_LAST 1 (thirty-first session): the split part that is its bin's last task is arrived and
+// merged by the consumers (128 threads, named barrier 1, the cp.async kernel's path) instead of being handed to the
+// helpers: at the call's end the hand-over (consumers' ring arrival, the helpers' wait and barrier) sits between the
+// part's stores and its arrival. Same bits (the arithmetic does not depend on the threads). 0: every split part goes
+// to the helpers (A/B build _ext.HELPERS_MERGE_LAST).
+#ifndef HPC_ATTN_CONSUMERS_MERGE_LAST
+#define HPC_ATTN_CONSUMERS_MERGE_LAST 1
+#endif
+constexpr bool kConsumersMergeLast = HPC_ATTN_CONSUMERS_MERGE_LAST != 0;
+
 constexpr int kMergeRingSlots = 4;
 constexpr int kMergeHelperThreads = 64;
 constexpr int kMergeHelperBar = 2;

@@ -375,7 +375,9 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
         });
     if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndStored, tl_clock());
     if (p.merge && task.w >= 0) {
-      if (helpers_merge) {
+      // The bin's last task is merged by the consumers themselves (kConsumersMergeLast): nothing follows it on
+      // them, and the hand-over to the helpers is a step on the call's critical path when this part arrives last.
+      if (helpers_merge && !(kConsumersMergeLast && t + 1 == t_end)) {
         merge_request(mring, requests++, make_int4(task.x, task.w, meta.x, meta.y));
       } else {
         const uint32_t t0 = tl_on(p) ? static_cast<uint32_t>(tl_clock()) : 0u;
