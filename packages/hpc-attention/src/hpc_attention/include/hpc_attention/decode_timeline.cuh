@@ -44,7 +44,8 @@ enum TimelineSlot : int {
   kTlLastTile = 5,     // consumer warp 0: last tile of the last task consumed
   kTlConsumerEnd = 6,  // consumer thread 0: last task's output (and consumer-side merges) done, exit
   kTlHelperEnd = 7,    // merge helper tid 0 (TMA kernel, merge == 2): service ended, exit
-  kTlMergeNs = 8,      // ns spent in split-task arrivals + merges (consumers, or the helpers when merge == 2)
+  kTlMergeNs = 8,      // ns spent in split-task arrivals + merges (consumers, or the helpers when merge == 2: not
+                       // the bins' last tasks, which the consumers merge then, kConsumersMergeLast)
   kTlCounts = 9,       // consumer thread 0: merge levels run by the consumers (tiles, tasks, split tasks
                        // per CTA come from the plan's tables on the host)
   kTlProducerEnd = 10, // producer thread 0: all copies issued (and empty items written), exit

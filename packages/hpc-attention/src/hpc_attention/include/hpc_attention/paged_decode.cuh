@@ -406,10 +406,10 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   if (tl_on(p) && threadIdx.x == 0) {
     tl_put(p, kTlConsumerEnd, tl_clock());
     tl_put(p, kTlClockEnd, clock64());
+    tl_put(p, kTlCounts, tl_merges);  // with the helpers: the bins' last tasks the consumers merged (kConsumersMergeLast)
     if (!helpers_merge) {
       tl_put(p, kTlMergeNs, tl_merge_ns);
       tl_put(p, kTlLastMergeNs, tl_last_merge_ns);
-      tl_put(p, kTlCounts, tl_merges);
     }
   }
 }
