@@ -376,7 +376,8 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndStored, tl_clock());
     if (p.merge && task.w >= 0) {
       // The bin's last task is merged by the consumers themselves (kConsumersMergeLast): nothing follows it on
-      // them, and the hand-over to the helpers is a step on the call's critical path when this part arrives last.
+      // them (but a claimed tail bin, off by default, which then waits for the merge), and the hand-over to the
+      // helpers is a step on the call's critical path when this part arrives last.
       if (helpers_merge && !(kConsumersMergeLast && t + 1 == t_end)) {
         merge_request(mring, requests++, make_int4(task.x, task.w, meta.x, meta.y));
       } else {
