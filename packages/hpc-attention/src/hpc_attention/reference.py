@@ -138,8 +138,9 @@ def merge_split_item(o_parts: torch.Tensor, lse_parts: torch.Tensor, warp_parts:
     for g in range(groups):
         m, l, acc = _running_merge(o_parts, lse_parts, list(range(g, P, groups)), batch=group_batch)
         some = l > 0
-        group_o.append(torch.where(some[..., None], acc / torch.where(some, l, 1)[..., None], 0))
-        group_lse.append(torch.where(some, m + torch.log2(torch.where(some, l, 1)), float("-inf")))
+        l_some = torch.where(some, l, 1)  # l where the group saw a part, 1 (unused) for padding
+        group_o.append(torch.where(some[..., None], acc / l_some[..., None], 0))
+        group_lse.append(torch.where(some, m + torch.log2(l_some), float("-inf")))
     _, l, acc = _running_merge(torch.stack(group_o), torch.stack(group_lse), list(range(groups)), batch=groups)
     return acc / l[..., None]
 
