@@ -222,10 +222,10 @@ MERGE_PARTS = {2: [2], 9: [8, 2], 11: [9, 3], 12: [10, 3], 20: [16, 4], 24: [20,
 
 @pytest.mark.parametrize("build", [(), _ext.MERGE_ROWS1, _ext.PROLOGUE_READS_GROUP, _ext.FOLD_EACH_THREAD,
                                    _ext.FOLD_SCALAR_COLUMNS, _ext.MERGE_FOLD_GROUPS, _ext.MERGE_GROUP_BATCH8,
-                                   _ext.MERGE_BATCH8, _ext.HELPERS_MERGE_LAST, _ext.LATE_ARRIVAL],
+                                   _ext.MERGE_BATCH8, _ext.HELPERS_MERGE_LAST, _ext.NO_ARRIVAL_PEEK],
                          ids=["default", "merge_rows1", "prologue_reads_group", "fold_each_thread",
                               "fold_scalar_columns", "merge_fold_groups", "merge_group_batch8", "merge_batch8",
-                              "helpers_merge_last", "late_arrival"])
+                              "helpers_merge_last", "no_arrival_peek"])
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("num_ctas,group", [(2, 8), (9, 16), (11, 8), (12, 8), (20, 1), (24, 8), (67, 16), (85, 8),
                                             (100, 2), (132, 8)])
@@ -238,9 +238,9 @@ def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype
     groups folded as states (HPC_ATTN_MERGE_GROUP_PARTS=0; the default merges them as 8 group partials), of
     merge groups in batches of 8 parts (HPC_ATTN_MERGE_GROUP_BATCH=8; the default takes 9), of one-level merges
     in batches of 8 (HPC_ATTN_MERGE_BATCH=8; the default takes 9), of every split part merged by the helper
-    warps (HPC_ATTN_CONSUMERS_MERGE_LAST=0; by default the consumers merge their bin's last task) and of the parts
-    arriving after their partial is written (HPC_ATTN_EARLY_ARRIVAL=0; by default the consumers arrive as their
-    last tile starts)."""
+    warps (HPC_ATTN_CONSUMERS_MERGE_LAST=0; by default the consumers merge their bin's last task) and of every
+    part arriving (HPC_ATTN_ARRIVAL_PEEK=0; by default a part that saw every other part arrived merges without
+    arriving)."""
     monkeypatch.setitem(dec.DIAG, "defines", build)
     case = make_case([64 * 160, 5, 0, 64 * 40 + 7], 1, group, kv_dtype, seed=num_ctas)
     outs = {}
@@ -275,13 +275,13 @@ def test_merge_in_decode_bitwise_equals_combine_kernel_static(splits, monkeypatc
     assert_bitwise_equal(outs[(True, True)], outs[(False, False)], name=f"static {splits}: helpers vs combine")
 
 
-@pytest.mark.parametrize("build", [(), _ext.LATE_ARRIVAL], ids=["early_arrival", "late_arrival"])
+@pytest.mark.parametrize("build", [(), _ext.NO_ARRIVAL_PEEK], ids=["arrival_peek", "no_arrival_peek"])
 @pytest.mark.parametrize("num_ctas", [16, 132])
 def test_split_arrivals_repeated_calls(num_ctas, build, monkeypatch, producer):
-    """The split merge's arrival protocol under many calls on one workspace: short tasks on every CTA (132 CTAs: items
-    of 2, 12, 27 and 90 parts, one- and two-level; 16 CTAs: up to 11), so parts arrive early, late and at once in every order; each call gives the
-    combine kernel's bits and leaves every counter at zero (a part that arrived and was not last must publish, the
-    merger must wait for it and zero the word)."""
+    """The split merge's arrivals under many calls on one workspace: short tasks on every CTA (132 CTAs: items of
+    2, 12, 27 and 90 parts, one- and two-level; 16 CTAs: up to 11), so parts finish in many orders, some seeing every
+    other part arrived before their stores (the arrival peek); each call gives the combine kernel's bits and leaves
+    every counter at zero (the last part, arrived or known by its peek, zeroes it)."""
     monkeypatch.setitem(dec.DIAG, "defines", build)
     case = make_case([64 * 130, 64 * 17 + 9, 64 * 3, 1, 64 * 40], 1, 8, torch.bfloat16, seed=num_ctas)
     monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", False)

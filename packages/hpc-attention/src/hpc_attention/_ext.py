@@ -52,12 +52,12 @@ MERGE_BATCH8 = ("-DHPC_ATTN_MERGE_BATCH=8",)
 # Every split part handed to the helper warps (decode_merge_in_kernel.cuh HPC_ATTN_CONSUMERS_MERGE_LAST; the default
 # has the consumers merge their bin's last task): same bits.
 HELPERS_MERGE_LAST = ("-DHPC_ATTN_CONSUMERS_MERGE_LAST=0",)
-# Split parts that arrive after their partial is written, with arrive_last's fence, atomic, fence (decode_merge_in_kernel.cuh
-# HPC_ATTN_EARLY_ARRIVAL; by default the consumers arrive as their last tile starts): same bits.
-LATE_ARRIVAL = ("-DHPC_ATTN_EARLY_ARRIVAL=0",)
+# Split parts that always arrive (decode_merge_in_kernel.cuh HPC_ATTN_ARRIVAL_PEEK; by default a part that saw every
+# other part arrived before its own stores merges without arriving): same bits.
+NO_ARRIVAL_PEEK = ("-DHPC_ATTN_ARRIVAL_PEEK=0",)
 BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, FOLD_EACH_THREAD, FOLD_SCALAR_COLUMNS,
                   FOLD_ADDR_AT_FOLD, MERGE_FOLD_GROUPS, MERGE_GROUP_BATCH8, MERGE_BATCH8, HELPERS_MERGE_LAST,
-                  LATE_ARRIVAL)
+                  NO_ARRIVAL_PEEK)
 
 
 def load_variant(*defines: str):

@@ -39,17 +39,23 @@ static_assert(kMergeHelperRows >= 1 && kMergeHelperRows <= 4, "HPC_ATTN_MERGE_RO
 // the arrival costing 1-4 us more than with cp.async, attributed to those per-thread fences.
 // kThreads / kBar: the threads that arrive together (the 128 consumer threads on named barrier 1,
 // or the merge helpers of the TMA kernel, see below) and their named barrier; tid = 0 .. kThreads-1.
+// known_last (thread 0's, arrival_peek below): this part is already known to be the last and has acquired the
+// others' writes; it does not arrive (the counter was zeroed) and only hands its own partial's writes to the merge.
 template <int kThreads = 128, int kBar = 1>
-__device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* flag, bool sc_fences, int tid) {
+__device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* flag, bool sc_fences, int tid,
+                                            bool known_last = false) {
   if (sc_fences) __threadfence();
   named_barrier(kBar, kThreads);
   if (tid == 0) {
-    fence_acq_rel_gpu();  // release: every consumer thread's writes (ordered by the barrier)
-    const int old = atomicAdd(ctr, 1);
-    const int last = old == need - 1 ? 1 : 0;
-    if (last) atomicExch(ctr, 0);  // every arrival of this call is in: zero for the next call
-    // (Reset after the acquire fence, off the merge's path, measured null: decode_attention_merge_ab_a69c8ff.*.)
-    fence_acq_rel_gpu();  // acquire: the other arrivals' writes before the merge reads them
+    int last = 1;
+    if (!known_last) {
+      fence_acq_rel_gpu();  // release: every consumer thread's writes (ordered by the barrier)
+      const int old = atomicAdd(ctr, 1);
+      last = old == need - 1 ? 1 : 0;
+      if (last) atomicExch(ctr, 0);  // every arrival of this call is in: zero for the next call
+      // (Reset after the acquire fence, off the merge's path, measured null: decode_attention_merge_ab_a69c8ff.*.)
+      fence_acq_rel_gpu();  // acquire: the other arrivals' writes before the merge reads them
+    }
     *flag = last;
   }
   named_barrier(kBar, kThreads);
@@ -58,48 +64,27 @@ __device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* fl
   return last;
 }
 
-// ---- the early arrival (thirty-second session) ------------------------------------------------
-// HPC_ATTN_EARLY_ARRIVAL 1: a counter word holds two counts, the parts that arrived (bits 0-15) and those that
-// published their partial (bits 16-31). A part may arrive before its partial is written (the consumers arrive when
-// their last tile starts; a group's merger arrives at level 2 when it learns it merges the group): the arrival that
-// completes the count merges, once every other arrived part has published. A part that arrived and is not the last
-// publishes (release fence, reduction) as soon as its partial is written, waiting for no other CTA, so the merger's
-// wait always ends. Why: arrive_last's release fence waits for the part's own partial stores and its atomic is a
-// round trip, both after the part's last tile (the merges' ~1 us arrivals at the call's end, thirty-first-session
-// timeline); arriving a tile early takes the atomic off that path, and the last arrival acquires before writing its
-// own partial (its fence has no stores to wait for) and reads it back after the CTA's barrier. Arrivals after the
-// partial (the helper warps, the cp.async kernel's diagnostics) arrive and publish in one atomic. Same bits: who
-// merges never changes the arithmetic. 0: arrive_last's protocol (A/B build _ext.LATE_ARRIVAL).
-#ifndef HPC_ATTN_EARLY_ARRIVAL
-#define HPC_ATTN_EARLY_ARRIVAL 1
+// ---- the arrival peek (thirty-second session) -------------------------------------------------
+// HPC_ATTN_ARRIVAL_PEEK 1: a part reads its counter a little before its partial is ready (the consumers as their last
+// tile starts, a group's merger at level 2 before its level-1 pass). If every other part had arrived by then, this
+// part is the last whatever happens next (only P parts arrive): before its own stores, thread 0 acquires (fence after
+// the load that saw the others' atomics) and zeroes the counter, and the part merges without arriving, so neither
+// arrive_last's release fence (which waits for the part's own partial stores) nor its atomic round trip lies between
+// the part's last tile and its merge. Otherwise the part arrives as before. Same counters, same bits. 0: no peek (A/B
+// build _ext.NO_ARRIVAL_PEEK). (A first form, the consumers arriving as their last tile started with two counts per
+// counter word, arrivals and publications, measured 0.4 us slower at 8/1 on average and up to 1 us on the two-level
+// items: the last arrival then often waited for another part's publication, one poll round trip after it landed.)
+#ifndef HPC_ATTN_ARRIVAL_PEEK
+#define HPC_ATTN_ARRIVAL_PEEK 1
 #endif
-constexpr bool kEarlyArrival = HPC_ATTN_EARLY_ARRIVAL != 0;
-constexpr int kArrivalBits = 16;  // parts per counter < 2^16 (at most 2 C slots)
-constexpr int kArrivalMask = (1 << kArrivalBits) - 1;
-constexpr int kPublication = 1 << kArrivalBits;
+constexpr bool kArrivalPeek = HPC_ATTN_ARRIVAL_PEEK != 0;
 
-// Thread 0's arrival made before its partial was written: the counter word it returned (-1: none), and whether the
-// last arrival already acquired the other parts (acquire_if_last).
-struct EarlyArrival {
-  int old = -1;
-  bool acquired = false;
-};
-
-__device__ __forceinline__ bool arrivals_complete(int old, int need) { return (old & kArrivalMask) == need - 1; }
-
-// Thread 0 of the last arrival: wait until `published` parts have published (`word`: the counter as last seen),
-// acquire their partials, and zero the word for the next call (every arrival and publication of this call is in).
-__device__ __forceinline__ void acquire_published(int* ctr, int word, int published) {
-  while ((word >> kArrivalBits) != published) word = ld_relaxed_gpu(ctr);
-  fence_acq_rel_gpu();
+// Thread 0, before this CTA writes the partial it will arrive with: `seen` is the counter as read earlier (-1: not
+// read). True if the other need - 1 parts had all arrived: the arrivals' writes are acquired and the counter zeroed.
+__device__ __forceinline__ bool last_by_peek(int* ctr, int seen, int need) {
+  if (seen != need - 1) return false;
+  fence_acq_rel_gpu();  // acquire: the load read the other arrivals' release atomics
   st_relaxed_gpu(ctr, 0);
-}
-
-// Thread 0, after an early arrival that returned `old` and before this CTA writes its own partial (so the acquire
-// fence has no stores of this thread to wait for): true if the arrival was the last, the others' partials acquired.
-__device__ __forceinline__ bool acquire_if_last(int* ctr, int old, int need) {
-  if (!arrivals_complete(old, need)) return false;
-  acquire_published(ctr, old, need - 1);
   return true;
 }
 
@@ -113,39 +98,6 @@ __device__ __forceinline__ MergeCounter level1_counter(int slot, int2 meta) {
   if (P <= kWarpParts) return {f, P};
   const int g = (slot - f) & (kMergeGroups - 1);
   return {f + 1 + g, (P - g + kMergeGroups - 1) / kMergeGroups};
-}
-
-// Settles this CTA's arrival on `ctr` (completing at `need` arrivals) once its partial is written by the kThreads
-// threads (named barrier kBar): a part that arrived early publishes, or acquires if it was the last and has not yet;
-// a part that has not arrived arrives and publishes at once (after the release fence). Returns true in every thread
-// when this CTA merges. diag bit 3 adds the per-thread SC fences of arrive_last's diagnostics.
-template <int kThreads, int kBar>
-__device__ __forceinline__ bool settle_arrival(int* ctr, int need, EarlyArrival a, volatile int* flag, bool sc_fences,
-                                               int tid) {
-  if (sc_fences) __threadfence();
-  named_barrier(kBar, kThreads);
-  if (tid == 0) {
-    bool last;
-    if (a.old < 0) {
-      fence_acq_rel_gpu();  // release: the CTA's partial writes (ordered by the barrier)
-      const int old = atomicAdd(ctr, 1 + kPublication);
-      last = arrivals_complete(old, need);
-      if (last) acquire_published(ctr, old + kPublication, need);
-    } else {
-      last = arrivals_complete(a.old, need);
-      if (!last) {
-        fence_acq_rel_gpu();  // release, as above
-        red_add_relaxed_gpu(ctr, kPublication);
-      } else if (!a.acquired) {
-        acquire_published(ctr, a.old, need - 1);
-      }
-    }
-    *flag = last;
-  }
-  named_barrier(kBar, kThreads);
-  const bool last = *flag != 0;
-  if (sc_fences && last) __threadfence();
-  return last;
 }
 
 // Level 2 of the earlier form (!kMergeGroupParts): the 8 group states (m, l in merge_ml, acc in partial_o at slots
@@ -198,12 +150,12 @@ __device__ __forceinline__ void merge_fold_group_states(const PagedDecodeParams&
 // part; 1 or 2; read by the timeline diagnostics).
 // st (timeline build only, else unused): thread 0 stamps {arrived, first pass merged, stored, level-2 arrived, need,
 // level-2 first pass merged} (decode_timeline.cuh kTlMergeArrived ..).
-// a1 (kEarlyArrival): thread 0's arrival on the level-1 counter made before the partial was written (consumers);
-// none: the part arrives here. A group's merger arrives at level 2 before its level-1 pass.
+// known_last (kArrivalPeek, thread 0's): the part is known to be the last of its level-1 counter (last_by_peek before
+// its stores). A group's merger peeks at level 2 before its level-1 pass.
 template <int kThreads = 128, int kBar = 1, int kRows = 1>
 __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int b, int h, int G, int slot,
                                                  int2 meta, volatile int* flag, int tid, uint64_t* st = nullptr,
-                                                 EarlyArrival a1 = EarlyArrival{}) {
+                                                 bool known_last = false) {
   const bool stamp = kTimelineBuild && st != nullptr && tid == 0;
   constexpr int kRowStep = kThreads / 16;
   constexpr int kPassRows = kRows * kRowStep;  // rows of one pass over the threads
@@ -213,10 +165,7 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   const bool grouped = P > kWarpParts;
   const MergeCounter c1 = level1_counter(slot, meta);
   const bool sc = (p.diag & 8) != 0;
-  if (kEarlyArrival ? !settle_arrival<kThreads, kBar>(p.merge_counts + c1.index, c1.need, a1, flag, sc, tid)
-                    : !arrive_last<kThreads, kBar>(p.merge_counts + c1.index, c1.need, flag, sc, tid)) {
-    return 0;
-  }
+  if (!arrive_last<kThreads, kBar>(p.merge_counts + c1.index, c1.need, flag, sc, tid, known_last)) return 0;
   if (stamp) {
     st[0] = tl_clock();
     st[3] = st[5] = 0;
@@ -267,14 +216,15 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   // state, (m, l) in merge_ml, folded by fold_groups.
   int q_end = P, levels = 1;
   if (grouped) {
-    // kEarlyArrival: arrive at level 2 now (the atomic's round trip under this pass) and, if last, acquire the other
-    // groups' partials before this thread's first store.
-    EarlyArrival a2;
-    if (kEarlyArrival && tid == 0) a2.old = atomicAdd(p.merge_counts + f, 1);
+    // kArrivalPeek: read the level-2 counter now (its round trip under this pass's loads) and, if the other groups
+    // are all in, acquire before this thread's first store.
+    int seen2 = -1;
+    bool known_last2 = false;
+    if (kArrivalPeek && tid == 0) seen2 = ld_relaxed_gpu(p.merge_counts + f);
     for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
       const int rows = merge_pass(row0, g, kMergeGroups, P, fr, m, l, acc);
       if (stamp && row0 == 0) st[1] = tl_clock_after(__float_as_int(l[0]));
-      if (kEarlyArrival && tid == 0 && row0 == 0) a2.acquired = acquire_if_last(p.merge_counts + f, a2.old, kMergeGroups);
+      if (kArrivalPeek && tid == 0 && row0 == 0) known_last2 = last_by_peek(p.merge_counts + f, seen2, kMergeGroups);
       if constexpr (kMergeGroupParts) __syncwarp(0xffffu << (tid & 16));  // the row's half warp read part g's lse
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
@@ -296,10 +246,7 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
       }
     }
     if (stamp) st[2] = tl_clock();
-    if (kEarlyArrival ? !settle_arrival<kThreads, kBar>(p.merge_counts + f, kMergeGroups, a2, flag, sc, tid)
-                      : !arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, sc, tid)) {
-      return 1;
-    }
+    if (!arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, sc, tid, known_last2)) return 1;
     if (stamp) st[3] = tl_clock();
     if constexpr (!kMergeGroupParts) {
       merge_fold_group_states<kRows, kThreads>(p, first_row, G, col, out, tid, st, stamp);

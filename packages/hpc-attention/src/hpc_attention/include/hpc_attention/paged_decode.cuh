@@ -18,10 +18,10 @@
 // an FP32 partial + log-sum-exp of a split item.
 //
 // Split items are merged either by the separate combine kernel (merge == 0) or here (merge != 0,
-// heuristics.MERGE_IN_DECODE): a part arrives on a counter of its item (the consumers as their last
-// tile starts, the helper warps after the partial is written) and publishes its partial (release
-// fence, then a reduction; decode_merge_in_kernel.cuh); the CTA whose arrival completes the
-// count waits for the others' publications, reads the parts in the fixed part order and writes
+// heuristics.MERGE_IN_DECODE): after writing its partial, a part arrives on a counter of its item
+// (release: one thread's GPU-scope fence after the CTA's barrier, then one atomicAdd); the CTA whose
+// arrival completes the count (or that saw every other part arrived before its own stores, the
+// arrival peek of decode_merge_in_kernel.cuh) reads the parts in the fixed part order and writes
 // the final BF16 rows, with the same
 // arithmetic as the combine kernel (split_merge.cuh), so the two paths give identical bits and
 // the result never depends on which CTA finished last. An item of P <= kWarpParts parts is merged
@@ -294,13 +294,13 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     // The split tasks the consumers merge themselves: every one (cp.async kernel), or the bin's last
     // (kConsumersMergeLast); the others go to the helper warps.
     const bool consumers_merge = p.merge && task.w >= 0 && !(helpers_merge && !(kConsumersMergeLast && t + 1 == t_end));
-    EarlyArrival arrival;  // thread 0's (kEarlyArrival)
+    int seen = -1;  // thread 0's peek at the split item's counter (kArrivalPeek)
     if (!(p.diag & 1) && task.y < tile_end) {
       for (int tile = task.y; tile + 1 < tile_end; ++tile) tile_body(tile, std::true_type{});
-      // kEarlyArrival (decode_merge_in_kernel.cuh): arrive as the last tile starts; the atomic's round trip runs
-      // under the tile and the task-end fold.
-      if (kEarlyArrival && consumers_merge && threadIdx.x == 0) {
-        arrival.old = atomicAdd(p.merge_counts + level1_counter(task.w, meta).index, 1);
+      // kArrivalPeek (decode_merge_in_kernel.cuh): read the counter as the last tile starts; the load's round trip
+      // runs under the tile and the task-end fold.
+      if (kArrivalPeek && consumers_merge && threadIdx.x == 0) {
+        seen = ld_relaxed_gpu(p.merge_counts + level1_counter(task.w, meta).index);
       }
       tile_body(tile_end - 1, std::false_type{});
     }
@@ -353,10 +353,11 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     }
     named_barrier(1, 128);
     if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndMerged, tl_clock());
-    // The last arrival acquires the other parts here, before its own partial's stores (kEarlyArrival).
-    if (kEarlyArrival && threadIdx.x == 0 && arrival.old >= 0) {
+    // A part that saw every other part arrived is the last: it acquires here, before its own partial's stores.
+    bool known_last = false;
+    if (kArrivalPeek && threadIdx.x == 0 && seen >= 0) {
       const MergeCounter c1 = level1_counter(task.w, meta);
-      arrival.acquired = acquire_if_last(p.merge_counts + c1.index, arrival.old, c1.need);
+      known_last = last_by_peek(p.merge_counts + c1.index, seen, c1.need);
     }
     // The fold (decode_task_fold.cuh). (The rows unrolled by 4 in the earlier form, each row still one thread's
     // serial chain, measured null: decode_attention_epilogue_ab_19a79e3.*.)
@@ -400,7 +401,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
         const uint32_t t0 = tl_on(p) ? static_cast<uint32_t>(tl_clock()) : 0u;
         const int levels = merge_split_task(p, b, h, G, task.w, meta,
                                             reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff), threadIdx.x,
-                                            nullptr, arrival);
+                                            nullptr, known_last);
         if (tl_on(p)) {  // registers only (a global read-modify-write here stalled the consumers)
           tl_last_merge_ns = static_cast<uint32_t>(tl_clock()) - t0;
           tl_merge_ns += tl_last_merge_ns;

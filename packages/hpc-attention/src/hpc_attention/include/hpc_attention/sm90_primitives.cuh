@@ -60,8 +60,8 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 // GPU-scope acquire-release fence (lighter than __threadfence's SC fence): with an atomic it
 // forms the release / acquire halves of a cross-CTA hand-off.
 __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-// Relaxed GPU-scope load, store and reduction of a 32-bit counter word (the split merge's arrival protocol; with
-// fence_acq_rel_gpu they form the acquire and release patterns of the PTX memory model).
+// Relaxed GPU-scope load and store of a 32-bit counter word (the split merge's arrival peek; a relaxed load followed
+// by fence_acq_rel_gpu is the PTX memory model's acquire pattern).
 __device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
   int v;
   asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -69,9 +69,6 @@ __device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
 }
 __device__ __forceinline__ void st_relaxed_gpu(int* p, int v) {
   asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void red_add_relaxed_gpu(int* p, int v) {
-  asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 // `map` is the generic address of a tensor map in the kernel's parameter space
