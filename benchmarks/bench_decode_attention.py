@@ -286,12 +286,14 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 for name, flags in (("diag_tma_promo256_decode_only", 2), ("diag_tma_promo256_stream_only", 3)):
                     time_mode(name, plan, flags)
             if diag and diag_rows == "merge":  # every split part arriving (by default a part that saw every other part
-                # arrived before its own stores merges without arriving, decode_merge_in_kernel.cuh) and a
-                # bin's last split task handed to the helper warps (by default its consumers merge it), outputs checked;
-                # the default's again (the same process's spread). (The merge batches of 8 parts, measured in the
+                # arrived before its own stores merges without arriving, decode_merge_in_kernel.cuh), items of 17-24
+                # parts merged in two levels (by default one, split_merge.cuh) and a bin's last split task handed to
+                # the helper warps (by default its consumers merge it), outputs checked; the default's again (the same
+                # process's spread). (The merge batches of 8 parts, measured in the
                 # thirty-first session, the groups folded as states, the default before the twenty-ninth, and the merge
                 # on one row per helper thread, measured in the twenty-seventh, are not timed again.)
                 for name, defines in (("diag_no_arrival_peek", _ext.NO_ARRIVAL_PEEK),
+                                      ("diag_one_level_16", _ext.ONE_LEVEL_16),
                                       ("diag_helpers_merge_last", _ext.HELPERS_MERGE_LAST),
                                       ("diag_merge_default_again", ())):
                     time_mode(name, plan, None, defines=defines)

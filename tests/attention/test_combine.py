@@ -57,11 +57,13 @@ def test_single_part_is_identity():
 @given(seed=st.integers(0, 2**31 - 1), P=st.sampled_from([2, 7, 8, 9, 16, 17, 24, 64, 65, 67, 131]),
        G=st.sampled_from([1, 8]), spread=st.sampled_from([0.0, 5.0, 200.0]))
 def test_kernel_merge_order_equals_exact_combine(seed, P, G, spread):
-    """The kernels' merge (one level up to 16 parts, 8 residue groups beyond, in batches of 9 or 8 parts)
-    is the exact split-softmax combine, including log-sum-exps far apart (parts that underflow)."""
+    """The kernels' merge (one level up to 24 parts, or 16 in the earlier form, 8 residue groups beyond, in
+    batches of 9 or 8 parts, 12 for one level above 16) is the exact split-softmax combine, including
+    log-sum-exps far apart (parts that underflow)."""
     gen = torch.Generator().manual_seed(seed)
     o = torch.randn(P, G, 128, generator=gen, dtype=torch.float64)
     lse = torch.randn(P, G, generator=gen, dtype=torch.float64) * spread
     for batch in (9, 8):
-        torch.testing.assert_close(merge_split_item(o, lse, batch=batch, group_batch=batch), combine_partials(o, lse),
-                                   rtol=1e-12, atol=1e-12)
+        for warp_parts in (24, 16):
+            torch.testing.assert_close(merge_split_item(o, lse, warp_parts=warp_parts, batch=batch, group_batch=batch),
+                                       combine_partials(o, lse), rtol=1e-12, atol=1e-12)

@@ -211,7 +211,8 @@ def test_bitwise_deterministic(kv_dtype, merge_mode, producer):
 
 
 # Items split in P parts for P in 2..105: one-level merges (P <= 16, one or two batches of kCombineBatch = 9:
-# P = 9 in one) and two-level ones (P > 16; groups of parts g, g + 8, ..., in batches of kGroupBatch = 9: P = 68
+# P = 9 in one; 17-24 in two batches of kWideBatch = 12: P = 20) and two-level ones (P > 24, or > 16 in the
+# ONE_LEVEL_16 build; groups of parts g, g + 8, ..., in batches of kGroupBatch = 9: P = 68
 # gives groups of 8-9 in one batch, P = 80 and 105 groups of 10 and 13-14 in two), G = 1, 2, 8, 16. Plans
 # cut on tiles alone (task_cost=0): the per-item cost moves the boundaries (e.g. 105 -> 102 parts).
 # num_ctas -> parts of the split items of the case below (planner twin): 2 | 8, 2 | 9, 3 | 10 (two
@@ -222,10 +223,11 @@ MERGE_PARTS = {2: [2], 9: [8, 2], 11: [9, 3], 12: [10, 3], 20: [16, 4], 24: [20,
 
 @pytest.mark.parametrize("build", [(), _ext.MERGE_ROWS1, _ext.PROLOGUE_READS_GROUP, _ext.FOLD_EACH_THREAD,
                                    _ext.FOLD_SCALAR_COLUMNS, _ext.MERGE_FOLD_GROUPS, _ext.MERGE_GROUP_BATCH8,
-                                   _ext.MERGE_BATCH8, _ext.HELPERS_MERGE_LAST, _ext.NO_ARRIVAL_PEEK],
+                                   _ext.MERGE_BATCH8, _ext.HELPERS_MERGE_LAST, _ext.NO_ARRIVAL_PEEK,
+                                   _ext.ONE_LEVEL_16],
                          ids=["default", "merge_rows1", "prologue_reads_group", "fold_each_thread",
                               "fold_scalar_columns", "merge_fold_groups", "merge_group_batch8", "merge_batch8",
-                              "helpers_merge_last", "no_arrival_peek"])
+                              "helpers_merge_last", "no_arrival_peek", "one_level_16"])
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("num_ctas,group", [(2, 8), (9, 16), (11, 8), (12, 8), (20, 1), (24, 8), (67, 16), (85, 8),
                                             (100, 2), (132, 8)])
@@ -240,7 +242,8 @@ def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype
     in batches of 8 (HPC_ATTN_MERGE_BATCH=8; the default takes 9), of every split part merged by the helper
     warps (HPC_ATTN_CONSUMERS_MERGE_LAST=0; by default the consumers merge their bin's last task) and of every
     part arriving (HPC_ATTN_ARRIVAL_PEEK=0; by default a part that saw every other part arrived merges without
-    arriving)."""
+    arriving) and of items of 17-24 parts merged in two levels (HPC_ATTN_ONE_LEVEL_PARTS=16; by default one level,
+    batches of 12)."""
     monkeypatch.setitem(dec.DIAG, "defines", build)
     case = make_case([64 * 160, 5, 0, 64 * 40 + 7], 1, group, kv_dtype, seed=num_ctas)
     outs = {}

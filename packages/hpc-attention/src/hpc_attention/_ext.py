@@ -55,9 +55,12 @@ HELPERS_MERGE_LAST = ("-DHPC_ATTN_CONSUMERS_MERGE_LAST=0",)
 # Split parts that always arrive (decode_merge_in_kernel.cuh HPC_ATTN_ARRIVAL_PEEK; by default a part that saw every
 # other part arrived before its own stores merges without arriving): same bits.
 NO_ARRIVAL_PEEK = ("-DHPC_ATTN_ARRIVAL_PEEK=0",)
+# Items of 17-24 parts merged in two levels (split_merge.cuh HPC_ATTN_ONE_LEVEL_PARTS; the default merges up to 24
+# parts in one level, above 16 in batches of 12): different bits for 17-24 parts, the combine kernel alike.
+ONE_LEVEL_16 = ("-DHPC_ATTN_ONE_LEVEL_PARTS=16",)
 BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, FOLD_EACH_THREAD, FOLD_SCALAR_COLUMNS,
                   FOLD_ADDR_AT_FOLD, MERGE_FOLD_GROUPS, MERGE_GROUP_BATCH8, MERGE_BATCH8, HELPERS_MERGE_LAST,
-                  NO_ARRIVAL_PEEK)
+                  NO_ARRIVAL_PEEK, ONE_LEVEL_16)
 
 
 def load_variant(*defines: str):

@@ -7,7 +7,7 @@
 // first version gave each unit a whole CTA and walked the parts with one dependent L2 round
 // trip per 8 parts, and strided 4+ units per CTA on batches like 64 x 0.5K):
 // - a unit with at most kWarpParts parts is merged by one warp (lane = 4 head dims), all of
-//   its parts' loads issued together, in batches of kCombineBatch;
+//   its parts' loads issued together, in batches of kCombineBatch (kWideBatch above 16 parts);
 // - a longer unit (a long context split over many CTAs) gets a whole CTA: warp w takes parts
 //   w, w + 8, ... in batches of kGroupBatch, then warp 0 merges the 8 warps in a fixed order.
 // Every unit's arithmetic depends only on the plan, never on which warp or CTA runs it, so
@@ -69,8 +69,13 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
     }
     float m = kNegInf, l = 0.f;
     float4 acc[1] = {make_float4(0.f, 0.f, 0.f, 0.f)};
-    merge_parts<1, false>(p.partial_o, p.partial_lse, static_cast<long long>(e.y) * G + row, G, 0, e.z, 1,
-                          4 * lane, m, l, acc);
+    if (wide_one_level(e.z)) {
+      merge_parts<1, false, kWideBatch>(p.partial_o, p.partial_lse, static_cast<long long>(e.y) * G + row, G, 0, e.z,
+                                        1, 4 * lane, m, l, acc);
+    } else {
+      merge_parts<1, false>(p.partial_o, p.partial_lse, static_cast<long long>(e.y) * G + row, G, 0, e.z, 1,
+                            4 * lane, m, l, acc);
+    }
     store_bf16_row<1>(out + 4 * lane, acc, 1.f / l);
   }
 

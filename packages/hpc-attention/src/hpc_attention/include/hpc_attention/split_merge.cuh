@@ -7,7 +7,7 @@
 // row partial_o[((f + q) * G + r) * 128 ...] (normalised, V scale applied) with its log2-sum-exp
 // partial_lse[(f + q) * G + r].
 // - P <= kWarpParts: one running (m, l, acc) over parts 0, 1, ..., P - 1 in batches of
-//   kCombineBatch (all loads of a batch before its arithmetic; the last batch padded).
+//   one_level_batch(P) (all loads of a batch before its arithmetic; the last batch padded).
 // - P > kWarpParts: kMergeGroups running states, group g over parts g, g + 8, g + 16, ... (batches of
 //   kGroupBatch), then the groups merged in the order g = 0 .. 7 (kMergeGroupParts; fold_groups otherwise).
 // Per element the arithmetic depends only on the parts' values and P, never on the thread
@@ -30,9 +30,25 @@ namespace hpc::attn {
 #define HPC_ATTN_MERGE_BATCH 9
 #endif
 constexpr int kCombineBatch = HPC_ATTN_MERGE_BATCH;
-constexpr int kWarpParts = 16;
 constexpr int kMergeGroups = 8;
 static_assert(kCombineBatch >= kMergeGroups && kCombineBatch <= 16, "HPC_ATTN_MERGE_BATCH: 8 to 16");
+
+// Parts merged in one level (more: two levels, 8 groups then the group partials). 24 (thirty-second session; 16
+// before): at 8/1 the 32K items of 2x32K+30x4K are split in 23 parts, whose two levels each cost an arrival of ~1 us
+// and a pass of ~1.0-1.2 us at the call's end (thirty-first-session timeline), against one more dependent batch
+// round trip for one level. One-level merges of more than kNarrowParts parts take batches of kWideBatch (two round
+// trips for 17-24 parts; the helpers' two rows per thread run one after the other there, for their registers).
+// 16 is the earlier form (A/B build _ext.ONE_LEVEL_16): different bits for 17-24 parts, both paths alike.
+#ifndef HPC_ATTN_ONE_LEVEL_PARTS
+#define HPC_ATTN_ONE_LEVEL_PARTS 24
+#endif
+constexpr int kWarpParts = HPC_ATTN_ONE_LEVEL_PARTS;
+constexpr int kNarrowParts = 16;
+constexpr int kWideBatch = 12;
+static_assert(kWarpParts == kNarrowParts || kWarpParts == 2 * kWideBatch, "HPC_ATTN_ONE_LEVEL_PARTS: 16 or 24");
+
+// Whether a one-level merge of P parts takes batches of kWideBatch (else kCombineBatch).
+__host__ __device__ constexpr bool wide_one_level(int P) { return P > kNarrowParts; }
 
 // Parts per batch of a merge group (level 1 of an item with more than kWarpParts parts; a group holds parts
 // g, g + 8, ...). 9 (thirty-first session): a long context split over 65-72 parts (8/1 1x128K+31x4K: 68, 1x64K+15x4K:
