@@ -39,8 +39,9 @@ static_assert(kMergeHelperRows >= 1 && kMergeHelperRows <= 4, "HPC_ATTN_MERGE_RO
 // the arrival costing 1-4 us more than with cp.async, attributed to those per-thread fences.
 // kThreads / kBar: the threads that arrive together (the 128 consumer threads on named barrier 1,
 // or the merge helpers of the TMA kernel, see below) and their named barrier; tid = 0 .. kThreads-1.
-// known_last (thread 0's, arrival_peek below): this part is already known to be the last and has acquired the
-// others' writes; it does not arrive (the counter was zeroed) and only hands its own partial's writes to the merge.
+// known_last (thread 0's; last_by_peek, the arrival peek below): this part is already known to be the last and has
+// acquired the others' writes; it does not arrive (it zeroed the counter) and the barriers only hand its own
+// partial's writes to the merging threads.
 template <int kThreads = 128, int kBar = 1>
 __device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* flag, bool sc_fences, int tid,
                                             bool known_last = false) {

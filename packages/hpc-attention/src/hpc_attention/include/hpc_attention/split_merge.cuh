@@ -7,7 +7,8 @@
 // row partial_o[((f + q) * G + r) * 128 ...] (normalised, V scale applied) with its log2-sum-exp
 // partial_lse[(f + q) * G + r].
 // - P <= kWarpParts: one running (m, l, acc) over parts 0, 1, ..., P - 1 in batches of
-//   one_level_batch(P) (all loads of a batch before its arithmetic; the last batch padded).
+//   kCombineBatch, or kWideBatch above kNarrowParts parts (wide_one_level; all loads of a batch before its
+//   arithmetic; the last batch padded).
 // - P > kWarpParts: kMergeGroups running states, group g over parts g, g + 8, g + 16, ... (batches of
 //   kGroupBatch), then the groups merged in the order g = 0 .. 7 (kMergeGroupParts; fold_groups otherwise).
 // Per element the arithmetic depends only on the parts' values and P, never on the thread
