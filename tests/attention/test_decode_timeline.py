@@ -23,6 +23,7 @@ PROD_START, PROD_TABLES, PROD_EMPTY = 16, 17, 18  # TMA producer only
 END_MERGED, END_STORED, END_HANDED, END_RING = 19, 20, 21, 22  # the last task's end steps
 END_ROW_SCALARS = 23  # the fold's row scalars done (decode_task_fold.cuh)
 M_DESC, M_ARRIVED, M_LOADED, M_STORED, M_ARRIVED2, M_END, M_PARTS, M_NEED, M_L2_MERGED = range(24, 33)  # helpers' last merge
+PEEKS = 33  # consumer thread 0: split arrivals the arrival peek skipped
 
 
 @pytest.mark.parametrize("merge", ["combine", "consumers", "helpers"])
@@ -68,9 +69,12 @@ def test_timeline_keeps_bits_and_adds_up(kv_dtype, tma, merge, monkeypatch):
             else:
                 assert r[M_DESC] == 0 and r[M_END] == 0, (c, r)
     if merge != "combine":
-        # Every split item is merged once at one level, or 8 groups + 1 at two levels (>16 parts).
+        # Every split item is merged once at one level, or 8 groups + 1 at two levels (> 24 parts).
         parts = [e[2] for e in tables.combine if e[2] > 1]
-        assert merges == sum(1 if p <= 16 else 9 for p in parts), (merges, parts)
+        assert merges == sum(1 if p <= 24 else 9 for p in parts), (merges, parts)
+        # The arrival peek only skips arrivals of the consumers' merges (it counts the split tasks it decided).
+        peeks = sum(r[PEEKS] for r in a)
+        assert 0 <= peeks <= sum(r[COUNTS] for r in a), peeks
 
 
 # The planner's per-warp step stamps (decode_plan_timeline.cuh): slots of each warp's 16.

@@ -12,6 +12,7 @@ Printed per case and variant (us, relative to the earliest CTA entry unless said
             (medians per step; first data p50 / max from t0)
   stream    first tile landed -> last tile consumed per CTA (p10 / p50 / p90), tiles per CTA, us per tile
   end       last tile -> consumer exit (output + consumer-side merges), exit p10 / p50 / p90 / max
+  peek      consumer merges (levels run by the consumers) and the split arrivals the arrival peek skipped
   merge     us per CTA in split arrivals + merges (consumers or helper warps), CTAs that merged
   late      the 6 CTAs that exit last: tiles, tasks, split tasks, merges, start, stream, end
 
@@ -43,7 +44,7 @@ SLOTS = pd.TIMELINE_SLOTS
 (ENTRY, PDL, BIN, ISSUE, DATA, LAST, CEND, HEND, MERGE_NS, COUNTS, PEND, SMID, HCOUNTS, CLK0, CLK1,
  LAST_MERGE_NS, PROD_START, PROD_TABLES, PROD_EMPTY, END_MERGED, END_STORED, END_HANDED, END_RING,
  END_ROW_SCALARS, M_DESC, M_ARRIVED, M_LOADED, M_STORED, M_ARRIVED2, M_END, M_PARTS, M_NEED,
- M_L2_MERGED) = range(33)
+ M_L2_MERGED, PEEKS) = range(34)
 
 # name -> (bench.overrides kwargs, flush mode, plan given the page table: first page ids from the plan)
 VARIANTS = {
@@ -205,6 +206,9 @@ def analyse(tables, event_us, a, kv, bins=None):
     no_split = [x["exit"] for x in busy if x["splits"] == 0]
     lng = [x["exit"] for x in busy if x["long"]]
     oth = [x["exit"] for x in busy if not x["long"]]
+    consumer_merges = sum(r[COUNTS] for r in a)
+    lines.append(f"  peek   consumer merges {consumer_merges}, of them arrivals skipped by the arrival peek "
+                 f"{sum(r[PEEKS] for r in a)}")
     lines.append(f"  merge  per CTA p50 {pct(m, .5):5.2f} max {max(m):5.2f} us; CTAs that merged {len(merged)}; "
                  f"exit mean: split parts {mean(with_split):5.2f} (n {len(with_split)}) / none {mean(no_split):5.2f}; "
                  f"longest item's CTAs {mean(lng):5.2f} (n {len(lng)}) / others {mean(oth):5.2f}")

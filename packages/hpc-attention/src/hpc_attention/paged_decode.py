@@ -36,7 +36,7 @@ LAST_PRODUCER = {"name": None, "first_page": None}
 
 # Smallest page for the TMA producer: a 64-token tile takes 64 / page_size boxes per K and V.
 _TMA_MIN_PAGE = 16
-TIMELINE_SLOTS = 33  # decode_timeline.cuh kTimelineSlots
+TIMELINE_SLOTS = 34  # decode_timeline.cuh kTimelineSlots
 
 
 def _use_tma(page_size: int, num_kv_heads: int, fp8_kv: bool = False) -> bool:

@@ -30,7 +30,7 @@ namespace hpc::attn {
 // Whether this translation unit records the timeline at all (see above).
 constexpr bool kTimelineBuild = HPC_ATTN_TIMELINE != 0;
 
-constexpr int kTimelineSlots = 33;
+constexpr int kTimelineSlots = 34;
 
 // The timeline is recorded in this call: the diagnostics build and a buffer given.
 __device__ __forceinline__ bool tl_on(const PagedDecodeParams& p) { return kTimelineBuild && p.timeline != nullptr; }
@@ -75,6 +75,7 @@ enum TimelineSlot : int {
   kTlMergeParts = 30,    // its parts P
   kTlMergeNeed = 31,     // the arrivals its (level-1 or one-level) counter needed
   kTlMergeL2Merged = 32, // level 2: thread 0's first pass merged (the earlier form: its group states loaded)
+  kTlPeeks = 33,         // consumer thread 0: split tasks whose arrival the arrival peek skipped (kArrivalPeek)
 };
 
 // %globaltimer (ns): hpc::sm90::global_timer_ns.

@@ -94,7 +94,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   const bool helpers_merge = kTma && p.merge == 2;  // split tasks handed to the helper warps
   int stage = 0;
   uint32_t phase = 0;
-  uint32_t tl_merge_ns = 0, tl_last_merge_ns = 0, tl_merges = 0;  // timeline diagnostics (consumer merges)
+  uint32_t tl_merge_ns = 0, tl_last_merge_ns = 0, tl_merges = 0, tl_peeks = 0;  // timeline diagnostics (consumers)
   int requests = 0;
   // Own bin (`bin`, own_bin), then the tail bins: claimed ones handed over by the scheduler (TMA
   // kernel) or a fixed sequence (cp.async kernel), see decode_bin_ring.cuh.
@@ -358,6 +358,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     if (kArrivalPeek && threadIdx.x == 0 && seen >= 0) {
       const MergeCounter c1 = level1_counter(task.w, meta);
       known_last = last_by_peek(p.merge_counts + c1.index, seen, c1.need);
+      if (tl_on(p) && known_last) ++tl_peeks;
     }
     // The fold (decode_task_fold.cuh). (The rows unrolled by 4 in the earlier form, each row still one thread's
     // serial chain, measured null: decode_attention_epilogue_ab_19a79e3.*.)
@@ -426,6 +427,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
     tl_put(p, kTlConsumerEnd, tl_clock());
     tl_put(p, kTlClockEnd, clock64());
     tl_put(p, kTlCounts, tl_merges);  // with the helpers: the bins' last tasks the consumers merged (kConsumersMergeLast)
+    tl_put(p, kTlPeeks, tl_peeks);
     if (!helpers_merge) {
       tl_put(p, kTlMergeNs, tl_merge_ns);
       tl_put(p, kTlLastMergeNs, tl_last_merge_ns);
