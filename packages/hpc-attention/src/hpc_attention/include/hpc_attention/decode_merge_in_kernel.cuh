@@ -203,15 +203,10 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
     } else if (wide_one_level(q_end)) {  // (level 2's 8 group partials never: q_end = 8 there)
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {  // one row at a time: kRows x 12 parts' loads would not fit the registers
-        const long long fr1[1] = {fr[r]};
-        float m1[1] = {m[r]}, l1[1] = {l[r]};
-        float4 a1[1][2] = {{acc[r][0], acc[r][1]}};
-        merge_parts_rows<1, 2, true, kWideBatch>(p.partial_o, p.partial_lse, fr1, r < rows ? 1 : 0, G, q_begin,
-                                                 q_end, step, col, m1, l1, a1);
-        m[r] = m1[0];
-        l[r] = l1[0];
-        acc[r][0] = a1[0][0];
-        acc[r][1] = a1[0][1];
+        if (r < rows) {
+          merge_parts<2, true, kWideBatch>(p.partial_o, p.partial_lse, fr[r], G, q_begin, q_end, step, col, m[r], l[r],
+                                           acc[r]);
+        }
       }
     } else {
       merge_parts_rows<kRows, 2, true>(p.partial_o, p.partial_lse, fr, rows, G, q_begin, q_end, step, col, m, l, acc);

@@ -105,8 +105,8 @@ __device__ __forceinline__ void for_each_part(const FastLine& L, unsigned s0, un
 // lane passes its own values; lane `src`'s request is written; returns src's task / slot /
 // combine counters after it.
 // Pass 2 of the fast plans over requests [r0, r1) laid from line position pos: each non-empty
-// request as `heads` consecutive items of cost_of(n) + n units (cost_of: the plan's ItemCharge), each item's parts counted `weight`
-// times (count_parts), an empty request as `heads` combine entries. The fast plan counts its
+// request as `heads` consecutive items of cost_of(n) + n units (cost_of: the plan's ItemCharge), each
+// item's parts counted `weight` times (count_parts), an empty request as `heads` combine entries. The fast plan counts its
 // thread's heads (weight 1); the aligned plan head 0 alone, weighted by whether this thread's
 // counts go into the scan.
 template <typename LengthFn, typename CostFn>

@@ -63,9 +63,10 @@ struct BinWalk {
 };
 
 // Fixed cost per item (DecodePlanParams::task_cost): the line holds, for each charged item,
-// `ovh` units of fixed cost [s0, s) (fewer with cost_cap: ItemCharge) and then its n tiles [s, s + n); bins cut that line, so a
-// bin of many short items gets fewer of them. Charged = non-empty and no longer than the
-// tiles-only budget (n * nb0 <= total tiles, nb0 = the bin count of the plan without costs):
+// `ovh` units of fixed cost [s0, s) (fewer with cost_cap: ItemCharge) and then its n tiles
+// [s, s + n); bins cut that line, so a bin of many short items gets fewer of them. Charged =
+// non-empty and no longer than the tiles-only budget (n * nb0 <= total tiles, nb0 = the bin count
+// of the plan without costs):
 // longer items are split into parts anyway, every bin then pays about one task, and a charge at
 // the item's start would only move tiles away from the bins that hold the starts (measured:
 // 64x0.5K 8/1 lost its 4-tiles-per-bin alignment and ran ~2 us slower). A bin that starts inside

@@ -117,7 +117,8 @@ __device__ __forceinline__ bool plan_fast_rows(const DecodePlanParams& p, const 
   // rare division is a warp-uniform branch) and each request's span on the line; my line position =
   // the spans of the rows before mine + a scan of my row.
   const unsigned nb0 = static_cast<unsigned>(bins_for(by_floor, static_cast<unsigned>(total), p.cut_bins));
-  const ItemCharge charge = make_charge(p, nb0, static_cast<unsigned>(total), __reduce_max_sync(0xffffffffu, lane_longest));
+  const ItemCharge charge =
+      make_charge(p, nb0, static_cast<unsigned>(total), __reduce_max_sync(0xffffffffu, lane_longest));
   int lane_charge = 0, lane_before = 0, my_len = 0, my_n = 0;
   unsigned my_ovh = 0;
 #pragma unroll
