@@ -1,0 +1,115 @@
+"""Paged decode attention the way a decode step runs it: layer after layer, each with its own inputs.
+
+The brief's six cases (8/1 and 64/8 heads, BF16 and FP8 KV, page 64) timed by input rotation, the other method
+STYLE.md allows besides the L2 flush: n calls back to back in one CUDA graph
+(`hpc_common.bench.bench_back_to_back_us`), every call reading its own q, KV cache, page table, lengths, plan
+and workspace, the n copies together >= 256 MB of KV (over 4x the L2), so no call finds its inputs in the L2.
+What this leaves out, against `bench_decode_attention.py`'s cold call: the written flush's dirty lines (their
+write-back shares DRAM with the KV stream) and each call's own event pair and launch latency; the calls launch
+with PDL, as the layers of a captured step do, so one call's start overlaps the previous call's end. The 4.27
+TB/s copy ceiling is itself a back-to-back rate. Each copy has its own plan, cold like its KV (a step shares one
+plan over its layers, but the GEMMs between two attention calls evict it).
+
+Providers: `ours` (dynamic plan) and `ours_static` (the static split-KV plan), per call; every copy's output is
+poisoned (NaN) before the first run and must be finite after it, and the first copy's is compared with float32
+attention on the dequantised inputs. Diagnostics (`decode_attention_rotation_diag.*`): `diag_pdl_off` (the
+same stream with PDL off: what the overlap of neighbouring calls is worth) and `diag_cold_call` (the first
+copy's call alone under the written flush, `bench_us`, as the main table times it, same process).
+
+    python benchmarks/bench_decode_attention_rotation.py [--out-dir benchmarks/results] [--heads 8/1,64/8]
+        [--kv bf16,fp8] [--cases 64x0.5K,...] [--reps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import torch
+from bench_decode_attention import CASES, HEADS, PAGE, make_inputs, parse_case
+from hpc_common import pdl_enabled
+from hpc_common.bench import BenchResults, bench_back_to_back_us, bench_us, floor_us, gpu_slug
+from hpc_common.testing import error_stats
+
+import hpc_attention as ha
+from hpc_attention.reference import decode_reference
+
+ROTATION_BYTES = 256 << 20  # KV bytes of the n copies together: > 4x the H200's L2
+MAX_COPIES = 64
+
+
+def copies_for(kv_bytes: int) -> int:
+    """How many input copies a case rotates through (at least 2, so no call follows itself)."""
+    return min(MAX_COPIES, max(2, math.ceil(ROTATION_BYTES / kv_bytes)))
+
+
+def bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, reps):
+    lens = parse_case(case)
+    B, max_len = len(lens), max(lens)
+    elem = 1 if kv_dtype == "fp8" else 2
+    kv_bytes = 2 * sum(lens) * hkv * 128 * elem
+    n = copies_for(kv_bytes)
+    copies = [make_inputs(lens, hq, hkv, kv_dtype, gen) for _ in range(n)]
+    q0, k0, v0, pt0, _, (ks, vs) = copies[0]
+    nbytes = kv_bytes + 2 * q0.numel() * 2 + pt0.numel() * 4  # as bench_decode_attention.py's floor
+    floor = floor_us(nbytes)
+    fields = dict(case=case, Hq=hq, Hkv=hkv, kv_dtype=kv_dtype, floor_us=floor, copies=n)
+    ref = decode_reference(q0, k0, v0, pt0, lens, sm_scale=128 ** -0.5, k_scale=ks, v_scale=vs, dtype=torch.float32)
+    kv_torch = torch.float8_e4m3fn if kv_dtype == "fp8" else torch.bfloat16
+
+    def add(provider, t, out=None, timing="back_to_back"):
+        extra = error_stats(out, ref) if out is not None else {}
+        row = res.add(provider, t, **fields, tbps=nbytes / (t * 1e-6) / 1e12, timing=timing, **extra)
+        print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {provider:>14} ({n:>2} copies): {t:8.2f} us  floor {floor:7.2f}"
+              f"  {row['tbps']:.2f} TB/s" + (f"  rel_err {extra['rel_err']:.2e}" if extra else ""), flush=True)
+
+    for provider, static in (("ours", None), ("ours_static", "auto")):
+        fns, outs = [], []
+        for q, k, v, pt, kv_lens, _ in copies:
+            ws = ha.DecodeWorkspace(B, hkv, hq, max_len, static_splits=static)
+            plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, static_splits=static, kv_dtype=kv_torch,
+                                  page_table=pt, page_size=PAGE)
+            out = torch.full((B, hq, 128), float("nan"), dtype=torch.bfloat16, device="cuda")
+            fns.append(lambda q=q, k=k, v=v, pt=pt, kv_lens=kv_lens, plan=plan, out=out:
+                       ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out))
+            outs.append(out)
+        for fn in fns:
+            fn()
+        torch.cuda.synchronize()
+        bad = [i for i, out in enumerate(outs) if not torch.isfinite(out).all()]
+        if bad:
+            raise RuntimeError(f"{case} {hq}/{hkv} {kv_dtype} {provider}: copies {bad[:8]} left non-finite outputs")
+        add(provider, bench_back_to_back_us(fns, reps=reps), outs[0].clone())
+        if provider == "ours":
+            with pdl_enabled(False):
+                add("diag_pdl_off", bench_back_to_back_us(fns, reps=reps))
+            add("diag_cold_call", bench_us(fns[0], reps=100), timing="cold_written_flush")
+    del copies
+    torch.cuda.empty_cache()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--heads", default=None, help="comma list of Hq/Hkv (default: 8/1,64/8)")
+    ap.add_argument("--kv", default="bf16,fp8", help="comma list of KV dtypes")
+    ap.add_argument("--cases", default=None, help="comma list of cases (default: all six)")
+    ap.add_argument("--reps", type=int, default=30, help="graph replays (each runs every copy once)")
+    args = ap.parse_args()
+    heads = [tuple(int(x) for x in h.split("/")) for h in args.heads.split(",")] if args.heads else HEADS
+    cases = args.cases.split(",") if args.cases else CASES
+    res = BenchResults("decode_attention_rotation", args.out_dir / gpu_slug(), method="input rotation, back to back")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for hq, hkv in heads:
+        for kv_dtype in args.kv.split(","):
+            for case in cases:
+                bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, args.reps)
+    diag = res.split_off("decode_attention_rotation_diag", lambda row: row["provider"].startswith("diag_"))
+    print(res.markdown())
+    print(f"wrote {res.write()}")
+    print(f"wrote {diag.write()}")
+
+
+if __name__ == "__main__":
+    main()
