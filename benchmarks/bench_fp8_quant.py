@@ -163,10 +163,12 @@ def _add_row(res, provider, t, nbytes, x, params, timing=None, **extra) -> None:
           f"{tbps:5.2f} TB/s ({100 * tbps / COPY_BANDWIDTH_TBPS:4.1f}% of copy)", flush=True)
 
 
-def _back_to_back_rows(res, ours_on, x, params, nbytes, reps) -> None:
+def _back_to_back_rows(res, ours_on, x, params, nbytes, reps, variants=()) -> None:
     """Steady-state throughput: k calls back to back on k copies of the input (> 512 MB in all,
     so no call finds its input in the L2), against a device copy of the same input bytes timed the
-    same way (the ceiling as this method sees it). `ours_on(x)` is the default call on input x."""
+    same way (the ceiling as this method sees it). `ours_on(x)` is the default call on input x.
+    `variants`: build-variant providers (VARIANT_PROVIDERS) timed the same way in the same process,
+    `<variant>_back_to_back`, followed by the default again (`ours_back_to_back_again`): A/B runs."""
     k = max(2, math.ceil((512 * MB) / (x.numel() * x.element_size())))
     xs = [x.clone() for _ in range(k)]
     dsts = [torch.empty_like(x) for _ in range(k)]
@@ -187,6 +189,12 @@ def _back_to_back_rows(res, ours_on, x, params, nbytes, reps) -> None:
                               ("torch_copy_back_to_back", copies, copy_bytes)):
         _add_row(res, provider, bench_back_to_back_us(fns, reps=max(5, reps // 5)), nb, x, params,
                  timing="back_to_back")
+    for provider in (*variants, "ours") if variants else ():
+        with _settings(provider):
+            fns = [ours_on(xi) for xi in xs]
+            name = "ours_back_to_back_again" if provider == "ours" else f"{provider}_back_to_back"
+            _add_row(res, name, bench_back_to_back_us(fns, reps=max(5, reps // 5)), nbytes, x, params,
+                     timing="back_to_back")
     del xs, dsts
 
 
@@ -249,7 +257,8 @@ def main(argv=None) -> int:
                              **extra)
         del want
         if mb >= 64:
-            _back_to_back_rows(res, lambda xi: _calls(mode, xi, static)[0], x, params, nbytes, args.reps)
+            _back_to_back_rows(res, lambda xi: _calls(mode, xi, static)[0], x, params, nbytes, args.reps,
+                               [p for p in args.providers if p in VARIANT_PROVIDERS])
         del x
         torch.cuda.empty_cache()
     path = res.write()

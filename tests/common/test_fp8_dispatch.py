@@ -41,8 +41,10 @@ CASES = [
     ("group", (37, 1000), BF16, 96, "row_tile_cover_whole"),
     ("group_col", (21845, 1536), BF16, 128, "col_tile"),
     ("group", (21845, 1536), BF16, 128, "tile"),
-    ("group", (8194, 4095), BF16, 128, "odd_row_tile"),
-    ("group_col", (8194, 4095), BF16, 128, "odd_row_tile"),
+    ("group", (8194, 4095), BF16, 128, "odd_group_row"),  # one row per CTA (fp8_quant_odd_group_rows.cuh)
+    ("group_col", (8194, 4095), BF16, 128, "odd_group_row"),
+    ("group", (64, 897), BF16, 128, "odd_group_row"),  # 8 groups: the fewest it takes
+    ("group", (64, 895), BF16, 128, "odd_row_tile"),
     ("group", (33, 1023), F32, 128, "odd_row_tile"),
     ("group", (40, 1001), BF16, 64, "odd_row_tile"),
     ("per_head", (20, 6, 97), BF16, 128, "small_seg_masked"),
@@ -140,10 +142,11 @@ def test_two_warp_rows_share_ctas_and_wider_rows_take_their_own(probe, tmp_path_
 
 
 def test_cover_cta_threads(probe, tmp_path_factory):
-    """Aligned covers run on 64-thread CTAs (group-128 bf16 N = 2880: 16 segments of 4 lanes), odd group rows on 128
+    """Aligned covers run on 64-thread CTAs (group-128 bf16 N = 2880: 16 segments of 4 lanes), odd group rows the one-row
+    kernel does not take (N = 895: 7 groups) on 128
     (HPC_FP8_COVER_CTA_THREADS, HPC_FP8_ODD_COVER_CTA_THREADS); one-segment rows keep theirs. Built as the
     benchmark's `ours_cover_threads_256` row, both on 256 threads, as before."""
-    rows = [fields("group", torch.empty((64, 2880), dtype=BF16)), fields("group", torch.empty((64, 4095), dtype=BF16)),
+    rows = [fields("group", torch.empty((64, 2880), dtype=BF16)), fields("group", torch.empty((64, 895), dtype=BF16)),
             fields("per_token", torch.empty((64, 1536), dtype=BF16))]
     assert geometry(probe, rows) == [("row_tile_cover_whole", 16, 4), ("odd_row_tile", 32, 4), ("row_tile3", 4, 64)]
     old = build_probe(tmp_path_factory, *_ext.FP8_VARIANTS["ours_cover_threads_256"])
@@ -161,7 +164,8 @@ def test_covers_of_wide_groups_get_a_cta_each(probe, shape, group, dtype):
     assert segs >= 1 and segs * team <= 1024, (kernel, segs, team)
 
 
-ROW_KERNELS = ("row_tile", "row_tile3", "row_tile_cover", "row_tile_cover_whole", "odd_row_tile", "long_row", "wide_row")
+ROW_KERNELS = ("row_tile", "row_tile3", "row_tile_cover", "row_tile_cover_whole", "odd_row_tile", "odd_group_row", "long_row",
+               "wide_row")
 TILE_KERNELS = ROW_KERNELS + ("tile", "flat", "col_tile")
 OTHER_KERNELS = ("ring", "generic", "small_seg", "small_seg_masked", "scalar")
 

@@ -26,6 +26,14 @@ KERNEL = "fp8_quant_row_tile_kernel"
 LONG_KERNEL = "fp8_quant_long_row_kernel"
 WIDE_KERNEL = "fp8_quant_wide_row_kernel"
 ODD_KERNEL = "fp8_quant_odd_row_tile_kernel"
+ODD_GROUP_KERNEL = "fp8_quant_odd_group_row_kernel"
+
+
+def odd_kernel(n: int, group_size: int, dtype) -> str:
+    """The kernel odd group rows take: group-128 rows of 2-byte inputs with 8-256 groups one row per CTA
+    (fp8_quant_odd_group_rows.cuh, odd_group_rows_applicable), the others the misaligned covers."""
+    ng = -(-n // group_size)
+    return ODD_GROUP_KERNEL if dtype != torch.float32 and group_size == 128 and 8 <= ng <= 256 else ODD_KERNEL
 
 # (mode, shape) per vector width: bf16 / fp16 hold 8 elements per vector, fp32 4.
 ROW_CASES_16BIT = [
@@ -175,11 +183,16 @@ def test_group_rows_on_covers_match_reference(cuda, mode, shape, dtype, ue8m0):
 
 
 
-# Odd group rows (not 16-byte aligned, x and q misaligned alike): the misaligned cover form, whose
-# teams keep their lanes and give lane 0 the cover's extra vector. (mode, (M, N, group size)).
+# Odd group rows (not 16-byte aligned, x and q misaligned alike): group-128 rows of 8-256 groups on the one-row
+# kernel (a row's cover, four lanes per group), the others on the misaligned cover form, whose teams keep their
+# lanes and give lane 0 the cover's extra vector. (mode, (M, N, group size)).
 ODD_GROUP_CASES_16BIT = [
     ("group", (33, 4095, 128)),     # every row start misalignment 0..7; a 127-element last group
     ("group_col", (33, 4095, 128)),
+    ("group", (17, 1001, 128)),     # 8 groups (one warp), a 105-element last group
+    ("group", (19, 1151, 128)),     # 9 groups: 36 lanes of a 64-thread CTA
+    ("group_col", (11, 4097, 128)),  # a one-element last group on lane 128 (160 threads)
+    ("group", (4, 32767, 128)),     # 256 groups: 1024 threads
     ("group", (40, 1001, 64)),      # 8-vector groups (2-lane teams) and a 41-element last group
     ("group", (9, 263, 128)),       # 2 groups and a 7-element one
     ("group_col", (5, 129, 128)),   # a one-element last group
@@ -199,7 +212,7 @@ ODD_GROUP_CASES = _with_dtypes(ODD_GROUP_CASES_16BIT, ODD_GROUP_CASES_FP32)
 def test_odd_group_rows_match_reference(cuda, mode, shape, dtype, ue8m0):
     m, n, group_size = shape
     x = make_input((m, n), dtype, seed=zlib.crc32(repr((mode, shape, "odd")).encode()) % 10_000, device=cuda)
-    _check(mode, x, ue8m0, f"odd rows {mode} {shape} {dtype}", ODD_KERNEL, group_size=group_size)
+    _check(mode, x, ue8m0, f"odd rows {mode} {shape} {dtype}", odd_kernel(n, group_size, dtype), group_size=group_size)
 
 
 @pytest.mark.gpu
@@ -209,13 +222,14 @@ def test_odd_group_rows_match_reference(cuda, mode, shape, dtype, ue8m0):
                          ids=lambda c: str(c).replace("torch.", ""))
 def test_odd_group_rows_with_a_pitch(cuda, dtype, pitch, n, group_size):
     """Odd group rows of x inside a wider buffer (pitch = n modulo a vector, so x and the contiguous out
-    are misaligned alike, but x's rows are not back to back): the odd-row kernel's teams read their
-    covers from x's own rows and merge the vectors they share in out, the last vector of one row with
-    the first of the next. Poisoned output and scales, compared with the reference."""
+    are misaligned alike, but x's rows are not back to back): each row's cover is read from x's own row
+    and the vector two rows share in out is written by both, byte-exact (the one-row kernel, bf16) or
+    merged by the odd-row kernel's teams (fp16 group 64, fp32). Poisoned output and scales, compared with
+    the reference."""
     m = 37
     x = make_input((m, pitch), dtype, seed=pitch, device=cuda)[:, :n]
     names = kernel_names(lambda: run("group", x, group_size=group_size))
-    assert any(ODD_KERNEL in name for name in names), names
+    assert any(odd_kernel(n, group_size, dtype) in name for name in names), names
     out = torch.full((m, n), 0x7F, dtype=torch.uint8, device=cuda).view(torch.float8_e4m3fn)
     scale = torch.full((m, -(-n // group_size)), float("nan"), device=cuda)
     q, s = run("group", x, group_size=group_size, out=out, scale_out=scale)

@@ -9,8 +9,10 @@
 //   fp8_quant_row_tile_kernel  the same body with ragged teams (eighteenth session): rows of 4-1024
 //                              vectors that are no power of two (hidden 2880 / 5120 / 7168), and in
 //                              its cover form rows of several segments ending in a shorter one;
-//   fp8_quant_odd_row_tile_kernel  (fp8_quant_odd_rows.cuh) covers from a misaligned start: group
-//                              rows misaligned alike in x and q (odd row lengths);
+//   fp8_quant_odd_group_row_kernel  (fp8_quant_odd_group_rows.cuh) odd group-128 rows of 2-byte inputs,
+//                              one row's aligned cover per CTA, four lanes per group;
+//   fp8_quant_odd_row_tile_kernel  (fp8_quant_odd_rows.cuh) covers from a misaligned start: the other
+//                              group rows misaligned alike in x and q (odd row lengths);
 //   fp8_quant_long_row_kernel  the same body with 8 / 16 vectors per lane: rows of 1025-4096 vectors;
 //   fp8_quant_col_tile_kernel  group scales (row- or column-major) and dense per-head inputs in
 //                              8-row tiles, so each CTA writes whole 32-byte runs of scales;
@@ -39,6 +41,7 @@
 
 #include "hpc_common/fp8_quant.cuh"
 #include "hpc_common/fp8_quant_bulk.cuh"
+#include "hpc_common/fp8_quant_odd_group_rows.cuh"
 #include "hpc_common/fp8_quant_odd_rows.cuh"
 
 namespace hpc {
@@ -685,6 +688,12 @@ inline cudaError_t launch_fp8_quant_tile(QuantParams p, cudaStream_t stream, boo
 
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t stream, bool pdl) {
+  if constexpr (VEC == 8 && DT != kFP32) {  // odd group-128 rows: one row per CTA (fp8_quant_odd_group_rows.cuh)
+    if (odd_group_rows_applicable(p, VEC)) {
+      return hpc::launch_kernel(fp8_quant_odd_group_row_kernel<DT>, dim3(unsigned(p.rows)),
+                                dim3(odd_group_row_threads(p)), 0, stream, pdl, p);
+    }
+  }
   const unsigned threads = tile_kernel_threads(p, TileKernel::kRows);
   const bool cover = row_tile_covers(p);
   const int vpt = row_tile_vpt(p.seg_vecs, !cover && !p.peel);

@@ -1,0 +1,173 @@
+// Odd group-128 rows of 2-byte inputs, one row per CTA: dynamic group scales on rows that are not 16-byte
+// aligned (odd row lengths such as N = 4095; x and q misaligned alike, p.peel), read as the row's aligned
+// cover with every group on four lanes.
+//
+// Why (thirty-third session): fp8_quant_odd_row_tile_kernel (fp8_quant_odd_rows.cuh) gives each group its own
+// cover, 17 vectors on a 4-lane team (a fifth slot, mostly dead), and two neighbouring groups store the vector
+// they share after an exchange through shared memory. It was the one shape under 80 % of the copy rate back to
+// back (77.9 % at 64 MB, bf16 N = 4095; ncu: 1.8x the aligned kernel's instructions at 66 % of issue slots). In a
+// row, though, groups follow each other, so the row's cover holds every group's elements once: lane t holds the
+// cover's vectors 4t..4t+3 (elements [32t, 32t + 32) of the cover, which starts mis = row start mod 8 elements
+// before the row). Group g is the cover's elements [128g + mis, 128g + 128 + mis): all of lanes 4g+1..4g+3, lane
+// 4g's elements from mis on, and lane 4g+4's first mis elements (its "low" part). So only lanes 4g split a vector
+// between two groups, at the same element in every lane; each quad reduces its group by two shuffles plus the
+// next quad's low part; the lane that splits quantises its first vector twice (both groups' scales) and merges
+// the bytes, so every q vector is written whole by one lane, except the row's first and last (shared with the
+// neighbouring rows: byte-exact). One block barrier: the low part of a warp's lane 0 and the amax of its last
+// quad cross warps through shared memory.
+//
+// Same primitives as every other kernel (AmaxAcc, scale_from_amax_bits, Pack::quantised_words): same bits out.
+#pragma once
+
+#include "hpc_common/fp8_quant.cuh"
+#include "hpc_common/fp8_quant_bulk.cuh"
+#include "hpc_common/fp8_quant_odd_rows.cuh"
+
+// Odd group-128 rows of 2-byte inputs take this kernel (off: fp8_quant_odd_row_tile_kernel, the A/B row).
+#ifndef HPC_FP8_ODD_GROUP_ROWS
+#define HPC_FP8_ODD_GROUP_ROWS 1
+#endif
+
+namespace hpc {
+namespace fp8 {
+
+constexpr int kOddGroupLen = 128;       // elements per group (2-byte inputs: 16 vectors, 4 per lane)
+constexpr int kOddGroupLanes = 4;
+constexpr int kOddGroupMaxThreads = 1024;
+constexpr int kOddGroupMinGroups = 8;   // a whole warp per row at least
+
+// Whether the one-row kernel serves p (the host's odd-row geometry: p.peel, dynamic group scales of 128
+// elements on 2-byte inputs, 8 to 256 groups per row).
+inline bool odd_group_rows_applicable(const QuantParams& p, int vec) {
+  return HPC_FP8_ODD_GROUP_ROWS && p.peel && vec == 8 && p.dtype != kFP32 && p.scale_source == kScaleDynamic &&
+         !p.per_tensor_dynamic && p.seg_len == kOddGroupLen && p.segs_per_row >= kOddGroupMinGroups &&
+         p.segs_per_row * kOddGroupLanes <= kOddGroupMaxThreads && p.rows <= 0x7fffffff;
+}
+
+// Threads per CTA: four lanes per group, whole warps.
+inline unsigned odd_group_row_threads(const QuantParams& p) {
+  return unsigned((p.segs_per_row * kOddGroupLanes + 31) / 32 * 32);
+}
+
+#if defined(__CUDACC__)
+
+// The bits of the 16-bit elements [from, to) of a vector's word k (elements 2k, 2k + 1).
+__device__ __forceinline__ uint32_t elements_mask(int k, int from, int to) {
+  return bytes_from(2 * from - 4 * k) & ~bytes_from(2 * to - 4 * k);
+}
+
+template <int DT>
+__device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32_t* lo_first, uint32_t* hi_last) {
+  constexpr int VEC = 8, QW = 2, NS = 5;
+  using P = Pack<DT, VEC>;
+  using raw = typename Elem<DT>::raw;
+  hpc::pdl_wait();
+  hpc::pdl_launch_dependents();
+
+  const int64_t row = blockIdx.x;
+  const int64_t tok = div_index(row, p.heads), h = row - tok * p.heads;
+  const raw* xs0 = static_cast<const raw*>(p.x) + tok * p.x_stride_t + h * p.x_stride_h;
+  const int mis = int((reinterpret_cast<uintptr_t>(xs0) / sizeof(raw)) & (VEC - 1));
+  const raw* x = xs0 - mis;                                        // the cover: aligned vectors 0..nv-1
+  uint8_t* q = p.q + tok * p.q_stride_t + h * p.q_stride_h - mis;  // q is misaligned alike
+  const int span = int(p.row_len) + mis;                           // the row: cover elements [mis, span)
+  const int nv = (span + VEC - 1) / VEC;
+  const int ng = int(p.segs_per_row);
+  const int t = int(threadIdx.x), lane = t & 31, warp = t >> 5;
+  const int g = t >> 2;                      // this lane's group (lanes past 4 ng hold nothing)
+  const bool splits = (t & 3) == 0 && t > 0 && g < ng && mis > 0;  // first vector: mis elements of group g - 1
+
+  // Slot j < 4: cover vector 4t + j; slot 4, on the last group's last lane only: vector 16 ng, the cover's
+  // one vector past the lanes' ranges (it exists when the row ends mis - 1 or fewer elements short of 128 ng).
+  P pk[NS];
+  int vidx[NS];
+  bool live[NS];
+#pragma unroll
+  for (int j = 0; j < NS; ++j) {
+    vidx[j] = j < 4 ? 4 * t + j : (t == 4 * ng - 1 ? 16 * ng : nv);
+    live[j] = g < ng && vidx[j] < nv;
+    if (live[j]) pk[j].load(x + vidx[j] * VEC);
+  }
+
+  // Amax: `hi` over this lane's elements of group g, `lo` over a splitting lane's first mis elements (group g - 1).
+  AmaxAcc<DT, VEC> hi, lo;
+#pragma unroll
+  for (int j = 0; j < NS; ++j) {
+    if (!live[j]) continue;
+    // Masks only where a vector holds elements of another group or row: a quad's first vector (the previous
+    // group's or, on lane 0, the previous row's first mis elements) and the row's last vectors.
+    if ((j == 0 && (t & 3) == 0) || VEC * vidx[j] + VEC > span) {
+      const int from = j == 0 && (t & 3) == 0 ? mis : 0;
+      const int to = min(span - VEC * vidx[j], VEC);
+      P part = pk[j];
+      uint32_t keep[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) keep[k] = elements_mask(k, from, to);
+      part.and_words(keep);
+      hi.add(part);
+    } else {
+      hi.add(pk[j]);
+    }
+  }
+  if (splits) {
+    P part = pk[0];
+    uint32_t keep[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) keep[k] = elements_mask(k, 0, mis);
+    part.and_words(keep);
+    lo.add(part);
+  }
+  uint32_t h_bits = g < ng ? hi.bits() : 0u;
+  const uint32_t l_bits = splits ? lo.bits() : 0u;
+  h_bits = max(h_bits, __shfl_xor_sync(0xffffffffu, h_bits, 1));
+  h_bits = max(h_bits, __shfl_xor_sync(0xffffffffu, h_bits, 2));  // the quad's part of group g
+  if (lane == 0) lo_first[warp] = l_bits;
+  if (lane == 28) hi_last[warp] = h_bits;
+  __syncthreads();
+  // Group g's amax: the quad's and the next quad's low part (lane + 4, or the next warp's lane 0).
+  const uint32_t next_lo = __shfl_down_sync(0xffffffffu, l_bits, 4);
+  const int nwarps = int(blockDim.x >> 5);
+  const uint32_t group_bits = max(h_bits, lane < 28 ? next_lo : (warp + 1 < nwarps ? lo_first[warp + 1] : 0u));
+  const float scale = scale_from_amax_bits(group_bits, p.ue8m0);
+  const float inv = div_rn(1.0f, scale);
+  // A splitting lane's low part takes group g - 1's scale: the previous quad's (lane - 4), or for lane 0 of a
+  // warp the previous warp's last quad's amax with its own low part.
+  float inv_prev = __shfl_up_sync(0xffffffffu, inv, 4);
+  if (lane == 0 && splits) inv_prev = div_rn(1.0f, scale_from_amax_bits(max(hi_last[warp - 1], l_bits), p.ue8m0));
+
+#pragma unroll
+  for (int j = 0; j < NS; ++j) {
+    if (!live[j]) continue;
+    uint32_t w[QW];
+    pk[j].quantised_words(inv, w);
+    if (j == 0 && splits) {
+      uint32_t w_lo[QW];
+      pk[0].quantised_words(inv_prev, w_lo);
+#pragma unroll
+      for (int k = 0; k < QW; ++k) {
+        const uint32_t mine = bytes_from(mis - 4 * k);  // bytes (elements) of group g
+        w[k] = (w[k] & mine) | (w_lo[k] & ~mine);
+      }
+    }
+    const int from = vidx[j] == 0 ? mis : 0;
+    const int to = min(span - VEC * vidx[j], VEC);
+    if (from == 0 && to == VEC) {
+      P::store_words(q + vidx[j] * VEC, w);
+    } else {  // the row's first or last vector: its other bytes are the neighbouring rows'
+      P::store_words_range(q + vidx[j] * VEC, w, from, to);
+    }
+  }
+  if ((t & 3) == 0 && g < ng) write_scale(p, row, g, scale);
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kOddGroupMaxThreads) fp8_quant_odd_group_row_kernel(const QuantParams p) {
+  __shared__ uint32_t lo_first[kOddGroupMaxThreads / 32];
+  __shared__ uint32_t hi_last[kOddGroupMaxThreads / 32];
+  quant_odd_group_row<DT>(p, lo_first, hi_last);
+}
+
+#endif  // __CUDACC__
+
+}  // namespace fp8
+}  // namespace hpc
