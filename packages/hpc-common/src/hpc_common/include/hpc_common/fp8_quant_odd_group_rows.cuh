@@ -6,12 +6,12 @@
 // cover, 17 vectors on a 4-lane team (a fifth slot, mostly dead), and two neighbouring groups store the vector
 // they share after an exchange through shared memory. It was the one shape under 80 % of the copy rate back to
 // back (77.9 % at 64 MB, bf16 N = 4095; ncu: 1.8x the aligned kernel's instructions at 66 % of issue slots). In a
-// row, though, groups follow each other, so the row's cover holds every group's elements once: lane t holds the
-// cover's vectors 4t..4t+3 (elements [32t, 32t + 32) of the cover, which starts mis = row start mod 8 elements
-// before the row). Group g is the cover's elements [128g + mis, 128g + 128 + mis): all of lanes 4g+1..4g+3, lane
-// 4g's elements from mis on, and lane 4g+4's first mis elements (its "low" part). So only lanes 4g split a vector
-// between two groups, at the same element in every lane; each quad reduces its group by two shuffles plus the
-// next quad's low part; the lane that splits quantises its first vector twice (both groups' scales) and merges
+// row, though, groups follow each other, so the row's cover holds every group's elements once: the four lanes
+// 4g..4g+3 hold the cover's vectors 16g..16g+15 (the cover starts mis = row start mod 8 elements before the row).
+// Group g is the cover's elements [128g + mis, 128g + 128 + mis): vectors 16g..16g+15 but the first mis elements
+// of vector 16g (lane 4g's first vector; group g - 1's), and the first mis elements of vector 16g + 16 (lane 4g+4's
+// "low" part). So only lanes 4g split a vector between two groups, at the same element in every lane; each quad
+// reduces its group by two shuffles plus the next quad's low part; the lane that splits quantises its first vector twice (both groups' scales) and merges
 // the bytes, so every q vector is written whole by one lane, except the row's first and last (shared with the
 // neighbouring rows: byte-exact). One block barrier: the low part of a warp's lane 0 and the amax of its last
 // quad cross warps through shared memory.
@@ -77,14 +77,16 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32
   const int g = t >> 2;                      // this lane's group (lanes past 4 ng hold nothing)
   const bool splits = (t & 3) == 0 && t > 0 && g < ng && mis > 0;  // first vector: mis elements of group g - 1
 
-  // Slot j < 4: cover vector 4t + j; slot 4, on the last group's last lane only: vector 16 ng, the cover's
-  // one vector past the lanes' ranges (it exists when the row ends mis - 1 or fewer elements short of 128 ng).
+  // Slot j < 4 of lane 4g + i: cover vector 16g + 4j + i, so a quad's load and store instructions each move one
+  // 64-byte (x) / 32-byte (q) run (slot j = 4t + j measured 37 % slower: every instruction half a sector per lane).
+  // Slot 4, on the last group's last lane only: vector 16 ng, the cover's one vector past the groups' 16 (it exists
+  // when the row ends mis - 1 or fewer elements short of 128 ng).
   P pk[NS];
   int vidx[NS];
   bool live[NS];
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
-    vidx[j] = j < 4 ? 4 * t + j : (t == 4 * ng - 1 ? 16 * ng : nv);
+    vidx[j] = j < 4 ? 16 * g + 4 * j + (t & 3) : (t == 4 * ng - 1 ? 16 * ng : nv);
     live[j] = g < ng && vidx[j] < nv;
     if (live[j]) pk[j].load(x + vidx[j] * VEC);
   }
@@ -124,10 +126,13 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32
   if (lane == 0) lo_first[warp] = l_bits;
   if (lane == 28) hi_last[warp] = h_bits;
   __syncthreads();
-  // Group g's amax: the quad's and the next quad's low part (lane + 4, or the next warp's lane 0).
-  const uint32_t next_lo = __shfl_down_sync(0xffffffffu, l_bits, 4);
+  // Group g's amax, on every lane of its quad: the quad's and the next quad's low part (its first lane, or the next
+  // warp's lane 0).
+  const int next_first = (lane & ~3) + 4;
+  const uint32_t next_lo = __shfl_sync(0xffffffffu, l_bits, next_first & 31);
   const int nwarps = int(blockDim.x >> 5);
-  const uint32_t group_bits = max(h_bits, lane < 28 ? next_lo : (warp + 1 < nwarps ? lo_first[warp + 1] : 0u));
+  const uint32_t group_bits =
+      max(h_bits, next_first < 32 ? next_lo : (warp + 1 < nwarps ? lo_first[warp + 1] : 0u));
   const float scale = scale_from_amax_bits(group_bits, p.ue8m0);
   const float inv = div_rn(1.0f, scale);
   // A splitting lane's low part takes group g - 1's scale: the previous quad's (lane - 4), or for lane 0 of a
