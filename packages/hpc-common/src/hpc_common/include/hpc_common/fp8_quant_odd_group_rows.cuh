@@ -74,33 +74,39 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32
   const int nv = (span + VEC - 1) / VEC;
   const int ng = int(p.segs_per_row);
   const int t = int(threadIdx.x), lane = t & 31, warp = t >> 5;
-  const int g = t >> 2;                      // this lane's group (lanes past 4 ng hold nothing)
-  const bool splits = (t & 3) == 0 && t > 0 && g < ng && mis > 0;  // first vector: mis elements of group g - 1
+  const int g = t >> 2, i = t & 3;  // quad g (lanes past 4 ng hold nothing), lane i of it
+  // Vectors before q's next 32-byte boundary: quad g owns the four 32-byte sectors of q that start at cover vector
+  // 16g - a, so each of its store instructions writes one whole sector (and, x and q alike, each load reads 64
+  // aligned bytes of x). Its vectors before 16g are group g - 1's last, as are the first mis elements of 16g.
+  const int a = int((reinterpret_cast<uintptr_t>(q) / VEC) & 3);
 
-  // Slot j < 4 of lane 4g + i: cover vector 16g + 4j + i, so a quad's load and store instructions each move one
-  // 64-byte (x) / 32-byte (q) run (slot j = 4t + j measured 37 % slower: every instruction half a sector per lane).
-  // Slot 4, on the last group's last lane only: vector 16 ng, the cover's one vector past the groups' 16 (it exists
-  // when the row ends mis - 1 or fewer elements short of 128 ng).
+  // Slot j < 4 of lane i: cover vector 16g - a + 4j + i; slot 4, on the last quad only: vectors 16 ng - a + i, the
+  // rest of the last group (and the cover's one vector past the groups' 16 ng, when the row ends fewer than mis
+  // elements short of 128 ng).
   P pk[NS];
   int vidx[NS];
   bool live[NS];
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
-    vidx[j] = j < 4 ? 16 * g + 4 * j + (t & 3) : (t == 4 * ng - 1 ? 16 * ng : nv);
-    live[j] = g < ng && vidx[j] < nv;
+    vidx[j] = 16 * g - a + 4 * j + i;
+    live[j] = g < ng && vidx[j] >= 0 && vidx[j] < nv && (j < 4 || g == ng - 1);
     if (live[j]) pk[j].load(x + vidx[j] * VEC);
   }
 
-  // Amax: `hi` over this lane's elements of group g, `lo` over a splitting lane's first mis elements (group g - 1).
+  // Amax: `hi` over this lane's elements of group g, `lo` over those of group g - 1 (slot 0 of lanes i < a whole,
+  // and the first mis elements of vector 16g, slot 0 of lane a). Masks only where a vector holds elements of two
+  // groups or of a neighbouring row: vector 16g (on quad 0 the cover's first, whose first mis elements lie before
+  // the row) and the row's last vectors.
   AmaxAcc<DT, VEC> hi, lo;
+  const bool split = live[0] && i == a;  // slot 0 is vector 16g
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
     if (!live[j]) continue;
-    // Masks only where a vector holds elements of another group or row: a quad's first vector (the previous
-    // group's or, on lane 0, the previous row's first mis elements) and the row's last vectors.
-    if ((j == 0 && (t & 3) == 0) || VEC * vidx[j] + VEC > span) {
-      const int from = j == 0 && (t & 3) == 0 ? mis : 0;
-      const int to = min(span - VEC * vidx[j], VEC);
+    const int to = min(span - VEC * vidx[j], VEC);
+    if (j == 0 && i < a) {
+      lo.add(pk[0]);  // vectors 16g - a .. 16g - 1: group g - 1, never the row's last (g >= 1 when they are live)
+    } else if ((j == 0 && i == a) || to < VEC) {
+      const int from = j == 0 && i == a ? mis : 0;
       P part = pk[j];
       uint32_t keep[4];
 #pragma unroll
@@ -111,7 +117,7 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32
       hi.add(pk[j]);
     }
   }
-  if (splits) {
+  if (split && g > 0) {
     P part = pk[0];
     uint32_t keep[4];
 #pragma unroll
@@ -119,15 +125,17 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32
     part.and_words(keep);
     lo.add(part);
   }
-  uint32_t h_bits = g < ng ? hi.bits() : 0u;
-  const uint32_t l_bits = splits ? lo.bits() : 0u;
-  h_bits = max(h_bits, __shfl_xor_sync(0xffffffffu, h_bits, 1));
-  h_bits = max(h_bits, __shfl_xor_sync(0xffffffffu, h_bits, 2));  // the quad's part of group g
+  uint32_t h_bits = g < ng ? hi.bits() : 0u, l_bits = g < ng ? lo.bits() : 0u;
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {  // the quad's parts of groups g and g - 1
+    h_bits = max(h_bits, __shfl_xor_sync(0xffffffffu, h_bits, off));
+    l_bits = max(l_bits, __shfl_xor_sync(0xffffffffu, l_bits, off));
+  }
   if (lane == 0) lo_first[warp] = l_bits;
   if (lane == 28) hi_last[warp] = h_bits;
   __syncthreads();
-  // Group g's amax, on every lane of its quad: the quad's and the next quad's low part (its first lane, or the next
-  // warp's lane 0).
+  // Group g's amax, on every lane of its quad: the quad's part and the next quad's low part (from the next warp's
+  // first quad for the last quad of a warp).
   const int next_first = (lane & ~3) + 4;
   const uint32_t next_lo = __shfl_sync(0xffffffffu, l_bits, next_first & 31);
   const int nwarps = int(blockDim.x >> 5);
@@ -135,17 +143,17 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32
       max(h_bits, next_first < 32 ? next_lo : (warp + 1 < nwarps ? lo_first[warp + 1] : 0u));
   const float scale = scale_from_amax_bits(group_bits, p.ue8m0);
   const float inv = div_rn(1.0f, scale);
-  // A splitting lane's low part takes group g - 1's scale: the previous quad's (lane - 4), or for lane 0 of a
-  // warp the previous warp's last quad's amax with its own low part.
-  float inv_prev = __shfl_up_sync(0xffffffffu, inv, 4);
-  if (lane == 0 && splits) inv_prev = div_rn(1.0f, scale_from_amax_bits(max(hi_last[warp - 1], l_bits), p.ue8m0));
+  // Group g - 1's reciprocal scale for the quad's low part: the previous quad's, or on a warp's first quad the
+  // previous warp's last quad's amax with this quad's low part.
+  float inv_prev = __shfl_sync(0xffffffffu, inv, ((lane & ~3) - 4) & 31);
+  if (lane < 4 && warp > 0) inv_prev = div_rn(1.0f, scale_from_amax_bits(max(hi_last[warp - 1], l_bits), p.ue8m0));
 
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
     if (!live[j]) continue;
     uint32_t w[QW];
-    pk[j].quantised_words(inv, w);
-    if (j == 0 && splits) {
+    pk[j].quantised_words(j == 0 && i < a ? inv_prev : inv, w);
+    if (j == 0 && split && g > 0 && mis > 0) {  // vector 16g: its first mis elements are group g - 1's
       uint32_t w_lo[QW];
       pk[0].quantised_words(inv_prev, w_lo);
 #pragma unroll
@@ -162,7 +170,7 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32
       P::store_words_range(q + vidx[j] * VEC, w, from, to);
     }
   }
-  if ((t & 3) == 0 && g < ng) write_scale(p, row, g, scale);
+  if (i == 0 && g < ng) write_scale(p, row, g, scale);
 }
 
 template <int DT>
