@@ -14,11 +14,14 @@
 // a vectors before 16g and vector 16g's first mis elements are group g - 1's (the quad's "low" part, reduced
 // with its own two shuffles and handed to the previous quad by one more). The lane holding vector 16g quantises
 // it with both groups' scales and merges the bytes, so every q vector is written whole by one lane, except the
-// row's first and last (shared with the neighbouring rows) and the vector 16g where g starts a warp. A warp's
-// last quad also loads the next quad's low part (a sixth slot), so no group crosses warps: no block barrier.
+// row's first and last (shared with the neighbouring rows). One block barrier: the low part of a warp's first
+// quad and the amax of its last cross warps through shared memory (a warp's last quad loading the next quad's low
+// part itself, with no barrier, read 14 % slower: these kernels are issue-bound, FP8_NOTES.md).
 //
 // Same primitives as every other kernel (AmaxAcc, scale_from_amax_bits, Pack::quantised_words): same bits out.
 #pragma once
+
+#include <type_traits>
 
 #include "hpc_common/fp8_quant.cuh"
 #include "hpc_common/fp8_quant_bulk.cuh"
@@ -58,8 +61,8 @@ __device__ __forceinline__ uint32_t elements_mask(int k, int from, int to) {
 }
 
 template <int DT>
-__device__ __forceinline__ void quant_odd_group_row(const QuantParams& p) {
-  constexpr int VEC = 8, QW = 2, NS = 6;
+__device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32_t* lo_first, uint32_t* hi_last) {
+  constexpr int VEC = 8, QW = 2, NS = 5;
   using P = Pack<DT, VEC>;
   using raw = typename Elem<DT>::raw;
   hpc::pdl_wait();
@@ -74,40 +77,33 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p) {
   const int span = int(p.row_len) + mis;                           // the row: cover elements [mis, span)
   const int nv = (span + VEC - 1) / VEC;
   const int ng = int(p.segs_per_row);
-  const int t = int(threadIdx.x), lane = t & 31;
+  const int t = int(threadIdx.x), lane = t & 31, warp = t >> 5;
   const int g = t >> 2, i = t & 3;  // quad g (lanes past 4 ng hold nothing), lane i of it
-  const bool warp_first = lane < 4 && t >= 32;           // its low part is the previous warp's last quad's
-  const bool warp_last = lane >= 28 && g + 1 < ng;       // it also takes the next quad's low part
   // Vectors before q's next 32-byte boundary: quad g owns the four 32-byte sectors of q that start at cover vector
   // 16g - a, so each of its store instructions writes one whole sector (and, x and q alike, each load reads 64
-  // aligned bytes of x). Its vectors before 16g are group g - 1's last, as are the first mis elements of 16g
-  // (its low part).
+  // aligned bytes of x). Its vectors before 16g are group g - 1's last, as are the first mis elements of 16g.
   const int a = int((reinterpret_cast<uintptr_t>(q) / VEC) & 3);
 
   // Slot j < 4 of lane i: cover vector 16g - a + 4j + i; slot 4, on the last quad only: vectors 16 ng - a + i, the
   // rest of the last group (and the cover's one vector past the groups' 16 ng, when the row ends fewer than mis
-  // elements short of 128 ng); slot 5, on a warp's last quad: the next quad's low part, vectors 16(g + 1) - a + i
-  // for i <= a (so no group's amax or scale crosses warps: no block barrier, no shared memory).
+  // elements short of 128 ng).
   P pk[NS];
   int vidx[NS];
   bool live[NS];
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
-    vidx[j] = 16 * g - a + 4 * (j < 5 ? j : 4) + i;
-    bool on = g < ng && vidx[j] >= 0 && vidx[j] < nv;
-    if (j == 0 && i < a && warp_first) on = false;  // loaded, quantised and stored by the previous warp
-    if (j == 4) on = on && g == ng - 1;
-    if (j == 5) on = on && warp_last && (i < a || (i == a && mis > 0));
-    live[j] = on;
-    if (on) pk[j].load(x + vidx[j] * VEC);
+    vidx[j] = 16 * g - a + 4 * j + i;
+    live[j] = g < ng && vidx[j] >= 0 && vidx[j] < nv && (j < 4 || g == ng - 1);
+    if (live[j]) pk[j].load(x + vidx[j] * VEC);
   }
 
   // Amax: `hi` over this lane's elements of group g, `lo` over those of group g - 1 (slot 0 of lanes i < a whole,
-  // and the first mis elements of vector 16g, slot 0 of lane a), `next_lo` over slot 5's (group g's last, on a
-  // warp's last quad). Masks only where a vector holds elements of two groups or of a neighbouring row: vector 16g
-  // (on quad 0 the cover's first, whose first mis elements lie before the row), vector 16(g + 1) in slot 5, and the
-  // row's last vectors.
-  AmaxAcc<DT, VEC> hi, lo, next_lo;
+  // and the first mis elements of vector 16g, slot 0 of lane a). Masks only where a vector holds elements of two
+  // groups or of a neighbouring row: vector 16g (on quad 0 the cover's first, whose first mis elements lie before
+  // the row) and the row's last vectors. As in the tile kernels (HPC_FP8_FINITE_FAST_PATH), from the raw
+  // magnitudes when the lane's elements are all finite (then its codes need no NaN fix-up), else counted again
+  // element by element.
+  const bool split = live[0] && i == a;  // slot 0 is vector 16g
   auto masked = [&](const P& v, int from, int to) {
     P part = v;
     uint32_t keep[4];
@@ -116,69 +112,95 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p) {
     part.and_words(keep);
     return part;
   };
+  auto accumulate = [&](auto& hi, auto& lo) {
 #pragma unroll
-  for (int j = 0; j < 5; ++j) {
-    if (!live[j]) continue;
-    const int to = min(span - VEC * vidx[j], VEC);
-    if (j == 0 && i < a) {
-      lo.add(pk[0]);  // group g - 1's whole vectors: never the row's first or last (g >= 1 when they are live)
-    } else if ((j == 0 && i == a) || to < VEC) {
-      hi.add(masked(pk[j], j == 0 && i == a ? mis : 0, to));
-    } else {
-      hi.add(pk[j]);
+    for (int j = 0; j < NS; ++j) {
+      if (!live[j]) continue;
+      const int to = min(span - VEC * vidx[j], VEC);
+      if (j == 0 && i < a) {
+        lo.add(pk[0]);  // vectors 16g - a .. 16g - 1: group g - 1, never the row's last (g >= 1 when they are live)
+      } else if ((j == 0 && i == a) || to < VEC) {
+        hi.add(masked(pk[j], j == 0 && i == a ? mis : 0, to));
+      } else {
+        hi.add(pk[j]);
+      }
     }
+    if (split && g > 0) lo.add(masked(pk[0], 0, mis));
+  };
+  uint32_t h_bits, l_bits;
+  MagnitudeMax<DT, VEC> fast_hi, fast_lo;
+  accumulate(fast_hi, fast_lo);
+  const bool finite = fast_hi.finite() && fast_lo.finite();  // every element this lane stores
+  if (finite) {
+    h_bits = fast_hi.bits();
+    l_bits = fast_lo.bits();
+  } else {  // rare: an Inf or NaN among the lane's elements
+    ElementAmax<DT, VEC> exact_hi, exact_lo;
+    accumulate(exact_hi, exact_lo);
+    h_bits = exact_hi.bits();
+    l_bits = exact_lo.bits();
   }
-  if (live[0] && i == a && g > 0 && !warp_first) lo.add(masked(pk[0], 0, mis));
-  if (live[5]) next_lo.add(i < a ? pk[5] : masked(pk[5], 0, mis));
-  uint32_t h_bits = g < ng ? hi.bits() : 0u, l_bits = g < ng ? lo.bits() : 0u, n_bits = next_lo.bits();
+  if (g >= ng) h_bits = l_bits = 0u;
 #pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {  // the quad's parts of groups g, g - 1 and (warp's last quad) g + 1's low
+  for (int off = 1; off < 4; off <<= 1) {  // the quad's parts of groups g and g - 1
     h_bits = max(h_bits, __shfl_xor_sync(0xffffffffu, h_bits, off));
     l_bits = max(l_bits, __shfl_xor_sync(0xffffffffu, l_bits, off));
-    n_bits = max(n_bits, __shfl_xor_sync(0xffffffffu, n_bits, off));
   }
-  // Group g's amax, on every lane of its quad: the quad's part and the next quad's low part (the warp's last quad
-  // read it itself, slot 5).
+  if (lane == 0) lo_first[warp] = l_bits;
+  if (lane == 28) hi_last[warp] = h_bits;
+  __syncthreads();
+  // Group g's amax, on every lane of its quad: the quad's part and the next quad's low part (from the next warp's
+  // first quad for the last quad of a warp).
   const int next_first = (lane & ~3) + 4;
-  const uint32_t from_next = __shfl_sync(0xffffffffu, l_bits, next_first & 31);
-  const uint32_t group_bits = max(h_bits, next_first < 32 ? from_next : n_bits);
+  const uint32_t next_lo = __shfl_sync(0xffffffffu, l_bits, next_first & 31);
+  const int nwarps = int(blockDim.x >> 5);
+  const uint32_t group_bits =
+      max(h_bits, next_first < 32 ? next_lo : (warp + 1 < nwarps ? lo_first[warp + 1] : 0u));
   const float scale = scale_from_amax_bits(group_bits, p.ue8m0);
   const float inv = div_rn(1.0f, scale);
-  // Group g - 1's reciprocal scale for the quad's low part (unused on a warp's first quad).
-  const float inv_prev = __shfl_sync(0xffffffffu, inv, ((lane & ~3) - 4) & 31);
+  // Group g - 1's reciprocal scale for the quad's low part: the previous quad's, or on a warp's first quad the
+  // previous warp's last quad's amax with this quad's low part.
+  float inv_prev = __shfl_sync(0xffffffffu, inv, ((lane & ~3) - 4) & 31);
+  if (lane < 4 && warp > 0) inv_prev = div_rn(1.0f, scale_from_amax_bits(max(hi_last[warp - 1], l_bits), p.ue8m0));
 
+  auto store_all = [&](auto may_hold_nan) {
+    constexpr bool kNaN = decltype(may_hold_nan)::value;
 #pragma unroll
-  for (int j = 0; j < NS; ++j) {
-    if (!live[j]) continue;
-    uint32_t w[QW];
-    pk[j].quantised_words(j == 0 && i < a ? inv_prev : inv, w);
-    int from = vidx[j] == 0 ? mis : 0, to = min(span - VEC * vidx[j], VEC);
-    if (j == 0 && i == a && g > 0 && mis > 0) {  // vector 16g: its first mis elements are group g - 1's
-      if (warp_first) {
-        from = mis;  // the previous warp's last quad stores them (its slot 5)
-      } else {
+    for (int j = 0; j < NS; ++j) {
+      if (!live[j]) continue;
+      uint32_t w[QW];
+      pk[j].template quantised_words<kNaN>(j == 0 && i < a ? inv_prev : inv, w);
+      if (j == 0 && split && g > 0 && mis > 0) {  // vector 16g: its first mis elements are group g - 1's
         uint32_t w_lo[QW];
-        pk[0].quantised_words(inv_prev, w_lo);
+        pk[0].template quantised_words<kNaN>(inv_prev, w_lo);
 #pragma unroll
         for (int k = 0; k < QW; ++k) {
           const uint32_t mine = bytes_from(mis - 4 * k);  // bytes (elements) of group g
           w[k] = (w[k] & mine) | (w_lo[k] & ~mine);
         }
       }
+      const int from = vidx[j] == 0 ? mis : 0;
+      const int to = min(span - VEC * vidx[j], VEC);
+      if (from == 0 && to == VEC) {
+        P::store_words(q + vidx[j] * VEC, w);
+      } else {  // the row's first or last vector: its other bytes are the neighbouring rows'
+        P::store_words_range(q + vidx[j] * VEC, w, from, to);
+      }
     }
-    if (j == 5 && i == a) to = mis;  // the next quad's vector 16(g + 1): only group g's first mis bytes
-    if (from == 0 && to == VEC) {
-      P::store_words(q + vidx[j] * VEC, w);
-    } else {  // shared with a neighbouring row, or across two warps: byte-exact
-      P::store_words_range(q + vidx[j] * VEC, w, from, to);
-    }
+  };
+  if (finite) {
+    store_all(std::false_type{});
+  } else {
+    store_all(std::true_type{});
   }
   if (i == 0 && g < ng) write_scale(p, row, g, scale);
 }
 
 template <int DT>
 __global__ void __launch_bounds__(kOddGroupMaxThreads) fp8_quant_odd_group_row_kernel(const QuantParams p) {
-  quant_odd_group_row<DT>(p);
+  __shared__ uint32_t lo_first[kOddGroupMaxThreads / 32];
+  __shared__ uint32_t hi_last[kOddGroupMaxThreads / 32];
+  quant_odd_group_row<DT>(p, lo_first, hi_last);
 }
 
 #endif  // __CUDACC__
