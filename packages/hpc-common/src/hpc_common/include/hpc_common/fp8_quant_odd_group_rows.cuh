@@ -31,6 +31,10 @@
 #ifndef HPC_FP8_ODD_GROUP_ROWS
 #define HPC_FP8_ODD_GROUP_ROWS 1
 #endif
+// Interior quads on a path without the edges' masks and checks (off: every quad on the general path, the A/B row).
+#ifndef HPC_FP8_ODD_GROUP_INTERIOR_PATH
+#define HPC_FP8_ODD_GROUP_INTERIOR_PATH 1
+#endif
 
 namespace hpc {
 namespace fp8 {
@@ -87,14 +91,19 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32
   // Slot j < 4 of lane i: cover vector 16g - a + 4j + i; slot 4, on the last quad only: vectors 16 ng - a + i, the
   // rest of the last group (and the cover's one vector past the groups' 16 ng, when the row ends fewer than mis
   // elements short of 128 ng).
+  // An interior quad (neither the row's first nor its last) has its four slots live and whole: one base address,
+  // no masks but vector 16g's, plain stores; the edge quads take the general path (HPC_FP8_ODD_GROUP_INTERIOR_PATH 0: every quad).
+  const bool interior = HPC_FP8_ODD_GROUP_INTERIOR_PATH && g > 0 && g < ng - 1;
+  const raw* xl = x + (16 * g - a + i) * VEC;
+  uint8_t* ql = q + (16 * g - a + i) * VEC;
   P pk[NS];
   int vidx[NS];
   bool live[NS];
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
     vidx[j] = 16 * g - a + 4 * j + i;
-    live[j] = g < ng && vidx[j] >= 0 && vidx[j] < nv && (j < 4 || g == ng - 1);
-    if (live[j]) pk[j].load(x + vidx[j] * VEC);
+    live[j] = interior ? j < 4 : g < ng && vidx[j] >= 0 && vidx[j] < nv && (j < 4 || g == ng - 1);
+    if (live[j]) pk[j].load(xl + 4 * VEC * j);
   }
 
   // Amax: `hi` over this lane's elements of group g, `lo` over those of group g - 1 (slot 0 of lanes i < a whole,
@@ -113,6 +122,19 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32
     return part;
   };
   auto accumulate = [&](auto& hi, auto& lo) {
+    if (interior) {
+      if (i < a) {
+        lo.add(pk[0]);
+      } else if (i == a) {
+        hi.add(masked(pk[0], mis, VEC));
+        lo.add(masked(pk[0], 0, mis));
+      } else {
+        hi.add(pk[0]);
+      }
+#pragma unroll
+      for (int j = 1; j < 4; ++j) hi.add(pk[j]);
+      return;
+    }
 #pragma unroll
     for (int j = 0; j < NS; ++j) {
       if (!live[j]) continue;
@@ -165,6 +187,23 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32
 
   auto store_all = [&](auto may_hold_nan) {
     constexpr bool kNaN = decltype(may_hold_nan)::value;
+    if (interior) {
+      uint32_t w[QW];
+      pk[0].template quantised_words<kNaN>(i < a ? inv_prev : inv, w);
+      if (i == a && mis > 0) {  // vector 16g: its first mis elements are group g - 1's
+        uint32_t w_lo[QW];
+        pk[0].template quantised_words<kNaN>(inv_prev, w_lo);
+#pragma unroll
+        for (int k = 0; k < QW; ++k) {
+          const uint32_t mine = bytes_from(mis - 4 * k);
+          w[k] = (w[k] & mine) | (w_lo[k] & ~mine);
+        }
+      }
+      P::store_words(ql, w);
+#pragma unroll
+      for (int j = 1; j < 4; ++j) pk[j].template store_quantised<kNaN>(ql + 4 * VEC * j, inv);
+      return;
+    }
 #pragma unroll
     for (int j = 0; j < NS; ++j) {
       if (!live[j]) continue;
@@ -182,9 +221,9 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32
       const int from = vidx[j] == 0 ? mis : 0;
       const int to = min(span - VEC * vidx[j], VEC);
       if (from == 0 && to == VEC) {
-        P::store_words(q + vidx[j] * VEC, w);
+        P::store_words(ql + 4 * VEC * j, w);
       } else {  // the row's first or last vector: its other bytes are the neighbouring rows'
-        P::store_words_range(q + vidx[j] * VEC, w, from, to);
+        P::store_words_range(ql + 4 * VEC * j, w, from, to);
       }
     }
   };
