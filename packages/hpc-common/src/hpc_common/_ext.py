@@ -36,8 +36,10 @@ def load_variant(*defines: str):
 # - ours_cover_threads_256: the covers (64 threads since the twenty-sixth session) and odd rows (128) on 256-thread
 #   CTAs, as before (0.4-1.8 us slower; 70b01d9's A/B names the 128- / 64-thread rows `ours_cover_threads_128/_64`);
 # - ours_odd_group_covers: odd group-128 rows of 2-byte inputs on the misaligned covers (fp8_quant_odd_row_tile_kernel)
-#   instead of one row per CTA (fp8_quant_odd_group_row_kernel; the default from the thirty-third session);
-# - ours_odd_group_general_path: that kernel's interior quads on the edges' general path (masks and checks per slot).
+#   instead of one row per CTA (fp8_quant_odd_group_row_kernel; the default from the thirty-third session).
+# (The thirty-third session's ours_odd_group_general_path measured the one-row kernel without a separate path for
+# its interior quads, which was 2.2 / 2.7 us slower cold / back to back and was removed:
+# fp8_quant_odd_group_rows_interior_ab_682b15a.*.)
 # (The twenty-sixth session's ours_row_warp_six, rows of 129-192 vectors on one warp at 6 per lane, measured null at
 # N = 1536 and was removed; its rows are in fp8_quant_row_warp_six_ab_fea367c.*. ours_touch_params, every parameter
 # line touched at entry, measured null to slower and was removed: fp8_quant_touch_params_ab_4c48a4c.*.)
@@ -54,6 +56,5 @@ FP8_VARIANTS = {
     "ours_long_row_sixteen": ("-DHPC_FP8_WIDE_LONG_ROWS=0",),
     "ours_cover_threads_256": ("-DHPC_FP8_COVER_CTA_THREADS=256", "-DHPC_FP8_ODD_COVER_CTA_THREADS=256"),
     "ours_odd_group_covers": ("-DHPC_FP8_ODD_GROUP_ROWS=0",),
-    "ours_odd_group_general_path": ("-DHPC_FP8_ODD_GROUP_INTERIOR_PATH=0",),
 }
 BUILD_VARIANTS = tuple(FP8_VARIANTS.values())

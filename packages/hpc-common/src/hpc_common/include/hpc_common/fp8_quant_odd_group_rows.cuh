@@ -31,10 +31,6 @@
 #ifndef HPC_FP8_ODD_GROUP_ROWS
 #define HPC_FP8_ODD_GROUP_ROWS 1
 #endif
-// Interior quads on a path without the edges' masks and checks (off: every quad on the general path, the A/B row).
-#ifndef HPC_FP8_ODD_GROUP_INTERIOR_PATH
-#define HPC_FP8_ODD_GROUP_INTERIOR_PATH 1
-#endif
 
 namespace hpc {
 namespace fp8 {
@@ -91,9 +87,8 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32
   // Slot j < 4 of lane i: cover vector 16g - a + 4j + i; slot 4, on the last quad only: vectors 16 ng - a + i, the
   // rest of the last group (and the cover's one vector past the groups' 16 ng, when the row ends fewer than mis
   // elements short of 128 ng).
-  // An interior quad (neither the row's first nor its last) has its four slots live and whole: one base address,
-  // no masks but vector 16g's, plain stores; the edge quads take the general path (HPC_FP8_ODD_GROUP_INTERIOR_PATH 0: every quad).
-  const bool interior = HPC_FP8_ODD_GROUP_INTERIOR_PATH && g > 0 && g < ng - 1;
+  // One base address per lane, the slots at constant offsets from it (x + vidx * VEC per slot read 34.8 / 30.6 us
+  // cold / back to back against 33.0 / 28.6, run of 682b15a: the kernel is issue-bound).
   const raw* xl = x + (16 * g - a + i) * VEC;
   uint8_t* ql = q + (16 * g - a + i) * VEC;
   P pk[NS];
@@ -102,7 +97,7 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
     vidx[j] = 16 * g - a + 4 * j + i;
-    live[j] = interior ? j < 4 : g < ng && vidx[j] >= 0 && vidx[j] < nv && (j < 4 || g == ng - 1);
+    live[j] = g < ng && vidx[j] >= 0 && vidx[j] < nv && (j < 4 || g == ng - 1);
     if (live[j]) pk[j].load(xl + 4 * VEC * j);
   }
 
@@ -122,19 +117,6 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32
     return part;
   };
   auto accumulate = [&](auto& hi, auto& lo) {
-    if (interior) {
-      if (i < a) {
-        lo.add(pk[0]);
-      } else if (i == a) {
-        hi.add(masked(pk[0], mis, VEC));
-        lo.add(masked(pk[0], 0, mis));
-      } else {
-        hi.add(pk[0]);
-      }
-#pragma unroll
-      for (int j = 1; j < 4; ++j) hi.add(pk[j]);
-      return;
-    }
 #pragma unroll
     for (int j = 0; j < NS; ++j) {
       if (!live[j]) continue;
@@ -187,23 +169,6 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32
 
   auto store_all = [&](auto may_hold_nan) {
     constexpr bool kNaN = decltype(may_hold_nan)::value;
-    if (interior) {
-      uint32_t w[QW];
-      pk[0].template quantised_words<kNaN>(i < a ? inv_prev : inv, w);
-      if (i == a && mis > 0) {  // vector 16g: its first mis elements are group g - 1's
-        uint32_t w_lo[QW];
-        pk[0].template quantised_words<kNaN>(inv_prev, w_lo);
-#pragma unroll
-        for (int k = 0; k < QW; ++k) {
-          const uint32_t mine = bytes_from(mis - 4 * k);
-          w[k] = (w[k] & mine) | (w_lo[k] & ~mine);
-        }
-      }
-      P::store_words(ql, w);
-#pragma unroll
-      for (int j = 1; j < 4; ++j) pk[j].template store_quantised<kNaN>(ql + 4 * VEC * j, inv);
-      return;
-    }
 #pragma unroll
     for (int j = 0; j < NS; ++j) {
       if (!live[j]) continue;
