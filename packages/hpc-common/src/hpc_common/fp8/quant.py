@@ -89,7 +89,8 @@ USE_PEELED_VECTOR_PATH = True
 
 
 # Group-128 / per-head quantisation takes the short-segment kernel (fp8_quant_small_seg.cuh) where no
-# tile kernel serves it (with USE_TILE_KERNEL on, odd group rows take fp8_quant_odd_row_tile_kernel),
+# tile kernel serves it (with USE_TILE_KERNEL on, odd group rows take fp8_quant_odd_group_row_kernel, group-128
+# rows of 2-byte inputs, or fp8_quant_odd_row_tile_kernel),
 # peeled rows (odd N) with 4-32-vector segments its masked form (H200, 64 MB bf16 group-128 with
 # N = 4095: 54.9 us against 69.6 on the generic kernel's peeled path); benchmarks/bench_fp8_quant.py
 # turns this off to time the generic kernel beside it.
