@@ -14,10 +14,13 @@ Providers: `ours` (dynamic plan) and `ours_static` (the static split-KV plan), p
 poisoned (NaN) before the first run and must be finite after it, and the first copy's is compared with float32
 attention on the dequantised inputs. Diagnostics (`decode_attention_rotation_diag.*`): `diag_pdl_off` (the
 same stream with PDL off: what the overlap of neighbouring calls is worth) and `diag_cold_call` (the first
-copy's call alone under the written flush, `bench_us`, as the main table times it, same process).
+copy's call alone under the written flush, `bench_us`, as the main table times it, same process); with `--diag`
+also `diag_decode_only` (the decode kernel without the in-kernel merge or combine) and `diag_stream_only` (the
+consumers skip the math as well), the same stream of calls, wrong outputs (timing only): what the merges and the
+math cost per call when no flush is in the way.
 
     python benchmarks/bench_decode_attention_rotation.py [--out-dir benchmarks/results] [--heads 8/1,64/8]
-        [--kv bf16,fp8] [--cases 64x0.5K,...] [--reps 30]
+        [--kv bf16,fp8] [--cases 64x0.5K,...] [--reps 30] [--diag]
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import math
 from pathlib import Path
 
 import torch
-from bench_decode_attention import CASES, HEADS, PAGE, make_inputs, parse_case
+from bench_decode_attention import CASES, HEADS, PAGE, make_inputs, overrides, parse_case
 from hpc_common import pdl_enabled
 from hpc_common.bench import BenchResults, bench_back_to_back_us, bench_us, floor_us, gpu_slug
 from hpc_common.testing import error_stats
@@ -44,7 +47,7 @@ def copies_for(kv_bytes: int) -> int:
     return min(MAX_COPIES, max(2, math.ceil(ROTATION_BYTES / kv_bytes)))
 
 
-def bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, reps):
+def bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, reps, diag=False):
     lens = parse_case(case)
     B, max_len = len(lens), max(lens)
     elem = 1 if kv_dtype == "fp8" else 2
@@ -85,6 +88,9 @@ def bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, reps):
             with pdl_enabled(False):
                 add("diag_pdl_off", bench_back_to_back_us(fns, reps=reps))
             add("diag_cold_call", bench_us(fns[0], reps=100), timing="cold_written_flush")
+            for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)) if diag else ():
+                with overrides(skip_combine=True, flags=flags):  # read at capture: the graph keeps it
+                    add(name, bench_back_to_back_us(fns, reps=reps))
     del copies
     torch.cuda.empty_cache()
 
@@ -96,6 +102,7 @@ def main() -> None:
     ap.add_argument("--kv", default="bf16,fp8", help="comma list of KV dtypes")
     ap.add_argument("--cases", default=None, help="comma list of cases (default: all six)")
     ap.add_argument("--reps", type=int, default=30, help="graph replays (each runs every copy once)")
+    ap.add_argument("--diag", action="store_true", help="also the decode-only and stream-only rows (timing only)")
     args = ap.parse_args()
     heads = [tuple(int(x) for x in h.split("/")) for h in args.heads.split(",")] if args.heads else HEADS
     cases = args.cases.split(",") if args.cases else CASES
@@ -104,7 +111,7 @@ def main() -> None:
     for hq, hkv in heads:
         for kv_dtype in args.kv.split(","):
             for case in cases:
-                bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, args.reps)
+                bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, args.reps, diag=args.diag)
     diag = res.split_off("decode_attention_rotation_diag", lambda row: row["provider"].startswith("diag_"))
     print(res.markdown())
     print(f"wrote {res.write()}")
