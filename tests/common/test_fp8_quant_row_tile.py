@@ -35,6 +35,7 @@ def odd_kernel(n: int, group_size: int, dtype) -> str:
     ng = -(-n // group_size)
     return ODD_GROUP_KERNEL if dtype != torch.float32 and group_size == 128 and 8 <= ng <= 256 else ODD_KERNEL
 
+
 # (mode, shape) per vector width: bf16 / fp16 hold 8 elements per vector, fp32 4.
 ROW_CASES_16BIT = [
     ("per_token", (37, 2880)),      # 360 vectors: 96-lane teams, one row per CTA (HPC_FP8_ROW_TILE_ONE_ROW)
