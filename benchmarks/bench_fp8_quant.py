@@ -18,7 +18,9 @@ two halves into a third tensor: one plain elementwise kernel with the quantiser'
 input's bytes read and half of them written), `ours_back_to_back` (the default dispatch) and
 `torch_copy_back_to_back` (the same copy), the last two timed by hpc_common.bench.bench_back_to_back_us: calls back to back in one
 graph on rotating inputs (> 512 MB in all), per-call time, i.e. steady-state throughput measured
-the way the 4.27 TB/s copy ceiling was; rows carry `timing="back_to_back"`.
+the way the 4.27 TB/s copy ceiling was; rows carry `timing="back_to_back"`. Build-variant providers named with
+`--providers` (hpc_common._ext.FP8_VARIANTS) get `<variant>_back_to_back` rows too, followed by
+`ours_back_to_back_again` (A/B runs).
 
 Bytes per call: input read + FP8 written + scales written; dynamic per-tensor reads the input
 twice (amax pass, then quantising pass), and its floor counts both reads (a tensor larger
