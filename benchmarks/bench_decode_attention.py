@@ -110,6 +110,17 @@ def page_table_of(need, pages):
     return pt
 
 
+def kv_bytes_of(lens, hkv, kv_dtype) -> int:
+    """K and V bytes of a case's requests (head dim 128)."""
+    return 2 * sum(lens) * hkv * 128 * (1 if kv_dtype == "fp8" else 2)
+
+
+def call_bytes(lens, hkv, kv_dtype, q, pt) -> int:
+    """The bytes a decode call must move, its floor's numerator: K and V, q read and the output written (BF16,
+    q's shape), the page table."""
+    return kv_bytes_of(lens, hkv, kv_dtype) + 2 * q.numel() * 2 + pt.numel() * 4
+
+
 def make_inputs(lens, hq, hkv, kv_dtype, gen):
     dev = torch.device("cuda")
     need = [(L + PAGE - 1) // PAGE for L in lens]
@@ -177,8 +188,7 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
     lens = parse_case(case)
     q, k, v, pt, kv_lens, (ks, vs) = make_inputs(lens, hq, hkv, kv_dtype, gen)
     B = len(lens)
-    elem = 1 if kv_dtype == "fp8" else 2
-    nbytes = 2 * sum(lens) * hkv * 128 * elem + 2 * q.numel() * 2 + pt.numel() * 4
+    nbytes = call_bytes(lens, hkv, kv_dtype, q, pt)
     floor = floor_us(nbytes)
     fields = dict(case=case, Hq=hq, Hkv=hkv, kv_dtype=kv_dtype, floor_us=floor)
     max_len = max(lens)

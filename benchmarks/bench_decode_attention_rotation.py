@@ -30,7 +30,7 @@ import math
 from pathlib import Path
 
 import torch
-from bench_decode_attention import CASES, HEADS, PAGE, make_inputs, overrides, parse_case
+from bench_decode_attention import CASES, HEADS, PAGE, call_bytes, kv_bytes_of, make_inputs, overrides, parse_case
 from hpc_common import pdl_enabled
 from hpc_common.bench import BenchResults, bench_back_to_back_us, bench_us, floor_us, gpu_slug
 from hpc_common.testing import error_stats
@@ -50,12 +50,10 @@ def copies_for(kv_bytes: int) -> int:
 def bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, reps, diag=False):
     lens = parse_case(case)
     B, max_len = len(lens), max(lens)
-    elem = 1 if kv_dtype == "fp8" else 2
-    kv_bytes = 2 * sum(lens) * hkv * 128 * elem
-    n = copies_for(kv_bytes)
+    n = copies_for(kv_bytes_of(lens, hkv, kv_dtype))
     copies = [make_inputs(lens, hq, hkv, kv_dtype, gen) for _ in range(n)]
     q0, k0, v0, pt0, _, (ks, vs) = copies[0]
-    nbytes = kv_bytes + 2 * q0.numel() * 2 + pt0.numel() * 4  # as bench_decode_attention.py's floor
+    nbytes = call_bytes(lens, hkv, kv_dtype, q0, pt0)
     floor = floor_us(nbytes)
     fields = dict(case=case, Hq=hq, Hkv=hkv, kv_dtype=kv_dtype, floor_us=floor, copies=n)
     ref = decode_reference(q0, k0, v0, pt0, lens, sm_scale=128 ** -0.5, k_scale=ks, v_scale=vs, dtype=torch.float32)

@@ -28,9 +28,7 @@ static std::string choose(const QuantParams& p, int vec, QuantParams& t, TileKer
     case TileKernel::kTiles:
       return "tile";
     case TileKernel::kRows:
-      if (t.peel) {  // launch_fp8_quant_row_tile: fp8_quant_odd_group_row_kernel or fp8_quant_odd_row_tile_kernel
-        return odd_group_rows_applicable(t, vec) ? "odd_group_row" : "odd_row_tile";
-      }
+      if (t.peel) return "odd_row_tile";  // launch_fp8_quant_row_tile: fp8_quant_odd_row_tile_kernel
       if (row_tile_covers(t)) return row_tile_partial_vectors(t, vec) ? "row_tile_cover" : "row_tile_cover_whole";
       switch (row_tile_vpt(t.seg_vecs, true)) {  // launch_fp8_quant_row_tile's kernels
         case 3:
@@ -40,6 +38,8 @@ static std::string choose(const QuantParams& p, int vec, QuantParams& t, TileKer
         default:  // launch_fp8_quant_row_tile: more than 256 lanes take the 512-thread kernel
           return t.team > kTileThreads ? "wide_row" : "long_row";
       }
+    case TileKernel::kOddGroupRows:
+      return "odd_group_row";
     case TileKernel::kNone:
       break;
   }
@@ -115,11 +115,6 @@ int main(int argc, char** argv) {
     const std::string name = choose(p, p.dtype == kFP32 ? 4 : 8, t, k);
     if (geometry) {  // the tile kernels' launch: threads per CTA and CTAs (0 0 for the other kernels)
       const bool tiled = k != TileKernel::kNone;
-      if (name == "odd_group_row") {  // one row per CTA, four lanes per group
-        printf("%s %lld %d %u %lld\n", name.c_str(), (long long)t.segs_per_row, kOddGroupLanes, odd_group_row_threads(t),
-               (long long)t.rows);
-        continue;
-      }
       printf("%s %d %d %u %lld\n", name.c_str(), t.tile_segs, t.team, tiled ? tile_kernel_threads(t, k) : 0u,
              tiled ? (long long)t.num_tiles : 0ll);
     } else {

@@ -124,15 +124,16 @@ def _running_merge(o_parts: torch.Tensor, lse_parts: torch.Tensor, qs: list[int]
 
 
 def merge_split_item(o_parts: torch.Tensor, lse_parts: torch.Tensor, warp_parts: int = 24,
-                     groups: int = 8, batch: int = 9, group_batch: int = 9, wide_batch: int = 12) -> torch.Tensor:
+                     groups: int = 8, batch: int = 9, group_batch: int = 9, wide_batch: int = 12,
+                     narrow_parts: int = 16) -> torch.Tensor:
     """The fixed-order merge of the combine kernel and of the decode kernel's in-kernel merge
     (split_merge.cuh), as algebra: P <= warp_parts parts in one running merge (batches of `batch`, of
-    `wide_batch` above 16 parts); more in `groups` residue groups (parts g, g + groups, ..., batches of
+    `wide_batch` above `narrow_parts` parts: kNarrowParts, wide_one_level); more in `groups` residue groups (parts g, g + groups, ..., batches of
     `group_batch`), each turned into a partial of its own (o = acc / l, lse = m + log2 l; a group without
     parts is padding) and the group partials merged in group order as one batch. Equals combine_partials."""
     P = o_parts.shape[0]
     if P <= warp_parts:
-        _, l, acc = _running_merge(o_parts, lse_parts, list(range(P)), batch=wide_batch if P > 16 else batch)
+        _, l, acc = _running_merge(o_parts, lse_parts, list(range(P)), batch=wide_batch if P > narrow_parts else batch)
         return acc / l[..., None]
     group_o, group_lse = [], []
     for g in range(groups):

@@ -29,6 +29,8 @@ cudaError_t launch_vector_path(const QuantParams& p, cudaStream_t stream, bool p
       return launch_fp8_quant_tile<DT, VEC>(t, stream, pdl);
     case TileKernel::kRows:
       return launch_fp8_quant_row_tile<DT, VEC>(t, stream, pdl);
+    case TileKernel::kOddGroupRows:
+      return launch_fp8_quant_odd_group_rows<DT, VEC>(t, stream, pdl);
     case TileKernel::kNone:
       break;
   }

@@ -48,9 +48,12 @@ inline bool odd_group_rows_applicable(const QuantParams& p, int vec) {
          p.segs_per_row * kOddGroupLanes <= kOddGroupMaxThreads && p.rows <= 0x7fffffff;
 }
 
-// Threads per CTA: four lanes per group, whole warps.
-inline unsigned odd_group_row_threads(const QuantParams& p) {
-  return unsigned((p.segs_per_row * kOddGroupLanes + 31) / 32 * 32);
+// The launch geometry in the row tile kernels' fields: one row per CTA (tile_segs = its groups, team = four lanes
+// each, so tile_kernel_threads gives whole warps of quads), a CTA per row.
+inline void set_odd_group_row_geometry(QuantParams& p) {
+  p.tile_segs = int(p.segs_per_row);
+  p.team = kOddGroupLanes;
+  p.num_tiles = p.rows;
 }
 
 #if defined(__CUDACC__)

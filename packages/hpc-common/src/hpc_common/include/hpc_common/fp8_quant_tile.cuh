@@ -623,7 +623,7 @@ inline bool prepare_row_tiles(QuantParams& p, int vec) {
   return true;
 }
 
-enum class TileKernel { kNone, kTiles, kFlat, kColumns, kRows };
+enum class TileKernel { kNone, kTiles, kFlat, kColumns, kRows, kOddGroupRows };
 
 // Which short-lived kernel serves p (the caller checked p.vectorized), with p's geometry set for it
 // (grid size in p.num_tiles) so the launch derives nothing again. kNone (p unchanged): p.tile off, the
@@ -641,6 +641,11 @@ inline TileKernel prepare_tile_kernel(QuantParams& p, int vec) {
   if (!bulk_applicable(p, vec)) {
     QuantParams r = p;
     if (!prepare_row_tiles(r, vec) || r.num_tiles > kMaxGrid) return TileKernel::kNone;
+    if (odd_group_rows_applicable(r, vec)) {  // odd group-128 rows of 2-byte inputs: one row per CTA
+      set_odd_group_row_geometry(r);
+      p = r;
+      return TileKernel::kOddGroupRows;
+    }
     p = r;
     return TileKernel::kRows;
   }
@@ -663,7 +668,9 @@ inline TileKernel prepare_tile_kernel(QuantParams& p, int vec) {
 // probe's geometry check use it). Rows: whole warps of teams, so a short last run (or a small tensor) still fills
 // each warp's shuffles; columns: kColTileRows rows of the tile's teams.
 inline unsigned tile_kernel_threads(const QuantParams& p, TileKernel k) {
-  if (k == TileKernel::kRows) return unsigned((int64_t(p.tile_segs) * p.team + 31) / 32 * 32);
+  if (k == TileKernel::kRows || k == TileKernel::kOddGroupRows) {
+    return unsigned((int64_t(p.tile_segs) * p.team + 31) / 32 * 32);
+  }
   if (k == TileKernel::kColumns) return unsigned(p.tile_segs * kColTileRows * p.team);  // 256 for a full tile
   return kTileThreads;
 }
@@ -688,12 +695,6 @@ inline cudaError_t launch_fp8_quant_tile(QuantParams p, cudaStream_t stream, boo
 
 template <int DT, int VEC>
 inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t stream, bool pdl) {
-  if constexpr (VEC == 8 && DT != kFP32) {  // odd group-128 rows: one row per CTA (fp8_quant_odd_group_rows.cuh)
-    if (odd_group_rows_applicable(p, VEC)) {
-      return hpc::launch_kernel(fp8_quant_odd_group_row_kernel<DT>, dim3(unsigned(p.rows)),
-                                dim3(odd_group_row_threads(p)), 0, stream, pdl, p);
-    }
-  }
   const unsigned threads = tile_kernel_threads(p, TileKernel::kRows);
   const bool cover = row_tile_covers(p);
   const int vpt = row_tile_vpt(p.seg_vecs, !cover && !p.peel);
@@ -722,6 +723,16 @@ inline cudaError_t launch_fp8_quant_row_tile(const QuantParams& p, cudaStream_t 
     kernel = fp8_quant_row_tile_kernel<DT, VEC, false>;
   }
   return hpc::launch_kernel(kernel, dim3(unsigned(p.num_tiles)), dim3(threads), 0, stream, pdl, p);
+}
+
+template <int DT, int VEC>
+inline cudaError_t launch_fp8_quant_odd_group_rows(const QuantParams& p, cudaStream_t stream, bool pdl) {
+  if constexpr (VEC == 8 && DT != kFP32) {  // (odd_group_rows_applicable: 2-byte inputs only)
+    return hpc::launch_kernel(fp8_quant_odd_group_row_kernel<DT>, dim3(unsigned(p.num_tiles)),
+                              dim3(tile_kernel_threads(p, TileKernel::kOddGroupRows)), 0, stream, pdl, p);
+  } else {
+    return cudaErrorInvalidValue;
+  }
 }
 
 template <int DT, int VEC>
