@@ -10,8 +10,10 @@ with PDL, as the layers of a captured step do, so one call's start overlaps the 
 TB/s copy ceiling is itself a back-to-back rate. Each copy has its own plan, cold like its KV (a step shares one
 plan over its layers, but the GEMMs between two attention calls evict it).
 
-Providers: `ours` (dynamic plan) and `ours_static` (the static split-KV plan), per call; every copy's output is
-poisoned (NaN) before the first run and must be finite after it, and the first copy's is compared with float32
+Providers: `ours` (dynamic plan), `ours_early_kv` (the same with `new_tokens=1`: each call's producer reads its
+plan entries and first older KV tiles before its PDL wait, while the previous call ends; the promise holds here,
+since no call writes another copy's inputs) and `ours_static` (the static split-KV plan), per call; every copy's
+output is poisoned (NaN) before the first run and must be finite after it, and the first copy's is compared with float32
 attention on the dequantised inputs. Diagnostics (`decode_attention_rotation_diag.*`): `diag_pdl_off` (the
 same stream with PDL off: what the overlap of neighbouring calls is worth) and `diag_cold_call` (the first
 copy's call alone under the written flush, `bench_us`, as the main table times it, same process); with `--diag`
@@ -65,18 +67,19 @@ def bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, reps, diag=False):
         print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {provider:>14} ({n:>2} copies): {t:8.2f} us  floor {floor:7.2f}"
               f"  {row['tbps']:.2f} TB/s" + (f"  rel_err {extra['rel_err']:.2e}" if extra else ""), flush=True)
 
-    for provider, static in (("ours", None), ("ours_static", "auto")):
+    providers = (("ours", None, None), ("ours_early_kv", None, 1), ("ours_static", "auto", None))
+    for provider, static, new_tokens in providers:
         fns, outs = [], []
         for q, k, v, pt, kv_lens, _ in copies:
             ws = ha.DecodeWorkspace(B, hkv, hq, max_len, static_splits=static)
             plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, static_splits=static, kv_dtype=kv_torch,
                                   page_table=pt, page_size=PAGE)
             out = torch.full((B, hq, 128), float("nan"), dtype=torch.bfloat16, device="cuda")
-            fns.append(lambda q=q, k=k, v=v, pt=pt, kv_lens=kv_lens, plan=plan, out=out:
-                       ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out))
+            fns.append(lambda q=q, k=k, v=v, pt=pt, kv_lens=kv_lens, plan=plan, out=out, new_tokens=new_tokens:
+                       ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out, new_tokens=new_tokens))
             outs.append(out)
         for fn in fns:
-            fn()
+            fn()  # also the first decode after each plan, which never loads KV before its PDL wait
         torch.cuda.synchronize()
         bad = [i for i, out in enumerate(outs) if not torch.isfinite(out).all()]
         if bad:

@@ -13,7 +13,7 @@ import torch
 import hpc_attention as ha
 from hpc_attention import heuristics
 from hpc_attention import paged_decode as dec
-from hpc_common import set_num_sms
+from hpc_common import pdl_enabled, set_num_sms
 
 FP8 = torch.float8_e4m3fn
 BINDINGS = Path(ha.__file__).parent / "csrc" / "bindings.cpp"
@@ -223,3 +223,34 @@ def test_validate_rejects_bad_page_ids(fake):
     ha.decode(q, k, v, pt, lens, plan, validate=True)
     pt[0, 3] = -4  # past request 0's length: never read, so allowed
     ha.decode(q, k, v, pt, lens, plan, validate=True)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_error_new_tokens(fake, bad):
+    q, k, v, pt, lens = inputs()
+    plan = ha.plan_decode(lens, 2, 8, workspace=ha.DecodeWorkspace(3, 2, 8, 256, "cpu"))
+    with pytest.raises(ValueError, match="new_tokens must be None or an int >= 1"):
+        ha.decode(q, k, v, pt, lens, plan, new_tokens=bad)
+
+
+def test_new_tokens_loads_early_only_when_safe(fake, monkeypatch):
+    """decode(new_tokens=n) hands n to the kernel (early_kv_tokens) only with PDL on, the TMA producer, and not on
+    the first decode after plan_decode into the workspace (the planner may be the kernel right before it)."""
+    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", True)
+    q, k, v, pt, lens = inputs()
+    ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu")
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws)
+    with pdl_enabled(True):
+        for _ in range(2):
+            ha.decode(q, k, v, pt, lens, plan, new_tokens=2)
+        ha.decode(q, k, v, pt, lens, plan)  # no promise: nothing early
+        plan = ha.plan_decode(lens, 2, 8, workspace=ws)  # a new plan: the next call is the first again
+        ha.decode(q, k, v, pt, lens, plan, new_tokens=3)
+        ha.decode(q, k, v, pt, lens, plan, new_tokens=3)
+        monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", False)
+        ha.decode(q, k, v, pt, lens, plan, new_tokens=3)
+    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", True)
+    with pdl_enabled(False):
+        ha.decode(q, k, v, pt, lens, plan, new_tokens=3)
+    got = [kw["early_kv_tokens"] for name, kw in fake.calls if name == "paged_decode"]
+    assert got == [0, 2, 0, 0, 3, 0, 0]

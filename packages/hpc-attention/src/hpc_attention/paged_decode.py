@@ -32,7 +32,7 @@ DIAG = {"skip_combine": False, "flags": 0, "timeline": None, "defines": (), "pla
 
 # Which producer the last eager `decode` call ran ("tma" or "cp_async"; tests read it). The TMA
 # producer falls back to cp.async when the driver cannot encode the cache's tensor map.
-LAST_PRODUCER = {"name": None, "first_page": None}
+LAST_PRODUCER = {"name": None, "first_page": None, "early_kv": None}
 
 # Smallest page for the TMA producer: a 64-token tile takes 64 / page_size boxes per K and V.
 _TMA_MIN_PAGE = 16
@@ -120,6 +120,9 @@ class DecodeWorkspace:
         self.slot_meta = torch.zeros(caps.slots, 2, **i32)
         self.merge_counts = torch.zeros(caps.slots, **i32)
         self.merge_ml = torch.empty(caps.slots, self.group, 2, dtype=torch.float32, device=device)
+        # True from plan_decode until the next decode on this workspace: the planner may then be the kernel right
+        # before the decode kernel, so `decode(new_tokens=...)` must not read the tables before its PDL wait.
+        self.fresh_plan = True
 
 
 @dataclass
@@ -208,7 +211,8 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
                merge_counts: torch.Tensor, merge_ml: torch.Tensor, claim_counter: torch.Tensor, out: torch.Tensor,
                k_scale_t: torch.Tensor | None, v_scale_t: torch.Tensor | None, k_scale: float, v_scale: float,
                sm_scale: float, num_ctas: int, combine_ctas: int, merge_in_decode: bool,
-               tma_producer: bool, merge_helpers: bool, bin_first_page: torch.Tensor | None, bin_heads: int) -> None:
+               tma_producer: bool, merge_helpers: bool, bin_first_page: torch.Tensor | None, bin_heads: int,
+               early_kv_tokens: int) -> None:
     # The timeline is recorded only by the diagnostics build of the extension (decode_timeline.cuh).
     if DIAG.get("timeline") is not None:  # with any build switches of the A/B rows
         ext = _ext.load_timeline(*(DIAG.get("defines") or ()))
@@ -242,7 +246,8 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
         merge_counts=merge_counts.data_ptr(), merge_ml=merge_ml.data_ptr(), combine=combine.data_ptr(),
         counters=counters.data_ptr(), claim_counter=claim_counter.data_ptr(), tma_producer=tma_producer,
         num_ctas=num_ctas, pdl=pdl, stream=stream, timeline=_timeline_ptr(num_ctas),
-        bin_first_page=bin_first_page.data_ptr() if bin_first_page is not None else 0, bin_heads=bin_heads)
+        bin_first_page=bin_first_page.data_ptr() if bin_first_page is not None else 0, bin_heads=bin_heads,
+        early_kv_tokens=early_kv_tokens)
     LAST_PRODUCER["name"] = "tma" if used_tma else "cp_async"
     if merge or skip_combine:
         return
@@ -264,7 +269,7 @@ def _timeline_ptr(num_ctas: int) -> int:
 @_decode_op.register_fake
 def _(q, q_scale, k_cache, v_cache, page_table, tasks, bin_start, bin_first, combine, counters, partial_o, partial_lse,
       slot_meta, merge_counts, merge_ml, claim_counter, out, k_scale_t, v_scale_t, k_scale, v_scale, sm_scale, num_ctas, combine_ctas,
-      merge_in_decode, tma_producer, merge_helpers, bin_first_page, bin_heads):
+      merge_in_decode, tma_producer, merge_helpers, bin_first_page, bin_heads, early_kv_tokens):
     return None
 
 
@@ -384,6 +389,7 @@ def plan_decode(kv_lens: torch.Tensor, num_kv_heads: int, num_qo_heads: int, *, 
     head_major = bool(head_major) and num_kv_heads > 1 and splits == 0 and tail == 0
     cut_to_heads = bool(heuristics.HEAD_MAJOR_CUT_TO_HEADS)
     cost_cap = bool(heuristics.TASK_COST_CAP if cost_cap is None else cost_cap) and splits == 0
+    ws.fresh_plan = True
     torch.ops.hpc_attention.plan_decode(kv_lens, ws.tasks, ws.bin_start, ws.bin_first, ws.combine, ws.counters,
                                         ws.slot_meta, num_kv_heads, ws.num_ctas, floor, splits, max_len, cost,
                                         tail if splits == 0 else 0, tbin, ws.max_tail_bins, page_table,
@@ -409,7 +415,8 @@ def _scale_arg(x, name: str, op: str, device: torch.device):
 
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
            kv_lens: torch.Tensor, plan: DecodePlan, *, sm_scale: float | None = None, k_scale=1.0, v_scale=1.0,
-           q_scale: torch.Tensor | None = None, out: torch.Tensor | None = None, validate: bool = False) -> torch.Tensor:
+           q_scale: torch.Tensor | None = None, out: torch.Tensor | None = None, validate: bool = False,
+           new_tokens: int | None = None) -> torch.Tensor:
     """Decode attention over a paged KV cache, one query token per request.
 
     q: [B, Hq, 128] BF16, or FP8 E4M3 with q_scale [B, Hq] float32 (per token and head).
@@ -424,6 +431,17 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
     cache layout and cached) or by cp.async copies, per heuristics.USE_TMA_PRODUCER; a CUDA
     graph that captured this call replays the maps of capture time, like every other pointer,
     so the caches must not be reallocated between replays.
+
+    new_tokens (None: off): start streaming before the previous kernel on the stream has finished
+    (PDL). Giving n >= 1 promises that the kernel launched right before this call writes at most the
+    last n KV positions of each request (and q, q_scale, out), and that everything else this call
+    reads (older KV positions, page_table, kv_lens, the scales, the plan) was written before that
+    kernel started, as in a decode step where the KV-cache write / prologue kernel precedes the
+    attention of a layer. The kernel then reads its plan entries and copies its first task's older
+    KV tiles into shared memory before waiting for the previous kernel; Q rows, scales, counters and
+    every write follow the wait. Used only with PDL on (hpc_common.set_pdl), the TMA producer, and
+    not on the first decode after plan_decode into this workspace (the planner may be the previous
+    kernel then). Same results either way.
     """
     op = "decode"
     check_tensor(q, "q", op, dtype=(torch.bfloat16, _FP8), ndim=3, last_dim_contiguous=True)
@@ -486,19 +504,25 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out)):
         if t.data_ptr() % 16:
             raise ValueError(f"{op}: {name} must be 16-byte aligned (data_ptr {t.data_ptr():#x})")
+    if new_tokens is not None and (isinstance(new_tokens, bool) or int(new_tokens) != new_tokens or new_tokens < 1):
+        raise ValueError(f"{op}: new_tokens must be None or an int >= 1, got {new_tokens!r}")
     k_t, k_f = _scale_arg(k_scale, "k_scale", op, dev)
     v_t, v_f = _scale_arg(v_scale, "v_scale", op, dev)
     if validate:
         _validate_pages(page_table, kv_lens, page_size, num_pages, plan.max_kv_len, op)
     first_page = _use_first_page(plan, page_table, page_size)
+    tma = _use_tma(page_size, Hkv, k_cache.dtype == _FP8)
+    early = new_tokens is not None and tma and get_pdl() and not ws.fresh_plan
+    ws.fresh_plan = False
     torch.ops.hpc_attention.paged_decode(
         q, q_scale, k_cache, v_cache, page_table, ws.tasks, ws.bin_start, ws.bin_first, ws.combine, ws.counters,
         ws.partial_o, ws.partial_lse, ws.slot_meta, ws.merge_counts, ws.merge_ml, ws.claim_counter, out, k_t, v_t, k_f,
         v_f, float(sm_scale),
         plan.num_ctas, heuristics.combine_ctas(get_num_sms(dev)), bool(heuristics.MERGE_IN_DECODE),
-        _use_tma(page_size, Hkv, k_cache.dtype == _FP8), bool(heuristics.MERGE_ON_HELPER_WARPS),
-        ws.bin_first_page if first_page else None, _bin_heads(plan))
+        tma, bool(heuristics.MERGE_ON_HELPER_WARPS),
+        ws.bin_first_page if first_page else None, _bin_heads(plan), int(new_tokens) if early else 0)
     LAST_PRODUCER["first_page"] = first_page
+    LAST_PRODUCER["early_kv"] = early
     return out
 
 

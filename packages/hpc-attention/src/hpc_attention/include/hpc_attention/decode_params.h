@@ -148,6 +148,13 @@ struct PagedDecodeParams {
               // bit 4 = a bin's tasks run in line order (see task_in_run);
               // bit 5 = own_bin pairs heads h and h + Hkv / 2 on a TPC instead of h and h + 1
   int bin_heads;  // > 1: CTA c runs bin (c % bin_heads) * nb1 + c / bin_heads (own_bin); else bin c
+  // KV loads before the PDL wait (TMA producer only; paged_decode.decode's `new_tokens`): n >= 1 promises that the
+  // previous kernel on the stream writes at most the last n KV positions of each request (and q, q_scale, out), and
+  // that the plan, the page table and every older KV position were written before it started. The producer then
+  // reads the bin's tables and copies the first task's tiles that end at least n tokens before the task's end into
+  // the ring (at most one lap) before griddepcontrol.wait; the task's Q rows follow after the wait. <= 0: nothing
+  // is read before the wait (the default).
+  int early_kv_tokens;
 };
 
 constexpr int kCombineThreads = 256;

@@ -500,12 +500,11 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
   }
   if constexpr (kPrologueNoParams) fence_proxy_async_smem();
   __syncthreads();
-  hpc::pdl_wait();  // plan, q and the KV cache may come from the previous kernels
-  // Dependents (the combine kernel, or in merge mode the next layer's kernels) wait for our
-  // completion in griddepcontrol.wait before reading the output, so the early trigger only
-  // lets their prologues start; it is safe in both modes.
-  hpc::pdl_launch_dependents();
-  if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlPdl, tl_clock());
+  // early (PagedDecodeParams::early_kv_tokens, TMA producer): the plan tables and the first task's older KV tiles are
+  // read before the wait, by the producer warp; every other warp waits at its role's entry (pdl_wait_here), before
+  // it reads q, the scales or a counter or writes anything.
+  const bool early = kTma && p.early_kv_tokens > 0;
+  if (!early) pdl_wait_here(p);
   const int bin = own_bin(p);
   const int t_begin = p.bin_start[bin], t_end = p.bin_start[bin + 1];
   // The bin's first task: its copy in bin_first is loaded together with bin_start instead of
@@ -527,18 +526,22 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
       // decode_attention_layout_ab_6db6dbe.*.)
       const int pw = threadIdx.x - 32 * Cfg::kConsumerWarps;
       if (pw < 32) {
-        producer_tma_warp<kFp8Kv, kFp8Q>(p, smem, full, empty, ring, t_begin, t_end, first, first_page);
-      } else if (pw < 64) {
-        if (pw == 32) bin_scheduler(p, ring);
-      } else if (p.merge) {
-        static_assert(Cfg::kProducerThreads - 64 == kMergeHelperThreads, "two helper warps");
-        write_empty_items<kMergeHelperThreads>(p, pw - 64);
-        if (p.merge == 2) merge_helpers(p, mring, reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff + 4), pw - 64);
+        producer_tma_warp<kFp8Kv, kFp8Q>(p, smem, full, empty, ring, t_begin, t_end, first, first_page, early);
+      } else {
+        if (early) pdl_wait_here(p);
+        if (pw < 64) {
+          if (pw == 32) bin_scheduler(p, ring);
+        } else if (p.merge) {
+          static_assert(Cfg::kProducerThreads - 64 == kMergeHelperThreads, "two helper warps");
+          write_empty_items<kMergeHelperThreads>(p, pw - 64);
+          if (p.merge == 2) merge_helpers(p, mring, reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff + 4), pw - 64);
+        }
       }
     } else {
       producer_warps<kFp8Kv, kFp8Q>(p, smem, full, empty, bin, t_begin, t_end, first, first_page);
     }
   } else {
+    if (early) pdl_wait_here(p);
     consumer_warp<kFp8Kv, kFp8Q, kTma, kHeadsN>(p, smem, full, empty, ring, mring, bin, t_begin, t_end, first);
   }
 }

@@ -7,8 +7,21 @@
 #include <cstdint>
 
 #include "hpc_attention/decode_params.h"
+#include "hpc_attention/decode_timeline.cuh"
+#include "hpc_common/pdl.cuh"
 
 namespace hpc::attn {
+
+// The PDL wait of this thread: plan, q and the KV cache may come from the previous kernels. Dependents (the combine
+// kernel, or in merge mode the next layer's kernels) wait for our completion in griddepcontrol.wait before reading the
+// output, so the trigger right after the wait only lets their prologues start; it is safe in both modes, and coming
+// after our own wait it keeps the chain's guarantee that a kernel starts only once the one two launches back is done
+// (which the early KV loads of the next call rely on).
+__device__ __forceinline__ void pdl_wait_here(const PagedDecodeParams& p) {
+  hpc::pdl_wait();
+  hpc::pdl_launch_dependents();
+  if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlPdl, tl_clock());
+}
 
 constexpr int kRingSlots = 4;  // claimed tail bins in flight per CTA (decode_bin_ring.cuh)
 

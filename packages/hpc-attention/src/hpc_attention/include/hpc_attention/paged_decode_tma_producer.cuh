@@ -36,7 +36,7 @@ namespace hpc::attn {
 template <bool kFp8Kv, bool kFp8Q>
 __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
                                                   uint64_t* empty, const BinRing& ring, int t_begin, int t_end,
-                                                  int4 first_task, int first_page) {
+                                                  int4 first_task, int first_page, bool early) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, true>;
   constexpr int kHalves = Cfg::kRowBytes / 128;  // 128-byte boxes per row: 2 (BF16), 1 (FP8)
   constexpr int kQElem = kFp8Q ? 1 : 2;
@@ -55,8 +55,27 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   uint32_t phase = 0;
   bool tl_first = tl_on(p) && lane == 0;  // timeline diagnostics
   if (tl_first) tl_put(p, kTlProdTables, tl_clock_after(t_end ^ first_task.x ^ first_page));
+  // Early KV loads (PagedDecodeParams::early_kv_tokens; `early`): until `waited`, tiles of the own bin's first task
+  // that end >= early_kv_tokens tokens before the task's end go out before griddepcontrol.wait, at most one lap of
+  // the ring (its empty barriers pass without the consumers, which wait for the Q rows, so a second lap would
+  // deadlock). The task's Q rows are counted in its first tile's expect_tx but copied after the wait (q_stage).
+  bool waited = !early;
+  int q_stage = -1, q_b = 0, q_h = 0, early_tiles = 0;
+  auto q_copy = [&](int stage_, int b, int h) {
+    if (lane < p.group) {
+      const char* q = static_cast<const char*>(p.q) + (b * p.q_stride_b + (h * p.group + lane) * p.q_stride_h) * kQElem;
+      bulk_load(smem + stage_ * Cfg::kStageBytes + Cfg::kQOff + lane * Cfg::kQPitch, q, Cfg::kQRowBytes,
+                &full[stage_], policy);
+    }
+  };
+  auto wait_previous_kernel = [&]() {
+    if (waited) return;
+    waited = true;
+    pdl_wait_here(p);
+    if (q_stage >= 0) q_copy(q_stage, q_b, q_h);
+  };
   // Tile `tile` of item (b, h) (`nsub` boxes per K / V half, pages from `page`) into ring slot `stage`, with the
-  // task's Q rows on its first tile.
+  // task's Q rows on its first tile (before the PDL wait: the rows' bytes only, their copy deferred).
   auto issue_tile = [&](int b, int h, int tile, int nsub, int page, bool with_q) {
     page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
     const int ncopy = 2 * kHalves * nsub;
@@ -69,9 +88,12 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
     if (lane < ncopy) {
       tma_load_4d(sb + my_dst, my_map, &full[stage], my_half * 64, h, (tile * Cfg::kTile) & page_mask, page, policy);
     }
-    if (with_q && lane < p.group) {
-      const char* q = static_cast<const char*>(p.q) + (b * p.q_stride_b + (h * p.group + lane) * p.q_stride_h) * kQElem;
-      bulk_load(sb + Cfg::kQOff + lane * Cfg::kQPitch, q, Cfg::kQRowBytes, &full[stage], policy);
+    if (with_q && !waited) {
+      q_stage = stage;
+      q_b = b;
+      q_h = h;
+    } else if (with_q) {
+      q_copy(stage, b, h);
     }
     if (tl_first) {
       tl_first = false;
@@ -109,6 +131,11 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
         my_id = 0;  // raw id, clamped after the shuffle: nothing waits for the load before its first use
         if (idx < n_pages) my_id = __ldg(pt + idx);
       }
+      if (!waited && !(claimed == 0 && t == t_begin && early_tiles < Cfg::kStages &&
+                       (tile + 1) * Cfg::kTile <= task.z - p.early_kv_tokens)) {
+        wait_previous_kernel();
+      }
+      early_tiles += waited ? 0 : 1;
       int page;
       if (first_page >= 0) {  // the own bin's first tile, one page (>= 64 tokens): id from the plan,
         page = first_page;    // the window's load above is awaited only at the next tile
@@ -120,6 +147,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
     }
   }
   if (!asked && lane == 0) mbar_arrive(ring.want);  // empty bin
+  wait_previous_kernel();  // every tile of the first task went out early, or an empty bin
   if (!ring_next(ring, claimed, t_begin, t_end, first_task)) break;
   }
   if (tl_on(p) && lane == 0) tl_put(p, kTlProducerEnd, tl_clock());
