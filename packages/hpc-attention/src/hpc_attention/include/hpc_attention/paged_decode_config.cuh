@@ -23,6 +23,13 @@ __device__ __forceinline__ void pdl_wait_here(const PagedDecodeParams& p) {
   if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlPdl, tl_clock());
 }
 
+// Tiles the producer may copy before the PDL wait (PagedDecodeParams::early_kv_tokens): 0 (default) = one lap of the
+// ring (5 BF16 / 9 FP8 stages), n = at most n. A/B build for the benchmark rows `diag_early_kv_tiles2`.
+#ifndef HPC_ATTN_EARLY_TILES
+#define HPC_ATTN_EARLY_TILES 0
+#endif
+constexpr int kEarlyTilesMax = HPC_ATTN_EARLY_TILES;
+
 constexpr int kRingSlots = 4;  // claimed tail bins in flight per CTA (decode_bin_ring.cuh)
 
 // The task a CTA runs at position `pos` of the bin [t_begin, t_end): the bin's first task, then

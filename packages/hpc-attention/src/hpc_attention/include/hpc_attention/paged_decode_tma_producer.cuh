@@ -60,6 +60,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   // the ring (its empty barriers pass without the consumers, which wait for the Q rows, so a second lap would
   // deadlock). The task's Q rows are counted in its first tile's expect_tx but copied after the wait (q_stage).
   bool waited = !early;
+  constexpr int kEarlyTiles = kEarlyTilesMax > 0 && kEarlyTilesMax < Cfg::kStages ? kEarlyTilesMax : Cfg::kStages;
   int q_stage = -1, q_b = 0, q_h = 0, early_tiles = 0;
   auto q_copy = [&](int stage_, int b, int h) {
     if (lane < p.group) {
@@ -131,7 +132,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
         my_id = 0;  // raw id, clamped after the shuffle: nothing waits for the load before its first use
         if (idx < n_pages) my_id = __ldg(pt + idx);
       }
-      if (!waited && !(claimed == 0 && t == t_begin && early_tiles < Cfg::kStages &&
+      if (!waited && !(claimed == 0 && t == t_begin && early_tiles < kEarlyTiles &&
                        (tile + 1) * Cfg::kTile <= task.z - p.early_kv_tokens)) {
         wait_previous_kernel();
       }
