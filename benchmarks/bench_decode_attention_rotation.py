@@ -19,11 +19,12 @@ same stream with PDL off: what the overlap of neighbouring calls is worth) and `
 copy's call alone under the written flush, `bench_us`, as the main table times it, same process); with `--diag`
 also `diag_decode_only` (the decode kernel without the in-kernel merge or combine) and `diag_stream_only` (the
 consumers skip the math as well), the same stream of calls, wrong outputs (timing only): what the merges and the
-math cost per call when no flush is in the way; with `--early-ab` also `diag_early_kv_tiles2` (ours_early_kv from a
-build whose producer copies at most 2 tiles before the PDL wait instead of a lap of the ring).
+math cost per call when no flush is in the way; with `--early-ab n,...` also `diag_early_kv_tiles<n>` (ours_early_kv
+from a build whose producer copies at most n tiles before the PDL wait, HPC_ATTN_EARLY_TILES; n = 0: a lap of the
+ring, row `diag_early_kv_ring`).
 
     python benchmarks/bench_decode_attention_rotation.py [--out-dir benchmarks/results] [--heads 8/1,64/8]
-        [--kv bf16,fp8] [--cases 64x0.5K,...] [--reps 30] [--diag] [--early-ab]
+        [--kv bf16,fp8] [--cases 64x0.5K,...] [--reps 30] [--diag] [--early-ab 0,1,3]
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def copies_for(kv_bytes: int) -> int:
     return min(MAX_COPIES, max(2, math.ceil(ROTATION_BYTES / kv_bytes)))
 
 
-def bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, reps, diag=False, early_ab=False):
+def bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, reps, diag=False, early_ab=()):
     lens = parse_case(case)
     B, max_len = len(lens), max(lens)
     n = copies_for(kv_bytes_of(lens, hkv, kv_dtype))
@@ -86,9 +87,11 @@ def bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, reps, diag=False, earl
         if bad:
             raise RuntimeError(f"{case} {hq}/{hkv} {kv_dtype} {provider}: copies {bad[:8]} left non-finite outputs")
         add(provider, bench_back_to_back_us(fns, reps=reps), outs[0].clone())
-        if provider == "ours_early_kv" and early_ab:
-            with overrides(defines=("-DHPC_ATTN_EARLY_TILES=2",)):  # a build whose producer copies <= 2 tiles early
-                add("diag_early_kv_tiles2", bench_back_to_back_us(fns, reps=reps))
+        for tiles in early_ab if provider == "ours_early_kv" else ():
+            # a build copying at most `tiles` tiles (0: a lap of the ring) before the PDL wait
+            with overrides(defines=(f"-DHPC_ATTN_EARLY_TILES={tiles}",)):
+                name = f"diag_early_kv_tiles{tiles}" if tiles else "diag_early_kv_ring"
+                add(name, bench_back_to_back_us(fns, reps=reps))
         if provider == "ours":
             with pdl_enabled(False):
                 add("diag_pdl_off", bench_back_to_back_us(fns, reps=reps))
@@ -108,17 +111,19 @@ def main() -> None:
     ap.add_argument("--cases", default=None, help="comma list of cases (default: all six)")
     ap.add_argument("--reps", type=int, default=30, help="graph replays (each runs every copy once)")
     ap.add_argument("--diag", action="store_true", help="also the decode-only and stream-only rows (timing only)")
-    ap.add_argument("--early-ab", action="store_true",
-                    help="also diag_early_kv_tiles2: ours_early_kv built to copy at most 2 tiles before the PDL wait")
+    ap.add_argument("--early-ab", default="",
+                    help="comma list of tile counts n: also diag_early_kv_tiles<n>, ours_early_kv built to copy at "
+                         "most n tiles before the PDL wait (0: a lap of the ring, row diag_early_kv_ring)")
     args = ap.parse_args()
     heads = [tuple(int(x) for x in h.split("/")) for h in args.heads.split(",")] if args.heads else HEADS
     cases = args.cases.split(",") if args.cases else CASES
     res = BenchResults("decode_attention_rotation", args.out_dir / gpu_slug(), method="input rotation, back to back")
     gen = torch.Generator(device="cuda").manual_seed(0)
+    early_ab = [int(x) for x in args.early_ab.split(",") if x]
     for hq, hkv in heads:
         for kv_dtype in args.kv.split(","):
             for case in cases:
-                bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, args.reps, diag=args.diag, early_ab=args.early_ab)
+                bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, args.reps, diag=args.diag, early_ab=early_ab)
     diag = res.split_off("decode_attention_rotation_diag", lambda row: row["provider"].startswith("diag_"))
     print(res.markdown())
     print(f"wrote {res.write()}")

@@ -152,8 +152,8 @@ struct PagedDecodeParams {
   // previous kernel on the stream writes at most the last n KV positions of each request (and q, q_scale, out), and
   // that the plan, the page table and every older KV position were written before it started. The producer then
   // reads the bin's tables and copies the first task's tiles that end at least n tokens before the task's end into
-  // the ring (at most one lap) before griddepcontrol.wait; the task's Q rows follow after the wait. <= 0: nothing
-  // is read before the wait (the default).
+  // the ring (at most HPC_ATTN_EARLY_TILES, paged_decode_config.cuh) before griddepcontrol.wait; the task's Q rows
+  // follow after the wait. <= 0: nothing is read before the wait (the default).
   int early_kv_tokens;
 };
 

@@ -23,10 +23,15 @@ __device__ __forceinline__ void pdl_wait_here(const PagedDecodeParams& p) {
   if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlPdl, tl_clock());
 }
 
-// Tiles the producer may copy before the PDL wait (PagedDecodeParams::early_kv_tokens): 0 (default) = one lap of the
-// ring (5 BF16 / 9 FP8 stages), n = at most n. A/B build for the benchmark rows `diag_early_kv_tiles2`.
+// Tiles the producer may copy before the PDL wait (PagedDecodeParams::early_kv_tokens): n = at most n, 0 = one lap of
+// the ring (5 BF16 / 9 FP8 stages). 2 (thirty-fourth session, H200, input rotation, two processes): against the
+// plain call, 2 tiles read -0.4 to -1.8 us at 8/1 and -0.0 to -3.6 at 64/8 on 23 of 24 rows (+0.02 on one); a whole
+// lap read -0.3 to -1.8 at 8/1 BF16 but +0.5 to +1.4 on the uniform FP8 cases (64x4K, 32x128+32x4K, 64/8 64x0.5K):
+// the early copies of the next call share DRAM with the previous call's last tiles, so a full ring delays the call it
+// overlaps while 2 tiles already take the start chain (plan entries, first page, first copies) off the path
+// (decode_attention_rotation_early_kv_*). 0 is the A/B build (benchmark rows `diag_early_kv_ring`).
 #ifndef HPC_ATTN_EARLY_TILES
-#define HPC_ATTN_EARLY_TILES 0
+#define HPC_ATTN_EARLY_TILES 2
 #endif
 constexpr int kEarlyTilesMax = HPC_ATTN_EARLY_TILES;
 

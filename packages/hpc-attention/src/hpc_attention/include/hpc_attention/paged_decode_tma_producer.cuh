@@ -56,9 +56,9 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   bool tl_first = tl_on(p) && lane == 0;  // timeline diagnostics
   if (tl_first) tl_put(p, kTlProdTables, tl_clock_after(t_end ^ first_task.x ^ first_page));
   // Early KV loads (PagedDecodeParams::early_kv_tokens; `early`): until `waited`, tiles of the own bin's first task
-  // that end >= early_kv_tokens tokens before the task's end go out before griddepcontrol.wait, at most one lap of
-  // the ring (its empty barriers pass without the consumers, which wait for the Q rows, so a second lap would
-  // deadlock). The task's Q rows are counted in its first tile's expect_tx but copied after the wait (q_stage).
+  // that end >= early_kv_tokens tokens before the task's end go out before griddepcontrol.wait, at most kEarlyTiles
+  // and never more than one lap of the ring (its empty barriers pass without the consumers, which wait for the Q
+  // rows, so a second lap would deadlock). The task's Q rows are counted in its first tile's expect_tx but copied after the wait (q_stage).
   bool waited = !early;
   constexpr int kEarlyTiles = kEarlyTilesMax > 0 && kEarlyTilesMax < Cfg::kStages ? kEarlyTilesMax : Cfg::kStages;
   int q_stage = -1, q_b = 0, q_h = 0, early_tiles = 0;
