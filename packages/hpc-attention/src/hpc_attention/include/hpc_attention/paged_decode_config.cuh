@@ -31,7 +31,7 @@ __device__ __forceinline__ void pdl_wait_here(const PagedDecodeParams& p) {
 // overlaps while 2 tiles already take the start chain (plan entries, first page, first copies) off the path
 // (decode_attention_rotation_early_kv_*). 0 is the A/B build (benchmark rows `diag_early_kv_ring`).
 #ifndef HPC_ATTN_EARLY_TILES
-#define HPC_ATTN_EARLY_TILES 2
+#define HPC_ATTN_EARLY_TILES 3
 #endif
 constexpr int kEarlyTilesMax = HPC_ATTN_EARLY_TILES;
 
