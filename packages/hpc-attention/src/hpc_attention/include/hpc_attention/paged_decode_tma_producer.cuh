@@ -55,29 +55,9 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   uint32_t phase = 0;
   bool tl_first = tl_on(p) && lane == 0;  // timeline diagnostics
   if (tl_first) tl_put(p, kTlProdTables, tl_clock_after(t_end ^ first_task.x ^ first_page));
-  // Early KV loads (PagedDecodeParams::early_kv_tokens; `early`): until `waited`, tiles of the own bin's first task
-  // that end >= early_kv_tokens tokens before the task's end go out before griddepcontrol.wait, at most kEarlyTiles
-  // and never more than one lap of the ring (its empty barriers pass without the consumers, which wait for the Q
-  // rows, so a second lap would deadlock). The task's Q rows are counted in its first tile's expect_tx but copied after the wait (q_stage).
-  bool waited = !early;
-  constexpr int kEarlyTiles = kEarlyTilesMax > 0 && kEarlyTilesMax < Cfg::kStages ? kEarlyTilesMax : Cfg::kStages;
-  int q_stage = -1, q_b = 0, q_h = 0, early_tiles = 0;
-  auto q_copy = [&](int stage_, int b, int h) {
-    if (lane < p.group) {
-      const char* q = static_cast<const char*>(p.q) + (b * p.q_stride_b + (h * p.group + lane) * p.q_stride_h) * kQElem;
-      bulk_load(smem + stage_ * Cfg::kStageBytes + Cfg::kQOff + lane * Cfg::kQPitch, q, Cfg::kQRowBytes,
-                &full[stage_], policy);
-    }
-  };
-  auto wait_previous_kernel = [&]() {
-    if (waited) return;
-    waited = true;
-    pdl_wait_here(p);
-    if (q_stage >= 0) q_copy(q_stage, q_b, q_h);
-  };
   // Tile `tile` of item (b, h) (`nsub` boxes per K / V half, pages from `page`) into ring slot `stage`, with the
-  // task's Q rows on its first tile (before the PDL wait: the rows' bytes only, their copy deferred).
-  auto issue_tile = [&](int b, int h, int tile, int nsub, int page, bool with_q) {
+  // task's Q rows on its first tile (defer_q, the early loads: their bytes counted, their copy left to the caller).
+  auto issue_tile = [&](int b, int h, int tile, int nsub, int page, bool with_q, bool defer_q) {
     page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
     const int ncopy = 2 * kHalves * nsub;
     const uint32_t bytes = ncopy * (128u << box_log2) + (with_q ? p.group * Cfg::kQRowBytes : 0);
@@ -89,12 +69,9 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
     if (lane < ncopy) {
       tma_load_4d(sb + my_dst, my_map, &full[stage], my_half * 64, h, (tile * Cfg::kTile) & page_mask, page, policy);
     }
-    if (with_q && !waited) {
-      q_stage = stage;
-      q_b = b;
-      q_h = h;
-    } else if (with_q) {
-      q_copy(stage, b, h);
+    if (with_q && !defer_q && lane < p.group) {
+      const char* q = static_cast<const char*>(p.q) + (b * p.q_stride_b + (h * p.group + lane) * p.q_stride_h) * kQElem;
+      bulk_load(sb + Cfg::kQOff + lane * Cfg::kQPitch, q, Cfg::kQRowBytes, &full[stage], policy);
     }
     if (tl_first) {
       tl_first = false;
@@ -105,6 +82,46 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
       phase ^= 1;
     }
   };
+  // Early KV loads (PagedDecodeParams::early_kv_tokens; `early`): before griddepcontrol.wait, the own bin's first
+  // task's tiles that end >= early_kv_tokens tokens before the task's end, at most kEarlyTiles (never more than a lap
+  // of the ring: its empty barriers pass without the consumers, which wait for the Q rows, so a second lap would
+  // deadlock) and within one window of 32 page ids. Their Q rows are counted in the first tile's expect_tx and copied
+  // after the wait. Returns the tiles issued; the loop below goes on from there. Kept out of the loop, whose code is
+  // then the plain call's (a check inside it measured +2-9 us on the static split's long tasks, run of b61145d).
+  auto early_tiles_then_wait = [&]() {
+    constexpr int kEarlyTiles = kEarlyTilesMax > 0 && kEarlyTilesMax < Cfg::kStages ? kEarlyTilesMax : Cfg::kStages;
+    const int4 task = first_task;
+    const int pages_per_tile = ps_log2 >= 6 ? 1 : Cfg::kTile >> ps_log2;
+    const int safe_tiles = t_begin < t_end ? (task.z - p.early_kv_tokens) / Cfg::kTile - task.y : 0;
+    const int n = max(0, min(min(kEarlyTiles, 32 / pages_per_tile), safe_tiles));
+    const int b = task.x / p.num_kv_heads, h = task.x - b * p.num_kv_heads;
+    if (n > 0) {
+      const int32_t* pt = p.page_table + b * p.page_table_stride;
+      const int n_pages = (task.z + page_mask) >> ps_log2;
+      const int win = (task.y * Cfg::kTile) >> ps_log2;
+      int my_id = 0;
+      if (win + lane < n_pages) my_id = __ldg(pt + win + lane);
+      const int nsub = (Cfg::kTile + (1 << box_log2) - 1) >> box_log2;  // whole tiles only
+      for (int i = 0; i < n; ++i) {
+        const int tile = task.y + i, first = (tile * Cfg::kTile) >> ps_log2;
+        int page;
+        if (first_page >= 0) {
+          page = first_page;
+          first_page = -1;
+        } else {
+          page = __shfl_sync(0xffffffffu, my_id, (first + my_sub - win) & 31);
+        }
+        issue_tile(b, h, tile, nsub, page, i == 0, true);
+      }
+    }
+    pdl_wait_here(p);
+    if (n > 0 && lane < p.group) {  // the deferred Q rows, into the first early tile's stage (0)
+      const char* q = static_cast<const char*>(p.q) + (b * p.q_stride_b + (h * p.group + lane) * p.q_stride_h) * kQElem;
+      bulk_load(smem + Cfg::kQOff + lane * Cfg::kQPitch, q, Cfg::kQRowBytes, &full[0], policy);
+    }
+    return n;
+  };
+  int skip = early ? early_tiles_then_wait() : 0;
   // Own bin, then the claimed tail bins (decode_bin_ring.cuh).
   for (int claimed = 0;; ++claimed) {
   bool asked = false;  // asked the scheduler for the next bin
@@ -118,7 +135,9 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
     const int n_pages = (task.z + page_mask) >> ps_log2;  // table entries inside the length
     const int tile_end = (task.z + Cfg::kTile - 1) / Cfg::kTile;
     int win = -(1 << 30), my_id = 0;  // lane l holds the id of page win + l
-    for (int tile = task.y; tile < tile_end; ++tile) {
+    const int tile0 = task.y + skip;
+    skip = 0;
+    for (int tile = tile0; tile < tile_end; ++tile) {
       const int valid = min(Cfg::kTile, task.z - tile * Cfg::kTile);
       if (!asked && t + 1 == t_end && tile_end - tile <= Cfg::kWantTiles) {
         asked = true;
@@ -132,11 +151,6 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
         my_id = 0;  // raw id, clamped after the shuffle: nothing waits for the load before its first use
         if (idx < n_pages) my_id = __ldg(pt + idx);
       }
-      if (!waited && !(claimed == 0 && t == t_begin && early_tiles < kEarlyTiles &&
-                       (tile + 1) * Cfg::kTile <= task.z - p.early_kv_tokens)) {
-        wait_previous_kernel();
-      }
-      early_tiles += waited ? 0 : 1;
       int page;
       if (first_page >= 0) {  // the own bin's first tile, one page (>= 64 tokens): id from the plan,
         page = first_page;    // the window's load above is awaited only at the next tile
@@ -144,11 +158,10 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
       } else {
         page = __shfl_sync(0xffffffffu, my_id, (first + my_sub - win) & 31);
       }
-      issue_tile(b, h, tile, nsub, page, tile == task.y);
+      issue_tile(b, h, tile, nsub, page, tile == task.y, false);
     }
   }
   if (!asked && lane == 0) mbar_arrive(ring.want);  // empty bin
-  wait_previous_kernel();  // every tile of the first task went out early, or an empty bin
   if (!ring_next(ring, claimed, t_begin, t_end, first_task)) break;
   }
   if (tl_on(p) && lane == 0) tl_put(p, kTlProducerEnd, tl_clock());
