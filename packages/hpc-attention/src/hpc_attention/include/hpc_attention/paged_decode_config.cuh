@@ -24,12 +24,14 @@ __device__ __forceinline__ void pdl_wait_here(const PagedDecodeParams& p) {
 }
 
 // Tiles the producer may copy before the PDL wait (PagedDecodeParams::early_kv_tokens): n = at most n, 0 = one lap of
-// the ring (5 BF16 / 9 FP8 stages). 2 (thirty-fourth session, H200, input rotation, two processes): against the
-// plain call, 2 tiles read -0.4 to -1.8 us at 8/1 and -0.0 to -3.6 at 64/8 on 23 of 24 rows (+0.02 on one); a whole
-// lap read -0.3 to -1.8 at 8/1 BF16 but +0.5 to +1.4 on the uniform FP8 cases (64x4K, 32x128+32x4K, 64/8 64x0.5K):
-// the early copies of the next call share DRAM with the previous call's last tiles, so a full ring delays the call it
-// overlaps while 2 tiles already take the start chain (plan entries, first page, first copies) off the path
-// (decode_attention_rotation_early_kv_*). 0 is the A/B build (benchmark rows `diag_early_kv_ring`).
+// the ring (5 BF16 / 9 FP8 stages). 3 (thirty-fourth session, H200, input rotation, same process, change against the
+// plain call, mean over the six cases of 8/1 BF16 / 8/1 FP8 / 64/8 BF16 / 64/8 FP8): run of cd8a43a, 1 tile -0.86 /
+// -0.80 / -1.29 / -0.76 us, 2 tiles -1.27 / -0.98 / -1.60 / -0.88, 3 tiles -1.64 / -1.21 / -2.02 / -0.95, a lap -1.09
+// / -0.35 / -1.50 / +0.08; run of b61145d, 3 tiles -1.68 / -1.17 / -2.21 / -1.28, 4 tiles -1.72 / -1.32 / -2.22 /
+// -1.28, 6 tiles -1.26 / -1.15 / -2.00 / -1.16. A lap reads +0.5 to +1.4 on the uniform FP8 cases (64x4K,
+// 32x128+32x4K, 64/8 64x0.5K): the next call's early copies share DRAM with this call's last tiles, so many delay the
+// call they overlap, while a few already take the start chain (plan entries, first page id, first copies) off the
+// path. 3 and 4 are alike; 3 keeps fewer bytes in flight. 0 is the A/B build (benchmark rows `diag_early_kv_ring`).
 #ifndef HPC_ATTN_EARLY_TILES
 #define HPC_ATTN_EARLY_TILES 3
 #endif

@@ -33,10 +33,10 @@
 
 namespace hpc::attn {
 
-template <bool kFp8Kv, bool kFp8Q>
+template <bool kFp8Kv, bool kFp8Q, bool kEarly>
 __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
                                                   uint64_t* empty, const BinRing& ring, int t_begin, int t_end,
-                                                  int4 first_task, int first_page, bool early) {
+                                                  int4 first_task, int first_page) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, true>;
   constexpr int kHalves = Cfg::kRowBytes / 128;  // 128-byte boxes per row: 2 (BF16), 1 (FP8)
   constexpr int kQElem = kFp8Q ? 1 : 2;
@@ -82,7 +82,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
       phase ^= 1;
     }
   };
-  // Early KV loads (PagedDecodeParams::early_kv_tokens; `early`): before griddepcontrol.wait, the own bin's first
+  // Early KV loads (PagedDecodeParams::early_kv_tokens; kEarly): before griddepcontrol.wait, the own bin's first
   // task's tiles that end >= early_kv_tokens tokens before the task's end, at most kEarlyTiles (never more than a lap
   // of the ring: its empty barriers pass without the consumers, which wait for the Q rows, so a second lap would
   // deadlock) and within one window of 32 page ids. Their Q rows are counted in the first tile's expect_tx and copied
@@ -121,7 +121,8 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
     }
     return n;
   };
-  int skip = early ? early_tiles_then_wait() : 0;
+  int skip = 0;
+  if constexpr (kEarly) skip = early_tiles_then_wait();
   // Own bin, then the claimed tail bins (decode_bin_ring.cuh).
   for (int claimed = 0;; ++claimed) {
   bool asked = false;  // asked the scheduler for the next bin
