@@ -522,7 +522,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_t
         tma, bool(heuristics.MERGE_ON_HELPER_WARPS),
         ws.bin_first_page if first_page else None, _bin_heads(plan), int(new_tokens) if early else 0)
     LAST_PRODUCER["first_page"] = first_page
-    LAST_PRODUCER["early_kv"] = early
+    LAST_PRODUCER["early_kv"] = early and LAST_PRODUCER["name"] == "tma"  # (the binding's cp.async fallback: never)
     return out
 
 
