@@ -21,10 +21,13 @@ also `diag_decode_only` (the decode kernel without the in-kernel merge or combin
 consumers skip the math as well), the same stream of calls, wrong outputs (timing only): what the merges and the
 math cost per call when no flush is in the way; with `--early-ab n,...` also `diag_early_kv_tiles<n>` (ours_early_kv
 from a build whose producer copies at most n tiles before the PDL wait, HPC_ATTN_EARLY_TILES; n = 0: a lap of the
-ring, row `diag_early_kv_ring`).
+ring, row `diag_early_kv_ring`). With `--fp8q-step` also `step_fp8q` and `step_fp8q_early_kv` (main table): per layer
+hpc_common's FP8 Q quantiser (a PDL kernel writing q and its scales, as an attention prologue does) and then the
+decode with FP8 Q, plain or with `new_tokens=1`: the early loads overlapping a short kernel, as in serving; the time
+is per layer (quantiser included), outputs checked finite.
 
     python benchmarks/bench_decode_attention_rotation.py [--out-dir benchmarks/results] [--heads 8/1,64/8]
-        [--kv bf16,fp8] [--cases 64x0.5K,...] [--reps 30] [--diag] [--early-ab 0,1,3]
+        [--kv bf16,fp8] [--cases 64x0.5K,...] [--reps 30] [--diag] [--early-ab 0,1,3] [--fp8q-step]
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import torch
 from bench_decode_attention import CASES, HEADS, PAGE, call_bytes, kv_bytes_of, make_inputs, overrides, parse_case
 from hpc_common import pdl_enabled
 from hpc_common.bench import BenchResults, bench_back_to_back_us, bench_us, floor_us, gpu_slug
+from hpc_common.fp8 import quantize_per_token_head
 from hpc_common.testing import error_stats
 
 import hpc_attention as ha
@@ -51,7 +55,7 @@ def copies_for(kv_bytes: int) -> int:
     return min(MAX_COPIES, max(2, math.ceil(ROTATION_BYTES / kv_bytes)))
 
 
-def bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, reps, diag=False, early_ab=()):
+def bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, reps, diag=False, early_ab=(), fp8q_step=False):
     lens = parse_case(case)
     B, max_len = len(lens), max(lens)
     n = copies_for(kv_bytes_of(lens, hkv, kv_dtype))
@@ -99,6 +103,30 @@ def bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, reps, diag=False, earl
             for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)) if diag else ():
                 with overrides(skip_combine=True, flags=flags):  # read at capture: the graph keeps it
                     add(name, bench_back_to_back_us(fns, reps=reps))
+    for provider, new_tokens in (("step_fp8q", None), ("step_fp8q_early_kv", 1)) if fp8q_step else ():
+        fns, outs = [], []
+        for q, k, v, pt, kv_lens, _ in copies:
+            ws = ha.DecodeWorkspace(B, hkv, hq, max_len)
+            plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, kv_dtype=kv_torch, page_table=pt, page_size=PAGE)
+            q8 = torch.empty(B, hq, 128, dtype=torch.float8_e4m3fn, device="cuda")
+            q_scale = torch.empty(B, hq, 1, dtype=torch.float32, device="cuda")
+            out = torch.full((B, hq, 128), float("nan"), dtype=torch.bfloat16, device="cuda")
+
+            def step(q=q, k=k, v=v, pt=pt, kv_lens=kv_lens, plan=plan, q8=q8, q_scale=q_scale, out=out,
+                     new_tokens=new_tokens):
+                # The layer's FP8 Q (a PDL kernel that writes q, as the attention prologue would), then its decode.
+                quantize_per_token_head(q, out=q8, scale_out=q_scale)
+                ha.decode(q8, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, q_scale=q_scale.view(B, hq), out=out,
+                          new_tokens=new_tokens)
+
+            fns.append(step)
+            outs.append(out)
+        for fn in fns:
+            fn()
+        torch.cuda.synchronize()
+        if not all(torch.isfinite(out).all() for out in outs):
+            raise RuntimeError(f"{case} {hq}/{hkv} {kv_dtype} {provider}: non-finite outputs")
+        add(provider, bench_back_to_back_us(fns, reps=reps))
     del copies
     torch.cuda.empty_cache()
 
@@ -111,6 +139,8 @@ def main() -> None:
     ap.add_argument("--cases", default=None, help="comma list of cases (default: all six)")
     ap.add_argument("--reps", type=int, default=30, help="graph replays (each runs every copy once)")
     ap.add_argument("--diag", action="store_true", help="also the decode-only and stream-only rows (timing only)")
+    ap.add_argument("--fp8q-step", action="store_true",
+                    help="also step_fp8q / step_fp8q_early_kv: per layer, Q quantised to FP8 then the decode")
     ap.add_argument("--early-ab", default="",
                     help="comma list of tile counts n: also diag_early_kv_tiles<n>, ours_early_kv built to copy at "
                          "most n tiles before the PDL wait (0: a lap of the ring, row diag_early_kv_ring)")
@@ -123,7 +153,8 @@ def main() -> None:
     for hq, hkv in heads:
         for kv_dtype in args.kv.split(","):
             for case in cases:
-                bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, args.reps, diag=args.diag, early_ab=early_ab)
+                bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, args.reps, diag=args.diag, early_ab=early_ab,
+                                   fp8q_step=args.fp8q_step)
     diag = res.split_off("decode_attention_rotation_diag", lambda row: row["provider"].startswith("diag_"))
     print(res.markdown())
     print(f"wrote {res.write()}")
