@@ -16,7 +16,8 @@ since no call writes another copy's inputs) and `ours_static` (the static split-
 output is poisoned (NaN) before the first run and must be finite after it, and the first copy's is compared with float32
 attention on the dequantised inputs. Diagnostics (`decode_attention_rotation_diag.*`): `diag_pdl_off` (the
 same stream with PDL off: what the overlap of neighbouring calls is worth) and `diag_cold_call` (the first
-copy's call alone under the written flush, `bench_us`, as the main table times it, same process); with `--diag`
+copy's call alone under the written flush, `bench_us`, as the main table times it, same process; and
+`diag_cold_call_early_kv`, the same for ours_early_kv); with `--diag`
 also `diag_decode_only` (the decode kernel without the in-kernel merge or combine) and `diag_stream_only` (the
 consumers skip the math as well), the same stream of calls, wrong outputs (timing only): what the merges and the
 math cost per call when no flush is in the way; with `--early-ab n,...` also `diag_early_kv_tiles<n>` (ours_early_kv
@@ -91,6 +92,8 @@ def bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, reps, diag=False, earl
         if bad:
             raise RuntimeError(f"{case} {hq}/{hkv} {kv_dtype} {provider}: copies {bad[:8]} left non-finite outputs")
         add(provider, bench_back_to_back_us(fns, reps=reps), outs[0].clone())
+        if provider == "ours_early_kv":  # the same call alone after the written flush: nothing to overlap
+            add("diag_cold_call_early_kv", bench_us(fns[0], reps=100), timing="cold_written_flush")
         for tiles in early_ab if provider == "ours_early_kv" else ():
             # a build copying at most `tiles` tiles (0: a lap of the ring) before the PDL wait
             with overrides(defines=(f"-DHPC_ATTN_EARLY_TILES={tiles}",)):
