@@ -138,8 +138,8 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
     const int32_t* pt = p.page_table + b * p.page_table_stride;
     const int n_pages = (task.z + page_mask) >> ps_log2;  // table entries inside the length
     const int tile_end = (task.z + Cfg::kTile - 1) / Cfg::kTile;
-    // Lane l holds the id of page win + l (the first task: the early loads' window, so their page-table read is not
-    // repeated on the path; a reload there read +0.2-1.1 us per cold call, run of 6c1dfa4).
+    // Lane l holds the id of page win + l (the first task after early loads: their window, so the page table is not
+    // read again before its next tile; plain kernels: the same code, early_win is always the sentinel).
     int win = early_win, my_id = early_id;
     early_win = -(1 << 30);
     const int tile0 = task.y + skip;
