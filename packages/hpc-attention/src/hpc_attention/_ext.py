@@ -58,9 +58,12 @@ NO_ARRIVAL_PEEK = ("-DHPC_ATTN_ARRIVAL_PEEK=0",)
 # Items of 17-24 parts merged in two levels (split_merge.cuh HPC_ATTN_ONE_LEVEL_PARTS; the default merges up to 24
 # parts in one level, above 16 in batches of 12): different bits for 17-24 parts, the combine kernel alike.
 ONE_LEVEL_16 = ("-DHPC_ATTN_ONE_LEVEL_PARTS=16",)
+# decode(new_tokens=...) copying a whole lap of the ring before the PDL wait instead of 3 tiles (paged_decode_config.cuh
+# HPC_ATTN_EARLY_TILES; the rotation benchmark's `--early-ab 0` row diag_early_kv_ring): same bits.
+EARLY_KV_RING = ("-DHPC_ATTN_EARLY_TILES=0",)
 BUILD_VARIANTS = (NO_LOOKAHEAD, MERGE_ROWS1, PROLOGUE_READS_GROUP, FOLD_EACH_THREAD, FOLD_SCALAR_COLUMNS,
                   FOLD_ADDR_AT_FOLD, MERGE_FOLD_GROUPS, MERGE_GROUP_BATCH8, MERGE_BATCH8, HELPERS_MERGE_LAST,
-                  NO_ARRIVAL_PEEK, ONE_LEVEL_16)
+                  NO_ARRIVAL_PEEK, ONE_LEVEL_16, EARLY_KV_RING)
 
 
 def load_variant(*defines: str):
