@@ -56,8 +56,8 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   bool tl_first = tl_on(p) && lane == 0;  // timeline diagnostics
   if (tl_first) tl_put(p, kTlProdTables, tl_clock_after(t_end ^ first_task.x ^ first_page));
   // Tile `tile` of item (b, h) (`nsub` boxes per K / V half, pages from `page`) into ring slot `stage`, with the
-  // task's Q rows on its first tile.
-  auto issue_tile = [&](int b, int h, int tile, int nsub, int page, bool with_q) {
+  // task's Q rows on its first tile (defer_q, the early loads: their bytes counted, their copy left to the caller).
+  auto issue_tile = [&](int b, int h, int tile, int nsub, int page, bool with_q, bool defer_q) {
     page = page < 0 ? 0 : (page >= p.num_pages ? p.num_pages - 1 : page);
     const int ncopy = 2 * kHalves * nsub;
     const uint32_t bytes = ncopy * (128u << box_log2) + (with_q ? p.group * Cfg::kQRowBytes : 0);
@@ -69,7 +69,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
     if (lane < ncopy) {
       tma_load_4d(sb + my_dst, my_map, &full[stage], my_half * 64, h, (tile * Cfg::kTile) & page_mask, page, policy);
     }
-    if (with_q && lane < p.group) {
+    if (with_q && !defer_q && lane < p.group) {
       const char* q = static_cast<const char*>(p.q) + (b * p.q_stride_b + (h * p.group + lane) * p.q_stride_h) * kQElem;
       bulk_load(sb + Cfg::kQOff + lane * Cfg::kQPitch, q, Cfg::kQRowBytes, &full[stage], policy);
     }
@@ -82,27 +82,21 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
       phase ^= 1;
     }
   };
-  // Early KV loads (PagedDecodeParams::early_kv_tokens; kEarly). Before griddepcontrol.wait: the own bin's first task's
-  // tiles 1 .. m into ring slots 1 .. m, and its tile 0 into the L2 only; after the wait, tile 0 into slot 0 with the
-  // task's Q rows (which the previous kernel may write), as the plain call issues it but without the plan-table and
-  // page-table reads before it and from the L2. m: at most kEarlyTiles and fewer than a lap of the ring (its empty
-  // barriers pass without the consumers, which wait for tile 0, so a second lap would deadlock), tiles that end >=
-  // early_kv_tokens tokens before the task's end, within one window of 32 page ids. Returns the tiles issued (m + 1,
-  // or 0); the loop below goes on from there with their window. (The first form copied tiles 0 .. m - 1 before the wait
-  // and only the Q rows after it: a call with nothing to overlap then read 0.2-1.1 us slower than the plain call, run
-  // of 6c1dfa4.) Kept out of the loop, whose code is then the plain call's (a check inside it measured +2-9 us on the
-  // static split's long tasks, run of b61145d).
+  // Early KV loads (PagedDecodeParams::early_kv_tokens; kEarly): before griddepcontrol.wait, the own bin's first
+  // task's tiles that end >= early_kv_tokens tokens before the task's end, at most kEarlyTiles (never more than a lap
+  // of the ring: its empty barriers pass without the consumers, which wait for the Q rows, so a second lap would
+  // deadlock) and within one window of 32 page ids. Their Q rows are counted in the first tile's expect_tx and copied
+  // after the wait. Returns the tiles issued; the loop below goes on from there. Kept out of the loop, whose code is
+  // then the plain call's (a check inside it measured +2-9 us on the static split's long tasks, run of b61145d).
   int early_win = -(1 << 30), early_id = 0;  // the early loads' page-id window, handed to the loop's first task
   auto early_tiles_then_wait = [&]() {
-    constexpr int kEarlyTiles = kEarlyTilesMax > 0 && kEarlyTilesMax < Cfg::kStages ? kEarlyTilesMax : Cfg::kStages - 1;
+    constexpr int kEarlyTiles = kEarlyTilesMax > 0 && kEarlyTilesMax < Cfg::kStages ? kEarlyTilesMax : Cfg::kStages;
     const int4 task = first_task;
     const int pages_per_tile = ps_log2 >= 6 ? 1 : Cfg::kTile >> ps_log2;
     const int safe_tiles = t_begin < t_end ? (task.z - p.early_kv_tokens) / Cfg::kTile - task.y : 0;
-    const int m = max(0, min(min(kEarlyTiles, Cfg::kStages - 1), min(32 / pages_per_tile, safe_tiles) - 1));
+    const int n = max(0, min(min(kEarlyTiles, 32 / pages_per_tile), safe_tiles));
     const int b = task.x / p.num_kv_heads, h = task.x - b * p.num_kv_heads;
-    const int nsub = (Cfg::kTile + (1 << box_log2) - 1) >> box_log2;  // whole tiles only
-    int page0 = 0;
-    if (m > 0) {
+    if (n > 0) {
       const int32_t* pt = p.page_table + b * p.page_table_stride;
       const int n_pages = (task.z + page_mask) >> ps_log2;
       const int win = (task.y * Cfg::kTile) >> ps_log2;
@@ -110,27 +104,25 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
       if (win + lane < n_pages) my_id = __ldg(pt + win + lane);
       early_win = win;
       early_id = my_id;
-      page0 = first_page >= 0 ? first_page : __shfl_sync(0xffffffffu, my_id, my_sub & 31);
-      first_page = -1;
-      if (lane < 2 * kHalves * nsub) {
-        const int pg = page0 < 0 ? 0 : (page0 >= p.num_pages ? p.num_pages - 1 : page0);
-        tma_prefetch_l2_4d(my_map, my_half * 64, h, (task.y * Cfg::kTile) & page_mask, pg);
-      }
-      stage = 1;
-      for (int i = 1; i <= m; ++i) {
+      const int nsub = (Cfg::kTile + (1 << box_log2) - 1) >> box_log2;  // whole tiles only
+      for (int i = 0; i < n; ++i) {
         const int tile = task.y + i, first = (tile * Cfg::kTile) >> ps_log2;
-        issue_tile(b, h, tile, nsub, __shfl_sync(0xffffffffu, my_id, (first + my_sub - win) & 31), false);
+        int page;
+        if (first_page >= 0) {
+          page = first_page;
+          first_page = -1;
+        } else {
+          page = __shfl_sync(0xffffffffu, my_id, (first + my_sub - win) & 31);
+        }
+        issue_tile(b, h, tile, nsub, page, i == 0, true);
       }
     }
     pdl_wait_here(p);
-    if (m > 0) {
-      stage = 0;  // first lap: phase 0 throughout
-      issue_tile(b, h, task.y, nsub, page0, true);
-      stage = m + 1 == Cfg::kStages ? 0 : m + 1;
-      phase = m + 1 == Cfg::kStages ? 1 : 0;
-      return m + 1;
+    if (n > 0 && lane < p.group) {  // the deferred Q rows, into the first early tile's stage (0)
+      const char* q = static_cast<const char*>(p.q) + (b * p.q_stride_b + (h * p.group + lane) * p.q_stride_h) * kQElem;
+      bulk_load(smem + Cfg::kQOff + lane * Cfg::kQPitch, q, Cfg::kQRowBytes, &full[0], policy);
     }
-    return 0;
+    return n;
   };
   int skip = 0;
   if constexpr (kEarly) skip = early_tiles_then_wait();
@@ -173,7 +165,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
       } else {
         page = __shfl_sync(0xffffffffu, my_id, (first + my_sub - win) & 31);
       }
-      issue_tile(b, h, tile, nsub, page, tile == task.y);
+      issue_tile(b, h, tile, nsub, page, tile == task.y, false);
     }
   }
   if (!asked && lane == 0) mbar_arrive(ring.want);  // empty bin
