@@ -74,23 +74,34 @@ def bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, reps, diag=False, earl
         print(f"{case:>14} {hq:>2}/{hkv} {kv_dtype:>4} {provider:>14} ({n:>2} copies): {t:8.2f} us  floor {floor:7.2f}"
               f"  {row['tbps']:.2f} TB/s" + (f"  rel_err {extra['rel_err']:.2e}" if extra else ""), flush=True)
 
-    providers = (("ours", None, None), ("ours_early_kv", None, 1), ("ours_static", "auto", None))
-    for provider, static, new_tokens in providers:
+    def layer_calls(provider, make_call, static=None):
+        """One call per copy: make_call(copy, plan, out) -> a function running it, each copy with its own workspace,
+        plan and NaN-poisoned output; every call run once (also the first decode after each plan, which never loads
+        KV before its PDL wait) and its output checked finite. Returns the functions and the outputs."""
         fns, outs = [], []
-        for q, k, v, pt, kv_lens, _ in copies:
+        for copy in copies:
+            q, k, v, pt, kv_lens, _ = copy
             ws = ha.DecodeWorkspace(B, hkv, hq, max_len, static_splits=static)
             plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, static_splits=static, kv_dtype=kv_torch,
                                   page_table=pt, page_size=PAGE)
             out = torch.full((B, hq, 128), float("nan"), dtype=torch.bfloat16, device="cuda")
-            fns.append(lambda q=q, k=k, v=v, pt=pt, kv_lens=kv_lens, plan=plan, out=out, new_tokens=new_tokens:
-                       ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out, new_tokens=new_tokens))
+            fns.append(make_call(copy, plan, out))
             outs.append(out)
         for fn in fns:
-            fn()  # also the first decode after each plan, which never loads KV before its PDL wait
+            fn()
         torch.cuda.synchronize()
         bad = [i for i, out in enumerate(outs) if not torch.isfinite(out).all()]
         if bad:
             raise RuntimeError(f"{case} {hq}/{hkv} {kv_dtype} {provider}: copies {bad[:8]} left non-finite outputs")
+        return fns, outs
+
+    providers = (("ours", None, None), ("ours_early_kv", None, 1), ("ours_static", "auto", None))
+    for provider, static, new_tokens in providers:
+        def decode_call(copy, plan, out, new_tokens=new_tokens):
+            q, k, v, pt, kv_lens, _ = copy
+            return lambda: ha.decode(q, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, out=out, new_tokens=new_tokens)
+
+        fns, outs = layer_calls(provider, decode_call, static)
         add(provider, bench_back_to_back_us(fns, reps=reps), outs[0].clone())
         if provider == "ours_early_kv":  # the same call alone after the written flush: nothing to overlap
             add("diag_cold_call_early_kv", bench_us(fns[0], reps=100), timing="cold_written_flush")
@@ -107,28 +118,20 @@ def bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, reps, diag=False, earl
                 with overrides(skip_combine=True, flags=flags):  # read at capture: the graph keeps it
                     add(name, bench_back_to_back_us(fns, reps=reps))
     for provider, new_tokens in (("step_fp8q", None), ("step_fp8q_early_kv", 1)) if fp8q_step else ():
-        fns, outs = [], []
-        for q, k, v, pt, kv_lens, _ in copies:
-            ws = ha.DecodeWorkspace(B, hkv, hq, max_len)
-            plan = ha.plan_decode(kv_lens, hkv, hq, workspace=ws, kv_dtype=kv_torch, page_table=pt, page_size=PAGE)
+        def step_call(copy, plan, out, new_tokens=new_tokens):
+            q, k, v, pt, kv_lens, _ = copy
             q8 = torch.empty(B, hq, 128, dtype=torch.float8_e4m3fn, device="cuda")
             q_scale = torch.empty(B, hq, 1, dtype=torch.float32, device="cuda")
-            out = torch.full((B, hq, 128), float("nan"), dtype=torch.bfloat16, device="cuda")
 
-            def step(q=q, k=k, v=v, pt=pt, kv_lens=kv_lens, plan=plan, q8=q8, q_scale=q_scale, out=out,
-                     new_tokens=new_tokens):
+            def step():
                 # The layer's FP8 Q (a PDL kernel that writes q, as the attention prologue would), then its decode.
                 quantize_per_token_head(q, out=q8, scale_out=q_scale)
                 ha.decode(q8, k, v, pt, kv_lens, plan, k_scale=ks, v_scale=vs, q_scale=q_scale.view(B, hq), out=out,
                           new_tokens=new_tokens)
 
-            fns.append(step)
-            outs.append(out)
-        for fn in fns:
-            fn()
-        torch.cuda.synchronize()
-        if not all(torch.isfinite(out).all() for out in outs):
-            raise RuntimeError(f"{case} {hq}/{hkv} {kv_dtype} {provider}: non-finite outputs")
+            return step
+
+        fns, _ = layer_calls(provider, step_call)
         add(provider, bench_back_to_back_us(fns, reps=reps))
     del copies
     torch.cuda.empty_cache()

@@ -55,6 +55,13 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   uint32_t phase = 0;
   bool tl_first = tl_on(p) && lane == 0;  // timeline diagnostics
   if (tl_first) tl_put(p, kTlProdTables, tl_clock_after(t_end ^ first_task.x ^ first_page));
+  // The G query rows of item (b, h) into ring slot `st`, completing on its full barrier.
+  auto copy_q_rows = [&](int st, int b, int h) {
+    if (lane < p.group) {
+      const char* q = static_cast<const char*>(p.q) + (b * p.q_stride_b + (h * p.group + lane) * p.q_stride_h) * kQElem;
+      bulk_load(smem + st * Cfg::kStageBytes + Cfg::kQOff + lane * Cfg::kQPitch, q, Cfg::kQRowBytes, &full[st], policy);
+    }
+  };
   // Tile `tile` of item (b, h) (`nsub` boxes per K / V half, pages from `page`) into ring slot `stage`, with the
   // task's Q rows on its first tile (defer_q, the early loads: their bytes counted, their copy left to the caller).
   auto issue_tile = [&](int b, int h, int tile, int nsub, int page, bool with_q, bool defer_q) {
@@ -69,10 +76,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
     if (lane < ncopy) {
       tma_load_4d(sb + my_dst, my_map, &full[stage], my_half * 64, h, (tile * Cfg::kTile) & page_mask, page, policy);
     }
-    if (with_q && !defer_q && lane < p.group) {
-      const char* q = static_cast<const char*>(p.q) + (b * p.q_stride_b + (h * p.group + lane) * p.q_stride_h) * kQElem;
-      bulk_load(sb + Cfg::kQOff + lane * Cfg::kQPitch, q, Cfg::kQRowBytes, &full[stage], policy);
-    }
+    if (with_q && !defer_q) copy_q_rows(stage, b, h);
     if (tl_first) {
       tl_first = false;
       tl_put(p, kTlFirstIssue, tl_clock_after(page));
@@ -118,10 +122,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
       }
     }
     pdl_wait_here(p);
-    if (n > 0 && lane < p.group) {  // the deferred Q rows, into the first early tile's stage (0)
-      const char* q = static_cast<const char*>(p.q) + (b * p.q_stride_b + (h * p.group + lane) * p.q_stride_h) * kQElem;
-      bulk_load(smem + Cfg::kQOff + lane * Cfg::kQPitch, q, Cfg::kQRowBytes, &full[0], policy);
-    }
+    if (n > 0) copy_q_rows(0, b, h);  // the deferred Q rows, into the first early tile's stage
     return n;
   };
   int skip = 0;

@@ -641,13 +641,10 @@ inline TileKernel prepare_tile_kernel(QuantParams& p, int vec) {
   if (!bulk_applicable(p, vec)) {
     QuantParams r = p;
     if (!prepare_row_tiles(r, vec) || r.num_tiles > kMaxGrid) return TileKernel::kNone;
-    if (odd_group_rows_applicable(r, vec)) {  // odd group-128 rows of 2-byte inputs: one row per CTA
-      set_odd_group_row_geometry(r);
-      p = r;
-      return TileKernel::kOddGroupRows;
-    }
+    const bool one_row = odd_group_rows_applicable(r, vec);  // odd group-128 rows of 2-byte inputs: one row per CTA
+    if (one_row) set_odd_group_row_geometry(r);
     p = r;
-    return TileKernel::kRows;
+    return one_row ? TileKernel::kOddGroupRows : TileKernel::kRows;
   }
   QuantParams g = p;
   if (as_col_tiles(g, vec)) {
