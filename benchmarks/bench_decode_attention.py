@@ -38,7 +38,7 @@ flush, 34.3 after a read one), which no kernel of ours controls; both are valid 
 sense, so the read rows show the kernels without that cost.
 
     python benchmarks/bench_decode_attention.py [--out-dir benchmarks/results] [--quick]
-        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order|min_tiles|code_warm|task_cost|cost_cap|page_order|promotion|merge|prologue]
+        [--heads 8/1,64/8] [--kv bf16,fp8] [--cases 64x4K,1x128K+31x4K] [--diag-rows all|tail|first_page|lookahead|line_order|min_tiles|code_warm|task_cost|cost_cap|page_order|promotion|merge|prologue|l2_policy]
         [--flush write|read]
 """
 
@@ -59,7 +59,7 @@ from hpc_attention import paged_decode as pd
 from hpc_attention.reference import decode_reference
 
 DIAG_ROW_SETS = ("all", "tail", "first_page", "lookahead", "line_order", "min_tiles", "code_warm", "task_cost", "cost_cap",
-                 "page_order", "promotion", "merge", "prologue")
+                 "page_order", "promotion", "merge", "prologue", "l2_policy")
 CASES = ["64x0.5K", "64x4K", "32x128+32x4K", "2x32K+30x4K", "1x64K+15x4K", "1x128K+31x4K"]
 HEADS = [(8, 1), (64, 8)]
 PAGE = 64
@@ -314,6 +314,14 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 for name, defines in (("diag_fold_scalar_columns", _ext.FOLD_SCALAR_COLUMNS),
                                       ("diag_prologue_default_again", ())):
                     time_mode(name, plan, None, defines=defines)
+            if diag and diag_rows == "l2_policy":  # the KV loads' L2 policy (heuristics.KV_L2_EVICT_FIRST_MAX_MB picks
+                # it by the call's KV bytes): evict_first at every size (the policy before the thirty-fifth session),
+                # the normal policy at every size, and the default's timing again (the same process's spread);
+                # outputs checked
+                for name, tiles in (("diag_kv_l2_evict_first", 2**31 - 1), ("diag_kv_l2_normal", 0),
+                                    ("diag_kv_l2_default_again", None)):
+                    with overrides(kv_l2_normal_tiles=tiles):
+                        time_call(name, plan)
             if diag and diag_rows != "all":  # every narrow row set also gets decode only / stream only
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
                     time_mode(name, plan, flags)

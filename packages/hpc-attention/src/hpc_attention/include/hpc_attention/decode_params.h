@@ -155,6 +155,10 @@ struct PagedDecodeParams {
   // the ring (at most HPC_ATTN_EARLY_TILES, paged_decode_config.cuh) before griddepcontrol.wait; the task's Q rows
   // follow after the wait. <= 0: nothing is read before the wait (the default).
   int early_kv_tokens;
+  // The KV loads take the L2 evict_first policy while the plan's total tiles (counters[kTotalTiles], every item's
+  // 64-token tiles) are below this, the normal policy from it on (sm90_primitives.cuh's kv_l2_policy says why):
+  // INT_MAX always evict_first, 0 always normal. Host side: heuristics.KV_L2_EVICT_FIRST_MAX_MB.
+  int kv_l2_normal_tiles;
 };
 
 constexpr int kCombineThreads = 256;

@@ -17,12 +17,23 @@ namespace hpc::attn {
 using hpc::sm90::bulk_load;
 using hpc::sm90::fence_proxy_async_smem;
 using hpc::sm90::global_timer_ns;
-using hpc::sm90::l2_evict_first_policy;
 using hpc::sm90::mbar_arrive;
 using hpc::sm90::mbar_arrive_expect_tx;
 using hpc::sm90::mbar_init;
 using hpc::sm90::named_barrier;
 using hpc::sm90::smem_u32;
+
+// The L2 policy of the KV loads: evict_first while a call reads little KV, the normal policy for a long stream
+// (PagedDecodeParams::kv_l2_normal_tiles picks). Why by size: the brief cases' KV bytes streamed by a bare copy ring
+// after the benchmarks' written flush (scripts/bare_stream_bound.cu, H200) read 2.5 us faster with evict_first at
+// 134 MB (the KV lines replace each other, not the flush's dirty lines, which stay unwritten during the call) but
+// 1-1.5 us slower at 260-280 MB and 6-11 us slower at 530-1070 MB; after a read flush the two read alike.
+__device__ __forceinline__ uint64_t kv_l2_policy(bool evict_first) {
+  uint64_t ef, normal;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(ef));
+  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(normal));
+  return evict_first ? ef : normal;
+}
 
 // ---- mbarrier ---------------------------------------------------------------------------
 
