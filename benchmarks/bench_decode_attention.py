@@ -314,14 +314,12 @@ def bench_case(res, case, hq, hkv, kv_dtype, gen, reps, diag=True, diag_rows="al
                 for name, defines in (("diag_fold_scalar_columns", _ext.FOLD_SCALAR_COLUMNS),
                                       ("diag_prologue_default_again", ())):
                     time_mode(name, plan, None, defines=defines)
-            if diag and diag_rows == "l2_policy":  # the KV loads' L2 policy (heuristics.KV_L2_EVICT_FIRST_MAX_MB picks
-                # it by the call's KV bytes): evict_first at every size (the policy before the thirty-fifth session),
-                # the normal policy at every size, and the default's timing again (the same process's spread);
-                # outputs checked
-                for name, tiles in (("diag_kv_l2_evict_first", 2**31 - 1), ("diag_kv_l2_normal", 0),
-                                    ("diag_kv_l2_default_again", None)):
-                    with overrides(kv_l2_normal_tiles=tiles):
-                        time_call(name, plan)
+            if diag and diag_rows == "l2_policy":  # the KV loads with the normal L2 policy instead of evict_first
+                # (DIAG flags bit 6; thirty-fifth session), and the default's timing again (the same process's
+                # spread); outputs checked
+                with overrides(flags=64):
+                    time_call("diag_kv_l2_normal", plan)
+                time_call("diag_kv_l2_default_again", plan)
             if diag and diag_rows != "all":  # every narrow row set also gets decode only / stream only
                 for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)):
                     time_mode(name, plan, flags)

@@ -25,9 +25,8 @@ from a build whose producer copies at most n tiles before the PDL wait, HPC_ATTN
 ring, row `diag_early_kv_ring`). With `--fp8q-step` also `step_fp8q` and `step_fp8q_early_kv` (main table): per layer
 hpc_common's FP8 Q quantiser (a PDL kernel writing q and its scales, as an attention prologue does) and then the
 decode with FP8 Q, plain or with `new_tokens=1`: the early loads overlapping a short kernel, as in serving; the time
-is per layer (quantiser included), outputs checked finite. With `--l2-policy` also `diag_kv_l2_evict_first` and
-`diag_kv_l2_normal` (ours with the KV loads' L2 policy forced at every size instead of heuristics.KV_L2_EVICT_FIRST_MAX_MB's
-choice by the call's KV bytes).
+is per layer (quantiser included), outputs checked finite. With `--l2-policy` also `diag_kv_l2_normal` (ours with
+the KV loads' normal L2 policy instead of evict_first, DIAG flags bit 6).
 
     python benchmarks/bench_decode_attention_rotation.py [--out-dir benchmarks/results] [--heads 8/1,64/8]
         [--kv bf16,fp8] [--cases 64x0.5K,...] [--reps 30] [--diag] [--early-ab 0,1,3] [--fp8q-step] [--l2-policy]
@@ -120,9 +119,9 @@ def bench_case_rotated(res, case, hq, hkv, kv_dtype, gen, reps, diag=False, earl
             for name, flags in (("diag_decode_only", 0), ("diag_stream_only", 1)) if diag else ():
                 with overrides(skip_combine=True, flags=flags):  # read at capture: the graph keeps it
                     add(name, bench_back_to_back_us(fns, reps=reps))
-            for name, tiles in (("diag_kv_l2_evict_first", 2**31 - 1), ("diag_kv_l2_normal", 0)) if l2_policy else ():
-                with overrides(kv_l2_normal_tiles=tiles):  # the KV loads' L2 policy at every size, read at capture
-                    add(name, bench_back_to_back_us(fns, reps=reps))
+            if l2_policy:
+                with overrides(flags=64):  # the KV loads with the normal L2 policy (read at capture)
+                    add("diag_kv_l2_normal", bench_back_to_back_us(fns, reps=reps))
     for provider, new_tokens in (("step_fp8q", None), ("step_fp8q_early_kv", 1)) if fp8q_step else ():
         def step_call(copy, plan, out, new_tokens=new_tokens):
             q, k, v, pt, kv_lens, _ = copy
@@ -157,7 +156,7 @@ def main() -> None:
                     help="comma list of tile counts n: also diag_early_kv_tiles<n>, ours_early_kv built to copy at "
                          "most n tiles before the PDL wait (0: a lap of the ring, row diag_early_kv_ring)")
     ap.add_argument("--l2-policy", action="store_true",
-                    help="also diag_kv_l2_evict_first / diag_kv_l2_normal: the KV loads' L2 policy forced at every size")
+                    help="also diag_kv_l2_normal: the KV loads with the normal L2 policy instead of evict_first")
     args = ap.parse_args()
     heads = [tuple(int(x) for x in h.split("/")) for h in args.heads.split(",")] if args.heads else HEADS
     cases = args.cases.split(",") if args.cases else CASES

@@ -254,24 +254,3 @@ def test_new_tokens_loads_early_only_when_safe(fake, monkeypatch):
         ha.decode(q, k, v, pt, lens, plan, new_tokens=3)
     got = [kw["early_kv_tokens"] for name, kw in fake.calls if name == "paged_decode"]
     assert got == [0, 2, 0, 0, 3, 0, 0]
-
-
-def test_kv_l2_policy_threshold_by_call_bytes(fake, monkeypatch):
-    """decode hands the kernel kv_l2_normal_tiles, the fewest plan tiles (64 tokens of K and V of one KV head) that
-    make a call read more than heuristics.KV_L2_EVICT_FIRST_MAX_MB MB of KV: the kernel's KV loads take evict_first
-    below it and the normal L2 policy from it on. None keeps evict_first at every size; DIAG's value overrides."""
-    monkeypatch.setattr(heuristics, "KV_L2_EVICT_FIRST_MAX_MB", 192)
-    for kv, tile_bytes in ((torch.bfloat16, 2 * 64 * 128 * 2), (FP8, 2 * 64 * 128)):
-        want = heuristics.kv_l2_normal_tiles(tile_bytes // (2 * 64 * 128))
-        assert (want - 1) * tile_bytes <= 192e6 < want * tile_bytes
-        q, k, v, pt, lens = inputs(kv=kv)
-        plan = ha.plan_decode(lens, 2, 8, workspace=ha.DecodeWorkspace(3, 2, 8, 256, "cpu"))
-        ha.decode(q, k, v, pt, lens, plan, k_scale=1.0, v_scale=1.0)
-        assert fake.calls[-1][1]["kv_l2_normal_tiles"] == want
-    assert heuristics.kv_l2_normal_tiles(2) == 5860 and heuristics.kv_l2_normal_tiles(1) == 11719
-    monkeypatch.setattr(heuristics, "KV_L2_EVICT_FIRST_MAX_MB", None)
-    ha.decode(q, k, v, pt, lens, plan, k_scale=1.0, v_scale=1.0)
-    assert fake.calls[-1][1]["kv_l2_normal_tiles"] == 2**31 - 1
-    monkeypatch.setitem(dec.DIAG, "kv_l2_normal_tiles", 0)
-    ha.decode(q, k, v, pt, lens, plan, k_scale=1.0, v_scale=1.0)
-    assert fake.calls[-1][1]["kv_l2_normal_tiles"] == 0

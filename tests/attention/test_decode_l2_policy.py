@@ -1,7 +1,6 @@
-"""The KV loads' L2 policy (PagedDecodeParams::kv_l2_normal_tiles; GPU): evict_first or the normal policy changes
-where the KV lines sit in the L2, never a result. Both producers, both KV dtypes, split and whole items, and a
-threshold between the call's tiles and one tile more (the kernel compares the plan's total tiles with it): every
-setting gives the plain call's bits, which match the float64 reference."""
+"""The KV loads' L2 policy (GPU): the diagnostic normal policy (PagedDecodeParams::diag bit 6, the benchmarks'
+`diag_kv_l2_normal` rows) changes where the KV lines sit in the L2, never a result: both producers, both KV dtypes,
+split, whole and empty items give the default call's bits, which match the float64 reference."""
 
 from __future__ import annotations
 
@@ -18,31 +17,22 @@ from .test_decode import check_counters_zero, run
 
 pytestmark = pytest.mark.gpu
 
-INT_MAX = 2**31 - 1
-
-
-def decode_with_threshold(case, plan, tiles, monkeypatch):
-    monkeypatch.setitem(dec.DIAG, "kv_l2_normal_tiles", tiles)
-    B, Hq = case.q.shape[:2]
-    out = poisoned_empty(B, Hq, 128, dtype=torch.bfloat16, device="cuda")
-    ha.decode(case.q, case.k, case.v, case.page_table, case.kv_lens, plan, sm_scale=case.sm_scale,
-              k_scale=case.k_scale, v_scale=case.v_scale, q_scale=case.q_scale, out=out)
-    return out
+NORMAL_L2_POLICY = 64  # DIAG flags bit 6
 
 
 @pytest.mark.parametrize("tma", [True, False], ids=["tma", "cp_async"])
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
-def test_l2_policy_never_changes_the_result(kv_dtype, tma, monkeypatch):
+def test_normal_l2_policy_gives_the_same_bits(kv_dtype, tma, monkeypatch):
     monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", tma)
-    lens = [9000, 700, 1, 0, 4096, 129]  # a split item, whole items, an empty one
-    case = make_case(lens, 2, 4, kv_dtype, seed=5 + tma)
-    total_tiles = 2 * sum((n + 63) // 64 for n in lens)  # the plan's counters[kTotalTiles]: every item's tiles
-    plain, plan = run(case)  # the heuristic's threshold (far above this call: evict_first)
-    assert int(plan.workspace.counters[3]) == total_tiles
-    outs = {tiles: decode_with_threshold(case, plan, tiles, monkeypatch)
-            for tiles in (0, total_tiles, total_tiles + 1, INT_MAX)}  # normal, normal, evict_first, evict_first
+    case = make_case([9000, 700, 1, 0, 4096, 129], 2, 4, kv_dtype, seed=5 + tma)  # split, whole and empty items
+    plain, plan = run(case)
+    monkeypatch.setitem(dec.DIAG, "flags", NORMAL_L2_POLICY)
+    B, Hq = case.q.shape[:2]
+    out = poisoned_empty(B, Hq, 128, dtype=torch.bfloat16, device="cuda")
+    ha.decode(case.q, case.k, case.v, case.page_table, case.kv_lens, plan, sm_scale=case.sm_scale,
+              k_scale=case.k_scale, v_scale=case.v_scale, q_scale=case.q_scale, out=out)
+    assert dec.LAST_PRODUCER["name"] == ("tma" if tma else "cp_async")
     torch.cuda.synchronize()
-    for tiles, out in outs.items():
-        assert_bitwise_equal(out, plain, name=f"kv_l2_normal_tiles={tiles} vs the default [{case.describe()}]")
+    assert_bitwise_equal(out, plain, name=f"normal L2 policy vs evict_first [{case.describe()}]")
     check_counters_zero(plan.workspace)
-    check_accuracy(plain, case, "default L2 policy")
+    check_accuracy(plain, case, "evict_first")

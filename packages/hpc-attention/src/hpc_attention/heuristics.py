@@ -152,26 +152,9 @@ HEAD_MAJOR_CUT_TO_HEADS = True
 # Same bits either way. Read when `decode` is called (a CUDA graph keeps the capture's value).
 BINS_BY_HEAD = True
 
-# The KV loads' L2 policy (sm90_primitives.cuh, kv_l2_policy): evict_first while a call reads at most
-# KV_L2_EVICT_FIRST_MAX_MB MB of KV, the normal policy above; the kernel decides from the plan's total tiles (no host
-# sync). Why: the brief cases' KV bytes streamed by a bare copy ring after the benchmarks' written flush
-# (scripts/bare_stream_bound.cu, H200, thirty-fifth session) read 2.5 us faster with evict_first at 134 MB, 1-1.5 us
-# slower at 260-280 MB and 6-11 us slower at 530-1070 MB; alike after a read flush. None: evict_first at every size
-# (the policy before). Read when `decode` is called (a CUDA graph keeps the capture's value).
-KV_L2_EVICT_FIRST_MAX_MB = 192
-
 TILE_TOKENS = 64
 HEAD_DIM = 128
 MAX_GROUP = 16
-
-
-def kv_l2_normal_tiles(kv_elem_bytes: int) -> int:
-    """PagedDecodeParams::kv_l2_normal_tiles for KV elements of `kv_elem_bytes` bytes: the fewest plan tiles (64
-    tokens of K and V of one KV head) that make a call read more than KV_L2_EVICT_FIRST_MAX_MB MB."""
-    if KV_L2_EVICT_FIRST_MAX_MB is None:
-        return 2**31 - 1
-    tile_bytes = 2 * TILE_TOKENS * HEAD_DIM * kv_elem_bytes
-    return min(2**31 - 1, int(KV_L2_EVICT_FIRST_MAX_MB * 1e6) // tile_bytes + 1)
 
 
 def min_tiles_per_cta(items: int = 0, ctas: int = 1) -> int:

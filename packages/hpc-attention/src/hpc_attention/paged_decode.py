@@ -28,8 +28,7 @@ _LOG2E = 1.0 / math.log(2.0)
 # ("-DHPC_ATTN_SCORE_LOOKAHEAD=0",) for the consumers' schedule before the score look-ahead.
 # "plan_timeline": None, or a CUDA int64 tensor of >= plan CTAs * 16 warps * 16 words into which the
 # planner writes per-warp step stamps (decode_plan_timeline.cuh, scripts/timeline_plan.py).
-DIAG = {"skip_combine": False, "flags": 0, "timeline": None, "defines": (), "plan_timeline": None,
-        "kv_l2_normal_tiles": None}
+DIAG = {"skip_combine": False, "flags": 0, "timeline": None, "defines": (), "plan_timeline": None}
 
 # Which producer the last eager `decode` call ran ("tma" or "cp_async"; tests read it). The TMA
 # producer falls back to cp.async when the driver cannot encode the cache's tensor map.
@@ -248,7 +247,7 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
         counters=counters.data_ptr(), claim_counter=claim_counter.data_ptr(), tma_producer=tma_producer,
         num_ctas=num_ctas, pdl=pdl, stream=stream, timeline=_timeline_ptr(num_ctas),
         bin_first_page=bin_first_page.data_ptr() if bin_first_page is not None else 0, bin_heads=bin_heads,
-        early_kv_tokens=early_kv_tokens, kv_l2_normal_tiles=_kv_l2_normal_tiles(k_cache))
+        early_kv_tokens=early_kv_tokens)
     LAST_PRODUCER["name"] = "tma" if used_tma else "cp_async"
     if merge or skip_combine:
         return
@@ -256,12 +255,6 @@ def _decode_op(q: torch.Tensor, q_scale: torch.Tensor | None, k_cache: torch.Ten
         combine=combine.data_ptr(), counters=counters.data_ptr(), partial_o=partial_o.data_ptr(),
         partial_lse=partial_lse.data_ptr(), out=out.data_ptr(), out_stride_b=out.stride(0),
         out_stride_h=out.stride(1), num_kv_heads=hkv, group=group, num_ctas=combine_ctas, pdl=pdl, stream=stream)
-
-
-def _kv_l2_normal_tiles(k_cache: torch.Tensor) -> int:
-    """The KV loads' L2 policy threshold (PagedDecodeParams::kv_l2_normal_tiles): DIAG's override, else the heuristic."""
-    forced = DIAG.get("kv_l2_normal_tiles")
-    return int(forced) if forced is not None else heuristics.kv_l2_normal_tiles(k_cache.element_size())
 
 
 def _timeline_ptr(num_ctas: int) -> int:

@@ -3,7 +3,6 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
-#include <limits>
 
 #include "hpc_attention/decode_params.h"
 #include "hpc_common/check.h"
@@ -85,8 +84,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
          uintptr_t v_scale_ptr, float k_scale, float v_scale, float sm_scale_log2, int num_kv_heads, int group,
          int diag, int merge, uintptr_t slot_meta, uintptr_t merge_counts, uintptr_t merge_ml, uintptr_t combine,
          uintptr_t counters, uintptr_t claim_counter, bool tma_producer, int num_ctas, bool pdl, uintptr_t stream,
-         uintptr_t timeline, uintptr_t bin_first_page, int bin_heads, int early_kv_tokens,
-         int kv_l2_normal_tiles) {
+         uintptr_t timeline, uintptr_t bin_first_page, int bin_heads, int early_kv_tokens) {
         PagedDecodeParams p{};
         p.q = hpc::as_ptr<const void>(q);
         p.q_stride_b = q_stride_b;
@@ -125,7 +123,6 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         p.diag = diag;
         p.bin_heads = bin_heads;
         p.early_kv_tokens = early_kv_tokens;  // <= 0: nothing read before the PDL wait
-        p.kv_l2_normal_tiles = kv_l2_normal_tiles;  // the KV loads' L2 policy by the call's tiles
         p.merge = merge;
         p.slot_meta = hpc::as_ptr<const int2>(slot_meta);
         p.merge_counts = hpc::as_ptr<int>(merge_counts);
@@ -160,8 +157,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       py::arg("merge"), py::arg("slot_meta"), py::arg("merge_counts"), py::arg("merge_ml"), py::arg("combine"),
       py::arg("counters"), py::arg("claim_counter"), py::arg("tma_producer"), py::arg("num_ctas"), py::arg("pdl"),
       py::arg("stream"), py::arg("timeline") = 0, py::arg("bin_first_page") = 0, py::arg("bin_heads") = 1,
-      py::arg("early_kv_tokens") = 0,
-      py::arg("kv_l2_normal_tiles") = std::numeric_limits<int>::max());
+      py::arg("early_kv_tokens") = 0);
 
   m.def(
       "decode_combine",

@@ -147,6 +147,7 @@ struct PagedDecodeParams {
               // bit 3 = split-item arrival with a per-thread SC fence (the version-4 protocol);
               // bit 4 = a bin's tasks run in line order (see task_in_run);
               // bit 5 = own_bin pairs heads h and h + Hkv / 2 on a TPC instead of h and h + 1
+              // bit 6 = the KV loads with the normal L2 policy instead of evict_first (kv_l2_policy)
   int bin_heads;  // > 1: CTA c runs bin (c % bin_heads) * nb1 + c / bin_heads (own_bin); else bin c
   // KV loads before the PDL wait (TMA producer only; paged_decode.decode's `new_tokens`): n >= 1 promises that the
   // previous kernel on the stream writes at most the last n KV positions of each request (and q, q_scale, out), and
@@ -155,10 +156,6 @@ struct PagedDecodeParams {
   // the ring (at most HPC_ATTN_EARLY_TILES, paged_decode_config.cuh) before griddepcontrol.wait; the task's Q rows
   // follow after the wait. <= 0: nothing is read before the wait (the default).
   int early_kv_tokens;
-  // The KV loads take the L2 evict_first policy while the plan's total tiles (counters[kTotalTiles], every item's
-  // 64-token tiles) are below this, the normal policy from it on (sm90_primitives.cuh's kv_l2_policy says why):
-  // INT_MAX always evict_first, 0 always normal. Host side: heuristics.KV_L2_EVICT_FIRST_MAX_MB.
-  int kv_l2_normal_tiles;
 };
 
 constexpr int kCombineThreads = 256;

@@ -45,7 +45,7 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
   constexpr int kQElem = kFp8Q ? 1 : 2;
   const int pid = threadIdx.x - 32 * Cfg::kConsumerWarps;  // 0..127
   const int row0 = pid / kChunks, col = pid % kChunks;
-  const uint64_t policy = kv_l2_policy(p.counters[kTotalTiles] < p.kv_l2_normal_tiles);
+  const uint64_t policy = kv_l2_policy(!(p.diag & 64));
   const int page_mask = (1 << p.page_size_log2) - 1;
   const char* kbase = static_cast<const char*>(p.k_cache) + col * 16;
   const char* vbase = static_cast<const char*>(p.v_cache) + col * 16;

@@ -41,7 +41,7 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   constexpr int kHalves = Cfg::kRowBytes / 128;  // 128-byte boxes per row: 2 (BF16), 1 (FP8)
   constexpr int kQElem = kFp8Q ? 1 : 2;
   const int lane = threadIdx.x & 31;
-  const uint64_t policy = kv_l2_policy(p.counters[kTotalTiles] < p.kv_l2_normal_tiles);
+  const uint64_t policy = kv_l2_policy(!(p.diag & 64));
   const int ps_log2 = p.page_size_log2;
   const int box_log2 = min(ps_log2, 6);  // rows per box: min(page_size, 64)
   const int page_mask = (1 << ps_log2) - 1;

@@ -23,11 +23,12 @@ using hpc::sm90::mbar_init;
 using hpc::sm90::named_barrier;
 using hpc::sm90::smem_u32;
 
-// The L2 policy of the KV loads: evict_first while a call reads little KV, the normal policy for a long stream
-// (PagedDecodeParams::kv_l2_normal_tiles picks). Why by size: the brief cases' KV bytes streamed by a bare copy ring
-// after the benchmarks' written flush (scripts/bare_stream_bound.cu, H200) read 2.5 us faster with evict_first at
-// 134 MB (the KV lines replace each other, not the flush's dirty lines, which stay unwritten during the call) but
-// 1-1.5 us slower at 260-280 MB and 6-11 us slower at 530-1070 MB; after a read flush the two read alike.
+// The L2 policy of the KV loads: evict_first (their lines replace each other rather than lines other kernels will use
+// or must write back); the normal policy only as a diagnostic (PagedDecodeParams::diag bit 6). Measured both ways at
+// every brief case (H200, thirty-fifth session, NOTES.md): the normal policy was slower on every case in a stream of
+// calls (64/8 BF16 by up to 30 us) and after the written flush on every case but the 64/8 FP8 ones from 260 MB
+// (1.4-9.7 us faster there), although a bare copy ring (scripts/bare_stream_bound.cu) reads every stream from
+// 260 MB faster with it after that flush.
 __device__ __forceinline__ uint64_t kv_l2_policy(bool evict_first) {
   uint64_t ef, normal;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(ef));
