@@ -15,6 +15,7 @@
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I packages/hpc-common/src/hpc_common/include \
 //        -o /tmp/bsb packages/hpc-attention/scripts/bare_stream_bound.cu && /tmp/bsb > OUT/bare_stream_bound.jsonl
+//   (/tmp/bsb grid: grid_sweep below)
 // One JSON line per row (case, heads, kv_dtype, variant, flush, floor_us, mean_us, median_us); tools/probe_results.py
 // turns them into the results format.
 #include <cuda_runtime.h>
@@ -120,8 +121,33 @@ Case parse_case(const std::string& name) {
   return c;
 }
 
-int main() {
+// `bsb grid`: the 8/1 64x0.5K bytes (64 requests of 8 tiles) on fewer CTAs: 64 (one whole request each, as the
+// dynamic plan's whole short items run), 128 (half a request each) and 132, chunk = one 16 KB (FP8) / 32 KB (BF16)
+// tile; does a 64-CTA plan bound the call above the 132-CTA ring?
+void grid_sweep(const FlushedStream& fs, uint8_t* kv, int* order, float* sink) {
+  for (int esize : {1, 2}) {
+    const int chunk = 2 * 64 * 128 * esize, chunks = 64 * 8;
+    std::vector<int> ord(chunks);
+    std::iota(ord.begin(), ord.end(), 0);
+    std::shuffle(ord.begin(), ord.end(), std::mt19937(5));
+    CK(cudaMemcpy(order, ord.data(), chunks * sizeof(int), cudaMemcpyHostToDevice));
+    const int stages = std::min(kMaxStages, kSmemBudget / chunk);
+    for (int grid : {64, 128, 132}) {
+      const GraphTiming t = fs.time([] {}, [&] {
+        chunk_stream<<<grid, 160, kSmemBudget, fs.stream>>>(kv, order, chunks, chunk, stages, 1, sink);
+      });
+      std::printf(
+          "{\"case\": \"64x0.5K\", \"Hq\": 8, \"Hkv\": 1, \"kv_dtype\": \"%s\", \"variant\": \"grid%d_tile_chunks_ef\", "
+          "\"flush\": \"written\", \"mean_us\": %.3f, \"median_us\": %.2f}\n",
+          esize == 2 ? "bf16" : "fp8", grid, t.mean_us, t.median_us);
+      std::fflush(stdout);
+    }
+  }
+}
+
+int main(int argc, char** argv) {
   const FlushedStream fs;
+  const bool grid_only = argc > 1 && std::string(argv[1]) == "grid";
   const std::vector<std::string> names = {"64x0.5K", "64x4K", "32x128+32x4K", "2x32K+30x4K", "1x64K+15x4K",
                                           "1x128K+31x4K"};
   const int heads[2][2] = {{8, 1}, {64, 8}};
@@ -145,6 +171,10 @@ int main() {
   CK(cudaMalloc(&order, (max_bytes / (16 << 10) + 16) * sizeof(int)));
   CK(cudaFuncSetAttribute(chunk_stream, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBudget));
 
+  if (grid_only) {
+    grid_sweep(fs, kv, order, sink);
+    return 0;
+  }
   {
     const GraphTiming t = fs.time([] {}, [&] { empty_kernel<<<1, 32, 0, fs.stream>>>(); });
     std::printf("{\"check\": \"empty_one_cta_kernel\", \"mean_us\": %.3f, \"median_us\": %.2f}\n", t.mean_us,
