@@ -15,7 +15,7 @@
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I packages/hpc-common/src/hpc_common/include \
 //        -o /tmp/bsb packages/hpc-attention/scripts/bare_stream_bound.cu && /tmp/bsb > OUT/bare_stream_bound.jsonl
-//   (/tmp/bsb grid: grid_sweep below)
+//   (/tmp/bsb grid: grid_sweep below; /tmp/bsb rotation: rotation_us below)
 // One JSON line per row (case, heads, kv_dtype, variant, flush, floor_us, mean_us, median_us); tools/probe_results.py
 // turns them into the results format.
 #include <cuda_runtime.h>
@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "graph_timing.cuh"
+#include "hpc_common/pdl.cuh"
 #include "hpc_common/sm90.cuh"
 
 namespace sm90 = hpc::sm90;
@@ -56,6 +57,10 @@ __global__ void __launch_bounds__(160, 1)
     sm90::mbar_init_fence();
   }
   __syncthreads();
+  // As the decode kernel's plain call (pdl_wait_here): nothing read before the previous kernel is done, the next
+  // one's prologue let in right after (no-ops without the PDL launch attribute).
+  hpc::pdl_wait();
+  hpc::pdl_launch_dependents();
   if (threadIdx.x == 128) {
     const uint64_t pol = sm90::l2_evict_first_policy();
     for (int i = 0; i < n; ++i) {
@@ -145,9 +150,45 @@ void grid_sweep(const FlushedStream& fs, uint8_t* kv, int* order, float* sink) {
   }
 }
 
+// `bsb rotation`: the bound by input rotation, the method of bench_decode_attention_rotation.py: n copies of the case's
+// KV bytes (n = ceil(256 MB / bytes), 2..64), one ring call per copy back to back in one CUDA graph [event, n calls,
+// event] with the PDL launch attribute (each call waits for the previous one before its first copy, as the decode's
+// plain call does), no flush; per-call time = the event pair / n, mean over replays 2..31.
+float rotation_us(cudaStream_t stream, int sms, const uint8_t* kv, size_t kv_bytes, int copies, const int* order,
+                  int chunks, int chunk, int stages, int ef, float* sink) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  cudaGraph_t g;
+  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  CK(cudaEventRecordWithFlags(e0, stream, cudaEventRecordExternal));
+  for (int c = 0; c < copies; ++c) {
+    CK(hpc::launch_kernel(chunk_stream, dim3(sms), dim3(160), kSmemBudget, stream, true, kv + c * kv_bytes, order,
+                          chunks, chunk, stages, ef, sink));
+  }
+  CK(cudaEventRecordWithFlags(e1, stream, cudaEventRecordExternal));
+  CK(cudaStreamEndCapture(stream, &g));
+  cudaGraphExec_t ge;
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  double sum = 0;
+  for (int r = 0; r < 32; ++r) {
+    CK(cudaGraphLaunch(ge, stream));
+    CK(cudaStreamSynchronize(stream));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (r >= 2) sum += ms * 1000.0 / copies;
+  }
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return static_cast<float>(sum / 30);
+}
+
 int main(int argc, char** argv) {
   const FlushedStream fs;
   const bool grid_only = argc > 1 && std::string(argv[1]) == "grid";
+  const bool rotation = argc > 1 && std::string(argv[1]) == "rotation";
   const std::vector<std::string> names = {"64x0.5K", "64x4K", "32x128+32x4K", "2x32K+30x4K", "1x64K+15x4K",
                                           "1x128K+31x4K"};
   const int heads[2][2] = {{8, 1}, {64, 8}};
@@ -158,9 +199,24 @@ int main(int argc, char** argv) {
     for (int l : c.lens) tokens += l;
     max_bytes = std::max(max_bytes, tokens * 8 * 128 * 2 * 2);  // 64/8 BF16: the largest
   }
+  // Rotation: n copies of every case's bytes, n = ceil(256 MB / bytes) in 2..64 (at most ~2.2 GB: 2 x 64/8 BF16 64x4K).
+  auto copies_for = [](size_t bytes) {
+    return static_cast<int>(std::min<size_t>(64, std::max<size_t>(2, ((256u << 20) + bytes - 1) / bytes)));
+  };
+  size_t kv_alloc = max_bytes;
+  if (rotation) {
+    for (const auto& nm : names) {
+      const Case c = parse_case(nm);
+      size_t tokens = 0;
+      for (int l : c.lens) tokens += l;
+      for (size_t b : {tokens * 2 * 128, tokens * 2 * 128 * 2, tokens * 8 * 128 * 2, tokens * 8 * 128 * 2 * 2}) {
+        kv_alloc = std::max(kv_alloc, b * copies_for(b));
+      }
+    }
+  }
   uint8_t* kv;
-  CK(cudaMalloc(&kv, max_bytes + (64 << 10)));
-  CK(cudaMemset(kv, 1, max_bytes + (64 << 10)));
+  CK(cudaMalloc(&kv, kv_alloc + (64 << 10)));
+  CK(cudaMemset(kv, 1, kv_alloc + (64 << 10)));
   uint4* rbuf;
   const size_t rbytes = FlushedStream::kFlushBytes;
   CK(cudaMalloc(&rbuf, rbytes));
@@ -198,6 +254,28 @@ int main(int argc, char** argv) {
         // bench_decode_attention.call_bytes: K + V, q read and the output written (BF16), the page table
         const double call_bytes = double(kv_bytes) + 2.0 * B * hq * 128 * 2 + double(B) * max_pages * 4;
         const double floor_us = call_bytes / (kCopyTbps * 1e12) * 1e6;
+        if (rotation) {  // chunk 32 KB, both orders and policies
+          const int chunk = 32 << 10, chunks = static_cast<int>((kv_bytes + chunk - 1) / chunk);
+          const int stages = std::min(kMaxStages, kSmemBudget / chunk), copies = copies_for(kv_bytes);
+          for (int random_order : {1, 0}) {
+            std::vector<int> ord(chunks);
+            std::iota(ord.begin(), ord.end(), 0);
+            if (random_order) std::shuffle(ord.begin(), ord.end(), rng);
+            CK(cudaMemcpy(order, ord.data(), chunks * sizeof(int), cudaMemcpyHostToDevice));
+            for (int ef : {1, 0}) {
+              const float us = rotation_us(fs.stream, fs.sms, kv, kv_bytes, copies, order, chunks, chunk, stages, ef,
+                                           sink);
+              std::printf(
+                  "{\"case\": \"%s\", \"Hq\": %d, \"Hkv\": %d, \"kv_dtype\": \"%s\", \"kv_mb\": %.1f, "
+                  "\"variant\": \"chunk32k_%s%s\", \"flush\": \"rotation\", \"copies\": %d, \"floor_us\": %.2f, "
+                  "\"mean_us\": %.3f, \"pct_of_floor\": %.1f}\n",
+                  c.name.c_str(), hq, hkv, esize == 2 ? "bf16" : "fp8", kv_bytes / 1e6, random_order ? "random" : "inorder",
+                  ef ? "_ef" : "", copies, floor_us, us, 100.0 * floor_us / us);
+              std::fflush(stdout);
+            }
+          }
+          continue;
+        }
         for (int chunk_kb : {16, 32}) {
           const int chunk = chunk_kb << 10;
           const int chunks = static_cast<int>((kv_bytes + chunk - 1) / chunk);  // last chunk may read a little past
