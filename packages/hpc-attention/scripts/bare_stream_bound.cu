@@ -153,9 +153,9 @@ void grid_sweep(const FlushedStream& fs, uint8_t* kv, int* order, float* sink) {
 // `bsb rotation`: the bound by input rotation, the method of bench_decode_attention_rotation.py: n copies of the case's
 // KV bytes (n = ceil(256 MB / bytes), 2..64), one ring call per copy back to back in one CUDA graph [event, n calls,
 // event] with the PDL launch attribute (each call waits for the previous one before its first copy, as the decode's
-// plain call does), no flush; per-call time = the event pair / n, mean over replays 2..31.
-float rotation_us(cudaStream_t stream, int sms, const uint8_t* kv, size_t kv_bytes, int copies, const int* order,
-                  int chunks, int chunk, int stages, int ef, float* sink) {
+// plain call does), no flush; per-call time = the event pair / n, mean and median over replays 2..31.
+GraphTiming rotation_us(cudaStream_t stream, int sms, const uint8_t* kv, size_t kv_bytes, int copies, const int* order,
+                        int chunks, int chunk, int stages, int ef, float* sink) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
@@ -170,19 +170,22 @@ float rotation_us(cudaStream_t stream, int sms, const uint8_t* kv, size_t kv_byt
   CK(cudaStreamEndCapture(stream, &g));
   cudaGraphExec_t ge;
   CK(cudaGraphInstantiate(&ge, g, 0));
-  double sum = 0;
+  std::vector<float> t;
   for (int r = 0; r < 32; ++r) {
     CK(cudaGraphLaunch(ge, stream));
     CK(cudaStreamSynchronize(stream));
     float ms;
     CK(cudaEventElapsedTime(&ms, e0, e1));
-    if (r >= 2) sum += ms * 1000.0 / copies;
+    if (r >= 2) t.push_back(ms * 1000.f / copies);
   }
+  std::sort(t.begin(), t.end());
+  float sum = 0.f;
+  for (float x : t) sum += x;
   CK(cudaGraphExecDestroy(ge));
   CK(cudaGraphDestroy(g));
   CK(cudaEventDestroy(e0));
   CK(cudaEventDestroy(e1));
-  return static_cast<float>(sum / 30);
+  return {t[t.size() / 2], t[t.size() / 10], t[t.size() * 9 / 10], sum / t.size()};
 }
 
 int main(int argc, char** argv) {
@@ -263,14 +266,14 @@ int main(int argc, char** argv) {
             if (random_order) std::shuffle(ord.begin(), ord.end(), rng);
             CK(cudaMemcpy(order, ord.data(), chunks * sizeof(int), cudaMemcpyHostToDevice));
             for (int ef : {1, 0}) {
-              const float us = rotation_us(fs.stream, fs.sms, kv, kv_bytes, copies, order, chunks, chunk, stages, ef,
-                                           sink);
+              const GraphTiming t = rotation_us(fs.stream, fs.sms, kv, kv_bytes, copies, order, chunks, chunk, stages,
+                                                ef, sink);
               std::printf(
                   "{\"case\": \"%s\", \"Hq\": %d, \"Hkv\": %d, \"kv_dtype\": \"%s\", \"kv_mb\": %.1f, "
                   "\"variant\": \"chunk32k_%s%s\", \"flush\": \"rotation\", \"copies\": %d, \"floor_us\": %.2f, "
-                  "\"mean_us\": %.3f, \"pct_of_floor\": %.1f}\n",
+                  "\"mean_us\": %.3f, \"median_us\": %.2f, \"pct_of_floor\": %.1f}\n",
                   c.name.c_str(), hq, hkv, esize == 2 ? "bf16" : "fp8", kv_bytes / 1e6, random_order ? "random" : "inorder",
-                  ef ? "_ef" : "", copies, floor_us, us, 100.0 * floor_us / us);
+                  ef ? "_ef" : "", copies, floor_us, t.mean_us, t.median_us, 100.0 * floor_us / t.mean_us);
               std::fflush(stdout);
             }
           }
