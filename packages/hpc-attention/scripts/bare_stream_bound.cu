@@ -126,16 +126,22 @@ Case parse_case(const std::string& name) {
   return c;
 }
 
+// Chunk ids 0..chunks-1 into `order` on the device, shuffled by `rng` when `random_order`.
+void upload_order(int* order, int chunks, bool random_order, std::mt19937& rng) {
+  std::vector<int> ord(chunks);
+  std::iota(ord.begin(), ord.end(), 0);
+  if (random_order) std::shuffle(ord.begin(), ord.end(), rng);
+  CK(cudaMemcpy(order, ord.data(), chunks * sizeof(int), cudaMemcpyHostToDevice));
+}
+
 // `bsb grid`: the 8/1 64x0.5K bytes (64 requests of 8 tiles) on fewer CTAs: 64 (one whole request each, as the
 // dynamic plan's whole short items run), 128 (half a request each) and 132, chunk = one 16 KB (FP8) / 32 KB (BF16)
 // tile; does a 64-CTA plan bound the call above the 132-CTA ring?
 void grid_sweep(const FlushedStream& fs, uint8_t* kv, int* order, float* sink) {
   for (int esize : {1, 2}) {
     const int chunk = 2 * 64 * 128 * esize, chunks = 64 * 8;
-    std::vector<int> ord(chunks);
-    std::iota(ord.begin(), ord.end(), 0);
-    std::shuffle(ord.begin(), ord.end(), std::mt19937(5));
-    CK(cudaMemcpy(order, ord.data(), chunks * sizeof(int), cudaMemcpyHostToDevice));
+    std::mt19937 rng(5);
+    upload_order(order, chunks, true, rng);
     const int stages = std::min(kMaxStages, kSmemBudget / chunk);
     for (int grid : {64, 128, 132}) {
       const GraphTiming t = fs.time([] {}, [&] {
@@ -156,36 +162,13 @@ void grid_sweep(const FlushedStream& fs, uint8_t* kv, int* order, float* sink) {
 // plain call does), no flush; per-call time = the event pair / n, mean and median over replays 2..31.
 GraphTiming rotation_us(cudaStream_t stream, int sms, const uint8_t* kv, size_t kv_bytes, int copies, const int* order,
                         int chunks, int chunk, int stages, int ef, float* sink) {
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  cudaGraph_t g;
-  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  CK(cudaEventRecordWithFlags(e0, stream, cudaEventRecordExternal));
-  for (int c = 0; c < copies; ++c) {
-    CK(hpc::launch_kernel(chunk_stream, dim3(sms), dim3(160), kSmemBudget, stream, true, kv + c * kv_bytes, order,
-                          chunks, chunk, stages, ef, sink));
-  }
-  CK(cudaEventRecordWithFlags(e1, stream, cudaEventRecordExternal));
-  CK(cudaStreamEndCapture(stream, &g));
-  cudaGraphExec_t ge;
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  std::vector<float> t;
-  for (int r = 0; r < 32; ++r) {
-    CK(cudaGraphLaunch(ge, stream));
-    CK(cudaStreamSynchronize(stream));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    if (r >= 2) t.push_back(ms * 1000.f / copies);
-  }
-  std::sort(t.begin(), t.end());
-  float sum = 0.f;
-  for (float x : t) sum += x;
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  return {t[t.size() / 2], t[t.size() / 10], t[t.size() * 9 / 10], sum / t.size()};
+  auto calls = [&] {
+    for (int c = 0; c < copies; ++c) {
+      CK(hpc::launch_kernel(chunk_stream, dim3(sms), dim3(160), kSmemBudget, stream, true, kv + c * kv_bytes, order,
+                            chunks, chunk, stages, ef, sink));
+    }
+  };
+  return time_graph(stream, [] {}, calls, 32, 2, copies);
 }
 
 int main(int argc, char** argv) {
@@ -261,10 +244,7 @@ int main(int argc, char** argv) {
           const int chunk = 32 << 10, chunks = static_cast<int>((kv_bytes + chunk - 1) / chunk);
           const int stages = std::min(kMaxStages, kSmemBudget / chunk), copies = copies_for(kv_bytes);
           for (int random_order : {1, 0}) {
-            std::vector<int> ord(chunks);
-            std::iota(ord.begin(), ord.end(), 0);
-            if (random_order) std::shuffle(ord.begin(), ord.end(), rng);
-            CK(cudaMemcpy(order, ord.data(), chunks * sizeof(int), cudaMemcpyHostToDevice));
+            upload_order(order, chunks, random_order, rng);
             for (int ef : {1, 0}) {
               const GraphTiming t = rotation_us(fs.stream, fs.sms, kv, kv_bytes, copies, order, chunks, chunk, stages,
                                                 ef, sink);
@@ -284,10 +264,7 @@ int main(int argc, char** argv) {
           const int chunks = static_cast<int>((kv_bytes + chunk - 1) / chunk);  // last chunk may read a little past
           const int stages = std::min(kMaxStages, kSmemBudget / chunk);
           for (int random_order : {1, 0}) {
-            std::vector<int> ord(chunks);
-            std::iota(ord.begin(), ord.end(), 0);
-            if (random_order) std::shuffle(ord.begin(), ord.end(), rng);
-            CK(cudaMemcpy(order, ord.data(), chunks * sizeof(int), cudaMemcpyHostToDevice));
+            upload_order(order, chunks, random_order, rng);
             for (int ef : {1, 0}) {
               for (int read_flush : {0, 1}) {
                 auto before = [&] {

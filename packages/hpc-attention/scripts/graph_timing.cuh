@@ -27,6 +27,42 @@ struct GraphTiming {
   float median_us, p10_us, p90_us, mean_us;
 };
 
+// One CUDA graph of [before(), event, call(), event] captured on `stream` and replayed `replays` times: median / p10 /
+// p90 / mean of the event pairs after the first `skip` replays, each divided by `calls_per_pair` (the calls call()
+// issues, for a per-call time of a stream of calls).
+template <typename Before, typename Call>
+GraphTiming time_graph(cudaStream_t stream, Before before, Call call, int replays = 60, int skip = 10,
+                       int calls_per_pair = 1) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  cudaGraph_t g;
+  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  before();
+  CK(cudaEventRecordWithFlags(e0, stream, cudaEventRecordExternal));
+  call();
+  CK(cudaEventRecordWithFlags(e1, stream, cudaEventRecordExternal));
+  CK(cudaStreamEndCapture(stream, &g));
+  cudaGraphExec_t ge;
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  std::vector<float> t;
+  for (int r = 0; r < replays; ++r) {
+    CK(cudaGraphLaunch(ge, stream));
+    CK(cudaStreamSynchronize(stream));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (r >= skip) t.push_back(ms * 1000.f / calls_per_pair);
+  }
+  std::sort(t.begin(), t.end());
+  float sum = 0.f;
+  for (float x : t) sum += x;
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return {t[t.size() / 2], t[t.size() / 10], t[t.size() * 9 / 10], sum / t.size()};
+}
+
 // The flush buffer and stream the probes share.
 struct FlushedStream {
   static constexpr size_t kFlushBytes = size_t(128) << 20;
@@ -42,34 +78,12 @@ struct FlushedStream {
   // before() and call() enqueue on `stream` (they are captured, not run, here).
   template <typename Before, typename Call>
   GraphTiming time(Before before, Call call) const {
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    cudaGraph_t g;
-    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    flush_write<<<4 * sms, 512, 0, stream>>>(buf, kFlushBytes / 16);
-    before();
-    CK(cudaEventRecordWithFlags(e0, stream, cudaEventRecordExternal));
-    call();
-    CK(cudaEventRecordWithFlags(e1, stream, cudaEventRecordExternal));
-    CK(cudaStreamEndCapture(stream, &g));
-    cudaGraphExec_t ge;
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    std::vector<float> t;
-    for (int r = 0; r < 60; ++r) {
-      CK(cudaGraphLaunch(ge, stream));
-      CK(cudaStreamSynchronize(stream));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      if (r >= 10) t.push_back(ms * 1000.f);
-    }
-    std::sort(t.begin(), t.end());
-    float sum = 0.f;
-    for (float x : t) sum += x;
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    return {t[t.size() / 2], t[t.size() / 10], t[t.size() * 9 / 10], sum / t.size()};
+    return time_graph(
+        stream,
+        [&] {
+          flush_write<<<4 * sms, 512, 0, stream>>>(buf, kFlushBytes / 16);
+          before();
+        },
+        call);
   }
 };
