@@ -4,8 +4,16 @@ an SM90 GPU is an error, not a skip (a skipped GPU test is not a pass)."""
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
+
+# Every test that builds a kernel builds into a folder of the test run, never the user's
+# ~/.cache: CI (tools/test.sh) and gpu_check.sh set HPC_JIT_CACHE_DIR; a plain `pytest` gets a
+# folder under the temporary directory that later runs reuse.
+if not os.environ.get("HPC_JIT_CACHE_DIR"):
+    os.environ["HPC_JIT_CACHE_DIR"] = str(Path(tempfile.gettempdir()) / f"hpc_ops_test_jit_{os.getuid()}")
 
 
 def _hopper_available() -> bool:

@@ -118,12 +118,36 @@ def test_two_processes_build_the_same_key_at_once(tmp_path, cache):
     assert len(finals) == 1
 
 
-def test_variant_spec_is_named_after_its_switches_and_cached(tmp_path):
-    # The diagnostics / A/B builds (hpc_attention._ext, hpc_router_gemm._ext) are modules of their own.
-    from hpc_common.jit import ExtensionSpec
+def test_key_is_the_same_for_two_copies_at_different_paths(tmp_path, cache):
+    # Two clones of one commit (or one wheel in two venvs) must share a prebuilt cache: the key
+    # hashes contents and relative names, never where the checkout lies.
+    from hpc_common.jit.build import build_dir_for
 
-    base = ExtensionSpec(name="_hpc_demo_C", sources=[tmp_path / "a.cu"], include_dirs=[tmp_path], cuda_flags=["-DX=1"])
-    v = base.variant("-DHPC_DEMO_TIMELINE=1")
-    assert v.name == "_hpc_demo_HPC_DEMO_TIMELINE_1_C"
-    assert v.cuda_flags == ["-DX=1", "-DHPC_DEMO_TIMELINE=1"] and v.sources == base.sources
-    assert base.variant("-DHPC_DEMO_TIMELINE=1") is v and base.name == "_hpc_demo_C"
+    a = _copy_ext(tmp_path / "clone_a" / "src")
+    b = _copy_ext(tmp_path / "somewhere" / "else" / "clone_b" / "src")
+    key_a = build_dir_for("_tiny_h", _sources(a), [a])[1]
+    key_b = build_dir_for("_tiny_h", _sources(b), [b])[1]
+    assert key_a == key_b
+    (b / "tiny.cuh").write_text("#pragma once\n#define TINY_VALUE 7\n")
+    assert build_dir_for("_tiny_h", _sources(b), [b])[1] != key_a, "a header's contents must change the key"
+    built_a = build_extension("_tiny_h", _sources(a))
+    assert build_extension("_tiny_h", _sources(_copy_ext(tmp_path / "clone_c"))) == built_a, "second copy: cache hit"
+
+
+def test_key_of_the_shipped_extensions_ignores_the_checkout_path(tmp_path):
+    from hpc_common.jit.build import build_dir_for
+
+    pkg = REPO / "packages" / "hpc-common" / "src" / "hpc_common"
+    copy = tmp_path / "moved" / "hpc_common"
+    shutil.copytree(pkg / "csrc", copy / "csrc")
+    shutil.copytree(pkg / "include", copy / "include")
+    here = build_dir_for("_k", sorted((pkg / "csrc").glob("*.c*")), [pkg / "include"])[1]
+    there = build_dir_for("_k", sorted((copy / "csrc").glob("*.c*")), [copy / "include"])[1]
+    # COMMON_INCLUDE_DIR (hpc_common's own headers) joins both builds; the copy's headers are the same bytes.
+    assert here == there
+
+
+def test_tests_never_build_into_the_home_folder():
+    from hpc_common import env
+
+    assert Path.home() not in env.jit_cache_dir().parents, "tests/conftest.py must point HPC_JIT_CACHE_DIR away from ~"

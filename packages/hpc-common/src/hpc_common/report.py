@@ -14,6 +14,7 @@ import platform
 import subprocess
 import sys
 import time
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import torch
@@ -23,8 +24,8 @@ from .jit import JitError, registered
 from .jit.prebuild import discover
 from .jit.toolchain import find_nvcc, nvcc_version
 
-REFERENCE_MODULES = ("hpc_common.fp8.reference", "hpc_router_gemm.reference",
-                     "hpc_attention.reference", "hpc_moe.reference")
+# Each package lists its pure-torch reference module (one with a `cpu_demo()`) under this group.
+REFERENCE_GROUP = "hpc_ops.reference"
 
 
 def _hopper() -> bool:
@@ -66,10 +67,11 @@ def build_all() -> bool:
 
 def references() -> None:
     _section("reference implementations (pure torch, CPU, small shapes)")
-    for modname in REFERENCE_MODULES:
+    for modname in dict.fromkeys(ep.value for ep in entry_points(group=REFERENCE_GROUP)):
         try:
             mod = importlib.import_module(modname)
-        except ModuleNotFoundError:
+        except Exception as e:  # one broken package must not hide the others' demos
+            print(f"-- {modname}: cannot be imported ({type(e).__name__}: {e})")
             continue
         demo = getattr(mod, "cpu_demo", None)
         if demo is None:

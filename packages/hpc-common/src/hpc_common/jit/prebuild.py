@@ -13,29 +13,23 @@ from importlib.metadata import entry_points
 
 from .spec import registered
 
-# Packages of this monorepo whose `_ext` module declares ExtensionSpecs. Entry points in the
-# group `hpc_ops.jit` add more (and cover installs where the list below is out of date).
-KNOWN_EXT_MODULES = (
-    "hpc_common._ext",
-    "hpc_router_gemm._ext",
-    "hpc_attention._ext",
-    "hpc_moe._ext",
-)
+EXT_GROUP = "hpc_ops.jit"
 
 
 def discover() -> list[str]:
+    """Import every module registered under the entry-point group `hpc_ops.jit` (each package's
+    `_ext`, which declares its ExtensionSpecs on import). hpc-common knows no package by name: an
+    installed package is found by its metadata alone. Returns the modules imported."""
     found = []
-    names = list(KNOWN_EXT_MODULES)
-    try:
-        names += [ep.value for ep in entry_points(group="hpc_ops.jit")]
-    except Exception:  # pragma: no cover - metadata quirks must not stop a prebuild
-        pass
-    for mod in dict.fromkeys(names):
+    for mod in dict.fromkeys(ep.value for ep in entry_points(group=EXT_GROUP)):
         try:
             importlib.import_module(mod)
-            found.append(mod)
-        except ModuleNotFoundError:
+        except ModuleNotFoundError as e:
+            if e.name != mod:  # the module exists but its own import failed: a real error
+                raise
+            print(f"[hpc-ops] entry point {EXT_GROUP}: {mod} is declared but not installed", file=sys.stderr)
             continue
+        found.append(mod)
     return found
 
 
