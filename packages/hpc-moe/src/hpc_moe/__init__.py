@@ -1,10 +1,18 @@
-"""hpc-moe: fused latency-oriented Mixture-of-Experts for Hopper.
+"""hpc-moe: fused latency-oriented Mixture-of-Experts for Hopper (SM90).
 
-This release ships the pure-torch reference (`hpc_moe.reference.fused_moe_reference`); the
-fused CUDA pipeline (routing index, Gate-Up GEMM through the index, SiLU*up with FP8
-requantisation, Down GEMM, weighted reduce) lands in a later release.
+    from hpc_moe import MoEWeights, fused_moe
+    weights = MoEWeights.prepare(w13, w2, quant="fp8_block", w13_scale=s13, w2_scale=s2)  # load time
+    ws = weights.workspace(max_tokens=256, top_k=8)                                         # once
+    out = fused_moe(hidden, weights, topk_ids, topk_weights, workspace=ws)                  # per step
+
+Formats "bf16", "fp8_tensor", "fp8_block"; EP through global expert ids; CUDA-graph safe with a
+workspace. The pure-torch references are in `hpc_moe.reference` (they run on the CPU, and so
+does `fused_moe` on CPU tensors). Importing builds nothing and touches no GPU.
 """
 
 from ._version import __version__
+from .fused_moe import fused_moe
+from .weights import MoEWeights
+from .workspace import MoEWorkspace
 
-__all__ = ["__version__"]
+__all__ = ["MoEWeights", "MoEWorkspace", "__version__", "fused_moe"]

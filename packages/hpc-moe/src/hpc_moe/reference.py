@@ -1,19 +1,37 @@
-"""Pure-torch reference of the fused MoE (runs on CPU, float64 by default).
+"""Pure-torch references of the fused MoE (CPU or GPU, float64 by default).
 
-out[t] = sum_j weights[t, j] * W2[e] @ (silu(W13[e, :I] @ x[t]) * (W13[e, I:] @ x[t])),
-e = topk_ids[t, j], over the experts this EP rank owns (global id in
-[expert_offset, expert_offset + E_local)); experts of other ranks contribute nothing.
+    out[t] = shared[t] + sum_j w[t, j] * W2[e] @ (silu(W13[e, :I] @ x[t]) * (W13[e, I:] @ x[t])),
+    e = topk_ids[t, j] - expert_offset, over the pairs with 0 <= e < E_local
+
+(-1 and other EP ranks' ids contribute nothing). The quantised formats compute the same
+formula on dequantised operands, with the activations quantised exactly as the kernels do
+(hpc_common.fp8.reference: q = e4m3_rne_satfinite(x * (1 / scale)), scale = amax / 448):
+
+* "bf16": BF16 weights, BF16 activations.
+* "fp8_tensor": W = float(q) * s_e (w13_scale [E] or [E, 2] = gate and up scales, w2_scale [E]);
+  x quantised with the static per-tensor `a1_scale`, or per token (scale = amax(row) / 448)
+  when it is None.
+* "fp8_block": W = float(q) * s[e, row // 128, col // 128] (128 x 128 block scales);
+  x quantised per token and group of 128 columns.
+
+The intermediate silu(gate) * up is not re-quantised (DESIGN.md): only the input is.
 """
 
 from __future__ import annotations
 
 import torch
+from hpc_common.fp8 import reference as fp8_ref
+
+QUANTS = ("bf16", "fp8_tensor", "fp8_block")
+BLOCK = 128
 
 
 def fused_moe_reference(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,
                         topk_weights: torch.Tensor, *, expert_offset: int = 0,
                         shared_output: torch.Tensor | None = None,
                         dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The MoE on unquantised operands (any float dtype; computed in `dtype`). x [T, H],
+    w13 [E_local, 2I, H], w2 [E_local, H, I], topk_ids [T, k] global ids, topk_weights [T, k]."""
     T, H = x.shape
     E_local, two_i, H2 = w13.shape
     if H2 != H or two_i % 2 or w2.shape != (E_local, H, two_i // 2):
@@ -23,8 +41,9 @@ def fused_moe_reference(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, to
     xf = x.to(dtype)
     out = torch.zeros(T, H, dtype=dtype, device=x.device)
     local = topk_ids.long() - expert_offset
+    valid = topk_ids.long() >= 0
     for e in range(E_local):
-        tok, slot = (local == e).nonzero(as_tuple=True)
+        tok, slot = ((local == e) & valid).nonzero(as_tuple=True)
         if tok.numel() == 0:
             continue
         h = xf[tok] @ w13[e].to(dtype).T
@@ -36,15 +55,133 @@ def fused_moe_reference(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, to
     return out
 
 
+def expand_block_scale(scale: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """[E, ceil(rows / 128), ceil(cols / 128)] block scales -> [E, rows, cols], one per element."""
+    s = scale.repeat_interleave(BLOCK, dim=1)[:, :rows]
+    return s.repeat_interleave(BLOCK, dim=2)[:, :, :cols]
+
+
+def dequantize_w13(w13: torch.Tensor, w13_scale: torch.Tensor | None, quant: str,
+                   dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """w13 [E, 2I, H] as `dtype` values: BF16 as is, FP8 times its per-expert or block scales."""
+    w = w13.to(dtype)
+    if quant == "bf16":
+        return w
+    E, two_i, H = w13.shape
+    s = w13_scale.to(dtype)
+    if quant == "fp8_tensor":
+        s = s.reshape(E, -1)  # [E, 1] (one scale) or [E, 2] (gate, up)
+        s = s.repeat_interleave(two_i // s.shape[1], dim=1)[:, :, None]
+        return w * s
+    return w * expand_block_scale(s, two_i, H)
+
+
+def dequantize_w2(w2: torch.Tensor, w2_scale: torch.Tensor | None, quant: str,
+                  dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """w2 [E, H, I] as `dtype` values."""
+    w = w2.to(dtype)
+    if quant == "bf16":
+        return w
+    E, H, inter = w2.shape
+    s = w2_scale.to(dtype)
+    if quant == "fp8_tensor":
+        return w * s.reshape(E, 1, 1)
+    return w * expand_block_scale(s, H, inter)
+
+
+def quantize_activations(x: torch.Tensor, quant: str, a1_scale: torch.Tensor | float | None = None
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The FP8 input of the quantised formats, as hpc_common.fp8's reference computes it:
+    (q FP8 [T, H], scale FP32 [T, H/128] broadcast to the kernels' layout: static per tensor,
+    dynamic per token, or per token and group of 128)."""
+    T, H = x.shape
+    if quant == "fp8_block":
+        return fp8_ref.quantize_per_token_group_ref(x, BLOCK)
+    if quant != "fp8_tensor":
+        raise ValueError(f"quantize_activations: quant must be 'fp8_tensor' or 'fp8_block', got {quant!r}")
+    if a1_scale is None:
+        q, s = fp8_ref.quantize_per_token_ref(x)  # s [T, 1]
+    else:
+        q, s = fp8_ref.quantize_per_tensor_ref(x, a1_scale)  # s [1]
+    groups = -(-H // BLOCK)
+    return q, s.reshape(-1, 1).expand(T, groups).contiguous()
+
+
+def dequantize_activations(x: torch.Tensor, quant: str, a1_scale: torch.Tensor | float | None = None,
+                           dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """x as the kernels see it: itself for "bf16", float(q) * scale for the FP8 formats."""
+    if quant == "bf16":
+        return x.to(dtype)
+    q, s = quantize_activations(x, quant, a1_scale)
+    return q.to(dtype) * s.to(dtype).repeat_interleave(BLOCK, dim=1)[:, : x.shape[1]]
+
+
+def fused_moe_reference_quant(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,
+                              topk_weights: torch.Tensor, *, quant: str = "bf16",
+                              w13_scale: torch.Tensor | None = None, w2_scale: torch.Tensor | None = None,
+                              a1_scale: torch.Tensor | float | None = None, expert_offset: int = 0,
+                              shared_output: torch.Tensor | None = None,
+                              dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The MoE of one format on its checkpoint-layout tensors (see the module docstring):
+    hidden BF16 [T, H]; w13 [E_local, 2I, H] and w2 [E_local, H, I] in BF16 ("bf16") or FP8
+    E4M3 with their scales; topk_ids [T, k] global ids (-1 = none); topk_weights [T, k].
+    Returns [T, H] in `dtype`."""
+    if quant not in QUANTS:
+        raise ValueError(f"fused_moe_reference_quant: quant must be one of {QUANTS}, got {quant!r}")
+    x = dequantize_activations(hidden, quant, a1_scale, dtype)
+    return fused_moe_reference(x, dequantize_w13(w13, w13_scale, quant, dtype), dequantize_w2(w2, w2_scale, quant, dtype),
+                               topk_ids, topk_weights, expert_offset=expert_offset, shared_output=shared_output,
+                               dtype=dtype)
+
+
+def unprepared_tensors(weights) -> dict:
+    """The checkpoint-layout tensors of a MoEWeights (w13, w2, w13_scale, w2_scale as block
+    scales for both FP8 formats), recovered from the prepared layout with hpc_moe.layout's inverses."""
+    from . import layout
+
+    H, inter = weights.hidden_size, weights.intermediate_size
+    t = {"w13": layout.unprepare_w13(weights.w13, weights.quant, inter, H),
+         "w2": layout.unprepare_w2(weights.w2, weights.quant, H, inter),
+         "w13_scale": None, "w2_scale": None}
+    if weights.quant != "bf16":
+        t["w13_scale"] = layout.unprepare_w13_scale(weights.w13_scale, inter, H)
+        t["w2_scale"] = layout.unprepare_w2_scale(weights.w2_scale)
+    return t
+
+
+def reference_from_prepared(weights, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, *,
+                            shared_output: torch.Tensor | None = None,
+                            dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The reference of a call `fused_moe(hidden, weights, topk_ids, topk_weights,
+    shared_output=...)` computed from the MoEWeights itself (its prepared tensors inverted),
+    on the tensors' device, in `dtype`."""
+    t = unprepared_tensors(weights)
+    # Both FP8 formats dequantise through block scales (per-tensor ones are expanded at prepare
+    # time); they differ only in how the input is quantised.
+    w13 = dequantize_w13(t["w13"], t["w13_scale"], "bf16" if weights.quant == "bf16" else "fp8_block", dtype)
+    w2 = dequantize_w2(t["w2"], t["w2_scale"], "bf16" if weights.quant == "bf16" else "fp8_block", dtype)
+    a1 = weights.a1_scale
+    x = dequantize_activations(hidden, weights.quant, a1, dtype)
+    return fused_moe_reference(x, w13, w2, topk_ids, topk_weights, expert_offset=weights.expert_start,
+                               shared_output=shared_output, dtype=dtype)
+
+
 def cpu_demo() -> str:
-    """Small-shape run for the main job's report on machines without a Hopper GPU."""
+    """Small-shape run of every format, for the main job's report on machines without a Hopper GPU."""
     g = torch.Generator().manual_seed(0)
     T, H, inter, E, k = 4, 256, 64, 8, 2
-    x = torch.randn(T, H, generator=g, dtype=torch.bfloat16)
+    x = torch.randn(T, H, generator=g).to(torch.bfloat16)
     w13 = torch.randn(E, 2 * inter, H, generator=g) * 0.05
     w2 = torch.randn(E, H, inter, generator=g) * 0.05
     ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).int()
     wts = torch.softmax(torch.randn(T, k, generator=g), -1)
-    out = fused_moe_reference(x, w13, w2, ids, wts)
-    return (f"fused MoE reference T={T} H={H} I={inter} E={E} top-{k}: out[0,:4] = "
-            f"{[round(v, 5) for v in out[0, :4].tolist()]}, |out| = {out.norm().item():.4f}")
+    exact = fused_moe_reference(x, w13, w2, ids, wts)
+    lines = [f"fused MoE reference T={T} H={H} I={inter} E={E} top-{k}: |out| = {exact.norm().item():.4f}"]
+    s13 = w13.abs().amax(dim=(1, 2)) / 448
+    s2 = w2.abs().amax(dim=(1, 2)) / 448
+    q13 = fp8_ref.quantize_with_scale(w13, s13[:, None, None])
+    q2 = fp8_ref.quantize_with_scale(w2, s2[:, None, None])
+    got = fused_moe_reference_quant(x, q13, q2, ids, wts, quant="fp8_tensor", w13_scale=s13, w2_scale=s2)
+    cos = torch.nn.functional.cosine_similarity(got.flatten(), exact.flatten(), dim=0).item()
+    lines.append(f"fp8_tensor (dynamic per-token activations): cosine {cos:.6f} against the unquantised MoE")
+    return "\n".join(lines)
