@@ -1,0 +1,39 @@
+// The instantiated fused-MoE kernels (one per weight format) and their C entry points, used by
+// bindings.cpp. Grid sizes come from host integers only (T, K, E_local, I, the SM count), never
+// from device data, so a captured graph replays with new routing.
+#include <algorithm>
+
+#include "hpc_moe/moe_down.cuh"
+#include "hpc_moe/moe_gate_up.cuh"
+#include "hpc_moe/moe_params.h"
+
+namespace hpc::moe {
+
+size_t gate_up_smem_bytes(int num_pairs, int num_local_experts) {
+  return gate_up_smem_bytes_impl(num_pairs, num_local_experts);
+}
+
+size_t down_smem_bytes(int num_pairs, int num_local_experts) {
+  return down_smem_bytes_impl(num_pairs, num_local_experts);
+}
+
+// An upper bound on the tasks any routing can make (I/8 tiles times the chunks: at most one per
+// active expert plus one per 16 pairs), capped at the CTAs that are resident at once.
+int gate_up_grid(Format f, int num_pairs, int num_local_experts, int intermediate, int num_sms) {
+  const long long chunks = std::min(num_local_experts, num_pairs) + num_pairs / kChunkPairs;
+  const long long tasks = static_cast<long long>(intermediate / 8) * chunks;
+  return static_cast<int>(std::max(1LL, std::min(tasks, static_cast<long long>(num_sms) * gate_up_ctas_per_sm(f))));
+}
+
+cudaError_t run_gate_up(Format f, const GateUpParams& p, int num_sms, cudaStream_t stream, bool pdl) {
+  const int grid = gate_up_grid(f, p.T * p.K, p.num_local_experts, p.I, num_sms);
+  return f == Format::kFp8 ? launch_moe_gate_up<Format::kFp8>(p, grid, stream, pdl)
+                           : launch_moe_gate_up<Format::kBf16>(p, grid, stream, pdl);
+}
+
+cudaError_t run_down(Format f, const DownParams& p, cudaStream_t stream, bool pdl) {
+  return f == Format::kFp8 ? launch_moe_down<Format::kFp8>(p, stream, pdl)
+                           : launch_moe_down<Format::kBf16>(p, stream, pdl);
+}
+
+}  // namespace hpc::moe
