@@ -121,7 +121,9 @@ def check_call(hidden: object, topk_ids: object, topk_weights: object, shared_ou
     T, H = hidden.shape
     if H != hidden_size:
         raise ValueError(f"{op}: hidden must be [T, {hidden_size}] (the weights' hidden size), got {list(hidden.shape)}")
-    if T > 0 and (hidden.stride(0) % 8 or hidden.data_ptr() % 16):
+    # Under torch.compile the tensors are fake (no address): the pointer checks run eagerly only.
+    eager = not torch.compiler.is_compiling()
+    if T > 0 and (hidden.stride(0) % 8 or (eager and hidden.data_ptr() % 16)):
         raise ValueError(f"{op}: hidden rows must start on 16-byte boundaries (16-byte aligned data, row stride "
                          f"a multiple of 8 elements), got data_ptr {hidden.data_ptr():#x}, strides {hidden.stride()}")
     check_tensor(topk_ids, "topk_ids", op, dtype=(torch.int32, torch.int64), ndim=2, device=device)
@@ -137,10 +139,11 @@ def check_call(hidden: object, topk_ids: object, topk_weights: object, shared_ou
                      last_dim_contiguous=True)
     if out is not None:
         check_tensor(out, "out", op, dtype=torch.bfloat16, shape=(T, H), device=device, contiguous=True)
-    if out is not None and shared_output is not None and out.data_ptr() == shared_output.data_ptr() and T > 0:
-        raise ValueError(f"{op}: out must not alias shared_output")
-    if out is not None and out.data_ptr() == hidden.data_ptr() and T > 0:
-        raise ValueError(f"{op}: out must not alias hidden")
+    if eager and out is not None and T > 0:
+        if shared_output is not None and out.data_ptr() == shared_output.data_ptr():
+            raise ValueError(f"{op}: out must not alias shared_output")
+        if out.data_ptr() == hidden.data_ptr():
+            raise ValueError(f"{op}: out must not alias hidden")
     return T, k
 
 

@@ -19,7 +19,8 @@ _OP = "fused_moe"
 
 
 def _capturing(t: torch.Tensor) -> bool:
-    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+    # While torch.compile traces, nothing runs on a stream: the compiled graph decides.
+    return t.is_cuda and not torch.compiler.is_compiling() and torch.cuda.is_current_stream_capturing()
 
 
 @torch.library.custom_op("hpc_moe::fused_moe", mutates_args=("out", "inter", "xq", "xs"))
@@ -73,7 +74,7 @@ def fused_moe(hidden: torch.Tensor, weights: MoEWeights, topk_ids: torch.Tensor,
     check_ids: on CUDA, verify that every id lies in [-1, num_experts) and raise ValueError
       otherwise. It reads the ids on the host (a device sync), so it is off by default and
       skipped during graph capture; the kernels never fault on a bad id: ids outside the rank's
-      range are skipped like -1. The CPU path always checks.
+      range are skipped like -1. The CPU path always checks (except inside torch.compile).
     Returns out (BF16 [T, H]). Deterministic: the same inputs give the same bits on every run.
     """
     if not isinstance(weights, MoEWeights):
@@ -81,7 +82,8 @@ def fused_moe(hidden: torch.Tensor, weights: MoEWeights, topk_ids: torch.Tensor,
     device = weights.device
     T, k = checks.check_call(hidden, topk_ids, topk_weights, shared_output, out, weights.hidden_size, device, _OP)
     capturing = _capturing(hidden)
-    if not hidden.is_cuda or (check_ids and not capturing):
+    # A value check reads the ids on the host: never inside a graph capture or a compiled graph.
+    if not torch.compiler.is_compiling() and (not hidden.is_cuda or (check_ids and not capturing)):
         checks.check_ids_values(topk_ids, weights.num_experts, _OP)
     fp8 = weights.quant != "bf16"
     H, inter = weights.hidden_size, weights.intermediate_size
@@ -91,6 +93,12 @@ def fused_moe(hidden: torch.Tensor, weights: MoEWeights, topk_ids: torch.Tensor,
         workspace.check(T, k, H, inter, fp8, device, _OP)
         if capturing:
             workspace.captured = True
+    elif hidden.is_cuda and torch.compiler.is_compiling():
+        # A compiled graph owns its buffers (and CUDA-graph trees pool them): allocate in the graph.
+        workspace = MoEWorkspace.view(torch.empty(T * k, inter, dtype=torch.bfloat16, device=device),
+                                      torch.empty(T if fp8 else 0, H, dtype=checks.FP8, device=device),
+                                      torch.empty(T if fp8 else 0, H // 128, dtype=torch.float32, device=device),
+                                      T, k, H)
     elif hidden.is_cuda:
         workspace = cached_workspace(T, k, H, inter, fp8, device, capturing, _OP)
     if out is None:

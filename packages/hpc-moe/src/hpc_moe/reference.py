@@ -134,19 +134,23 @@ def fused_moe_reference_quant(hidden: torch.Tensor, w13: torch.Tensor, w2: torch
                                dtype=dtype)
 
 
-def unprepared_tensors(weights) -> dict:
-    """The checkpoint-layout tensors of a MoEWeights (w13, w2, w13_scale, w2_scale as block
-    scales for both FP8 formats), recovered from the prepared layout with hpc_moe.layout's inverses."""
+def dequantized_from_prepared(weights, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    """(w13 [E_local, 2I, H], w2 [E_local, H, I]) in `dtype`: the values the kernels multiply,
+    recovered from a MoEWeights' prepared tensors (hpc_moe.layout's inverses), each FP8 value
+    times its prepared scale (exact in float64)."""
     from . import layout
 
-    H, inter = weights.hidden_size, weights.intermediate_size
-    t = {"w13": layout.unprepare_w13(weights.w13, weights.quant, inter, H),
-         "w2": layout.unprepare_w2(weights.w2, weights.quant, H, inter),
-         "w13_scale": None, "w2_scale": None}
-    if weights.quant != "bf16":
-        t["w13_scale"] = layout.unprepare_w13_scale(weights.w13_scale, inter, H)
-        t["w2_scale"] = layout.unprepare_w2_scale(weights.w2_scale)
-    return t
+    H, inter, quant = weights.hidden_size, weights.intermediate_size, weights.quant
+    w13 = layout.unprepare_w13(weights.w13, quant, inter, H).to(dtype)
+    w2 = layout.unprepare_w2(weights.w2, quant, H, inter).to(dtype)
+    if quant == "bf16":
+        return w13, w2
+    # w13_scale [E, I/8, H/128, 2]: per 8-row group and K block, the gate rows' and the up rows' scale.
+    s = weights.w13_scale.to(dtype)
+    rows = [s[..., i].repeat_interleave(8, dim=1).repeat_interleave(BLOCK, dim=2)[:, :, :H] for i in (0, 1)]
+    w13 = w13 * torch.cat(rows, dim=1)
+    w2 = w2 * expand_block_scale(weights.w2_scale.to(dtype), H, inter)
+    return w13, w2
 
 
 def reference_from_prepared(weights, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, *,
@@ -154,14 +158,9 @@ def reference_from_prepared(weights, hidden: torch.Tensor, topk_ids: torch.Tenso
                             dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """The reference of a call `fused_moe(hidden, weights, topk_ids, topk_weights,
     shared_output=...)` computed from the MoEWeights itself (its prepared tensors inverted),
-    on the tensors' device, in `dtype`."""
-    t = unprepared_tensors(weights)
-    # Both FP8 formats dequantise through block scales (per-tensor ones are expanded at prepare
-    # time); they differ only in how the input is quantised.
-    w13 = dequantize_w13(t["w13"], t["w13_scale"], "bf16" if weights.quant == "bf16" else "fp8_block", dtype)
-    w2 = dequantize_w2(t["w2"], t["w2_scale"], "bf16" if weights.quant == "bf16" else "fp8_block", dtype)
-    a1 = weights.a1_scale
-    x = dequantize_activations(hidden, weights.quant, a1, dtype)
+    on the tensors' device, in `dtype`: the GPU tests' reference."""
+    w13, w2 = dequantized_from_prepared(weights, dtype)
+    x = dequantize_activations(hidden, weights.quant, weights.a1_scale, dtype)
     return fused_moe_reference(x, w13, w2, topk_ids, topk_weights, expert_offset=weights.expert_start,
                                shared_output=shared_output, dtype=dtype)
 

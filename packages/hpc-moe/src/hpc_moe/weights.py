@@ -90,12 +90,22 @@ class MoEWeights:
         if w13.is_cuda and torch.cuda.is_current_stream_capturing():
             raise RuntimeError(f"{_OP}: prepare the weights before CUDA-graph capture, not during it")
         fp8 = quant != "bf16"
+        inputs = [t for t in (w13, w2, w13_scale, w2_scale) if t is not None]
+
+        def own(t: torch.Tensor | None) -> torch.Tensor | None:
+            # A prepared tensor must not share memory with the caller's (which may be freed or
+            # overwritten after loading): a transform that is the identity returns a view.
+            if t is not None and any(t.untyped_storage().data_ptr() == i.untyped_storage().data_ptr()
+                                     for i in inputs):
+                return t.clone()
+            return t
+
         return cls(
             quant=quant,
-            w13=layout.prepare_w13(w13, quant),
-            w2=layout.prepare_w2(w2, quant),
-            w13_scale=layout.prepare_w13_scale(w13_scale, quant, inter, H) if fp8 else None,
-            w2_scale=layout.prepare_w2_scale(w2_scale, quant, H, inter) if fp8 else None,
+            w13=own(layout.prepare_w13(w13, quant)),
+            w2=own(layout.prepare_w2(w2, quant)),
+            w13_scale=own(layout.prepare_w13_scale(w13_scale, quant, inter, H)) if fp8 else None,
+            w2_scale=own(layout.prepare_w2_scale(w2_scale, quant, H, inter)) if fp8 else None,
             a1_scale=a1,
             num_experts=num_experts,
             num_local_experts=E,

@@ -1,0 +1,236 @@
+"""The public API on the CPU: MoEWeights.prepare, MoEWorkspace, fused_moe (its reference path)
+and their argument checks; every error names the argument."""
+
+import dataclasses
+
+import pytest
+import torch
+
+import hpc_moe
+from hpc_moe import MoEWeights, MoEWorkspace, fused_moe
+from hpc_moe.reference import fused_moe_reference_quant, reference_from_prepared
+from hpc_moe.workspace import cached_workspace
+
+FP8 = torch.float8_e4m3fn
+
+
+def _tensors(quant, E=4, H=256, inter=192, seed=0, gate_up_scales=False):
+    g = torch.Generator().manual_seed(seed)
+    if quant == "bf16":
+        w13 = (torch.randn(E, 2 * inter, H, generator=g) * 0.05).to(torch.bfloat16)
+        w2 = (torch.randn(E, H, inter, generator=g) * 0.05).to(torch.bfloat16)
+        return dict(w13=w13, w2=w2)
+    w13 = (torch.randn(E, 2 * inter, H, generator=g) * 100).clamp(-448, 448).to(FP8)
+    w2 = (torch.randn(E, H, inter, generator=g) * 100).clamp(-448, 448).to(FP8)
+    if quant == "fp8_tensor":
+        s13 = torch.rand(E, 2 if gate_up_scales else 1, generator=g).squeeze(1) * 1e-3 + 1e-4
+        s2 = torch.rand(E, generator=g) * 1e-3 + 1e-4
+    else:
+        s13 = torch.rand(E, -(-2 * inter // 128), H // 128, generator=g) * 1e-3 + 1e-4
+        s2 = torch.rand(E, H // 128, -(-inter // 128), generator=g) * 1e-3 + 1e-4
+    return dict(w13=w13, w2=w2, w13_scale=s13, w2_scale=s2)
+
+
+def _routing(T, k, E, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(-1, E, (T, k), generator=g, dtype=torch.int32)
+    wts = torch.rand(T, k, generator=g)
+    x = torch.randn(T, 256, generator=g).to(torch.bfloat16)
+    return x, ids, wts
+
+
+FORMATS = [("bf16", False, None), ("fp8_tensor", False, None), ("fp8_tensor", True, None),
+           ("fp8_tensor", True, 0.03), ("fp8_block", False, None)]
+
+
+@pytest.mark.parametrize("quant,gate_up,a1", FORMATS)
+@pytest.mark.parametrize("inter", [192, 128])
+def test_prepare_on_cpu_keeps_the_computation(quant, gate_up, a1, inter):
+    t = _tensors(quant, inter=inter, gate_up_scales=gate_up)
+    w = MoEWeights.prepare(**t, quant=quant, a1_scale=a1, ep_rank=1, ep_size=3)
+    assert (w.quant, w.num_local_experts, w.num_experts, w.hidden_size, w.intermediate_size) == (quant, 4, 12, 256, inter)
+    assert w.expert_range == range(4, 8) and w.device == torch.device("cpu")
+    assert (w.a1_scale is None) == (a1 is None)
+    x, ids, wts = _routing(5, 4, 12)
+    shared = torch.randn(5, 256).to(torch.bfloat16)
+    want = fused_moe_reference_quant(x, t["w13"], t["w2"], ids, wts, quant=quant, w13_scale=t.get("w13_scale"),
+                                     w2_scale=t.get("w2_scale"), a1_scale=a1, expert_offset=4, shared_output=shared)
+    got = reference_from_prepared(w, x, ids, wts, shared_output=shared)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_weights_are_frozen_and_keep_no_checkpoint_tensors():
+    t = _tensors("fp8_block")
+    w = MoEWeights.prepare(**t, quant="fp8_block")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        w.quant = "bf16"
+    kept = [f.name for f in dataclasses.fields(w) if isinstance(getattr(w, f.name), torch.Tensor)]
+    for name in kept:  # nothing shares storage with what the caller passed
+        for orig in t.values():
+            assert getattr(w, name).untyped_storage().data_ptr() != orig.untyped_storage().data_ptr()
+    assert "fp8_block" in repr(w)
+
+
+@pytest.mark.parametrize("quant,gate_up,a1", FORMATS)
+def test_fused_moe_cpu_path_matches_the_reference(quant, gate_up, a1):
+    t = _tensors(quant, gate_up_scales=gate_up)
+    w = MoEWeights.prepare(**t, quant=quant, a1_scale=a1, ep_rank=0, ep_size=2)
+    x, ids, wts = _routing(7, 3, 8)
+    ids[3] = -1  # a token with no expert: zeros, or the shared output
+    ids[4] = torch.tensor([5, 6, 7])  # only other ranks' experts
+    ref = reference_from_prepared(w, x, ids, wts)
+    out = fused_moe(x, w, ids, wts)
+    assert out.dtype == torch.bfloat16 and out.shape == x.shape
+    torch.testing.assert_close(out.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
+    assert torch.all(out[3] == 0) and torch.all(out[4] == 0)
+    shared = torch.randn(7, 256).to(torch.bfloat16)
+    ws = w.workspace(8, 4)
+    dst = torch.full_like(x, float("nan"))
+    got = fused_moe(x, w, ids.long(), wts, shared_output=shared, out=dst, workspace=ws)
+    assert got is dst and not torch.isnan(dst).any()
+    torch.testing.assert_close(dst[3], shared[3], rtol=0, atol=0)
+    torch.testing.assert_close(got.double(), reference_from_prepared(w, x, ids, wts, shared_output=shared),
+                               rtol=1e-2, atol=1e-2 * ref.abs().max().item())
+
+
+def test_fused_moe_empty_batch():
+    w = MoEWeights.prepare(**_tensors("bf16"), quant="bf16")
+    out = fused_moe(torch.empty(0, 256, dtype=torch.bfloat16), w, torch.empty(0, 2, dtype=torch.int32),
+                    torch.empty(0, 2))
+    assert out.shape == (0, 256)
+
+
+@pytest.mark.parametrize("quant", ["bf16", "fp8_block"])
+def test_custom_op_opcheck(quant):
+    w = MoEWeights.prepare(**_tensors(quant, E=2, inter=64), quant=quant)
+    x, ids, wts = _routing(3, 2, 2)
+    args = (x, w.w13, w.w2, w.w13_scale, w.w2_scale, None, ids, wts, None, torch.empty_like(x),
+            torch.empty(0, 64, dtype=torch.bfloat16), torch.empty(0, 256, dtype=FP8), torch.empty(0, 2), quant, 2, 0, 1,
+            64, 3, 2)
+    # Not test_schema: it compares every tensor argument before and after the call, which torch
+    # cannot do for FP8 tensors (the workspace's xq) on the CPU.
+    utils = ("test_faketensor", "test_aot_dispatch_static", "test_aot_dispatch_dynamic")
+    torch.library.opcheck(torch.ops.hpc_moe.fused_moe.default, args, test_utils=utils)
+
+
+def test_fused_moe_under_torch_compile():
+    w = MoEWeights.prepare(**_tensors("bf16", E=2, inter=64), quant="bf16")
+    x, ids, wts = _routing(3, 2, 2)
+    ws = w.workspace(4, 2)
+    eager = fused_moe(x, w, ids, wts, workspace=ws)
+
+    @torch.compile(backend="aot_eager", fullgraph=True)
+    def layer(x, ids, wts, out):
+        return fused_moe(x, w, ids, wts, out=out, workspace=ws)
+
+    torch.testing.assert_close(layer(x, ids, wts, torch.empty_like(x)), eager, rtol=0, atol=0)
+
+
+# ---- argument checks -----------------------------------------------------------------------
+
+def _bad_prepare(**over):
+    quant = over.pop("quant", "fp8_block")
+    t = _tensors(quant)
+    t.update(over)
+    return lambda: MoEWeights.prepare(**t, quant=quant)
+
+
+@pytest.mark.parametrize("make,exc,match", [
+    (_bad_prepare(quant="bf16", w13=torch.zeros(4, 384, 256)), TypeError, "w13 must be bfloat16"),
+    (_bad_prepare(w2=torch.zeros(4, 256, 192, dtype=torch.bfloat16)), TypeError, "w2 must be float8_e4m3fn"),
+    (_bad_prepare(quant="bf16", w13=torch.zeros(384, 256, dtype=torch.bfloat16)), ValueError, "w13 must be 3-D"),
+    (_bad_prepare(quant="bf16", w13=torch.zeros(4, 384, 200, dtype=torch.bfloat16)), ValueError, "multiple of 128"),
+    (_bad_prepare(quant="bf16", w13=torch.zeros(4, 192, 256, dtype=torch.bfloat16)), ValueError, "multiple of 64"),
+    (_bad_prepare(quant="bf16", w2=torch.zeros(4, 256, 128, dtype=torch.bfloat16)), ValueError, r"w2 must have shape \[4, 256, 192\]"),
+    (_bad_prepare(quant="bf16", w2=torch.zeros(4, 256, 192, dtype=torch.bfloat16, device="meta")), ValueError, "w2 must be on cpu"),
+    (_bad_prepare(w13_scale=None), ValueError, "w13_scale is required"),
+    (_bad_prepare(w13_scale=torch.ones(4, 3, 3)), ValueError, r"w13_scale must have shape \[4, 3, 2\]"),
+    (_bad_prepare(w2_scale=torch.ones(4, 2, 1)), ValueError, r"w2_scale must have shape \[4, 2, 2\]"),
+    (_bad_prepare(w2_scale=torch.ones(4, 2, 2, dtype=torch.float64)), TypeError, "w2_scale must be float32"),
+    (_bad_prepare(w2_scale=torch.full((4, 2, 2), float("nan"))), ValueError, "w2_scale must hold finite"),
+    (_bad_prepare(a1_scale=0.1), ValueError, "a1_scale must be None for quant='fp8_block'"),
+    (_bad_prepare(quant="fp8_tensor", w13_scale=torch.ones(4, 3)), ValueError, r"w13_scale for quant='fp8_tensor'"),
+    (_bad_prepare(quant="fp8_tensor", a1_scale=-1.0), ValueError, "a1_scale must be finite and positive"),
+    (_bad_prepare(quant="fp8_tensor", a1_scale=torch.ones(2)), ValueError, "a1_scale must hold one value"),
+    (_bad_prepare(quant="bf16", w13_scale=torch.ones(4)), ValueError, "w13_scale must be None for quant='bf16'"),
+    (_bad_prepare(quant="int4"), ValueError, "quant must be one of"),
+    (_bad_prepare(num_experts=10, ep_size=4), ValueError, "num_experts .10. must be a positive multiple of ep_size"),
+    (_bad_prepare(num_experts=16, ep_size=2), ValueError, "w13 holds 4 experts but num_experts / ep_size"),
+    (_bad_prepare(ep_rank=2, ep_size=2), ValueError, "ep_rank must satisfy"),
+    (_bad_prepare(ep_size=0), ValueError, "ep_size must be >= 1"),
+])
+def test_prepare_errors_name_the_argument(make, exc, match):
+    with pytest.raises(exc, match=match):
+        make()
+
+
+@pytest.fixture(scope="module")
+def moe():
+    w = MoEWeights.prepare(**_tensors("fp8_block"), quant="fp8_block", ep_size=2)  # experts 0..3 of 8
+    x, ids, wts = _routing(6, 2, 8)
+    return w, x, ids, wts
+
+
+@pytest.mark.parametrize("change,exc,match", [
+    (lambda x, ids, wts: dict(hidden=x.float()), TypeError, "hidden must be bfloat16"),
+    (lambda x, ids, wts: dict(hidden=x[:, :128]), ValueError, r"hidden must be \[T, 256\]"),
+    (lambda x, ids, wts: dict(hidden=x.t().contiguous().t()), ValueError, "hidden must have a unit stride"),
+    (lambda x, ids, wts: dict(hidden=torch.zeros(6, 264, dtype=torch.bfloat16)[:, 4:260]), ValueError, "16-byte"),
+    (lambda x, ids, wts: dict(topk_ids=ids.float()), TypeError, "topk_ids must be int32 or int64"),
+    (lambda x, ids, wts: dict(topk_ids=ids[:5]), ValueError, r"topk_ids must be \[T, k\] with T = 6"),
+    (lambda x, ids, wts: dict(topk_ids=torch.zeros(6, 17, dtype=torch.int32)), ValueError, "top-k .* 1..16"),
+    (lambda x, ids, wts: dict(topk_ids=torch.zeros(2, 6, dtype=torch.int32).t()), ValueError, "topk_ids must be contiguous"),
+    (lambda x, ids, wts: dict(topk_weights=wts.bfloat16()), TypeError, "topk_weights must be float32"),
+    (lambda x, ids, wts: dict(topk_weights=wts[:, :1]), ValueError, r"topk_weights must have shape \[6, 2\]"),
+    (lambda x, ids, wts: dict(out=torch.empty(6, 256)), TypeError, "out must be bfloat16"),
+    (lambda x, ids, wts: dict(out=torch.empty(5, 256, dtype=torch.bfloat16)), ValueError, r"out must have shape"),
+    (lambda x, ids, wts: dict(shared_output=torch.empty(6, 128, dtype=torch.bfloat16)), ValueError, "shared_output must have shape"),
+    (lambda x, ids, wts: dict(out=x), ValueError, "out must not alias hidden"),
+    (lambda x, ids, wts: dict(topk_ids=torch.full_like(ids, 8)), ValueError, r"topk_ids must lie in \[-1, num_experts = 8\)"),
+    (lambda x, ids, wts: dict(topk_ids=torch.full_like(ids, -2)), ValueError, r"topk_ids\[0, 0\] = -2"),
+    (lambda x, ids, wts: dict(workspace=MoEWorkspace(4, 2, 256, 192)), ValueError, "T = 6 tokens exceeds workspace.max_tokens = 4"),
+    (lambda x, ids, wts: dict(workspace=MoEWorkspace(8, 1, 256, 192)), ValueError, "top-k = 2 exceeds workspace.top_k = 1"),
+    (lambda x, ids, wts: dict(workspace=MoEWorkspace(8, 2, 256, 128)), ValueError, "workspace was made for H=256, I=128"),
+    (lambda x, ids, wts: dict(workspace=MoEWorkspace(8, 2, 256, 192, fp8=False)), ValueError, "fp8=True"),
+    (lambda x, ids, wts: dict(workspace="ws"), TypeError, "workspace must be a MoEWorkspace"),
+    (lambda x, ids, wts: dict(weights="w"), TypeError, "weights must be a MoEWeights"),
+])
+def test_fused_moe_errors_name_the_argument(moe, change, exc, match):
+    w, x, ids, wts = moe
+    kw = dict(hidden=x, weights=w, topk_ids=ids, topk_weights=wts)
+    kw.update(change(x, ids, wts))
+    with pytest.raises(exc, match=match):
+        fused_moe(kw.pop("hidden"), kw.pop("weights"), kw.pop("topk_ids"), kw.pop("topk_weights"), **kw)
+
+
+def test_workspace_sizes():
+    ws = MoEWorkspace(32, 8, 4096, 192)
+    assert ws.inter.shape == (256, 192) and ws.xq.shape == (32, 4096) and ws.xs.shape == (32, 32)
+    assert ws.nbytes == 256 * 192 * 2 + 32 * 4096 + 32 * 32 * 4
+    bf = MoEWorkspace(32, 8, 4096, 192, fp8=False)
+    assert bf.xq.numel() == 0 and bf.xs.numel() == 0
+    with pytest.raises(ValueError, match="top_k must be in 1..16"):
+        MoEWorkspace(32, 17, 4096, 192)
+    with pytest.raises(ValueError, match="hidden_size must be a multiple of 128"):
+        MoEWorkspace(32, 8, 100, 192)
+
+
+def test_cached_workspace_grows_outside_capture_only():
+    dev = torch.device("cpu")
+    a = cached_workspace(5, 4, 128, 64, True, dev, False, "t")
+    assert a.max_tokens == 8 and a.top_k == 4
+    assert cached_workspace(8, 2, 128, 64, True, dev, False, "t") is a
+    assert cached_workspace(3, 4, 128, 64, True, dev, True, "t") is a and a.captured  # fits: used as is
+    with pytest.raises(RuntimeError, match="during CUDA-graph capture"):
+        cached_workspace(9, 4, 128, 64, True, dev, True, "t")
+    b = cached_workspace(9, 8, 128, 64, True, dev, False, "t")
+    assert b is not a and (b.max_tokens, b.top_k) == (16, 8)
+    from hpc_moe import workspace as wsmod
+
+    assert any(kept is a for kept in wsmod._KEPT_FOR_GRAPHS)  # a captured graph may still read it
+    wsmod.clear_cache()
+
+
+def test_public_names():
+    assert hpc_moe.__version__ == "0.2.0"
+    assert {"MoEWeights", "MoEWorkspace", "fused_moe"} <= set(hpc_moe.__all__)
