@@ -1,0 +1,104 @@
+"""Launch of the fused-MoE pipeline (DESIGN.md, "Pipeline"): FP8 input quantisation (FP8 formats),
+Gate-Up with SiLU*up, Down with the top-k reduce, on torch's current stream, chained with PDL.
+
+`run_fused_moe` allocates nothing and reads no device value on the host: every grid size comes
+from T, top_k, E_local, I and the SM count, so a captured CUDA graph replays with new routing
+copied into its topk_ids / topk_weights buffers. The caller (hpc_moe.fused_moe) has checked the
+arguments; this module trusts them.
+"""
+
+from __future__ import annotations
+
+import torch
+from hpc_common.fp8 import quantize_per_tensor, quantize_per_token, quantize_per_token_group
+from hpc_common.launch import get_num_sms, get_pdl, pdl_enabled, stream_ptr
+
+from . import _ext
+
+FMT_BF16, FMT_FP8 = 0, 1  # hpc::moe::Format
+
+# The Gate-Up kernel holds the index of every pair of its window in shared memory (4 bytes each):
+# 8192 pairs = 32 KB, which leaves room for its resident CTAs. Longer batches run the pipeline
+# window after window (same stream, so each window's Gate-Up waits for the previous Down).
+MAX_WINDOW_PAIRS = 8192
+# A Down CTA keeps 16 FP32 rows of output per pair of its token chunk: 1024 pairs = 64 KB.
+MAX_DOWN_CHUNK_PAIRS = 1024
+MAX_DOWN_CHUNK_TOKENS = 256
+
+
+def window_tokens(top_k: int) -> int:
+    """Tokens per pipeline window."""
+    return max(1, MAX_WINDOW_PAIRS // top_k)
+
+
+def down_chunk_tokens(top_k: int) -> int:
+    """Tokens per Down CTA (gridDim.y = ceil(T / this)) for a batch of at least that many tokens."""
+    return max(1, min(MAX_DOWN_CHUNK_TOKENS, MAX_DOWN_CHUNK_PAIRS // top_k))
+
+
+def _quantize_input(weights, hidden: torch.Tensor, workspace) -> tuple[int, int, int]:
+    """Quantise hidden into workspace.xq; returns (scale pointer, stride per token, stride per
+    128-column block) of the activation scales as the Gate-Up kernel reads them."""
+    T, H = hidden.shape
+    xq = workspace.xq[:T]
+    if weights.quant == "fp8_block":
+        xs = workspace.xs[:T]
+        quantize_per_token_group(hidden, 128, out=xq, scale_out=xs)
+        return xs.data_ptr(), H // 128, 1
+    if weights.a1_scale is None:  # fp8_tensor with a dynamic scale: one per token
+        xs = workspace.xs.view(-1)[:T].view(T, 1)
+        quantize_per_token(hidden, out=xq, scale_out=xs)
+        return xs.data_ptr(), 1, 0
+    quantize_per_tensor(hidden, weights.a1_scale, out=xq)
+    return weights.a1_scale.data_ptr(), 0, 0
+
+
+def run_fused_moe(weights, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                  shared_output: torch.Tensor | None, out: torch.Tensor, workspace, *, pdl: bool | None = None,
+                  unfused: bool = False) -> torch.Tensor:
+    """out[t] = sum_j topk_weights[t, j] * Down_e(silu(Gate_e x_t) * Up_e x_t) (+ shared_output[t]) over
+    the pairs whose expert e = topk_ids[t, j] is local. hidden BF16 [T, H] (unit inner stride, rows
+    16-byte aligned); topk_ids int32/int64 and topk_weights FP32, both contiguous [T, K]; out BF16
+    contiguous [T, H]. `unfused`: the same stages with PDL off (the benchmark's `ours_unfused`)."""
+    T, H = hidden.shape
+    if T == 0:
+        return out
+    K = topk_ids.shape[1]
+    use_pdl = False if unfused else (get_pdl() if pdl is None else bool(pdl))
+    ext = _ext.load()
+    device = hidden.device
+    stream = stream_ptr(device)
+    num_sms = get_num_sms(device)
+    I, E = weights.intermediate_size, weights.num_local_experts
+    fp8 = weights.quant != "bf16"
+    fmt = FMT_FP8 if fp8 else FMT_BF16
+
+    if fp8:
+        with pdl_enabled(use_pdl):
+            xs_ptr, xs_st, xs_skb = _quantize_input(weights, hidden, workspace)
+        x_ptr, x_row_bytes = workspace.xq.data_ptr(), H
+    else:
+        xs_ptr, xs_st, xs_skb = 0, 0, 0
+        x_ptr, x_row_bytes = hidden.data_ptr(), hidden.stride(0) * hidden.element_size()
+
+    w13s = weights.w13_scale.data_ptr() if fp8 else 0
+    w2s = weights.w2_scale.data_ptr() if fp8 else 0
+    ids64 = topk_ids.dtype == torch.int64
+    id_bytes = topk_ids.element_size()
+    shared_ptr = shared_output.data_ptr() if shared_output is not None else 0
+    shared_stride = shared_output.stride(0) if shared_output is not None else 0
+    out_stride = out.stride(0)
+    win = window_tokens(K)
+    for t0 in range(0, T, win):
+        nt = min(win, T - t0)
+        ids_ptr = topk_ids.data_ptr() + t0 * K * id_bytes
+        # topk_ids may be read before the PDL wait when the kernel ahead is ours (the quantiser or the
+        # previous window's Down), which passed its own wait, so the ids' producer has finished.
+        ext.gate_up(fmt, x_ptr + t0 * x_row_bytes, x_row_bytes, xs_ptr + 4 * t0 * xs_st, xs_st, xs_skb,
+                    weights.w13.data_ptr(), w13s, ids_ptr, ids64, workspace.inter.data_ptr(), nt, K, H, I,
+                    weights.expert_start, E, fp8 or t0 > 0, num_sms, use_pdl, stream)
+        ext.down(fmt, workspace.inter.data_ptr(), weights.w2.data_ptr(), w2s, ids_ptr, ids64,
+                 topk_weights.data_ptr() + t0 * K * 4, shared_ptr + (t0 * shared_stride * 2 if shared_ptr else 0),
+                 shared_stride, out.data_ptr() + t0 * out_stride * 2, out_stride, nt, K, H, I,
+                 weights.expert_start, E, min(nt, down_chunk_tokens(K)), use_pdl, stream)
+    return out

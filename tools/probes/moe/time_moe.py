@@ -1,0 +1,67 @@
+"""Probe: the fused MoE (hpc_moe.kernels.run_fused_moe) at Hy3 TP8 (E=192, top-8, H=4096, I=192),
+T = 1, 16, 256, FP8 block and BF16, timed cold (whole call in a CUDA graph, a 128 MB written flush
+before each replay, events around the replay, median of 50). Prints one line per row with the
+byte floor (distinct experts' weights and scales plus activations over 4.27 TB/s)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "moe"))
+from test_fused_moe_gpu import _check_close, _reference, _run, _setup  # noqa: E402
+
+
+def cold_us(fn, iters=50):
+    flush = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    ts = []
+    for _ in range(iters):
+        flush.zero_()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) * 1000)
+    return statistics.median(ts)
+
+
+def floor_us(c, T):
+    w = c.weights
+    H, I = w.hidden_size, w.intermediate_size
+    elem = 1 if w.quant != "bf16" else 2
+    ids = c.ids.long()
+    hit = torch.unique(ids[(ids >= 0) & (ids < w.num_local_experts)]).numel()
+    wb = hit * 3 * H * I * elem
+    sb = hit * (w.w13_scale[0].numel() + w.w2_scale[0].numel()) * 4 if elem == 1 else 0
+    act = T * H * 2 * 2
+    return (wb + sb + act) / 4.27e6
+
+
+def main():
+    for quant in ("fp8_block", "bf16"):
+        for T in (1, 16, 256):
+            c = _setup(quant, T, 4096, 192, 192, 8, 1, 0, "uniform", 7)
+            out = torch.empty_like(c.hidden)
+            ours = cold_us(lambda: _run(c, out=out))
+            unf = cold_us(lambda: _run(c, out=out, unfused=True))
+            _check_close(out, _reference(c), c.weights.quant, f"probe {quant} T={T}")
+            fl = floor_us(c, T)
+            print(f"hy3_tp8 {quant:9s} T={T:4d} cold ours {ours:7.1f} us  unfused {unf:7.1f} us  floor {fl:6.1f} us"
+                  f"  target {1.25 * fl + 6:6.1f} us", flush=True)
+
+
+if __name__ == "__main__":
+    main()
