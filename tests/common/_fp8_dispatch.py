@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 from hpc_common import _ext
-from hpc_common.fp8 import quant
+from hpc_common.fp8 import heuristics, quant
 from hpc_common.jit.toolchain import find_nvcc
 
 PROBE = Path(__file__).with_name("fp8_dispatch_probe.cu")
@@ -31,11 +31,11 @@ def build_probe(tmp_path_factory, *defines: str) -> Path:
 # The probe's input line: QuantParams fields in fp8_dispatch_probe.cu's order.
 FIELDS = ("rows", "heads", "row_len", "seg_len", "segs_per_row", "x_stride_t", "x_stride_h", "q_stride_t",
           "q_stride_h", "scale_stride_row", "scale_stride_seg", "dtype", "vectorized", "peel", "q", "scale_source",
-          "per_tensor_dynamic", "bulk", "tile", "short_segments", "num_sms")
+          "per_tensor_dynamic", "num_sms")
 
 
 def fields(mode: str, x: torch.Tensor, group_size: int = 128) -> list[int]:
-    """What _launch would pass for `mode` on x (a CPU tensor): quant._shape_params itself, with the
+    """What _launch would pass for `mode` on x (a CPU tensor): heuristics.launch_fields itself, with the
     scale tensor the public function would allocate."""
     out = torch.empty(x.shape, dtype=torch.uint8)
     scale_out = None
@@ -43,7 +43,7 @@ def fields(mode: str, x: torch.Tensor, group_size: int = 128) -> list[int]:
         m, g = x.shape[0], math.ceil(x.shape[1] / group_size)
         scale_out = torch.empty(g, (m + 3) // 4 * 4).t()[:m] if mode == "group_col" else torch.empty(m, g)
     scale_source = quant._SCALE_STATIC if mode == "per_tensor_static" else quant._SCALE_DYNAMIC
-    params = quant._shape_params(x, out, scale_out, MODE[mode], group_size, scale_source)
+    params = heuristics.launch_fields(x, out, scale_out, MODE[mode], group_size, scale_source)
     params.update(q=out.data_ptr(), num_sms=132)
     return [int(params[f]) for f in FIELDS]
 

@@ -8,9 +8,8 @@
 #include <string>
 
 #include "hpc_common/fp8_quant.cuh"
-#include "hpc_common/fp8_quant_bulk.cuh"
 #include "hpc_common/fp8_quant_small_seg.cuh"
-#include "hpc_common/fp8_quant_tile.cuh"
+#include "hpc_common/fp8_quant_tile_launch.cuh"
 
 using namespace hpc::fp8;
 
@@ -43,7 +42,6 @@ static std::string choose(const QuantParams& p, int vec, QuantParams& t, TileKer
     case TileKernel::kNone:
       break;
   }
-  if (bulk_applicable(p, vec)) return "ring";
   if (small_seg_vectors_per_lane(p, vec)) return "small_seg";
   if (small_seg_masked_slots(p, vec)) return "small_seg_masked";
   return "generic";
@@ -82,7 +80,7 @@ static int check_divider() {
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "divider") return check_divider();
   const bool geometry = argc > 1 && std::string(argv[1]) == "geometry";
-  constexpr int kFields = 21;
+  constexpr int kFields = 18;
   long long v[kFields];
   while (true) {
     int n = 0;
@@ -106,10 +104,7 @@ int main(int argc, char** argv) {
     p.q = reinterpret_cast<uint8_t*>(v[14]);
     p.scale_source = int(v[15]);
     p.per_tensor_dynamic = v[16] != 0;
-    p.bulk = v[17] != 0;
-    p.tile = v[18] != 0;
-    p.short_segments = v[19] != 0;
-    p.num_sms = int(v[20]);
+    p.num_sms = int(v[17]);
     QuantParams t;
     TileKernel k;
     const std::string name = choose(p, p.dtype == kFP32 ? 4 : 8, t, k);

@@ -1,6 +1,6 @@
 """Which FP8 kernel each shape takes, checked on the CPU: fp8_dispatch_probe.cu (built here with nvcc,
 host code only) runs the launcher's own geometry functions on the parameters the Python launcher
-would pass (quant._geometry / _vectorizable on CPU tensors of the same shapes and strides) and names
+would pass (hpc_common.fp8.heuristics.launch_fields on CPU tensors of the same shapes and strides) and names
 the kernel launch_vector_path would pick. A change that silently sends a shape to a slower kernel
 (e.g. rows of hidden size 7168 back to the register kernels) fails in CI, without a GPU; the GPU
 suite checks the same through the profiler where it matters for bits (test_fp8_quant_row_tile.py)."""
@@ -14,9 +14,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from _fp8_dispatch import FIELDS, build_probe, choose, fields, geometry, launch_geometry
-from hpc_common import _ext
-from hpc_common.fp8 import quant
+from _fp8_dispatch import FIELDS, choose, fields, geometry, launch_geometry
 
 BF16, F32 = torch.bfloat16, torch.float32
 # (mode, shape, dtype, group_size, expected kernel); shapes [M, N] or [T, H, D].
@@ -33,10 +31,10 @@ CASES = [
     ("per_token", (4681, 7168), BF16, 128, "row_tile"),
     ("per_token", (64, 2880), F32, 128, "row_tile"),
     ("per_token", (2340, 14336), BF16, 128, "long_row"),
-    ("per_token", (1170, 28672), BF16, 128, "wide_row"),  # 3584 vectors: 512 lanes x 7 (HPC_FP8_WIDE_LONG_ROWS)
+    ("per_token", (1170, 28672), BF16, 128, "wide_row"),  # 3584 vectors: 512 lanes x 7
     ("per_token", (4, 32776), BF16, 128, "generic"),
     ("per_token", (8194, 4095), BF16, 128, "generic"),
-    ("group", (11650, 2880), BF16, 128, "row_tile_cover_whole"),  # whole vectors (HPC_FP8_COVER_WHOLE_VECTORS)
+    ("group", (11650, 2880), BF16, 128, "row_tile_cover_whole"),  # whole vectors: no partial-vector code
     ("group_col", (11650, 2880), BF16, 128, "row_tile_cover_whole"),
     ("group", (37, 1000), BF16, 96, "row_tile_cover_whole"),
     ("group_col", (21845, 1536), BF16, 128, "col_tile"),
@@ -76,18 +74,6 @@ def test_rows_with_a_pitch(probe):
     assert choose(probe, [fields("per_token", x), fields("group", x)]) == ["row_tile", "row_tile_cover_whole"]
 
 
-def test_switches_return_to_the_kernels_they_name(probe, monkeypatch):
-    """USE_TILE_KERNEL off: the bulk-copy ring where it applies, the register kernels elsewhere
-    (the benchmark's `ours_ring` rows); USE_BULK_KERNEL off: the register kernels everywhere."""
-    x, wide = torch.empty((64, 4096), dtype=BF16), torch.empty((64, 2880), dtype=BF16)
-    monkeypatch.setattr(quant, "USE_TILE_KERNEL", False)
-    assert choose(probe, [fields("per_token", x), fields("per_token", wide), fields("group", wide)]) == [
-        "ring", "generic", "small_seg_masked"]
-    monkeypatch.setattr(quant, "USE_TILE_KERNEL", True)
-    monkeypatch.setattr(quant, "USE_BULK_KERNEL", False)
-    assert choose(probe, [fields("per_token", x), fields("group", x)]) == ["generic", "small_seg"]
-
-
 def test_segment_divider_equals_division(probe):
     """The row tile covers find a segment's row by a multiply-shift (set_segment_divider, locate_cover);
     the probe compares it with the division over divisors 1-4096, larger ones up to 2^31 - 1 and indices
@@ -96,61 +82,38 @@ def test_segment_divider_equals_division(probe):
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout[-2000:]
 
 
-def test_fp8_build_variants_are_opt_in(monkeypatch):
-    """quant.EXT_DEFINES (the benchmark's A/B rows) is empty unless a caller sets it: the library calls the
-    default build, and a variant is a module of its own named after its switches."""
-    assert quant.EXT_DEFINES == ()
-    monkeypatch.setattr(_ext.SPEC, "load", lambda: "default build")
-    assert _ext.load_variant() == "default build"
-    variant = _ext.SPEC.variant("-DHPC_FP8_ROW_TILE_ONE_ROW=0")
-    assert variant.name == "_hpc_common_HPC_FP8_ROW_TILE_ONE_ROW_0_C"
-    assert variant.cuda_flags[-1] == "-DHPC_FP8_ROW_TILE_ONE_ROW=0" and variant.sources == _ext.SPEC.sources
-
-
-def test_wide_long_rows_take_only_rows_past_256_lanes(probe, tmp_path_factory):
-    """Rows of 1793-3584 vectors take the 512-thread kernel, 7 vectors per lane (HPC_FP8_WIDE_LONG_ROWS);
-    14336 keeps 256 lanes x 7, 32768 16 per lane. Switched off (the benchmark's `ours_long_row_sixteen`
-    row) they go back to the long row kernel."""
+def test_wide_long_rows_take_only_rows_past_256_lanes(probe):
+    """Rows of 1793-3584 vectors take the 512-thread kernel, 7 vectors per lane; 14336 keeps 256 lanes x 7,
+    32768 16 per lane."""
     rows = [fields("per_token", torch.empty((64, n), dtype=BF16)) for n in (14336, 14344, 16384, 28672, 32768)]
     assert choose(probe, rows) == ["long_row", "wide_row", "wide_row", "wide_row", "long_row"]
-    narrow = build_probe(tmp_path_factory, *_ext.FP8_VARIANTS["ours_long_row_sixteen"])
-    assert choose(narrow, rows) == ["long_row"] * 5
 
 
-def test_whole_vector_covers_switch(probe, tmp_path_factory):
-    """Covers whose segments end on vector boundaries take the kernel without the partial-vector code
-    (HPC_FP8_COVER_WHOLE_VECTORS); a group or row ending inside a vector keeps it. Switched off (the
-    benchmark's `ours_cover_partial` row) every cover takes the partial-vector kernel."""
+def test_whole_vector_covers(probe):
+    """Covers whose segments end on vector boundaries take the kernel without the partial-vector code; a group
+    or row ending inside a vector keeps it."""
     rows = [fields("group", torch.empty((64, 2880), dtype=BF16)), fields("group", torch.empty((1, 1004), dtype=BF16)),
             fields("group", torch.empty((64, 2880), dtype=F32))]
     assert choose(probe, rows) == ["row_tile_cover_whole", "row_tile_cover", "row_tile_cover_whole"]
-    partial = build_probe(tmp_path_factory, *_ext.FP8_VARIANTS["ours_cover_partial"])
-    assert choose(partial, rows) == ["row_tile_cover"] * 3
 
 
-def test_two_warp_rows_share_ctas_and_wider_rows_take_their_own(probe, tmp_path_factory):
+def test_two_warp_rows_share_ctas_and_wider_rows_take_their_own(probe):
     """Row tile rows of 64-lane teams share 256-thread CTAs (N = 1536 bf16: 4 rows of 64 lanes x 3 vectors; fp32 N =
-    768 alike); from 96 lanes (N = 2880, 3072, 7168) a row takes a CTA of its own (HPC_FP8_ROW_TILE_OWN_CTA_MIN_TEAM).
-    Built with 64 (the benchmark's `ours_row_tile_one_row_64` row), every multi-warp team takes its own CTA."""
+    768 alike); from 96 lanes (N = 2880, 3072, 7168) a row takes a CTA of its own (kRowTileOwnCtaMinTeam)."""
     rows = [fields("per_token", torch.empty((64, n), dtype=dt)) for n, dt in ((1536, BF16), (768, F32), (2880, BF16),
                                                                              (3072, BF16), (7168, BF16), (1000, BF16))]
     expected = [("row_tile3", 4, 64), ("row_tile3", 4, 64), ("row_tile", 1, 96), ("row_tile", 1, 96),
                 ("row_tile", 1, 224), ("row_tile", 8, 32)]
     assert geometry(probe, rows) == expected
-    old = build_probe(tmp_path_factory, *_ext.FP8_VARIANTS["ours_row_tile_one_row_64"])
-    assert geometry(old, rows) == [(k, 1 if team > 32 else segs, team) for k, segs, team in expected]
 
 
-def test_cover_cta_threads(probe, tmp_path_factory):
+def test_cover_cta_threads(probe):
     """Aligned covers run on 64-thread CTAs (group-128 bf16 N = 2880: 16 segments of 4 lanes), odd group rows the one-row
-    kernel does not take (N = 895: 7 groups) on 128
-    (HPC_FP8_COVER_CTA_THREADS, HPC_FP8_ODD_COVER_CTA_THREADS); one-segment rows keep theirs. Built as the
-    benchmark's `ours_cover_threads_256` row, both on 256 threads, as before."""
+    kernel does not take (N = 895: 7 groups) on 128 (kCoverCtaThreads, kOddCoverCtaThreads); one-segment rows keep
+    theirs."""
     rows = [fields("group", torch.empty((64, 2880), dtype=BF16)), fields("group", torch.empty((64, 895), dtype=BF16)),
             fields("per_token", torch.empty((64, 1536), dtype=BF16))]
     assert geometry(probe, rows) == [("row_tile_cover_whole", 16, 4), ("odd_row_tile", 32, 4), ("row_tile3", 4, 64)]
-    old = build_probe(tmp_path_factory, *_ext.FP8_VARIANTS["ours_cover_threads_256"])
-    assert geometry(old, rows) == [("row_tile_cover_whole", 64, 4), ("odd_row_tile", 64, 4), ("row_tile3", 4, 64)]
 
 
 @pytest.mark.parametrize("shape,group,dtype", [((8, 3000), 2048, BF16), ((8, 6000), 4096, BF16), ((8, 9000), 8192, BF16),
@@ -167,7 +130,7 @@ def test_covers_of_wide_groups_get_a_cta_each(probe, shape, group, dtype):
 ROW_KERNELS = ("row_tile", "row_tile3", "row_tile_cover", "row_tile_cover_whole", "odd_row_tile", "odd_group_row", "long_row",
                "wide_row")
 TILE_KERNELS = ROW_KERNELS + ("tile", "flat", "col_tile")
-OTHER_KERNELS = ("ring", "generic", "small_seg", "small_seg_masked", "scalar")
+OTHER_KERNELS = ("generic", "small_seg", "small_seg_masked", "scalar")
 
 
 @st.composite
@@ -189,8 +152,7 @@ def _dispatch_case(draw):
 def test_every_drawn_input_gets_a_launchable_geometry(probe, cases):
     """Whatever the shape, stride, dtype and group size, the launcher's geometry functions pick a known kernel, never
     fault (the probe runs them: a division by zero kills it), and give a tile kernel 1-1024 threads per CTA, 1 to
-    2^31 - 1 CTAs and room for every segment. The 89f0b32 bug (covers of wide groups on 0 segments per CTA) is one
-    this catches."""
+    2^31 - 1 CTAs and room for every segment (e.g. covers of wide groups must never get 0 segments per CTA)."""
     rows, shapes = [], []
     for mode, dtype, shape, pad, group in cases:
         if mode == "per_head":

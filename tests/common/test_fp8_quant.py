@@ -400,29 +400,17 @@ def test_torch_compile_functionalises_the_mutating_op_cpu():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["tile", "ring", "short_segment", "generic"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("mode,group_size", [("group", 128), ("group_col", 128), ("group", 256), ("group", 64),
                                              ("group", 32), ("per_head", 128)])
 @pytest.mark.parametrize("m", [1, 37, 1000])
-def test_short_segment_and_generic_kernels_match_reference(cuda, kernel, dtype, mode, group_size, m):
-    """Every kernel that serves group/per-head scales gives the reference's bits: the one-tile-per-CTA
-    kernel, the bulk-copy ring kernel, the short-segment kernel (16- and 32-vector segments) and the generic kernel (shapes a
-    kernel does not take fall back to the next)."""
-    from hpc_common.fp8 import quant
-
+def test_group_and_per_head_kernels_match_reference(cuda, dtype, mode, group_size, m):
+    """Group and per-head scales give the reference's bits on the kernels these shapes take (column
+    tiles, tile kernel, short-segment kernel for 16- and 32-vector segments)."""
     x = make_input(shape_for(mode, m, 512 if mode != "per_head" else 128), dtype, seed=m * 7 + group_size)
-    xg = x.to(cuda)
-    before = (quant.USE_SHORT_SEGMENT_KERNEL, quant.USE_BULK_KERNEL, quant.USE_TILE_KERNEL)
-    quant.USE_SHORT_SEGMENT_KERNEL = kernel == "short_segment"
-    quant.USE_BULK_KERNEL = kernel in ("tile", "ring")
-    quant.USE_TILE_KERNEL = kernel == "tile"
-    try:
-        kw = {} if mode == "per_head" else {"group_size": group_size}
-        got = run(mode, xg, **kw)
-    finally:
-        quant.USE_SHORT_SEGMENT_KERNEL, quant.USE_BULK_KERNEL, quant.USE_TILE_KERNEL = before
-    assert_same(got, run_ref(mode, x, **kw), what=f"{mode} g{group_size} {dtype} kernel={kernel}")
+    kw = {} if mode == "per_head" else {"group_size": group_size}
+    got = run(mode, x.to(cuda), **kw)
+    assert_same(got, run_ref(mode, x, **kw), what=f"{mode} g{group_size} {dtype}")
 
 
 @pytest.mark.gpu
@@ -432,17 +420,14 @@ def test_short_segment_and_generic_kernels_match_reference(cuda, kernel, dtype, 
     ("group", 64, 1001), ("group", 256, 1001), ("group", 100, 1001), ("group", 32, 333),
     ("per_head", 127, 127), ("per_head", 130, 130)])
 @pytest.mark.parametrize("shift", [0, 3])
-def test_masked_short_segment_kernel_matches_reference(cuda, monkeypatch, dtype, mode, seg, n, shift):
+def test_masked_short_segment_kernel_matches_reference(cuda, dtype, mode, seg, n, shift):
     """Segments whose starts are not 16-byte aligned (odd N, group lengths that are not a vector
     multiple, per-head rows of odd length, x and out shifted alike) or whose row ends in a short
     segment take the masked short-segment kernel (aligned rows ending in a shorter group: the row tile
     kernel's covers, the default):
     neighbouring segments share their boundary vector, so a huge value just before each boundary
     would leak into the next segment's scale, and a poisoned output byte left unwritten would show.
-    Equal, bit for bit, to the reference, to the masked short-segment kernel and to the generic
-    kernel's peeled path."""
-    from hpc_common.fp8 import quant
-
+    Equal, bit for bit, to the reference."""
     shape = shape_for(mode, 37, n, heads=3)
     numel = math.prod(shape)
     x = make_input((numel + shift,), dtype, seed=seg + n + shift)
@@ -452,12 +437,8 @@ def test_masked_short_segment_kernel_matches_reference(cuda, monkeypatch, dtype,
     xg = x.to(cuda)[shift:].view(shape)
     kw = {} if mode == "per_head" else {"group_size": seg}
     want = run_ref(mode, xv, **kw)
-    for kernel in ("default", "short_segment", "generic"):
-        # "default": the dispatch (the row tile kernel's covers for aligned rows ending in a shorter group)
-        monkeypatch.setattr(quant, "USE_BULK_KERNEL", None if kernel == "default" else False)
-        monkeypatch.setattr(quant, "USE_SHORT_SEGMENT_KERNEL", kernel == "short_segment")
-        out = poisoned_empty(numel + shift, dtype=FP8, device=cuda)[shift:].view(shape)
-        assert_same(run(mode, xg, out=out, **kw), want, what=f"{kernel} {mode} seg {seg} n {n} {dtype} shift {shift}")
+    out = poisoned_empty(numel + shift, dtype=FP8, device=cuda)[shift:].view(shape)
+    assert_same(run(mode, xg, out=out, **kw), want, what=f"{mode} seg {seg} n {n} {dtype} shift {shift}")
 
 
 @pytest.mark.gpu
@@ -466,28 +447,22 @@ def test_masked_short_segment_kernel_matches_reference(cuda, monkeypatch, dtype,
 @pytest.mark.parametrize("shift", [0, 3])
 def test_peeled_vector_path_matches_reference(cuda, mode, dtype, shift):
     """Rows of odd length (each row starts elsewhere modulo 16 bytes), and x and out both shifted
-    by `shift` elements: the vector path with a scalar head per segment, the scalar path and the
-    reference agree bit for bit."""
-    from hpc_common.fp8 import quant
+    by `shift` elements: the vector path with a scalar head per segment; out shifted one byte more
+    than x: the scalar path. Both agree with the reference bit for bit."""
+    from hpc_common.fp8 import heuristics
 
     shape = shape_for(mode, 37, 1001, heads=3)
     n = math.prod(shape)
     x = make_input((n + shift,), dtype, seed=shift + 13, device=cuda)[shift:].view(shape)
+    qmode = {"per_token": heuristics.PER_TOKEN, "group": heuristics.PER_TOKEN_GROUP,
+             "group_col": heuristics.PER_TOKEN_GROUP, "per_head": heuristics.PER_TOKEN_HEAD}.get(mode, heuristics.PER_TENSOR)
     got = {}
-    for peel in (True, False):
-        out = torch.empty(n + shift, dtype=FP8, device=cuda)[shift:].view(shape)
-        before = quant.USE_PEELED_VECTOR_PATH
-        quant.USE_PEELED_VECTOR_PATH = peel
-        try:
-            got[peel] = run(mode, x, out=out)
-        finally:
-            quant.USE_PEELED_VECTOR_PATH = before
-        if peel:
-            geo = quant._geometry(x, out, {"per_token": quant.PER_TOKEN, "group": quant.PER_TOKEN_GROUP,
-                                           "group_col": quant.PER_TOKEN_GROUP, "per_head": quant.PER_TOKEN_HEAD}
-                                  .get(mode, quant.PER_TENSOR), 128)
-            aligned_flat = mode.startswith("per_tensor") and shift == 0  # one flat, aligned row
-            assert quant._vectorizable(x, out, geo) == (True, not aligned_flat)
+    for peel, out_shift in ((True, shift), (False, shift + 1)):
+        out = torch.empty(n + out_shift, dtype=FP8, device=cuda)[out_shift:].view(shape)
+        geo = heuristics.geometry(x, out, qmode, 128)
+        aligned_flat = mode.startswith("per_tensor") and shift == 0 and peel  # one flat, aligned row
+        assert heuristics.vector_path(x, out, geo) == ((True, not aligned_flat) if peel else (False, False))
+        got[peel] = run(mode, x, out=out)
     want = run_ref(mode, x)
     assert_same(got[True], want, what=f"peeled {mode} {dtype} shift {shift}")
     assert_same(got[False], want, what=f"scalar {mode} {dtype} shift {shift}")

@@ -9,9 +9,8 @@ Group rows the tile kernels do not take (a shorter last group, group lengths tha
 power-of-two vector count) take the cover form: each team locates its segment and reads its aligned
 cover, a partial last vector masked and stored byte-exact (segments of whole vectors take the cover
 kernel without that code). Odd rows (not 16-byte aligned) keep the
-register kernels. Dense tensors and rows with a pitch; NaN / Inf and zero rows. Each case also runs on
-the register kernels that served it before (USE_TILE_KERNEL off). A profiler trace checks which
-kernel ran, so a shape that silently fell back would fail here."""
+register kernels. Dense tensors and rows with a pitch; NaN / Inf and zero rows. A profiler trace checks
+which kernel ran, so a shape that silently fell back would fail here."""
 
 from __future__ import annotations
 
@@ -20,7 +19,6 @@ import zlib
 import pytest
 import torch
 from _fp8_cases import assert_same, kernel_names, make_input, run, run_ref
-from test_fp8_quant_bulk import switches
 
 KERNEL = "fp8_quant_row_tile_kernel"
 LONG_KERNEL = "fp8_quant_long_row_kernel"
@@ -79,14 +77,12 @@ CASES = ([(m, s, d, KERNEL) for m, s in ROW_CASES_16BIT for d in (torch.bfloat16
 
 
 def _check(mode, x, ue8m0, what, kernel=KERNEL, **kw):
-    """`kernel` ran (profiler), and it and the register kernels equal the reference bit for bit."""
+    """`kernel` ran (profiler) and equals the reference bit for bit."""
     kw["ue8m0"] = ue8m0
     expected = run_ref(mode, x, **kw)
     names = kernel_names(lambda: run(mode, x, **kw))
     assert any(kernel in n for n in names), names
     assert_same(run(mode, x, **kw), expected, what=f"row tile {what}")
-    with switches(USE_TILE_KERNEL=False):
-        assert_same(run(mode, x, **kw), expected, what=f"register kernels {what}")
 
 
 @pytest.mark.gpu

@@ -1,57 +1,27 @@
 """The tile kernels against the reference, bit for bit: the one-tile-per-CTA, column-tile and flat
-kernels (fp8_quant_tile.cuh, the default) and the bulk-copy ring kernel (fp8_quant_bulk.cuh, USE_TILE_KERNEL
-off), on the shapes that exercise their tile geometry: dense tensors tiled across rows (last tile short), rows with a pitch and
-Q slices of a fused QKV buffer (tiles inside a row or a token), teams of 1 to 256 lanes
-(group-16 fp32 .. per-token 8192 bf16, the cross-warp reduction), the per-tensor modes
-(static; dynamic with the reversed visit), and tensors of many tiles per CTA so that the
-3-stage ring wraps many times. Each case runs the bulk kernel with both amax passes of
-per-tensor dynamic (flat and segment-team), both orders of the bulk kernel (refill then store,
-the default; store then refill, 8fdf820) and the register kernels; all must equal the
-reference. Small grids (set_num_sms) make a few CTAs walk many tiles, with uneven tile counts."""
+kernels (fp8_quant_tile.cuh), on the shapes that exercise their tile geometry: dense tensors tiled
+across rows (last tile short), rows with a pitch and Q slices of a fused QKV buffer (tiles inside a
+row or a token), teams of 1 to 256 lanes (group-16 fp32 .. per-token 8192 bf16, the cross-warp
+reduction), the per-tensor modes (static; dynamic with the reversed visit after the amax pass), and
+shapes next to them that the register kernels take. Small grids (set_num_sms) make the amax pass's
+few blocks cover many tiles."""
 
 from __future__ import annotations
-
-import contextlib
 
 import pytest
 import torch
 from _fp8_cases import STATIC_SCALE, assert_same, kernel_names, make_input, run, run_ref
 
 import hpc_common
-from hpc_common.fp8 import quant
 from hpc_common.testing import assert_bitwise_equal
 
-# name -> quant switches; every variant forces the tile kernels on except "register".
-VARIANTS = {
-    "default": dict(USE_BULK_KERNEL=True),  # one tile per CTA; flat for per-tensor static, contiguous
-    "ring": dict(USE_BULK_KERNEL=True, USE_TILE_KERNEL=False),  # the bulk-copy ring (default before 17th session)
-    "old": dict(USE_BULK_KERNEL=True, USE_TILE_KERNEL=False, FLAT_AMAX_KERNEL=False, BULK_VARIANT=1),  # 8fdf820
-    "register": dict(USE_BULK_KERNEL=False),
-    "store_first": dict(USE_BULK_KERNEL=True, USE_TILE_KERNEL=False, BULK_VARIANT=1),  # the ring's 8fdf820 order
-}
 
-
-@contextlib.contextmanager
-def switches(**kw):
-    saved = {k: getattr(quant, k) for k in kw}
-    try:
-        for k, v in kw.items():
-            setattr(quant, k, v)
-        yield
-    finally:
-        for k, v in saved.items():
-            setattr(quant, k, v)
-
-
-def _run_variants(mode, x, group_size, ue8m0=False, variants=VARIANTS):
+def _kwargs(mode, group_size, ue8m0=False):
     kw = {} if mode in ("per_head", "per_tensor", "per_tensor_static", "per_token") else {"group_size": group_size}
     if mode != "per_tensor_static":
         kw["ue8m0"] = ue8m0
-    out = {}
-    for name in variants:
-        with switches(**VARIANTS[name]):
-            out[name] = run(mode, x, **kw)
-    return out, kw
+    return kw
+
 
 # (mode, shape, group_size); shapes are [M, N] or [T, H, D] (per_head)
 CASES = [
@@ -77,18 +47,15 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("mode,shape,group_size", CASES, ids=lambda c: str(c))
-def test_bulk_kernel_matches_reference(cuda, mode, shape, group_size, dtype):
+def test_tile_kernels_match_reference(cuda, mode, shape, group_size, dtype):
     x = make_input(shape, dtype, seed=sum(shape) + group_size, device=cuda)
-    ue8m0 = dtype == torch.float16 and mode != "per_tensor_static"
-    got, kw = _run_variants(mode, x, group_size, ue8m0)
-    want = run_ref(mode, x.cpu(), **kw)
-    for name, res in got.items():
-        assert_same(res, want, what=f"{name} {mode} {shape} {dtype}")
+    kw = _kwargs(mode, group_size, dtype == torch.float16 and mode != "per_tensor_static")
+    assert_same(run(mode, x, **kw), run_ref(mode, x.cpu(), **kw), what=f"{mode} {shape} {dtype}")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["per_token", "group", "per_head"])
-def test_bulk_kernel_strided_rows_and_qkv_slices(cuda, mode):
+def test_tile_kernels_strided_rows_and_qkv_slices(cuda, mode):
     """Tiles stay inside a row (pitched rows) or a token (Q of a fused QKV buffer)."""
     if mode == "per_head":
         big = make_input((70, 48, 128), torch.bfloat16, 3, device=cuda)
@@ -97,27 +64,23 @@ def test_bulk_kernel_strided_rows_and_qkv_slices(cuda, mode):
         big = make_input((50, 4096 + 64), torch.bfloat16, 4, device=cuda)
         x = big[:, 64:]
     assert not x.is_contiguous()
-    got, kw = _run_variants(mode, x, 128)
-    want = run_ref(mode, x, **kw)
-    for name, res in got.items():
-        assert_same(res, want, what=f"{name} {mode} strided")
+    kw = _kwargs(mode, 128)
+    assert_same(run(mode, x, **kw), run_ref(mode, x, **kw), what=f"{mode} strided")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["per_token", "group", "group_col", "per_head", "per_tensor",
                                   "per_tensor_static"])
-def test_bulk_kernel_ring_wraps_on_large_tensors(cuda, mode):
-    """64 MB of bf16: ~10 tiles per CTA, every ring stage and output buffer reused many times."""
+def test_tile_kernels_on_large_tensors(cuda, mode):
+    """64 MB of bf16: millions of segments, the per-tensor maximum in the last tile."""
     shape = (8192, 32, 128) if mode == "per_head" else (8192, 4096)
     x = make_input(shape, torch.bfloat16, 5, device=cuda)
     x.view(-1)[-1] = 3000.0  # the per-tensor maximum sits in the last tile
-    got, kw = _run_variants(mode, x, 128)
-    assert_same(got["default"], run_ref(mode, x, **kw), what=f"default {mode} large")
-    for name, res in got.items():
-        assert_same(res, got["default"], what=f"{name} == default {mode} large")
+    kw = _kwargs(mode, 128)
+    assert_same(run(mode, x, **kw), run_ref(mode, x, **kw), what=f"{mode} large")
 
 
-# (mode, shape, group_size, num_sms): with one SM the bulk grid is 3 CTAs (a 1-SM wave).
+# (mode, shape, group_size, num_sms): few SMs, so the amax pass has few blocks.
 SMALL_GRID_CASES = [
     ("per_tensor_static", (24, 2048), 128, 1),   # 6 tiles of 4 segments: 2 per CTA
     ("per_tensor_static", (256, 2048), 128, 1),  # 64 tiles: 22 / 21 / 21 per CTA
@@ -134,56 +97,29 @@ SMALL_GRID_CASES = [
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode,shape,group_size,num_sms", SMALL_GRID_CASES, ids=lambda c: str(c))
-def test_bulk_schedules_on_small_grids(cuda, mode, shape, group_size, num_sms):
+def test_tile_kernels_on_small_grids(cuda, mode, shape, group_size, num_sms):
     x = make_input(shape, torch.bfloat16, 7 + sum(shape), device=cuda)
     x.view(-1)[len(x.view(-1)) // 3] = 2500.0  # the per-tensor maximum in some middle tile
     hpc_common.set_num_sms(num_sms)
     try:
-        got, kw = _run_variants(mode, x, group_size)
+        kw = _kwargs(mode, group_size)
+        got = run(mode, x, **kw)
     finally:
         hpc_common.set_num_sms(None)
-    want = run_ref(mode, x.cpu(), **kw)
-    for name, res in got.items():
-        assert_same(res, want, what=f"{name} {mode} {shape} on {num_sms} SMs")
+    assert_same(got, run_ref(mode, x.cpu(), **kw), what=f"{mode} {shape} on {num_sms} SMs")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("shape", [(1, 5), (3, 4001), (64, 4096), (1, 8 * 4096 + 3)])
-def test_flat_amax_pass_matches_segment_amax_pass(cuda, dtype, shape):
-    """Per-tensor dynamic: the flat amax kernel (default on contiguous tensors) and the segment
-    kernel give the same scale and bytes; the maximum in the scalar tail is seen."""
-    x = make_input(shape, dtype, 11 + shape[1], device=cuda)
-    x.view(-1)[-1] = 900.0
-    want = run_ref("per_tensor", x.cpu())
-    for flat in (True, False):
-        with switches(FLAT_AMAX_KERNEL=flat):
-            assert_same(run("per_tensor", x), want, what=f"per-tensor {shape} {dtype} flat={flat}")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("variant", [0, 1])
-def test_bulk_timeline_changes_nothing(cuda, variant):
-    """The diagnostic timeline (quant.BULK_TIMELINE) records one row per CTA and leaves the bits alone."""
-    x = make_input((97, 4096), torch.bfloat16, 13, device=cuda)
-    want = run_ref("per_token", x.cpu())
-    tl = torch.zeros(8 * torch.cuda.get_device_properties(cuda).multi_processor_count, quant.TIMELINE_SLOTS,
-                     dtype=torch.int64, device=cuda)
-    with switches(USE_BULK_KERNEL=True, USE_TILE_KERNEL=False, BULK_VARIANT=variant, BULK_TIMELINE=tl):
-        got = run("per_token", x)
-    assert_same(got, want, what=f"timeline variant {variant}")
-    rows = tl.cpu()
-    rows = rows[rows[:, 0] > 0]
-    assert rows.shape[0] > 0
-    assert int(rows[:, 3].sum()) == 49  # 97 rows of 4096 bf16, 2 rows per 16 KB tile
-    assert bool((rows[:, 2] >= rows[:, 0]).all())  # exit after entry (globaltimer)
-
-
-@pytest.mark.gpu
-def test_bulk_variant_unknown_is_an_error(cuda):
-    x = make_input((64, 4096), torch.bfloat16, 17, device=cuda)
-    with switches(USE_BULK_KERNEL=True, USE_TILE_KERNEL=False, BULK_VARIANT=2), pytest.raises(RuntimeError):
-        run("per_token", x)
+@pytest.mark.parametrize("pitched", [False, True])
+def test_amax_passes_match_reference(cuda, dtype, shape, pitched):
+    """Per-tensor dynamic: the flat amax kernel (contiguous tensors) and the segment-team amax kernel
+    (rows with a pitch) give the reference's scale and bytes; the maximum in the scalar tail is seen."""
+    big = make_input((shape[0], shape[1] + (64 if pitched else 0)), dtype, 11 + shape[1], device=cuda)
+    x = big[:, :shape[1]]
+    x[-1, -1] = 900.0
+    assert_same(run("per_tensor", x), run_ref("per_tensor", x.cpu()), what=f"per-tensor {shape} {dtype} {pitched=}")
 
 
 @pytest.mark.gpu
@@ -195,10 +131,7 @@ def test_flat_static_kernel_matches_reference(cuda, dtype, shape):
     than 1024 vectors; saturating, NaN and signed-zero inputs come from make_input."""
     x = make_input(shape, dtype, 19 + shape[1], device=cuda)
     x.view(-1)[-1] = -1e6  # saturates, in the scalar tail when the size is odd
-    want = run_ref("per_tensor_static", x.cpu())
-    for name in ("default", "ring", "register"):
-        with switches(**VARIANTS[name]):
-            assert_same(run("per_tensor_static", x), want, what=f"{name} static {shape} {dtype}")
+    assert_same(run("per_tensor_static", x), run_ref("per_tensor_static", x.cpu()), what=f"static {shape} {dtype}")
 
 
 @pytest.mark.gpu
@@ -237,23 +170,21 @@ def test_column_major_scales_into_a_callers_pitch(cuda, dtype, m, n, group_size,
     """Column-major group scales written into the caller's scale_out of any pitch >= M (the
     column-tile kernel: 8-row blocks, the last one partial; padding rows past the last row block as
     well as inside it are zeroed; 12, 6 and 20 groups per row take tiles of 4, 2 and 4 groups, 3
-    groups the tile kernel), from rows with a pitch of their own; every tile kernel and the
-    register kernels agree with the reference, whose padding rows are zeros too."""
+    groups the tile kernel), from rows with a pitch of their own, agree with the reference, whose
+    padding rows are zeros too."""
     big = make_input((m, n + 256), dtype, 41 + m, device=cuda)
     x = big[:, 128:128 + n]
     want_q, want_s = run_ref("group", x.cpu(), group_size=group_size)
     g = n // group_size
-    for name in ("default", "ring", "register"):
-        storage = torch.full((g, pitch), float("nan"), dtype=torch.float32, device=cuda)
-        scale_out = storage.t()[:m]
-        with switches(**VARIANTS[name]):
-            q, s = run("group_col", x, group_size=group_size, scale_out=scale_out)
-        assert s.data_ptr() == storage.data_ptr()
-        what = f"{name} col pitch {pitch} {dtype}"
-        assert_bitwise_equal(q.view(torch.uint8).cpu(), want_q.view(torch.uint8), name=f"{what} q")
-        assert_bitwise_equal(s.contiguous().cpu(), want_s.contiguous(), name=f"{what} scale")
-        pad = storage[:, m:].cpu()
-        assert bool((pad == 0).all()), f"{name}: padding rows {m}..{pitch} not zeroed: {pad}"
+    storage = torch.full((g, pitch), float("nan"), dtype=torch.float32, device=cuda)
+    scale_out = storage.t()[:m]
+    q, s = run("group_col", x, group_size=group_size, scale_out=scale_out)
+    assert s.data_ptr() == storage.data_ptr()
+    what = f"col pitch {pitch} {dtype}"
+    assert_bitwise_equal(q.view(torch.uint8).cpu(), want_q.view(torch.uint8), name=f"{what} q")
+    assert_bitwise_equal(s.contiguous().cpu(), want_s.contiguous(), name=f"{what} scale")
+    pad = storage[:, m:].cpu()
+    assert bool((pad == 0).all()), f"padding rows {m}..{pitch} not zeroed: {pad}"
 
 
 @pytest.mark.gpu

@@ -30,53 +30,44 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
 
   m.attr("FP8_AMAX_BLOCKS_PER_SM") = hpc::fp8::kAmaxBlocksPerSm;
   m.attr("FP8_AMAX_FLOOR") = hpc::fp8::kAmaxFloor;
+  // The launcher's parameter struct, filled field by field from Python (hpc_common.fp8.quant): pointers
+  // as integers, the rest as they are in fp8_quant_params.h. Fields the launcher derives stay zero.
+  using hpc::fp8::QuantParams;
+  py::class_<QuantParams> qp(m, "QuantParams");
+  qp.def(py::init([] { return QuantParams{}; }));
+#define HPC_PTR_FIELD(name, type)                                                                     \
+  qp.def_property(                                                                                    \
+      #name, [](const QuantParams& p) { return reinterpret_cast<uintptr_t>(p.name); },               \
+      [](QuantParams& p, uintptr_t v) { p.name = hpc::as_ptr<type>(v); })
+  HPC_PTR_FIELD(x, const void);
+  HPC_PTR_FIELD(q, uint8_t);
+  HPC_PTR_FIELD(scale, float);
+  HPC_PTR_FIELD(static_scale, const float);
+  HPC_PTR_FIELD(workspace, uint32_t);
+#undef HPC_PTR_FIELD
+  qp.def_readwrite("static_value", &QuantParams::static_value)
+      .def_readwrite("rows", &QuantParams::rows)
+      .def_readwrite("heads", &QuantParams::heads)
+      .def_readwrite("row_len", &QuantParams::row_len)
+      .def_readwrite("seg_len", &QuantParams::seg_len)
+      .def_readwrite("segs_per_row", &QuantParams::segs_per_row)
+      .def_readwrite("x_stride_t", &QuantParams::x_stride_t)
+      .def_readwrite("x_stride_h", &QuantParams::x_stride_h)
+      .def_readwrite("q_stride_t", &QuantParams::q_stride_t)
+      .def_readwrite("q_stride_h", &QuantParams::q_stride_h)
+      .def_readwrite("scale_stride_row", &QuantParams::scale_stride_row)
+      .def_readwrite("scale_stride_seg", &QuantParams::scale_stride_seg)
+      .def_readwrite("dtype", &QuantParams::dtype)
+      .def_readwrite("scale_source", &QuantParams::scale_source)
+      .def_readwrite("per_tensor_dynamic", &QuantParams::per_tensor_dynamic)
+      .def_readwrite("ue8m0", &QuantParams::ue8m0)
+      .def_readwrite("vectorized", &QuantParams::vectorized)
+      .def_readwrite("peel", &QuantParams::peel)
+      .def_readwrite("num_sms", &QuantParams::num_sms);
   m.def(
       "fp8_quant",
-      [](uintptr_t x, uintptr_t q, uintptr_t scale, uintptr_t static_scale, float static_value,
-         uintptr_t workspace, int64_t rows, int64_t heads, int64_t row_len, int64_t seg_len,
-         int64_t segs_per_row, int64_t x_stride_t, int64_t x_stride_h, int64_t q_stride_t,
-         int64_t q_stride_h, int64_t scale_stride_row, int64_t scale_stride_seg, int dtype,
-         int scale_source, bool per_tensor_dynamic, bool ue8m0, bool vectorized, bool short_segments, int num_sms, bool pdl,
-         uintptr_t stream, bool bulk, bool peel, bool flat_amax, int bulk_variant, uintptr_t timeline, bool tile) {
-        hpc::fp8::QuantParams p{};
-        p.x = hpc::as_ptr<const void>(x);
-        p.q = hpc::as_ptr<uint8_t>(q);
-        p.scale = hpc::as_ptr<float>(scale);
-        p.static_scale = hpc::as_ptr<const float>(static_scale);
-        p.static_value = static_value;
-        p.workspace = hpc::as_ptr<uint32_t>(workspace);
-        p.rows = rows;
-        p.heads = heads;
-        p.row_len = row_len;
-        p.seg_len = seg_len;
-        p.segs_per_row = segs_per_row;
-        p.x_stride_t = x_stride_t;
-        p.x_stride_h = x_stride_h;
-        p.q_stride_t = q_stride_t;
-        p.q_stride_h = q_stride_h;
-        p.scale_stride_row = scale_stride_row;
-        p.scale_stride_seg = scale_stride_seg;
-        p.dtype = dtype;
-        p.scale_source = scale_source;
-        p.per_tensor_dynamic = per_tensor_dynamic;
-        p.ue8m0 = ue8m0;
-        p.vectorized = vectorized;
-        p.short_segments = short_segments;
-        p.bulk = bulk;
-        p.tile = tile;
-        p.peel = peel;
-        p.flat_amax = flat_amax;
-        p.num_sms = num_sms;
-        hpc::fp8::BulkOptions opt;
-        opt.variant = bulk_variant;
-        opt.timeline = hpc::as_ptr<unsigned long long>(timeline);
-        HPC_CUDA_CHECK(launch_fp8_quant(p, hpc::as_stream(stream), pdl, opt), "fp8_quant");
+      [](const QuantParams& p, bool pdl, uintptr_t stream) {
+        HPC_CUDA_CHECK(launch_fp8_quant(p, hpc::as_stream(stream), pdl), "fp8_quant");
       },
-      py::arg("x"), py::arg("q"), py::arg("scale"), py::arg("static_scale"), py::arg("static_value"),
-      py::arg("workspace"), py::arg("rows"), py::arg("heads"), py::arg("row_len"), py::arg("seg_len"),
-      py::arg("segs_per_row"), py::arg("x_stride_t"), py::arg("x_stride_h"), py::arg("q_stride_t"),
-      py::arg("q_stride_h"), py::arg("scale_stride_row"), py::arg("scale_stride_seg"), py::arg("dtype"),
-      py::arg("scale_source"), py::arg("per_tensor_dynamic"), py::arg("ue8m0"), py::arg("vectorized"), py::arg("short_segments"),
-      py::arg("num_sms"), py::arg("pdl"), py::arg("stream"), py::arg("bulk") = false, py::arg("peel") = false,
-      py::arg("flat_amax") = false, py::arg("bulk_variant") = 0, py::arg("timeline") = 0, py::arg("tile") = false);
+      py::arg("params"), py::arg("pdl"), py::arg("stream"));
 }

@@ -1,6 +1,6 @@
 """FP8 E4M3 quantisation on SM90: per-tensor (static or dynamic), per-token, per-token-group
-and per-token-per-head. Semantics in hpc_common/fp8/reference.py and FP8_NOTES.md; the
-kernels (include/hpc_common/fp8_quant.cuh) match the reference bit for bit.
+and per-token-per-head. Semantics in hpc_common/fp8/reference.py; the kernels
+(include/hpc_common/fp8_quant*.cuh; which one serves a call: heuristics.py) match the reference bit for bit.
 
 Every mode computes q = e4m3_rne_satfinite(float32(x) * (1 / scale)) with IEEE float32
 operations (the reciprocal once per scale). Inputs are bfloat16, float16 or float32 with a unit stride in the last dimension (other
@@ -21,178 +21,37 @@ import torch
 
 from ..checks import check_tensor
 from ..launch import get_num_sms, get_pdl, require_hopper, stream_ptr
+from . import heuristics as _heur
 from . import reference as _ref
 
 FP8 = torch.float8_e4m3fn
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-_DTYPE_CODE = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
-
-# Modes of the custom op (int in the schema).
-PER_TENSOR, PER_TOKEN, PER_TOKEN_GROUP, PER_TOKEN_HEAD = 0, 1, 2, 3
-# Per-tensor modes have no per-segment scale: segments only split the work. 2048 elements
-# gives 64 (bf16) or 128 (fp32) threads per segment, each holding four 16-byte vectors.
-_PER_TENSOR_SEG = 2048
-_SCALE_DYNAMIC, _SCALE_STATIC = 0, 1
-
-
-# --------------------------------------------------------------------------------------
-# Launch (real tensors only: alignment is a property of the data pointers)
-# --------------------------------------------------------------------------------------
-
-def _geometry(x: torch.Tensor, out: torch.Tensor, mode: int, group_size: int) -> dict:
-    if mode == PER_TOKEN_HEAD:
-        t, h, d = x.shape
-        return dict(rows=t * h, heads=h, row_len=d, seg_len=d, segs_per_row=1,
-                    x_stride_t=x.stride(0), x_stride_h=x.stride(1),
-                    q_stride_t=out.stride(0), q_stride_h=out.stride(1))
-    m, n = x.shape
-    if mode == PER_TENSOR and x.is_contiguous():
-        rows, row_len = 1, m * n  # one flat row: vectorised even when n is odd
-    else:
-        rows, row_len = m, n
-    # A group wider than the row is the row (same scales); this keeps seg_len <= N.
-    seg = {PER_TENSOR: _PER_TENSOR_SEG, PER_TOKEN: max(n, 1), PER_TOKEN_GROUP: min(group_size, max(n, 1))}[mode]
-    return dict(rows=rows, heads=1, row_len=row_len, seg_len=seg, segs_per_row=math.ceil(row_len / seg),
-                x_stride_t=x.stride(0) if rows > 1 else row_len, x_stride_h=0,
-                q_stride_t=out.stride(0) if rows > 1 else row_len, q_stride_h=0)
-
-
-def _vectorizable(x: torch.Tensor, out: torch.Tensor, geo: dict) -> tuple[bool, bool]:
-    """(vectorized, peel). Vectorized: every segment start 16-byte aligned in x and VEC-byte
-    aligned in out (VEC = 16 bytes of x's elements). Otherwise, with USE_PEELED_VECTOR_PATH,
-    peel when x and out are misaligned alike (x's element address and out's byte address agree
-    modulo VEC at every segment start: the kernel takes each segment's first elements up to a
-    16-byte boundary one by one, the rest as vectors). Neither: the scalar path."""
-    vec = 16 // x.element_size()
-    offs = []  # element offsets between segment starts, in x and in out
-    if geo["rows"] > geo["heads"]:
-        offs.append((geo["x_stride_t"], geo["q_stride_t"]))
-    if geo["heads"] > 1:
-        offs.append((geo["x_stride_h"], geo["q_stride_h"]))
-    if geo["segs_per_row"] > 1:
-        offs.append((geo["seg_len"], geo["seg_len"]))
-    if (x.data_ptr() % 16 == 0 and out.data_ptr() % vec == 0
-            and all(a % vec == 0 and b % vec == 0 for a, b in offs)):
-        return True, False
-    x_elem = x.data_ptr() // x.element_size()
-    if (USE_PEELED_VECTOR_PATH and x.data_ptr() % x.element_size() == 0
-            and (x_elem - out.data_ptr()) % vec == 0 and all((a - b) % vec == 0 for a, b in offs)):
-        return True, True
-    return False, False
-
-
-# Rows whose starts are not 16-byte aligned (odd N, column offsets) take the vector path with a
-# scalar head per segment when x and out are misaligned alike (FP8_HISTORY.md); off: scalar path.
-USE_PEELED_VECTOR_PATH = True
-# (A one-warp-per-row kernel for such rows with per-group scales was measured twice in the ninth
-# session, bitwise correct and 1.5-2x slower than this path both times: removed, FP8_HISTORY.md.)
-
-
-# Group-128 / per-head quantisation takes the short-segment kernel (fp8_quant_small_seg.cuh) where no
-# tile kernel serves it (with USE_TILE_KERNEL on, odd group rows take fp8_quant_odd_group_row_kernel, group-128
-# rows of 2-byte inputs, or fp8_quant_odd_row_tile_kernel),
-# peeled rows (odd N) with 4-32-vector segments its masked form (H200, 64 MB bf16 group-128 with
-# N = 4095: 54.9 us against 69.6 on the generic kernel's peeled path); benchmarks/bench_fp8_quant.py
-# turns this off to time the generic kernel beside it.
-USE_SHORT_SEGMENT_KERNEL = True
-# Tile kernels (16 KB tiles of whole segments: the short-lived-CTA kernels of fp8_quant_tile.cuh,
-# USE_TILE_KERNEL below, or the bulk-copy ring of fp8_quant_bulk.cuh): serve shapes whose segments
-# are whole, 16-element multiples and at most 16 KB (the launcher checks; other shapes keep the
-# register kernels above). BULK_KERNEL_MODES lists the modes where they are the default (see
-# FP8_HISTORY.md for the measurements); USE_BULK_KERNEL = True / False forces them on / off for
-# every mode (tests and benchmarks time and check both), None follows BULK_KERNEL_MODES.
-# H200 run of aeb24f7 (bf16 N=4096, % of the 4.27 TB/s copy bandwidth, bulk ring / register kernels):
-# per-tensor static 75.6 / 72.3 (64 MB), 91.0 / 89.3 (256 MB); group-128 71.4 / 67.5, 87.0 / 87.6;
-# per-head 71.9 / 67.7, 87.4 / 87.5; per-token 71.6 / 70.6, 87.8 / 89.0 (fp32 128 MB: 77.8 / 71.5);
-# per-tensor dynamic 78.0 / 78.9, 92.8 / 92.3 and 53.7 / 58.5 at 16 MB: the register kernels.
-# Per-tensor dynamic joined in the seventeenth session: its second pass on the one-tile-per-CTA
-# kernel (visiting the tiles last-first after the amax pass) read 46.9 us at 64 MB against 48.9 on
-# the register kernel, 162.5 against 168.3 at 256 MB (H200, same process).
-BULK_KERNEL_MODES = frozenset({"per_tensor_static", "per_tensor_dynamic", "per_token", "group", "per_head"})
-USE_BULK_KERNEL: Optional[bool] = None
-# Where the bulk ring kernel applies, short-lived CTAs instead (fp8_quant_tile.cuh): one 16 KB tile
-# per CTA, straight into registers; group scales and dense per-head inputs in 8-row column tiles
-# (whole 32-byte runs of scales per CTA); a per-tensor static scale on a contiguous tensor takes the
-# flat kernel; per-token / per-head rows of a vector count that is no power of two (hidden 2880 / 5120 /
-# 7168) or of 1025-4096 vectors (intermediates 14336 / 28672) row forms of the tile kernel (eighteenth
-# session: 64 MB per-token 34.1-35.1 -> 29.7-30.2 us, 28672 34.5 -> 32.3, where the register kernels
-# served them). Same bits as the ring. H200, one process, written flush, 64 MB bf16 (us, ring ->
-# these, run of 5c0a6f4): per-tensor static 30.5 -> 29.0 (81.3 % of 4.27 TB/s), dynamic 48.5 -> 46.3,
-# per-token 32.2 -> 29.8, group-128 32.4 -> 30.1 (column-major scales 33.1 -> 30.1), per-head 32.1 ->
-# 30.0; 256 MB and fp32 input faster too (FP8_HISTORY.md, seventeenth session). False: the ring (the
-# benchmark's `ours_ring` row, the timeline script).
-USE_TILE_KERNEL = True
-
-# Per-tensor dynamic on a contiguous tensor: the amax pass is a flat, evenly split streaming
-# kernel (fp8_amax_flat_kernel) instead of segment teams (whose last of ~4 block waves ran partly
-# idle): H200, 64 MB bf16 50.0 -> 48.2 us (81.6% of the copy), 256 MB 169.8 -> 166.6 us
-# (FP8_HISTORY.md, fourth pass). False gives the segment-team pass (tests and the benchmark's
-# `ours_old` row compare both). The other alternatives of that pass (a warp-specialised bulk
-# kernel, a balanced last tile round, L2 evict_first loads) measured slower or within ~1 us and
-# were removed after commit 59a5220, where their code and switches remain.
-FLAT_AMAX_KERNEL = True
-
-# Bulk ring kernel order after a tile's block barrier (FP8_HISTORY.md, fifth pass; only with
-# USE_TILE_KERNEL off): 0 = the default,
-# thread 0 refills the tile's stage, then stores the tile (H200: 64 MB calls 0.3-0.8 us faster);
-# 1 = the 8fdf820 order (store, then refill). Same bits out either way. (2, a refill at the
-# row-max barrier for per-token rows, measured 1-1.5 % slower in the ninth session: removed.)
-BULK_VARIANT = 0
-# Diagnosis only (scripts/fp8_timeline.py): a CUDA int64 tensor of at least
-# grid * TIMELINE_SLOTS elements; the bulk ring kernel (USE_TILE_KERNEL off) then writes per-CTA
-# %globaltimer stamps into it
-# (slot layout: TimelineSlot in fp8_quant.cuh). None in normal calls.
-BULK_TIMELINE: Optional[torch.Tensor] = None
-TIMELINE_SLOTS = 8 + 2 * 32  # kTimelineSlots
-# A/B only (the benchmark's variant rows): -D switches of an extension variant every call then uses, e.g.
-# ("-DHPC_FP8_ROW_TILE_ONE_ROW=0",). () is the default build.
-EXT_DEFINES: tuple[str, ...] = ()
-
-
-def _bulk_for(mode: int, scale_source: int) -> bool:
-    if USE_BULK_KERNEL is not None:
-        return bool(USE_BULK_KERNEL)
-    name = {PER_TOKEN: "per_token", PER_TOKEN_GROUP: "group", PER_TOKEN_HEAD: "per_head"}.get(mode)
-    if name is None:
-        name = "per_tensor_static" if scale_source == _SCALE_STATIC else "per_tensor_dynamic"
-    return name in BULK_KERNEL_MODES
-
-
-def _shape_params(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor], mode: int,
-                  group_size: int, scale_source: int) -> dict:
-    """The launch arguments that decide which kernel runs: geometry, alignment, scale layout, the
-    module switches (no pointers, so tests/common/test_fp8_dispatch.py checks the choice on CPU
-    tensors with these very values)."""
-    geo = _geometry(x, out, mode, group_size)
-    vectorized, peel = _vectorizable(x, out, geo)
-    if mode == PER_TOKEN_GROUP and scale_out is not None:
-        s_row, s_seg = scale_out.stride(0), scale_out.stride(1)
-    else:
-        s_row, s_seg = 1, 0  # per-token [M, 1], per-head [T, H, 1]: scale index = row
-    return dict(scale_stride_row=s_row, scale_stride_seg=s_seg, dtype=_DTYPE_CODE[x.dtype],
-                scale_source=scale_source, per_tensor_dynamic=mode == PER_TENSOR and scale_source == _SCALE_DYNAMIC,
-                vectorized=vectorized, short_segments=USE_SHORT_SEGMENT_KERNEL, bulk=_bulk_for(mode, scale_source),
-                peel=peel, tile=USE_TILE_KERNEL, **geo)
+PER_TENSOR, PER_TOKEN, PER_TOKEN_GROUP, PER_TOKEN_HEAD = (_heur.PER_TENSOR, _heur.PER_TOKEN, _heur.PER_TOKEN_GROUP,
+                                                          _heur.PER_TOKEN_HEAD)
+_SCALE_DYNAMIC, _SCALE_STATIC = _heur.SCALE_DYNAMIC, _heur.SCALE_STATIC
 
 
 def _launch(x: torch.Tensor, out: torch.Tensor, scale_out: Optional[torch.Tensor], mode: int,
             group_size: int, ue8m0: bool, scale_source: int, static_scale: Optional[torch.Tensor],
             static_value: float) -> None:
+    """Fill the launcher's QuantParams (the kernel choice: heuristics.launch_fields) and run it."""
     from .. import _ext
 
-    ext = _ext.load_variant(*EXT_DEFINES)
-    params = _shape_params(x, out, scale_out, mode, group_size, scale_source)
-    num_sms = get_num_sms(x.device)
-    workspace = None
-    if params["per_tensor_dynamic"]:
-        workspace = torch.empty(ext.FP8_AMAX_BLOCKS_PER_SM * num_sms, dtype=torch.int32, device=x.device)
-    ext.fp8_quant(
-        x=x.data_ptr(), q=out.data_ptr(), scale=scale_out.data_ptr() if scale_out is not None else 0,
-        static_scale=static_scale.data_ptr() if static_scale is not None else 0,
-        static_value=float(static_value), workspace=workspace.data_ptr() if workspace is not None else 0,
-        ue8m0=bool(ue8m0), num_sms=num_sms, pdl=get_pdl(), stream=stream_ptr(x.device),
-        flat_amax=FLAT_AMAX_KERNEL, bulk_variant=BULK_VARIANT,
-        timeline=BULK_TIMELINE.data_ptr() if BULK_TIMELINE is not None else 0, **params)
+    ext = _ext.load()
+    p = ext.QuantParams()
+    for name, value in _heur.launch_fields(x, out, scale_out, mode, group_size, scale_source).items():
+        setattr(p, name, value)
+    p.num_sms = get_num_sms(x.device)
+    workspace = None  # kept alive until the launch is enqueued
+    if p.per_tensor_dynamic:  # one partial amax per block of the amax pass
+        workspace = torch.empty(ext.FP8_AMAX_BLOCKS_PER_SM * p.num_sms, dtype=torch.int32, device=x.device)
+        p.workspace = workspace.data_ptr()
+    p.x, p.q = x.data_ptr(), out.data_ptr()
+    p.scale = scale_out.data_ptr() if scale_out is not None else 0
+    p.static_scale = static_scale.data_ptr() if static_scale is not None else 0
+    p.static_value = float(static_value)
+    p.ue8m0 = bool(ue8m0)
+    ext.fp8_quant(p, get_pdl(), stream_ptr(x.device))
 
 
 # No argument may be called `mode`: torch.compile's auto_functionalized_v2 passes its own

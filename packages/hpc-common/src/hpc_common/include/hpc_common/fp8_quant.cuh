@@ -40,37 +40,6 @@
 namespace hpc {
 namespace fp8 {
 
-// Bulk-kernel options outside the operator's semantics (every choice writes the same bits):
-// the alternatives of the fifth pass (FP8_HISTORY.md) and a per-CTA timeline for diagnosis.
-// A default-constructed BulkOptions is the default kernel without the timeline.
-enum BulkVariant : int {
-  kBulkStoreFirst = 1,  // the 8fdf820 order: a tile's store, then the refill of its stage
-  // (Variant 2, the refill at the row-max barrier of per-token rows, measured 1-1.5 % slower on
-  // the H200 in the ninth session and was removed: FP8_HISTORY.md.)
-};
-// Timeline (diagnosis only): kTimelineSlots stamps per CTA, written by thread 0 when the pointer
-// is not null. Entry and exit carry both %globaltimer (ns, common to all SMs; its tick was 32 ns
-// on the H200) and clock64 (SM cycles); the other stamps are clock64, placed on the common axis
-// through the CTA's entry and exit pairs (scripts/fp8_timeline.py).
-constexpr int kTimelineMaxTiles = 32;  // tiles recorded per CTA (the first ones)
-enum TimelineSlot : int {
-  kTlEntry = 0,     // globaltimer at the first instruction
-  kTlIssued = 1,    // clock64: first loads issued (after griddepcontrol.wait)
-  kTlExit = 2,      // globaltimer at exit (after the wait on the CTA's bulk stores)
-  kTlTiles = 3,     // number of tiles of this CTA (a count)
-  kTlSm = 4,        // %smid
-  kTlEntryClk = 5,  // clock64 at the first instruction
-  kTlExitClk = 6,   // clock64 at exit
-  kTlLanded = 8,    // + i, clock64: tile i seen in shared memory
-  kTlStored = 8 + kTimelineMaxTiles,  // + i, clock64: tile i's store issued
-};
-constexpr int kTimelineSlots = 8 + 2 * kTimelineMaxTiles;
-
-struct BulkOptions {
-  unsigned long long* timeline = nullptr;  // kTimelineSlots per CTA of the bulk kernel, or null
-  int variant = 0;                         // BulkVariant bits
-};
-
 }  // namespace fp8
 }  // namespace hpc
 
@@ -276,7 +245,7 @@ inline cudaError_t launch_amax_pass(QuantParams& p, cudaStream_t stream, bool pd
   cudaError_t e = cudaSuccess;
   bool flat = false;
   if constexpr (VEC > 1) {
-    flat = p.rows == 1 && !p.peel && p.flat_amax;
+    flat = p.rows == 1 && !p.peel;
     if (flat) {
       const int64_t wave =
           hpc::persistent_ctas(fp8_amax_flat_kernel<DT, VEC>, kAmaxFlatThreads, 0, p.num_sms, kAmaxBlocksPerSm);
@@ -326,6 +295,4 @@ inline cudaError_t launch_fp8_quant_typed(QuantParams p, cudaStream_t stream, bo
 #endif  // __CUDACC__
 
 // Raw-pointer launcher (no torch): validates nothing the Python layer already checked.
-// `bulk` only affects the bulk-copy kernel (fp8_quant_bulk.cuh).
-cudaError_t launch_fp8_quant(const hpc::fp8::QuantParams& p, cudaStream_t stream, bool pdl,
-                             const hpc::fp8::BulkOptions& bulk = {});
+cudaError_t launch_fp8_quant(const hpc::fp8::QuantParams& p, cudaStream_t stream, bool pdl);

@@ -24,13 +24,8 @@
 #include <type_traits>
 
 #include "hpc_common/fp8_quant.cuh"
-#include "hpc_common/fp8_quant_bulk.cuh"
+#include "hpc_common/fp8_quant_tile_geometry.cuh"
 #include "hpc_common/fp8_quant_odd_rows.cuh"
-
-// Odd group-128 rows of 2-byte inputs take this kernel (off: fp8_quant_odd_row_tile_kernel, the A/B row).
-#ifndef HPC_FP8_ODD_GROUP_ROWS
-#define HPC_FP8_ODD_GROUP_ROWS 1
-#endif
 
 namespace hpc {
 namespace fp8 {
@@ -43,7 +38,7 @@ constexpr int kOddGroupMinGroups = 8;   // a whole warp per row at least
 // Whether the one-row kernel serves p (the host's odd-row geometry: p.peel, dynamic group scales of 128
 // elements on 2-byte inputs, 8 to 256 groups per row).
 inline bool odd_group_rows_applicable(const QuantParams& p, int vec) {
-  return HPC_FP8_ODD_GROUP_ROWS && p.peel && vec == 8 && p.dtype != kFP32 && p.scale_source == kScaleDynamic &&
+  return p.peel && vec == 8 && p.dtype != kFP32 && p.scale_source == kScaleDynamic &&
          !p.per_tensor_dynamic && p.seg_len == kOddGroupLen && p.segs_per_row >= kOddGroupMinGroups &&
          p.segs_per_row * kOddGroupLanes <= kOddGroupMaxThreads && p.rows <= 0x7fffffff;
 }
@@ -107,7 +102,7 @@ __device__ __forceinline__ void quant_odd_group_row(const QuantParams& p, uint32
   // Amax: `hi` over this lane's elements of group g, `lo` over those of group g - 1 (slot 0 of lanes i < a whole,
   // and the first mis elements of vector 16g, slot 0 of lane a). Masks only where a vector holds elements of two
   // groups or of a neighbouring row: vector 16g (on quad 0 the cover's first, whose first mis elements lie before
-  // the row) and the row's last vectors. As in the tile kernels (HPC_FP8_FINITE_FAST_PATH), from the raw
+  // the row) and the row's last vectors. As in the tile kernels, from the raw
   // magnitudes when the lane's elements are all finite (then its codes need no NaN fix-up), else counted again
   // element by element.
   const bool split = live[0] && i == a;  // slot 0 is vector 16g

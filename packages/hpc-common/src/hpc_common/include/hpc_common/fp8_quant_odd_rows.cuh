@@ -24,7 +24,7 @@
 #pragma once
 
 #include "hpc_common/fp8_quant.cuh"
-#include "hpc_common/fp8_quant_bulk.cuh"
+#include "hpc_common/fp8_quant_tile_geometry.cuh"
 
 namespace hpc {
 namespace fp8 {
@@ -169,13 +169,10 @@ __device__ __forceinline__ void quant_odd_rows(const QuantParams& p, OddRowsExch
   if (active && lane == 0) write_scale(p, sg.row, sg.g, scale);
 }
 
-// Compiled for HPC_FP8_MIS_MIN_BLOCKS CTAs per SM (the nineteenth session's form spilled 24-56 bytes at
-// 5, 48 registers).
-#ifndef HPC_FP8_MIS_MIN_BLOCKS
-#define HPC_FP8_MIS_MIN_BLOCKS 4
-#endif
+// Compiled for 4 CTAs per SM (at 5, 48 registers, it spilled 24-56 bytes).
+constexpr int kOddRowMinBlocks = 4;
 template <int DT, int VEC>
-__global__ void __launch_bounds__(kBulkThreads, HPC_FP8_MIS_MIN_BLOCKS) fp8_quant_odd_row_tile_kernel(const QuantParams p) {
+__global__ void __launch_bounds__(kBulkThreads, kOddRowMinBlocks) fp8_quant_odd_row_tile_kernel(const QuantParams p) {
   __shared__ uint32_t red[kBulkThreads / 32];
   __shared__ OddRowsExchange xs;
   quant_odd_rows<DT, VEC>(p, xs, red);

@@ -48,16 +48,12 @@ struct QuantParams {
   bool ue8m0;                  // round dynamic scales up to a power of two
   bool vectorized;             // caller checked the alignment of every segment start
   bool peel;                   // vectorized with a scalar head per segment (x, q misaligned alike)
-  bool short_segments;         // allow fp8_quant_small_seg.cuh (off: generic kernel, for comparison)
-  bool bulk;                   // allow the tile kernels (fp8_quant_bulk.cuh's geometry) where they apply
-  bool tile;                   // with bulk: one tile per CTA (fp8_quant_tile.cuh), else the bulk-copy ring
-  bool flat_amax;              // per-tensor dynamic, contiguous x: fp8_amax_flat_kernel for the amax pass
   int num_sms;
   // Filled by the launcher:
   int team;
   int num_partials;
   bool reverse;                // visit segments last-first (L2 reuse after the amax pass)
-  // Bulk kernel tiles (fp8_quant_bulk.cuh): runs of run_segs gap-free segments, cut into
+  // Tiles (fp8_quant_tile_geometry.cuh): runs of run_segs gap-free segments, cut into
   // tiles_per_run tiles of up to tile_segs segments.
   int tile_segs;
   int64_t run_segs, tiles_per_run, num_tiles;

@@ -45,7 +45,7 @@ constexpr int kSmallSegBlock = 256;
 // per-segment scales, vector path, every segment full, and 4 to 32 vectors per segment, a
 // power of two (group 32..256 of bf16/fp16, 16..128 of fp32, per-head with head_dim 128).
 inline int small_seg_vectors_per_lane(const QuantParams& p, int vec) {
-  if (!p.short_segments || p.scale_source != kScaleDynamic || p.per_tensor_dynamic || vec == 1 || p.peel) return 0;
+  if (p.scale_source != kScaleDynamic || p.per_tensor_dynamic || vec == 1 || p.peel) return 0;
   if (p.seg_len % vec != 0 || p.row_len % p.seg_len != 0) return 0;
   const int64_t nvec = p.seg_len / vec;
   return (nvec == 4 || nvec == 8 || nvec == 16 || nvec == 32) ? int(nvec / kSmallSegTeam) : 0;
@@ -56,7 +56,7 @@ inline int small_seg_vectors_per_lane(const QuantParams& p, int vec) {
 // VEC) vectors over the 4 lanes, rounded up to one of the instantiated counts 3, 5 or 9. The
 // caller tries the unmasked form first (small_seg_vectors_per_lane).
 inline int small_seg_masked_slots(const QuantParams& p, int vec) {
-  if (!p.short_segments || p.scale_source != kScaleDynamic || p.per_tensor_dynamic || vec == 1) return 0;
+  if (p.scale_source != kScaleDynamic || p.per_tensor_dynamic || vec == 1) return 0;
   const int64_t nvec = (p.seg_len + vec - 1) / vec;
   if (nvec < 4 || nvec > 32) return 0;
   const int64_t cover = (kSmallSegTeam * vec - 1 + p.seg_len + vec - 1) / vec;
