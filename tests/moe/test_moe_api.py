@@ -234,3 +234,22 @@ def test_cached_workspace_grows_outside_capture_only():
 def test_public_names():
     assert hpc_moe.__version__ == "0.2.0"
     assert {"MoEWeights", "MoEWorkspace", "fused_moe"} <= set(hpc_moe.__all__)
+
+
+def test_bench_moe_case_table_builds_on_the_cpu():
+    """benchmarks/bench_moe.py imports without a GPU and its --dry-run case table has every brief case."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_moe.py"
+    spec = importlib.util.spec_from_file_location("bench_moe", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    table = bench.case_table(list(bench.MODELS.values()), bench.DTYPES, (), quick=False)
+    assert len(table) == (9 + 7 + 9) * 3
+    ep8 = [r for r in table if r["model"] == "hy3_ep8"]
+    assert sorted({r["T"] for r in ep8}) == [4, 8, 16, 32, 64, 128, 256] and all(r["ep"] == 8 for r in ep8)
+    t1 = next(r for r in table if r["model"] == "hy3_tp8" and r["dtype"] == "fp8_block" and r["T"] == 1)
+    assert t1["experts_hit"] == 8 and 4.3 < t1["floor_us"] < 4.5  # BRIEF 3.3: 18.9 MB, 4.4 us
+    assert all(r["copies"] * r["bytes"] >= bench.ROTATION_BYTES or r["copies"] == bench.MAX_COPIES for r in table)
+    assert len(bench.case_table(list(bench.MODELS.values()), bench.DTYPES, (), quick=True)) < len(table)
