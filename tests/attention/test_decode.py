@@ -7,8 +7,7 @@ import pytest
 import torch
 
 import hpc_attention as ha
-from hpc_attention import _ext, heuristics
-from hpc_attention import paged_decode as dec
+from hpc_attention import DecodeOptions
 from hpc_attention.planner import first_pages, plan_tables
 from hpc_common import pdl_enabled
 from hpc_common.testing import assert_bitwise_equal, error_stats, poisoned_empty
@@ -19,22 +18,30 @@ pytestmark = pytest.mark.gpu
 
 AWKWARD = [1, 63, 64, 65, 799, 1023, 4097, 0, 239]
 
+# The merge path and producer the `merge_mode` / `producer` fixtures chose for the running test (None: the
+# plan's default); `opts` and `run` put them into every plan's DecodeOptions.
+CHOSEN: dict[str, str | None] = {"merge": None, "producer": None}
 
-@pytest.fixture(params=["helpers", "consumers", "kernel"], ids=["merge_on_helpers", "merge_in_decode", "combine_kernel"])
+
+@pytest.fixture(params=["helpers", "consumers", "combine"], ids=["merge_on_helpers", "merge_in_decode", "combine_kernel"])
 def merge_mode(request, monkeypatch):
     """Runs a test on each split-merge path: in the decode kernel by the TMA kernel's helper warps
     (the cp.async kernel then merges on its consumers), in the decode kernel by the consumer warps,
-    or by the combine kernel (heuristics.MERGE_IN_DECODE, MERGE_ON_HELPER_WARPS)."""
-    monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", request.param != "kernel")
-    monkeypatch.setattr(heuristics, "MERGE_ON_HELPER_WARPS", request.param == "helpers")
+    or by the combine kernel (DecodeOptions.merge)."""
+    monkeypatch.setitem(CHOSEN, "merge", request.param)
     return request.param
 
 
-@pytest.fixture(params=[False, True], ids=["cp_async", "tma"])
+@pytest.fixture(params=["cp_async", "tma"])
 def producer(request, monkeypatch):
-    """Runs a test with each producer of the decode kernel (heuristics.USE_TMA_PRODUCER off / on)."""
-    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", request.param)
+    """Runs a test with each producer of the decode kernel (DecodeOptions.producer)."""
+    monkeypatch.setitem(CHOSEN, "producer", request.param)
     return request.param
+
+
+def opts(**kw) -> DecodeOptions:
+    """DecodeOptions with the fixtures' merge path and producer, and the test's own knobs."""
+    return DecodeOptions(**{"merge": CHOSEN["merge"], "producer": CHOSEN["producer"], **kw})
 
 
 def check_counters_zero(ws):
@@ -42,20 +49,17 @@ def check_counters_zero(ws):
     assert not ws.claim_counter.any(), "the tail-bin claim counter must be back to zero after every call"
 
 
-def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out=None, task_cost=None,
-        tail_percent=None, tail_bin=None, head_major=None):
+def run(case, *, static_splits=None, num_ctas=None, ws=None, out=None, **knobs):
+    """Plan and decode `case`; knobs: DecodeOptions fields (min_tiles, task_cost, tail_percent, ...)."""
     B, Hq = case.q.shape[:2]
     Hkv = case.k.shape[2]
     ws = ws or ha.DecodeWorkspace(B, Hkv, Hq, case.max_kv_len, num_ctas=num_ctas, static_splits=static_splits)
-    plan = ha.plan_decode(case.kv_lens, Hkv, Hq, workspace=ws, static_splits=static_splits, min_tiles=min_tiles,
-                          task_cost=task_cost, tail_percent=tail_percent, tail_bin=tail_bin, head_major=head_major)
+    plan = ha.plan_decode(case.kv_lens, Hkv, Hq, workspace=ws, static_splits=static_splits, options=opts(**knobs))
+    if CHOSEN["producer"] is not None:
+        assert plan.producer == CHOSEN["producer"]
     out = out if out is not None else poisoned_empty(B, Hq, 128, dtype=torch.bfloat16, device=case.q.device)
     out = ha.decode(case.q, case.k, case.v, case.page_table, case.kv_lens, plan, sm_scale=case.sm_scale,
                     k_scale=case.k_scale, v_scale=case.v_scale, q_scale=case.q_scale, out=out)
-    # The producer asked for really ran (the TMA path falls back to cp.async only for pages of
-    # < 16 tokens or a layout the driver cannot encode, which these cases never have).
-    want = "tma" if dec._use_tma(case.k.shape[1], case.k.shape[2], case.k.dtype == FP8) else "cp_async"
-    assert dec.LAST_PRODUCER["name"] == want, (dec.LAST_PRODUCER, want)
     return out, plan
 
 
@@ -63,7 +67,7 @@ def run(case, *, static_splits=None, num_ctas=None, min_tiles=None, ws=None, out
 @pytest.mark.parametrize("task_cost", [None, 0, 7], ids=["cost_default", "cost0", "cost7"])
 @pytest.mark.parametrize("static_splits", [None, 3])
 @pytest.mark.parametrize("num_ctas", [1, 7, 132])
-def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail, monkeypatch):
+def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail):
     gen = torch.Generator().manual_seed(num_ctas)
     for trial in range(13):
         # Trials 6-7: more requests than planner threads (several requests per thread). Trial 8: the
@@ -102,12 +106,12 @@ def test_planner_matches_python_twin(num_ctas, static_splits, task_cost, tail, m
         pt_kw = dict(page_table=pt, page_size=page) if trial % 2 or trial in (8, 10) else {}
         # Trials 0-3, 8 and 9 take the default line order (head-major from 2 KV heads), 4-7 the request-major one.
         default_order = trial < 4 or trial >= 8
-        # Trial 3: the head-major line cut into all bins (heuristics.HEAD_MAJOR_CUT_TO_HEADS off).
-        monkeypatch.setattr(heuristics, "HEAD_MAJOR_CUT_TO_HEADS", trial != 3)
-        plan = ha.plan_decode(kv_lens, hkv, hkv * 4, workspace=ws, static_splits=static_splits,
-                              task_cost=task_cost, tail_percent=tail, tail_bin=1 + trial % 5,
-                              head_major=None if default_order else False, min_tiles=8 if trial >= 11 else None,
-                              cost_cap=trial not in (5, 7), **pt_kw)
+        # Trial 3: the head-major line cut into all bins (DecodeOptions.cut_to_heads off).
+        options = DecodeOptions(task_cost=task_cost, tail_percent=tail, tail_bin=1 + trial % 5,
+                                head_major=None if default_order else False, min_tiles=8 if trial >= 11 else None,
+                                cost_cap=trial not in (5, 7), cut_to_heads=trial != 3)
+        plan = ha.plan_decode(kv_lens, hkv, hkv * 4, workspace=ws, static_splits=static_splits, options=options,
+                              **pt_kw)
         assert plan.cost_cap == (trial not in (5, 7) and not static_splits), trial
         assert plan.cut_to_heads == (trial != 3), trial
         assert plan.head_major == (default_order and hkv > 1 and not static_splits and tail == 0), trial
@@ -191,7 +195,7 @@ def test_kv_scale_as_device_tensor():
     ks = torch.tensor([case.k_scale], device="cuda")
     vs = torch.tensor([case.v_scale], device="cuda")
     ws = ha.DecodeWorkspace(2, 1, 4, case.max_kv_len)
-    plan = ha.plan_decode(case.kv_lens, 1, 4, workspace=ws)
+    plan = ha.plan_decode(case.kv_lens, 1, 4, workspace=ws, options=opts())
     b = ha.decode(case.q, case.k, case.v, case.page_table, case.kv_lens, plan, sm_scale=case.sm_scale,
                   k_scale=ks, v_scale=vs)
     assert_bitwise_equal(b, a)
@@ -211,94 +215,66 @@ def test_bitwise_deterministic(kv_dtype, merge_mode, producer):
 
 
 # Items split in P parts for P in 2..105: one-level merges (P <= 16, one or two batches of kCombineBatch = 9:
-# P = 9 in one; 17-24 in two batches of kWideBatch = 12: P = 20) and two-level ones (P > 24, or > 16 in the
-# ONE_LEVEL_16 build; groups of parts g, g + 8, ..., in batches of kGroupBatch = 9: P = 68
-# gives groups of 8-9 in one batch, P = 80 and 105 groups of 10 and 13-14 in two), G = 1, 2, 8, 16. Plans
-# cut on tiles alone (task_cost=0): the per-item cost moves the boundaries (e.g. 105 -> 102 parts).
+# P = 9 in one; 17-24 in two batches of kWideBatch = 12: P = 20) and two-level ones (P > 24; groups of parts
+# g, g + 8, ..., in batches of kGroupBatch = 9: P = 68 gives groups of 8-9 in one batch, P = 80 and 105 groups of
+# 10 and 13-14 in two), G = 1, 2, 8, 16. Plans cut on tiles alone (task_cost=0): the per-item cost moves the
+# boundaries (e.g. 105 -> 102 parts).
 # num_ctas -> parts of the split items of the case below (planner twin): 2 | 8, 2 | 9, 3 | 10 (two
-# batches) | 16 (largest one-level) | 20 (two levels) | 54, 14 | 68, 17 | 80, 20 | 105, 27.
+# batches) | 16 (largest one-level) | 20 (two batches of 12) | 54, 14 | 68, 17 | 80, 20 | 105, 27.
 MERGE_PARTS = {2: [2], 9: [8, 2], 11: [9, 3], 12: [10, 3], 20: [16, 4], 24: [20, 5], 67: [54, 14], 85: [68, 17],
                100: [80, 20], 132: [105, 27]}
 
 
-@pytest.mark.parametrize("build", [(), _ext.MERGE_ROWS1, _ext.PROLOGUE_READS_GROUP, _ext.FOLD_EACH_THREAD,
-                                   _ext.FOLD_SCALAR_COLUMNS, _ext.MERGE_FOLD_GROUPS, _ext.MERGE_GROUP_BATCH8,
-                                   _ext.MERGE_BATCH8, _ext.HELPERS_MERGE_LAST, _ext.NO_ARRIVAL_PEEK,
-                                   _ext.ONE_LEVEL_16],
-                         ids=["default", "merge_rows1", "prologue_reads_group", "fold_each_thread",
-                              "fold_scalar_columns", "merge_fold_groups", "merge_group_batch8", "merge_batch8",
-                              "helpers_merge_last", "no_arrival_peek", "one_level_16"])
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("num_ctas,group", [(2, 8), (9, 16), (11, 8), (12, 8), (20, 1), (24, 8), (67, 16), (85, 8),
                                             (100, 2), (132, 8)])
-def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype, build, monkeypatch, producer):
-    """The in-kernel merge and the combine kernel run the same arithmetic (split_merge.cuh) in
-    the same order: identical bits, whichever CTA finishes last; also in the build whose helper threads
-    merge one row at a time (HPC_ATTN_MERGE_ROWS=1; the default loads two rows together), and in the builds
-    of the prologue's and the task-end fold's earlier forms (HPC_ATTN_PROLOGUE_NO_PARAMS=0,
-    HPC_ATTN_FOLD_ROW_SCALARS=0), of the fold on one column per thread (HPC_ATTN_FOLD_VECTOR=0), of the 8 merge
-    groups folded as states (HPC_ATTN_MERGE_GROUP_PARTS=0; the default merges them as 8 group partials), of
-    merge groups in batches of 8 parts (HPC_ATTN_MERGE_GROUP_BATCH=8; the default takes 9), of one-level merges
-    in batches of 8 (HPC_ATTN_MERGE_BATCH=8; the default takes 9), of every split part merged by the helper
-    warps (HPC_ATTN_CONSUMERS_MERGE_LAST=0; by default the consumers merge their bin's last task) and of every
-    part arriving (HPC_ATTN_ARRIVAL_PEEK=0; by default a part that saw every other part arrived merges without
-    arriving) and of items of 17-24 parts merged in two levels (HPC_ATTN_ONE_LEVEL_PARTS=16; by default one level,
-    batches of 12)."""
-    monkeypatch.setitem(dec.DIAG, "defines", build)
+def test_merge_in_decode_bitwise_equals_combine_kernel(num_ctas, group, kv_dtype, producer):
+    """The in-kernel merge (on the consumers or on the TMA kernel's helper warps) and the combine kernel run the
+    same arithmetic (split_merge.cuh) in the same order: identical bits, whichever CTA finishes last."""
     case = make_case([64 * 160, 5, 0, 64 * 40 + 7], 1, group, kv_dtype, seed=num_ctas)
     outs = {}
-    # (merge in decode, on the helper warps): combine kernel, consumers, helpers (TMA kernel).
-    for mode in ((False, False), (True, False), (True, True), (True, True), (True, False)):
-        monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", mode[0])
-        monkeypatch.setattr(heuristics, "MERGE_ON_HELPER_WARPS", mode[1])
-        out, plan = run(case, num_ctas=num_ctas, min_tiles=1, task_cost=0, tail_percent=0)
+    for merge in ("combine", "consumers", "helpers", "helpers", "consumers"):
+        out, plan = run(case, num_ctas=num_ctas, min_tiles=1, task_cost=0, tail_percent=0, merge=merge)
         check_counters_zero(plan.workspace)
-        if mode in outs:
-            assert_bitwise_equal(out, outs[mode], name=f"merge {mode}, run to run")
-        outs[mode] = out
+        if merge in outs:
+            assert_bitwise_equal(out, outs[merge], name=f"merge {merge}, run to run")
+        outs[merge] = out
     parts = [c[2] for c in plan.tables().combine if c[2] > 0]
     assert parts == MERGE_PARTS[num_ctas]
-    base = outs[(False, False)]
-    assert_bitwise_equal(outs[(True, False)], base, name=f"merge in decode vs combine kernel (parts {parts})")
-    assert_bitwise_equal(outs[(True, True)], base, name=f"merge on helper warps vs combine kernel (parts {parts})")
+    base = outs["combine"]
+    assert_bitwise_equal(outs["consumers"], base, name=f"merge in decode vs combine kernel (parts {parts})")
+    assert_bitwise_equal(outs["helpers"], base, name=f"merge on helper warps vs combine kernel (parts {parts})")
     check_accuracy(base, case)
 
 
 @pytest.mark.parametrize("splits", [4, 40, "auto"])
-def test_merge_in_decode_bitwise_equals_combine_kernel_static(splits, monkeypatch):
+def test_merge_in_decode_bitwise_equals_combine_kernel_static(splits):
     """Static plans: several split tasks per CTA, items of 4, 40 (two-level) or 'auto' parts."""
     case = make_case([3000, 1, 65, 0, 700, 64 * 45], 2, 4, torch.bfloat16, seed=9)
     outs = {}
-    for mode in ((False, False), (True, False), (True, True)):
-        monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", mode[0])
-        monkeypatch.setattr(heuristics, "MERGE_ON_HELPER_WARPS", mode[1])
-        outs[mode], plan = run(case, static_splits=splits)
+    for merge in ("combine", "consumers", "helpers"):
+        outs[merge], plan = run(case, static_splits=splits, merge=merge)
         check_counters_zero(plan.workspace)
-    assert_bitwise_equal(outs[(True, False)], outs[(False, False)], name=f"static {splits}: in decode vs combine")
-    assert_bitwise_equal(outs[(True, True)], outs[(False, False)], name=f"static {splits}: helpers vs combine")
+    assert_bitwise_equal(outs["consumers"], outs["combine"], name=f"static {splits}: in decode vs combine")
+    assert_bitwise_equal(outs["helpers"], outs["combine"], name=f"static {splits}: helpers vs combine")
 
 
-@pytest.mark.parametrize("build", [(), _ext.NO_ARRIVAL_PEEK], ids=["arrival_peek", "no_arrival_peek"])
 @pytest.mark.parametrize("num_ctas", [16, 132])
-def test_split_arrivals_repeated_calls(num_ctas, build, monkeypatch, producer):
+def test_split_arrivals_repeated_calls(num_ctas, producer):
     """The split merge's arrivals under many calls on one workspace: short tasks on every CTA (132 CTAs: items of
     2, 12, 27 and 90 parts, one- and two-level; 16 CTAs: up to 11), so parts finish in many orders, some seeing every
     other part arrived before their stores (the arrival peek); each call gives the combine kernel's bits and leaves
     every counter at zero (the last part, arrived or known by its peek, zeroes it)."""
-    monkeypatch.setitem(dec.DIAG, "defines", build)
     case = make_case([64 * 130, 64 * 17 + 9, 64 * 3, 1, 64 * 40], 1, 8, torch.bfloat16, seed=num_ctas)
-    monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", False)
-    want, _ = run(case, num_ctas=num_ctas, min_tiles=1, task_cost=0, tail_percent=0)
+    want, _ = run(case, num_ctas=num_ctas, min_tiles=1, task_cost=0, tail_percent=0, merge="combine")
     check_accuracy(want, case)
-    monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", True)
     ws = None
-    for helpers in (True, False, True):
-        monkeypatch.setattr(heuristics, "MERGE_ON_HELPER_WARPS", helpers)
+    for merge in ("helpers", "consumers", "helpers"):
         for _ in range(10):
-            got, plan = run(case, num_ctas=num_ctas, min_tiles=1, task_cost=0, tail_percent=0, ws=ws)
+            got, plan = run(case, num_ctas=num_ctas, min_tiles=1, task_cost=0, tail_percent=0, ws=ws, merge=merge)
             ws = plan.workspace
             check_counters_zero(ws)
-            assert_bitwise_equal(got, want, name=f"arrivals, helpers={helpers}")
+            assert_bitwise_equal(got, want, name=f"arrivals, merge={merge}")
 
 
 # ---- claimable tail bins (decode_bin_ring.cuh) -------------------------------------------------
@@ -328,19 +304,18 @@ def test_tail_bins_match_reference_deterministic(num_ctas, tail, tail_bin, kv_dt
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
-def test_tail_claimed_equals_fixed_order(kv_dtype, monkeypatch):
-    """One plan with tail bins, run by the TMA kernel (claims) and the cp.async kernel (fixed
+def test_tail_claimed_equals_fixed_order(kv_dtype):
+    """Plans with tail bins, run by the TMA kernel (claims) and the cp.async kernel (fixed
     order): identical bits."""
     case = make_case(TAIL_LENS, 1, 8, kv_dtype, seed=21)
     ws = ha.DecodeWorkspace(len(TAIL_LENS), 1, 8, case.max_kv_len, num_ctas=24)
-    plan = ha.plan_decode(case.kv_lens, 1, 8, workspace=ws, min_tiles=1, tail_percent=40, tail_bin=2)
-    assert plan.tables().counters[7] > 0
     outs = []
-    for tma in (True, False, True):
-        monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", tma)
+    for producer in ("tma", "cp_async", "tma"):
+        options = DecodeOptions(min_tiles=1, tail_percent=40, tail_bin=2, producer=producer)
+        plan = ha.plan_decode(case.kv_lens, 1, 8, workspace=ws, options=options)
+        assert plan.tables().counters[7] > 0
         outs.append(ha.decode(case.q, case.k, case.v, case.page_table, case.kv_lens, plan, sm_scale=case.sm_scale,
                               k_scale=case.k_scale, v_scale=case.v_scale))
-        assert dec.LAST_PRODUCER["name"] == ("tma" if tma else "cp_async")
     assert_bitwise_equal(outs[1], outs[0], name="cp.async fixed order vs TMA claims")
     assert_bitwise_equal(outs[2], outs[0], name="TMA claims, run to run")
     check_counters_zero(ws)
@@ -367,7 +342,7 @@ def test_cuda_graph_replay_with_new_lengths_equals_eager(kv_dtype, merge_mode, p
     out = poisoned_empty(B, Hq, 128, dtype=torch.bfloat16, device="cuda")
 
     def step():
-        plan = ha.plan_decode(kv_lens, 2, Hq, workspace=ws)
+        plan = ha.plan_decode(kv_lens, 2, Hq, workspace=ws, options=opts())
         ha.decode(case.q, case.k, case.v, case.page_table, kv_lens, plan, sm_scale=case.sm_scale,
                   k_scale=case.k_scale, v_scale=case.v_scale, out=out)
 
@@ -411,7 +386,7 @@ def test_cuda_graph_replay_with_tail_bins(kv_dtype, producer):
     out = poisoned_empty(5, 8, 128, dtype=torch.bfloat16, device="cuda")
 
     def step():
-        plan = ha.plan_decode(kv_lens, 1, 8, workspace=ws, min_tiles=1, tail_percent=30, tail_bin=2)
+        plan = ha.plan_decode(kv_lens, 1, 8, workspace=ws, options=opts(min_tiles=1, tail_percent=30, tail_bin=2))
         ha.decode(case.q, case.k, case.v, case.page_table, kv_lens, plan, sm_scale=case.sm_scale,
                   k_scale=case.k_scale, v_scale=case.v_scale, out=out)
 
@@ -520,80 +495,18 @@ def test_error_page_table_too_narrow():
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
-@pytest.mark.parametrize("hkv", [1, 8])
-def test_run_order_same_bits(hkv, kv_dtype, producer, merge_mode, monkeypatch):
-    """A bin's tasks run first, last, then the rest (task_in_run): no result changes. Against
-    the line order (diag bit 4), bit for bit, on bins of many short tasks (pages of 16 tokens),
-    split items, length-1 and empty requests, in both line orders of the plan."""
-    case = make_case([1, 64, 65, 700, 0, 4097, 130, 17, 200, 64, 3000], hkv, 4, kv_dtype, page_size=16,
-                     seed=40 + hkv)
-    for head_major in (True, False):
-        outs = []
-        for flags in (0, 16):
-            monkeypatch.setitem(dec.DIAG, "flags", flags)
-            out, plan = run(case, num_ctas=6, min_tiles=1, head_major=head_major)
-            check_counters_zero(plan.workspace)
-            outs.append(out)
-        check_accuracy(outs[0], case)
-        assert_bitwise_equal(outs[1], outs[0], name=f"bins in line order, head_major {head_major}")
-
-
-@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("hkv,num_ctas", [(8, 132), (4, 18), (2, 7)])
-def test_bins_by_head_same_bits(hkv, num_ctas, kv_dtype, producer, merge_mode, monkeypatch):
-    """Head-major plans: CTA c runs bin (c % Hkv) * nb1 + c / Hkv (heuristics.BINS_BY_HEAD,
-    own_bin) instead of bin c: no result changes, bit for bit, with split items, empty and
-    length-1 requests, on grids that are and are not a multiple of Hkv."""
+def test_bins_by_head_same_bits(hkv, num_ctas, kv_dtype, producer, merge_mode):
+    """Head-major plans: CTA c runs bin (c % Hkv) * nb1 + c / Hkv (DecodeOptions.bins_by_head, own_bin) instead
+    of bin c: no result changes, bit for bit, with split items, empty and length-1 requests, on grids that are and
+    are not a multiple of Hkv."""
     case = make_case([1, 64, 65, 700, 0, 4097, 130, 17, 200, 64, 3000, 900], hkv, 4, kv_dtype, seed=50 + hkv)
     outs = []
-    # by head, in CTA order, and by head with a TPC's two CTAs on heads h and h + Hkv / 2 (diag bit 5)
-    for by_head, flags in ((True, 0), (False, 0), (True, 32)):
-        monkeypatch.setattr(heuristics, "BINS_BY_HEAD", by_head)
-        monkeypatch.setitem(dec.DIAG, "flags", flags)
-        out, plan = run(case, num_ctas=num_ctas, min_tiles=1)
+    for by_head in (True, False):
+        out, plan = run(case, num_ctas=num_ctas, min_tiles=1, bins_by_head=by_head)
         assert plan.head_major and plan.cut_to_heads
-        assert dec._bin_heads(plan) == (hkv if by_head else 1)
+        assert plan.bin_heads == (hkv if by_head else 1)
         check_counters_zero(plan.workspace)
         outs.append(out)
     check_accuracy(outs[0], case)
     assert_bitwise_equal(outs[1], outs[0], name="bins dealt head by head vs in CTA order")
-    assert_bitwise_equal(outs[2], outs[0], name="bins dealt head by head, far pairs")
-
-
-@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
-@pytest.mark.parametrize("group", [1, 8, 16])
-def test_consumer_schedules_same_bits(group, kv_dtype, producer, monkeypatch):
-    """The consumers' score look-ahead (HPC_ATTN_SCORE_LOOKAHEAD) only reorders independent work:
-    the outputs equal the build without it bit for bit, on tasks of one tile, of many tiles and
-    across task boundaries (split items, a length-1 request, an empty one)."""
-    case = make_case([1, 64, 65, 700, 0, 4097, 130], 2, group, kv_dtype, seed=30 + group)
-    outs = _outputs_of_builds(case, ((), _ext.NO_LOOKAHEAD), monkeypatch)
-    assert_bitwise_equal(outs[1], outs[0], name="previous schedule")
-    check_accuracy(outs[0], case)
-
-
-@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
-@pytest.mark.parametrize("group", [1, 2, 4, 8, 16])
-def test_task_fold_forms_same_bits(group, kv_dtype, producer, monkeypatch):
-    """The task-end fold with each row's scalars computed once and 4 adjacent columns per thread
-    (decode_task_fold.cuh, the default) against every thread computing every row's scalars
-    (HPC_ATTN_FOLD_ROW_SCALARS=0), one column per thread (HPC_ATTN_FOLD_VECTOR=0) and that form with its
-    store addresses computed at the fold (HPC_ATTN_FOLD_ADDR_EARLY=0): the same bits, for groups below,
-    at and above the fold's 4-row steps, whole and split tasks (their partials and log-sum-exps feed the
-    merges), an empty and a length-1 request."""
-    case = make_case([1, 64, 65, 700, 0, 4097, 130], 2, group, kv_dtype, seed=40 + group)
-    builds = ((), _ext.FOLD_EACH_THREAD, _ext.FOLD_SCALAR_COLUMNS, _ext.FOLD_ADDR_AT_FOLD)
-    outs = _outputs_of_builds(case, builds, monkeypatch)
-    assert_bitwise_equal(outs[1], outs[0], name="fold, each thread every row")
-    assert_bitwise_equal(outs[2], outs[0], name="fold, one column per thread")
-    assert_bitwise_equal(outs[3], outs[0], name="fold, one column per thread, store addresses computed at the fold")
-    check_accuracy(outs[0], case)
-
-
-def _outputs_of_builds(case, builds, monkeypatch):
-    """The case's outputs from each build of the kernels (their -D switches), 5 CTAs, one-tile work floor."""
-    outs = []
-    for defines in builds:
-        monkeypatch.setitem(dec.DIAG, "defines", defines)
-        outs.append(run(case, num_ctas=5, min_tiles=1)[0])
-    return outs

@@ -1,9 +1,11 @@
-"""The Python layer of the decode attention on the CPU (runs in CI): argument checks name the
-argument, and a dry run with a stand-in extension shows that every keyword handed to the
-bindings exists in csrc/bindings.cpp and carries the expected value."""
+"""The Python layer of the decode attention on the CPU (runs in CI): argument checks name the argument, and a
+dry run with a stand-in extension shows that the ops fill every field of the params structs the binding
+exports (csrc/bindings.cpp), that the binding exports every field of the structs (decode_params.h), and that
+each carries the expected value."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -11,12 +13,27 @@ import pytest
 import torch
 
 import hpc_attention as ha
-from hpc_attention import heuristics
-from hpc_attention import paged_decode as dec
+from hpc_attention import DecodeOptions, _ops, heuristics
 from hpc_common import pdl_enabled, set_num_sms
 
+dec = importlib.import_module("hpc_attention.decode")  # the module (hpc_attention.decode is the function)
 FP8 = torch.float8_e4m3fn
-BINDINGS = Path(ha.__file__).parent / "csrc" / "bindings.cpp"
+PKG = Path(ha.__file__).parent
+BINDINGS = PKG / "csrc" / "bindings.cpp"
+PARAMS_H = PKG / "include" / "hpc_attention" / "decode_params.h"
+# Fields the host fills itself: the tensor maps (csrc/decode_dispatch.cu) and the line order (set_line_order).
+HOST_FILLED = {"DecodeParams": {"k_map", "v_map"},
+               "DecodePlanParams": {"line_heads", "line_batch", "line_batch_magic", "cut_bins"}}
+
+
+def binding_fields() -> dict[str, list[str]]:
+    text = BINDINGS.read_text()
+    cls = dict(re.findall(r'py::class_<(\w+)> (\w+)\(m, "\w+"\)', text))
+    var_to_cls = {v: k for k, v in cls.items()}
+    out: dict[str, list[str]] = {c: [] for c in cls}
+    for var, name in re.findall(r"HPC_FIELD\((plan|dec), (\w+)\)", text):
+        out[var_to_cls[var]].append(name)
+    return out
 
 
 def binding_args() -> dict[str, list[str]]:
@@ -28,18 +45,65 @@ def binding_args() -> dict[str, list[str]]:
     return out
 
 
+def struct_fields(name: str) -> list[str]:
+    text = PARAMS_H.read_text()
+    body = re.search(r"struct %s \{(.*?)\n\};" % name, text, re.S).group(1)
+    body = re.sub(r"//[^\n]*", "", body)
+    names = []
+    for decl in body.split(";"):
+        decl = " ".join(decl.split())
+        if not decl:
+            continue
+        first, *rest = decl.split(",")
+        names.append(first.split()[-1].lstrip("*"))
+        names += [r.strip().lstrip("*") for r in rest]
+    return names
+
+
+@pytest.mark.parametrize("struct", ["DecodeParams", "DecodePlanParams"])
+def test_binding_exports_every_struct_field(struct):
+    want = set(struct_fields(struct)) - HOST_FILLED[struct]
+    got = binding_fields()[struct]
+    assert len(got) == len(set(got)), "a field exported twice"
+    assert set(got) == want, sorted(set(got) ^ want)
+
+
+class FakeStruct:
+    """A params struct of the binding: only its exported fields may be set."""
+
+    fields: list[str] = []
+
+    def __init__(self):
+        object.__setattr__(self, "values", {})
+
+    def __setattr__(self, name, value):
+        if name not in self.fields:
+            raise AttributeError(f"{type(self).__name__} has no field {name}")
+        assert isinstance(value, (int, float)), (name, value)  # ints (pointers too) and floats cross the binding
+        self.values[name] = value
+
+    def __getattr__(self, name):
+        return self.values[name]
+
+
 class FakeExt:
     def __init__(self):
         self.calls = []
-        self.names = binding_args()
+        self.args = binding_args()
+        fields = binding_fields()
+        self.DecodeParams = type("DecodeParams", (FakeStruct,), {"fields": fields["DecodeParams"]})
+        self.DecodePlanParams = type("DecodePlanParams", (FakeStruct,), {"fields": fields["DecodePlanParams"]})
 
     def __getattr__(self, fn):
-        if fn not in self.names:
+        if fn not in self.args:
             raise AttributeError(fn)
 
-        def call(**kw):
-            assert sorted(kw) == sorted(self.names[fn]), f"{fn}: {sorted(set(kw) ^ set(self.names[fn]))}"
-            self.calls.append((fn, kw))
+        def call(params, **kw):
+            assert sorted(["params", *kw]) == sorted(self.args[fn]), f"{fn}: {sorted(set(kw) ^ set(self.args[fn]))}"
+            missing = set(params.fields) - set(params.values)
+            assert not missing, f"{fn}: fields left unset: {sorted(missing)}"
+            self.calls.append((fn, {**params.values, **kw}))
+            return None
 
         return call
 
@@ -47,9 +111,9 @@ class FakeExt:
 @pytest.fixture
 def fake(monkeypatch):
     ext = FakeExt()
-    monkeypatch.setattr(dec._ext, "load", lambda: ext)
+    monkeypatch.setattr(_ops._ext, "load", lambda: ext)
     monkeypatch.setattr(dec, "require_hopper", lambda *a, **k: None)
-    monkeypatch.setattr(dec, "stream_ptr", lambda device: 0)
+    monkeypatch.setattr(_ops, "stream_ptr", lambda device: 0)
     set_num_sms(132)
     yield ext
     set_num_sms(None)
@@ -64,87 +128,89 @@ def inputs(B=3, hkv=2, g=4, page=64, pages=10, kv=torch.bfloat16):
     return q, k, v, pt, lens
 
 
-@pytest.mark.parametrize("merge_in_decode", [True, False], ids=["merge_in_decode", "combine_kernel"])
-def test_dry_run_passes_every_binding_argument(fake, monkeypatch, merge_in_decode):
-    monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", merge_in_decode)
+@pytest.mark.parametrize("merge", ["helpers", "consumers", "combine"])
+def test_dry_run_fills_every_binding_field(fake, merge):
     q, k, v, pt, lens = inputs(page=128, kv=FP8)
     ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu")
-    plan = ha.plan_decode(lens, 2, 8, workspace=ws, validate=True)
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws, validate=True, options=DecodeOptions(merge=merge))
     out = ha.decode(q, k, v, pt, lens, plan, k_scale=0.5, v_scale=torch.tensor([2.0]))
     assert out.shape == (3, 8, 128) and out.dtype == torch.bfloat16
-    names = [c[0] for c in fake.calls]
-    assert names == ["decode_plan", "paged_decode"] + ([] if merge_in_decode else ["decode_combine"])
+    assert [c[0] for c in fake.calls] == ["decode_plan", "decode"]
     plan_kw, dec_kw = fake.calls[0][1], fake.calls[1][1]
     assert plan_kw["batch"] == 3 and plan_kw["num_bins"] == 132 and plan_kw["max_len"] == 256
     assert plan_kw["static_splits"] == 0 and plan_kw["min_tiles"] >= 1
-    assert plan_kw["slot_meta"] == ws.slot_meta.data_ptr()
+    assert plan_kw["slot_meta"] == ws.slot_meta.data_ptr() and plan_kw["page_table"] == 0
+    assert plan_kw["head_major"] is True and plan_kw["cut_to_heads"] is True
     assert dec_kw["fp8_kv"] and not dec_kw["fp8_q"] and dec_kw["page_size_log2"] == 7
     assert dec_kw["group"] == 4 and dec_kw["num_kv_heads"] == 2 and dec_kw["num_ctas"] == 132
+    assert dec_kw["combine_ctas"] == 132 == plan.combine_ctas
     assert dec_kw["k_scale"] == 0.5 and dec_kw["k_scale_ptr"] == 0 and dec_kw["v_scale_ptr"] != 0
     assert dec_kw["k_stride_tok"] == 2 * 128 and dec_kw["k_stride_page"] == 128 * 2 * 128
-    # merge 2: split tasks merged by the helper warps of the TMA kernel (the cp.async kernel, also the
-    # binding's fallback, merges on its consumers whatever the value)
-    assert dec_kw["tma_producer"] == dec._use_tma(128, 2, True)
-    want_merge = (2 if heuristics.MERGE_ON_HELPER_WARPS else 1) if merge_in_decode else 0
-    assert dec_kw["merge"] == want_merge
+    assert dec_kw["tma"] is True and plan.producer == "tma"
+    assert dec_kw["merge"] == {"combine": 0, "consumers": 1, "helpers": 2}[merge]
+    assert dec_kw["bin_heads"] == 2 == plan.bin_heads and plan.head_major
     assert dec_kw["slot_meta"] == ws.slot_meta.data_ptr() and dec_kw["merge_counts"] == ws.merge_counts.data_ptr()
-    assert dec_kw["merge_ml"] == ws.merge_ml.data_ptr() and dec_kw["combine"] == ws.combine.data_ptr()
+    assert dec_kw["combine"] == ws.combine.data_ptr() and dec_kw["partial_o"] == ws.partial_o.data_ptr()
     assert dec_kw["counters"] == ws.counters.data_ptr() and dec_kw["claim_counter"] == ws.claim_counter.data_ptr()
+    assert dec_kw["bin_first_page"] == 0 and dec_kw["early_kv_tokens"] == 0
     assert ws.merge_counts.shape == (ws.caps.slots,) and not ws.merge_counts.any()
-    assert ws.merge_ml.shape == (ws.caps.slots, 4, 2) and ws.slot_meta.shape == (ws.caps.slots, 2)
-    if not merge_in_decode:
-        comb_kw = fake.calls[2][1]
-        assert comb_kw["group"] == 4 and comb_kw["partial_o"] == ws.partial_o.data_ptr()
+    assert ws.slot_meta.shape == (ws.caps.slots, 2)
 
 
-@pytest.mark.parametrize("flag,page,want", [(False, 64, False), (True, 64, True), (True, 16, True),
-                                             (True, 8, False)])
-def test_tma_producer_flag_and_page_floor(fake, monkeypatch, flag, page, want):
-    """heuristics.USE_TMA_PRODUCER asks the binding for the TMA producer, except on pages of
-    fewer than 16 tokens (more than 4 boxes per tile): those keep cp.async."""
-    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", flag)
+def test_defaults_resolved_into_the_plan(fake):
+    """plan_decode resolves every policy from heuristics.py (pure functions of the shape) into the plan."""
+    lens = torch.tensor([5, 0, 200], dtype=torch.int32)
+    ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu")
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws)
+    pol = heuristics.resolve(None, 3, 2, 132, 0, None)
+    assert (plan.min_tiles, plan.task_cost, plan.cost_cap, plan.tail_percent, plan.tail_bin) == (
+        pol.min_tiles, pol.task_cost, pol.cost_cap, pol.tail_percent, pol.tail_bin)
+    assert (plan.producer, plan.merge, plan.head_major, plan.cut_to_heads) == (
+        heuristics.PRODUCER, heuristics.MERGE, heuristics.HEAD_MAJOR_LINE, heuristics.HEAD_MAJOR_CUT_TO_HEADS)
+    one = ha.plan_decode(lens[:1], 1, 8, workspace=ha.DecodeWorkspace(1, 1, 8, 256, "cpu"))
+    assert not one.head_major and one.bin_heads == 1  # one KV head: the request-major line
+
+
+def test_options_reach_the_plan(fake):
+    lens = torch.tensor([5, 0, 200], dtype=torch.int32)
+    ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu")
+    opts = DecodeOptions(min_tiles=3, task_cost=7, cost_cap=False, head_major=False, producer="cp_async",
+                         merge="combine")
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws, options=opts)
+    kw = fake.calls[-1][1]
+    assert (kw["min_tiles"], kw["task_cost"], kw["cost_cap"], kw["head_major"]) == (3, 7, 0, False)
+    assert (plan.producer, plan.merge, plan.bin_heads) == ("cp_async", "combine", 1)
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws, options=DecodeOptions(bins_by_head=False))
+    assert plan.head_major and plan.bin_heads == 1
+    with pytest.raises(TypeError, match="options must be a DecodeOptions"):
+        ha.plan_decode(lens, 2, 8, workspace=ws, options={"min_tiles": 3})
+    with pytest.raises(ValueError, match="producer must be"):
+        ha.plan_decode(lens, 2, 8, workspace=ws, options=DecodeOptions(producer="bulk"))
+    with pytest.raises(ValueError, match="merge must be one of"):
+        ha.plan_decode(lens, 2, 8, workspace=ws, options=DecodeOptions(merge="kernel"))
+
+
+@pytest.mark.parametrize("producer,page,want", [("cp_async", 64, False), ("tma", 64, True), ("tma", 16, True),
+                                                 ("tma", 8, False)])
+def test_tma_producer_and_page_floor(fake, producer, page, want):
+    """The plan's producer reaches the binding, except that pages of fewer than 16 tokens (more than 4 boxes
+    per tile) keep cp.async."""
     q, k, v, pt, lens = inputs(page=page, pages=64)
     pt = torch.zeros(3, 256 // page, dtype=torch.int32)
     ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu")
-    plan = ha.plan_decode(lens, 2, 8, workspace=ws)
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws, options=DecodeOptions(producer=producer))
     ha.decode(q, k, v, pt, lens, plan)
-    assert fake.calls[1][0] == "paged_decode" and fake.calls[1][1]["tma_producer"] is want
-
-
-@pytest.mark.parametrize("hkv,want", [(1, False), (4, False), (8, True), (16, True)])
-def test_tma_producer_auto_by_kv_heads(fake, monkeypatch, hkv, want):
-    """USE_TMA_PRODUCER = "auto": TMA from heuristics.TMA_MIN_KV_HEADS KV heads up."""
-    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", "auto")
-    monkeypatch.setattr(heuristics, "TMA_MIN_KV_HEADS", 8)
-    q, k, v, pt, lens = inputs(hkv=hkv, g=1)
-    ws = ha.DecodeWorkspace(3, hkv, hkv, 256, "cpu")
-    plan = ha.plan_decode(lens, hkv, hkv, workspace=ws)
-    ha.decode(q, k, v, pt, lens, plan)
-    assert fake.calls[1][1]["tma_producer"] is want
+    assert fake.calls[1][0] == "decode" and fake.calls[1][1]["tma"] is want
 
 
 @pytest.mark.parametrize("hkv", [1, 2, 8])
-def test_tma_producer_auto_fp8_from_one_head(fake, monkeypatch, hkv):
-    """USE_TMA_PRODUCER = "auto" with FP8 KV: TMA from heuristics.TMA_MIN_KV_HEADS_FP8 (1) KV head."""
-    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", "auto")
-    monkeypatch.setattr(heuristics, "TMA_MIN_KV_HEADS", 8)
-    monkeypatch.setattr(heuristics, "TMA_MIN_KV_HEADS_FP8", 1)
-    q, k, v, pt, lens = inputs(hkv=hkv, g=1, kv=FP8)
+@pytest.mark.parametrize("kv", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+def test_tma_producer_by_default_at_every_head_count(fake, hkv, kv):
+    q, k, v, pt, lens = inputs(hkv=hkv, g=1, kv=kv)
     ws = ha.DecodeWorkspace(3, hkv, hkv, 256, "cpu")
-    plan = ha.plan_decode(lens, hkv, hkv, workspace=ws)
+    plan = ha.plan_decode(lens, hkv, hkv, workspace=ws, kv_dtype=kv)
     ha.decode(q, k, v, pt, lens, plan)
-    assert fake.calls[1][1]["tma_producer"] is True
-
-
-def test_diag_skip_combine_turns_the_merge_off(fake, monkeypatch):
-    monkeypatch.setattr(heuristics, "MERGE_IN_DECODE", True)
-    monkeypatch.setitem(dec.DIAG, "skip_combine", True)
-    q, k, v, pt, lens = inputs()
-    ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu")
-    plan = ha.plan_decode(lens, 2, 8, workspace=ws)
-    ha.decode(q, k, v, pt, lens, plan)
-    assert [c[0] for c in fake.calls] == ["decode_plan", "paged_decode"]
-    assert fake.calls[1][1]["merge"] == 0
+    assert fake.calls[1][1]["tma"] is True
 
 
 def test_static_auto_plan_passes_splits(fake):
@@ -152,7 +218,8 @@ def test_static_auto_plan_passes_splits(fake):
     ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu", static_splits="auto")
     plan = ha.plan_decode(lens, 2, 8, workspace=ws, static_splits="auto")
     assert plan.static_splits == 22  # ceil(132 / (3 * 2))
-    assert fake.calls[0][1]["static_splits"] == 22
+    assert fake.calls[0][1]["static_splits"] == 22 and fake.calls[0][1]["task_cost"] == 0
+    assert not plan.head_major and plan.tail_percent == 0 and plan.task_cost == 0
 
 
 def test_plan_errors(fake):
@@ -233,10 +300,9 @@ def test_error_new_tokens(fake, bad):
         ha.decode(q, k, v, pt, lens, plan, new_tokens=bad)
 
 
-def test_new_tokens_loads_early_only_when_safe(fake, monkeypatch):
+def test_new_tokens_loads_early_only_when_safe(fake):
     """decode(new_tokens=n) hands n to the kernel (early_kv_tokens) only with PDL on, the TMA producer, and not on
     the first decode after plan_decode into the workspace (the planner may be the kernel right before it)."""
-    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", True)
     q, k, v, pt, lens = inputs()
     ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu")
     plan = ha.plan_decode(lens, 2, 8, workspace=ws)
@@ -247,10 +313,10 @@ def test_new_tokens_loads_early_only_when_safe(fake, monkeypatch):
         plan = ha.plan_decode(lens, 2, 8, workspace=ws)  # a new plan: the next call is the first again
         ha.decode(q, k, v, pt, lens, plan, new_tokens=3)
         ha.decode(q, k, v, pt, lens, plan, new_tokens=3)
-        monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", False)
-        ha.decode(q, k, v, pt, lens, plan, new_tokens=3)
-    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", True)
+        cp = ha.plan_decode(lens, 2, 8, workspace=ws, options=DecodeOptions(producer="cp_async"))
+        ha.decode(q, k, v, pt, lens, cp, new_tokens=3)
+        ha.decode(q, k, v, pt, lens, cp, new_tokens=3)
     with pdl_enabled(False):
         ha.decode(q, k, v, pt, lens, plan, new_tokens=3)
-    got = [kw["early_kv_tokens"] for name, kw in fake.calls if name == "paged_decode"]
-    assert got == [0, 2, 0, 0, 3, 0, 0]
+    got = [kw["early_kv_tokens"] for name, kw in fake.calls if name == "decode"]
+    assert got == [0, 2, 0, 0, 3, 0, 0, 0]

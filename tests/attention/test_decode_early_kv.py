@@ -1,4 +1,4 @@
-"""KV loads before the PDL wait (`decode(new_tokens=n)`, PagedDecodeParams::early_kv_tokens; GPU): the plan entries
+"""KV loads before the PDL wait (`decode(new_tokens=n)`, DecodeParams::early_kv_tokens; GPU): the plan entries
 and the first task's older KV tiles that the TMA producer reads before griddepcontrol.wait give the same bits as the
 plain call, whatever share of the first task goes out early (all of it, part, none, more than one lap of the ring),
 on static and dynamic plans, several page sizes and both KV dtypes; the first decode after plan_decode never loads
@@ -11,8 +11,7 @@ import pytest
 import torch
 
 import hpc_attention as ha
-from hpc_attention import heuristics
-from hpc_attention import paged_decode as dec
+from hpc_attention import DecodeOptions
 from hpc_common import pdl_enabled
 from hpc_common.testing import assert_bitwise_equal, poisoned_empty
 
@@ -42,15 +41,13 @@ def decode_again(case, plan, new_tokens):
 @pytest.mark.parametrize("static_splits", [None, 3], ids=["dynamic", "static3"])
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_early_kv_bitwise_equals_plain(name, kv_dtype, static_splits, new_tokens, monkeypatch):
-    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", True)
+def test_early_kv_bitwise_equals_plain(name, kv_dtype, static_splits, new_tokens):
     lens, hkv, group = CASES[name]
     case = make_case(lens, hkv, group, kv_dtype, seed=len(name) + new_tokens)
     with pdl_enabled(True):
-        plain, plan = run(case, static_splits=static_splits)
-        assert dec.LAST_PRODUCER["early_kv"] is False, "the first decode after plan_decode must not load early"
+        plain, plan = run(case, static_splits=static_splits, producer="tma")
+        assert not plan.workspace.fresh_plan, "the first decode after plan_decode runs without early loads"
         early = decode_again(case, plan, new_tokens)
-        assert dec.LAST_PRODUCER["early_kv"] is True and dec.LAST_PRODUCER["name"] == "tma"
         again = decode_again(case, plan, new_tokens)  # the counters were put back by the early call too
     torch.cuda.synchronize()
     assert_bitwise_equal(early, plain, name=f"early KV vs plain [{case.describe()}]")
@@ -62,41 +59,35 @@ def test_early_kv_bitwise_equals_plain(name, kv_dtype, static_splits, new_tokens
 
 @pytest.mark.parametrize("page_size", [16, 32, 128])
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
-def test_early_kv_other_page_sizes(page_size, kv_dtype, monkeypatch):
-    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", True)
+def test_early_kv_other_page_sizes(page_size, kv_dtype):
     case = make_case([5000, 33, 700, 1, 12000], 2, 8, kv_dtype, page_size=page_size, seed=page_size)
     with pdl_enabled(True):
-        plain, plan = run(case)
+        plain, plan = run(case, producer="tma")
         early = decode_again(case, plan, 1)
-        assert dec.LAST_PRODUCER["early_kv"] is True
     torch.cuda.synchronize()
     assert_bitwise_equal(early, plain, name=f"early KV vs plain, page {page_size}")
     check_accuracy(early, case, "early KV")
 
 
-def test_early_kv_off_without_pdl_or_tma(monkeypatch):
+def test_early_kv_off_without_pdl_or_tma():
     case = make_case([3000, 20], 1, 8, torch.bfloat16, seed=3)
-    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", True)
     with pdl_enabled(False):
-        plain, plan = run(case)
+        plain, plan = run(case, producer="tma")
         out = decode_again(case, plan, 1)
-        assert dec.LAST_PRODUCER["early_kv"] is False
-    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", False)
     with pdl_enabled(True):
+        _, plan = run(case, producer="cp_async")
         out2 = decode_again(case, plan, 1)
-        assert dec.LAST_PRODUCER["early_kv"] is False and dec.LAST_PRODUCER["name"] == "cp_async"
     torch.cuda.synchronize()
     assert_bitwise_equal(out, plain)
     assert_bitwise_equal(out2, plain)
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
-def test_captured_step_with_newest_token_written_before_each_layer(kv_dtype, monkeypatch):
+def test_captured_step_with_newest_token_written_before_each_layer(kv_dtype):
     """A decode step as a serving engine captures it: plan_decode, then per layer the newest token's K, V (at
     position length - 1) and q written by the kernel right before that layer's decode(new_tokens=1). Replayed with
     new values for those tokens, every layer's output equals the float64 reference on the updated cache and the
     plain eager call bitwise; layer 0 (right after the plan) runs without early loads, layers 1.. with them."""
-    monkeypatch.setattr(heuristics, "USE_TMA_PRODUCER", True)
     lens = [3000, 70, 1, 20000, 640]
     hkv, group, layers = 2, 4, 3
     cases = [make_case(lens, hkv, group, kv_dtype, seed=40 + i) for i in range(layers)]
@@ -116,7 +107,7 @@ def test_captured_step_with_newest_token_written_before_each_layer(kv_dtype, mon
     flags = []
 
     def step():
-        plan = ha.plan_decode(cases[0].kv_lens, hkv, Hq, workspace=ws)
+        plan = ha.plan_decode(cases[0].kv_lens, hkv, Hq, workspace=ws, options=DecodeOptions(producer="tma"))
         for c, (kv, q), out in zip(cases, new_kv, outs):
             # Both caches share each case's page table: the newest token of request b lies in page
             # page_table[b, pos // page_size] at row pos % page_size.
@@ -125,9 +116,9 @@ def test_captured_step_with_newest_token_written_before_each_layer(kv_dtype, mon
             c.k.view(torch.uint8)[page, slot] = kv[0].view(torch.uint8)  # as bytes: no FP8 index_put kernel
             c.v.view(torch.uint8)[page, slot] = kv[1].view(torch.uint8)
             c.q.copy_(q)
+            flags.append(not ws.fresh_plan)  # early loads: every layer but the first after the plan
             ha.decode(c.q, c.k, c.v, c.page_table, cases[0].kv_lens, plan, sm_scale=c.sm_scale, k_scale=c.k_scale,
                       v_scale=c.v_scale, out=out, new_tokens=1)
-            flags.append(dec.LAST_PRODUCER["early_kv"])
 
     for c in cases[1:]:  # one lengths tensor for the plan and every layer
         c.kv_lens = cases[0].kv_lens

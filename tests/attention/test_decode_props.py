@@ -10,7 +10,6 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import hpc_attention as ha
-from hpc_attention import heuristics
 from hpc_common.testing import poisoned_empty
 
 from ._cases import FP8, check_accuracy, make_case
@@ -55,13 +54,9 @@ def test_decode_matches_float64(batch, group, fp8, seed, mode, num_ctas, tma):
     B, Hq = case.q.shape[:2]
     static = "auto" if mode == "static" else None
     ws = ha.DecodeWorkspace(B, hkv, Hq, case.max_kv_len, num_ctas=num_ctas, static_splits=static)
-    plan = ha.plan_decode(case.kv_lens, hkv, Hq, workspace=ws, static_splits=static)
+    plan = ha.plan_decode(case.kv_lens, hkv, Hq, workspace=ws, static_splits=static,
+                          options=ha.DecodeOptions(producer="tma" if tma else "cp_async"))
     out = poisoned_empty(B, Hq, 128, dtype=torch.bfloat16, device="cuda")
-    before = heuristics.USE_TMA_PRODUCER
-    heuristics.USE_TMA_PRODUCER = tma  # not monkeypatch: a function-scoped fixture under @given
-    try:
-        ha.decode(case.q, case.k, case.v, case.page_table, case.kv_lens, plan, sm_scale=case.sm_scale,
-                  k_scale=case.k_scale, v_scale=case.v_scale, out=out)
-    finally:
-        heuristics.USE_TMA_PRODUCER = before
+    ha.decode(case.q, case.k, case.v, case.page_table, case.kv_lens, plan, sm_scale=case.sm_scale,
+              k_scale=case.k_scale, v_scale=case.v_scale, out=out)
     check_accuracy(out, case, f"{mode} decode (seed={seed}, num_ctas={num_ctas}, tma={tma})")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import hpc_attention as ha
-from hpc_attention import heuristics
+from hpc_attention import DecodeOptions, heuristics
 
 from .test_decode_api import fake  # noqa: F401  (the stand-in extension fixture)
 
@@ -41,7 +41,8 @@ def test_work_floor_follows_the_kv_dtype_and_item_count(fake, batch, kv_dtype, w
     ws = ha.DecodeWorkspace(batch, 2, 8, 512, "cpu")  # 2 KV heads: 2 * batch items on 132 CTAs
     plan = ha.plan_decode(lens, 2, 8, workspace=ws, kv_dtype=kv_dtype)
     assert fake.calls[-1][1]["min_tiles"] == want and plan.min_tiles == want
-    plan = ha.plan_decode(lens, 2, 8, workspace=ws, kv_dtype=kv_dtype, min_tiles=3)  # an explicit floor wins
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws, kv_dtype=kv_dtype,
+                          options=DecodeOptions(min_tiles=3))  # an explicit floor wins
     assert fake.calls[-1][1]["min_tiles"] == 3 and plan.min_tiles == 3
 
 
@@ -53,7 +54,7 @@ def test_tail_arguments_reach_the_planner(fake):  # noqa: F811
     assert kw["tail_percent"] == heuristics.TAIL_PERCENT == plan.tail_percent
     assert kw["tail_bin"] == heuristics.TAIL_BIN_TILES and kw["max_tail_bins"] == 7
     assert ws.bin_start.shape == (132 + 7 + 1,) and ws.claim_counter.shape == (1,) and not ws.claim_counter.any()
-    plan = ha.plan_decode(lens, 2, 8, workspace=ws, tail_percent=0, tail_bin=9)
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws, options=DecodeOptions(tail_percent=0, tail_bin=9))
     assert fake.calls[-1][1]["tail_percent"] == 0 and fake.calls[-1][1]["tail_bin"] == 9 and plan.tail_percent == 0
     ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu", static_splits="auto")
     plan = ha.plan_decode(lens, 2, 8, workspace=ws, static_splits="auto")
@@ -63,25 +64,23 @@ def test_tail_arguments_reach_the_planner(fake):  # noqa: F811
 def test_task_cost_override_and_static_plans(fake):  # noqa: F811
     lens = torch.tensor([5, 0, 200], dtype=torch.int32)
     ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu", static_splits="auto")
-    assert ha.plan_decode(lens, 2, 8, workspace=ws, task_cost=0).task_cost == 0
+    assert ha.plan_decode(lens, 2, 8, workspace=ws, options=DecodeOptions(task_cost=0)).task_cost == 0
     assert fake.calls[-1][1]["task_cost"] == 0
     plan = ha.plan_decode(lens, 2, 8, workspace=ws, static_splits="auto")
     assert plan.task_cost == 0  # static plans do not use it
 
 
-def test_cost_cap_reaches_the_planner(fake, monkeypatch):  # noqa: F811
+def test_cost_cap_reaches_the_planner(fake):  # noqa: F811
     lens = torch.tensor([5, 0, 200], dtype=torch.int32)
     ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu")
     plan = ha.plan_decode(lens, 2, 8, workspace=ws)
-    assert fake.calls[-1][1]["cost_cap"] is heuristics.TASK_COST_CAP is plan.cost_cap
-    plan = ha.plan_decode(lens, 2, 8, workspace=ws, cost_cap=False)
-    assert fake.calls[-1][1]["cost_cap"] is False and plan.cost_cap is False
-    monkeypatch.setattr(heuristics, "TASK_COST_CAP", False)
-    assert ha.plan_decode(lens, 2, 8, workspace=ws).cost_cap is False
-    assert ha.plan_decode(lens, 2, 8, workspace=ws, cost_cap=True).cost_cap is True
+    assert fake.calls[-1][1]["cost_cap"] == int(heuristics.TASK_COST_CAP) and plan.cost_cap is heuristics.TASK_COST_CAP
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws, options=DecodeOptions(cost_cap=False))
+    assert fake.calls[-1][1]["cost_cap"] == 0 and plan.cost_cap is False
+    assert ha.plan_decode(lens, 2, 8, workspace=ws, options=DecodeOptions(cost_cap=True)).cost_cap is True
     ws = ha.DecodeWorkspace(3, 2, 8, 256, "cpu", static_splits="auto")
-    plan = ha.plan_decode(lens, 2, 8, workspace=ws, static_splits="auto", cost_cap=True)
-    assert plan.cost_cap is False and fake.calls[-1][1]["cost_cap"] is False  # static plans charge nothing
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws, static_splits="auto", options=DecodeOptions(cost_cap=True))
+    assert plan.cost_cap is False and fake.calls[-1][1]["cost_cap"] == 0  # static plans charge nothing
 
 
 def test_bad_scheduling_arguments_name_the_argument(fake):  # noqa: F811
@@ -90,20 +89,20 @@ def test_bad_scheduling_arguments_name_the_argument(fake):  # noqa: F811
     with pytest.raises(ValueError, match="kv_dtype"):
         ha.plan_decode(lens, 1, 8, workspace=ws, kv_dtype=torch.float16)
     with pytest.raises(ValueError, match="task_cost"):
-        ha.plan_decode(lens, 1, 8, workspace=ws, task_cost=-1)
+        ha.plan_decode(lens, 1, 8, workspace=ws, options=DecodeOptions(task_cost=-1))
     with pytest.raises(ValueError, match="task_cost"):
-        ha.plan_decode(lens, 1, 8, workspace=ws, task_cost=heuristics.MAX_TASK_COST + 1)
+        ha.plan_decode(lens, 1, 8, workspace=ws, options=DecodeOptions(task_cost=heuristics.MAX_TASK_COST + 1))
     with pytest.raises(ValueError, match="tail_percent"):
-        ha.plan_decode(lens, 1, 8, workspace=ws, tail_percent=heuristics.MAX_TAIL_PERCENT + 1)
+        ha.plan_decode(lens, 1, 8, workspace=ws, options=DecodeOptions(tail_percent=heuristics.MAX_TAIL_PERCENT + 1))
     with pytest.raises(ValueError, match="tail_bin"):
-        ha.plan_decode(lens, 1, 8, workspace=ws, tail_bin=0)
+        ha.plan_decode(lens, 1, 8, workspace=ws, options=DecodeOptions(tail_bin=0))
     with pytest.raises(ValueError, match="max_tail_bins"):
         ha.DecodeWorkspace(2, 1, 8, 64, "cpu", max_tail_bins=-1)
 
 
-def test_first_page_ids_reach_the_planner_and_the_decode(fake, monkeypatch):  # noqa: F811
-    """A plan given the page table writes each bin's first page id, and `decode` hands it to the
-    kernel only for that same table with pages of >= 64 tokens and FIRST_PAGE_FROM_PLAN on."""
+def test_first_page_ids_reach_the_planner_and_the_decode(fake):  # noqa: F811
+    """A plan given the page table writes each bin's first page id, and `decode` hands it to the kernel only for
+    that same table with pages of >= 64 tokens; DecodeOptions(first_page_from_plan=False) writes none."""
     from .test_decode_api import inputs
 
     q, k, v, pt, lens = inputs(page=64)
@@ -116,10 +115,11 @@ def test_first_page_ids_reach_the_planner_and_the_decode(fake, monkeypatch):  # 
     assert fake.calls[-1][1]["bin_first_page"] == ws.bin_first_page.data_ptr()
     ha.decode(q, k, v, pt.clone(), lens, plan)  # another table: read it
     assert fake.calls[-1][1]["bin_first_page"] == 0
-    monkeypatch.setattr(heuristics, "FIRST_PAGE_FROM_PLAN", False)
+    plan = ha.plan_decode(lens, 2, 8, workspace=ws, page_table=pt, page_size=64,
+                          options=DecodeOptions(first_page_from_plan=False))
+    assert fake.calls[-1][1]["page_table"] == 0 and plan.first_page_of is None
     ha.decode(q, k, v, pt, lens, plan)
     assert fake.calls[-1][1]["bin_first_page"] == 0
-    monkeypatch.setattr(heuristics, "FIRST_PAGE_FROM_PLAN", True)
     plan = ha.plan_decode(lens, 2, 8, workspace=ws)  # no table: nothing written, nothing used
     assert fake.calls[-1][1]["page_table"] == 0
     ha.decode(q, k, v, pt, lens, plan)

@@ -133,7 +133,7 @@ def check_plan(lens, hkv, C, floor, splits=0, cost=0, tail=(0, 0, 0), head_major
 
 
 def simulate_in_kernel_merge(t, rng: random.Random, rounds: int = 2):
-    """The arrival protocol of the merge inside the decode kernel (paged_decode.cuh,
+    """The arrival protocol of the merge inside the decode kernel (decode.cuh,
     merge_split_task), replayed with the parts finishing in random orders and the counters
     kept across calls like the workspace's: every split item is merged exactly once, after all
     its parts (one level for P <= 16; for P > 16 each residue group g after its parts, the final

@@ -6,6 +6,6 @@
 """
 
 from ._version import __version__
-from .paged_decode import DecodePlan, DecodeWorkspace, decode, plan_decode
+from .decode import DecodeOptions, DecodePlan, DecodeWorkspace, decode, plan_decode
 
-__all__ = ["DecodePlan", "DecodeWorkspace", "__version__", "decode", "plan_decode"]
+__all__ = ["DecodeOptions", "DecodePlan", "DecodeWorkspace", "__version__", "decode", "plan_decode"]

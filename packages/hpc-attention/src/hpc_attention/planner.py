@@ -12,7 +12,7 @@ scheme. Tables:
   (item, 0, 0, 0) for empty items (their output is zero).
 - counters: num_tasks, num_combine, budget, total_tiles, num_slots, bins_used, num_clamped, 0.
 - slot_meta: per slot (num_slots entries), (first slot, parts) of the split item owning it;
-  the decode kernel's in-kernel merge (heuristics.MERGE_IN_DECODE) finds an item's parts and
+  the decode kernel's in-kernel merge finds an item's parts and
   its arrival counters from it.
 """
 

@@ -4,12 +4,12 @@
 // tasks tile by tile and stream each 64-token tile of K and V (a row = one token of one KV head,
 // 256 B in BF16, 128 B in FP8; rows found through the page table) into a ring of kStages
 // shared-memory stages, completing on the stage's mbarrier; the first tile of a task also
-// brings the task's G query rows. Two producers (template kTma, heuristics.USE_TMA_PRODUCER):
-// 16-byte cp.async copies from all four warps (paged_decode_producer.cuh), or tensor-map copies
-// of whole pages' rows with the 128-byte swizzle from one warp (paged_decode_tma_producer.cuh;
-// the consumers then read the swizzled layout, see paged_decode_config.cuh). (A first version
+// brings the task's G query rows. Two producers (template kTma, heuristics.PRODUCER):
+// 16-byte cp.async copies from all four warps (decode_producer.cuh), or tensor-map copies
+// of whole pages' rows with the 128-byte swizzle from one warp (decode_tma_producer.cuh;
+// the consumers then read the swizzled layout, see decode_config.cuh). (A first version
 // used one bulk copy per row: 128 copy-engine instructions per tile capped it at ~7 GB/s per
-// SM, see HISTORY.md.) Warps 0-3 (the consumers) each own 16 of the tile's 64 tokens: S = Q K^T
+// SM.) Warps 0-3 (the consumers) each own 16 of the tile's 64 tokens: S = Q K^T
 // and O += P V on m16n8k16 tensor cores with the G = 16 query heads of the KV head as the 16 rows
 // or, for G <= 8, transposed (S^T = K Q^T, O^T += V^T P^T: tokens and head dims as the rows, the
 // heads as the 8 columns; see consumer_warp), an online softmax in FP32 (log2 domain) and FP32
@@ -18,7 +18,7 @@
 // an FP32 partial + log-sum-exp of a split item.
 //
 // Split items are merged either by the separate combine kernel (merge == 0) or here (merge != 0,
-// heuristics.MERGE_IN_DECODE): after writing its partial, a part arrives on a counter of its item
+// heuristics.MERGE): after writing its partial, a part arrives on a counter of its item
 // (release: one thread's GPU-scope fence after the CTA's barrier, then one atomicAdd); the CTA whose
 // arrival completes the count (or that saw every other part arrived before its own stores, the
 // arrival peek of decode_merge_in_kernel.cuh) reads the parts in the fixed part order and writes
@@ -48,25 +48,16 @@
 #include "hpc_attention/sm90_primitives.cuh"
 #include "hpc_attention/decode_params.h"
 #include "hpc_attention/split_merge.cuh"
-#include "hpc_attention/paged_decode_config.cuh"
-#include "hpc_attention/paged_decode_tile_ops.cuh"
-#include "hpc_attention/paged_decode_producer.cuh"
-#include "hpc_attention/paged_decode_tma_producer.cuh"
+#include "hpc_attention/decode_config.cuh"
+#include "hpc_attention/decode_tile_ops.cuh"
+#include "hpc_attention/decode_producer.cuh"
+#include "hpc_attention/decode_tma_producer.cuh"
 #include "hpc_attention/decode_merge_in_kernel.cuh"
 #include "hpc_attention/decode_bin_ring.cuh"
-#include "hpc_attention/decode_timeline.cuh"
 #include "hpc_attention/decode_task_fold.cuh"
 #include "hpc_common/pdl.cuh"
 
 namespace hpc::attn {
-
-// Score look-ahead of the consumer warps (see consumer_warp); 0 builds the previous schedule
-// (scores of a tile right before its softmax), kept for the A/B rows of the benchmark
-// (paged_decode.DIAG["defines"]: a second build of the extension).
-#ifndef HPC_ATTN_SCORE_LOOKAHEAD
-#define HPC_ATTN_SCORE_LOOKAHEAD 1
-#endif
-constexpr bool kScoreLookahead = HPC_ATTN_SCORE_LOOKAHEAD != 0;
 
 // kHeadsN (G <= 8 query heads per KV head): the products run transposed, the tile's
 // tokens on the mma's M side and the heads on N: S^T = K Q^T (tile_scores) and
@@ -75,7 +66,7 @@ constexpr bool kScoreLookahead = HPC_ATTN_SCORE_LOOKAHEAD != 0;
 // of 8 m-tiles: half the mma and accumulators of the padded 16-row form, and no exp2 or rescale
 // of padded rows. The V fragments are tile_v_frags' B fragments, two n-tiles per A fragment.
 template <bool kFp8Kv, bool kFp8Q, bool kTma, bool kHeadsN>
-__device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
+__device__ __forceinline__ void consumer_warp(const DecodeParams& p, uint8_t* smem, uint64_t* full,
                                               uint64_t* empty, const BinRing& ring, const MergeRing& mring,
                                               int bin, int t_begin, int t_end, int4 first) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
@@ -94,7 +85,6 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   const bool helpers_merge = kTma && p.merge == 2;  // split tasks handed to the helper warps
   int stage = 0;
   uint32_t phase = 0;
-  uint32_t tl_merge_ns = 0, tl_last_merge_ns = 0, tl_merges = 0, tl_peeks = 0;  // timeline diagnostics (consumers)
   int requests = 0;
   // Own bin (`bin`, own_bin), then the tail bins: claimed ones handed over by the scheduler (TMA
   // kernel) or a fixed sequence (cp.async kernel), see decode_bin_ring.cuh.
@@ -118,44 +108,26 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       row_scale1 *= head1 < G ? qs[head1 * p.q_scale_stride_h] : 0.f;
     }
     const int tile_end = (task.z + Cfg::kTile - 1) / Cfg::kTile;
-    // kFoldAddrEarly (decode_task_fold.cuh): the fold's store addresses and G in registers from here on.
-    FoldTargets fold_at{};
-    if constexpr (kFoldAddrEarly) fold_at = fold_targets<Cfg::kDim, true>(p, b, h, task.w);
+    // The fold's store addresses and G, pinned in registers from here on (fold_targets, decode_task_fold.cuh).
+    const FoldTargets fold_at = fold_targets<Cfg::kDim>(p, b, h, task.w);
     float o[kOTiles][4];
 #pragma unroll
     for (int nt = 0; nt < kOTiles; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
     float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
     uint32_t qa[8][4];
 
-    if (p.diag & 1) {  // diagnostics: stream only (measures the producer / memory side)
-      for (int tile = task.y; tile < tile_end; ++tile) {
-        mbar_wait(&full[stage], phase);
-        if (tl_on(p) && threadIdx.x == 0 && claimed == 0 && t == t_begin && tile == task.y) {
-          tl_put(p, kTlFirstData, tl_clock());
-        }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[stage]);
-        if (++stage == Cfg::kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
-      }
-    }
-    // Score look-ahead (kScoreLookahead): the scores of tile n + 1 of the task are computed
+    // Score look-ahead: the scores of tile n + 1 of the task are computed
     // before the softmax and P V of tile n, in the same basic block, so that the 8-deep chains
     // of S products (and, FP8, their conversions) run in the shadow of the softmax's shuffles
     // and exp2 instead of after them. Why: one consumer warp per sub-partition walks each tile
     // as a dependent chain with nothing to hide its latencies (0.8 us per tile for BF16 and FP8
-    // alike, HISTORY.md "widened"); the next tile's scores are the independent work at hand.
+    // alike); the next tile's scores are the independent work at hand.
     // A task's last tile runs as a second copy of the body without the look-ahead (kNext false):
-    // the next tile belongs to another task (other Q rows) or to no task at all. (Until the
-    // eighth session the one body recomputed the current tile's scores there and discarded
-    // them: one tile of S products per task, half the score work of a 2-tile task.)
+    // the next tile belongs to another task (other Q rows) or to no task at all.
     const uint8_t* sb = smem + stage * Cfg::kStageBytes;
     float s[2][4];
-    if (!(p.diag & 1) && task.y < tile_end) {
+    if (task.y < tile_end) {
       mbar_wait(&full[stage], phase);
-      if (tl_on(p) && threadIdx.x == 0 && claimed == 0 && t == t_begin) tl_put(p, kTlFirstData, tl_clock());
       load_q_frags<kFp8Kv, kFp8Q>(sb + Cfg::kQOff, qa);
       tile_scores<Cfg, kFp8Kv, kHeadsN>(sb, qa, s);
     }
@@ -167,7 +139,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       const int nstage = stage + 1 == Cfg::kStages ? 0 : stage + 1;
       const uint32_t nphase = nstage == 0 ? phase ^ 1 : phase;
       float sn[2][4];
-      if constexpr (kScoreLookahead && kNext) {
+      if constexpr (kNext) {
         mbar_wait(&full[nstage], nphase);
         tile_scores<Cfg, kFp8Kv, kHeadsN>(smem + nstage * Cfg::kStageBytes, qa, sn);
       }
@@ -259,7 +231,7 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
 
       // ---- O += P V ----
       // (Loading these fragments before the softmax, next to the look-ahead scores, measured
-      // equal on every case and took up to 240 registers: HISTORY.md, seventh session.)
+      // equal on every case and took up to 240 registers.)
       uint32_t vf[16][2];
       tile_v_frags<Cfg, kFp8Kv, kNext>(sb, valid, vf);
       if constexpr (kHeadsN) {
@@ -279,33 +251,27 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       phase = nphase;
       sb = smem + stage * Cfg::kStageBytes;
       if constexpr (kNext) {
-        if constexpr (kScoreLookahead) {
 #pragma unroll
-          for (int n = 0; n < 2; ++n) {
+        for (int n = 0; n < 2; ++n) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[n][e] = sn[n][e];
-          }
-        } else {
-          mbar_wait(&full[stage], phase);
-          tile_scores<Cfg, kFp8Kv, kHeadsN>(sb, qa, s);
+          for (int e = 0; e < 4; ++e) s[n][e] = sn[n][e];
         }
       }
     };
     // The split tasks the consumers merge themselves: every one (cp.async kernel), or the bin's last
-    // (kConsumersMergeLast); the others go to the helper warps.
-    const bool consumers_merge = p.merge && task.w >= 0 && !(helpers_merge && !(kConsumersMergeLast && t + 1 == t_end));
-    int seen = -1;  // thread 0's peek at the split item's counter (kArrivalPeek)
-    if (!(p.diag & 1) && task.y < tile_end) {
+    // (see the merge below); the others go to the helper warps.
+    const bool consumers_merge = p.merge && task.w >= 0 && !(helpers_merge && t + 1 != t_end);
+    int seen = -1;  // thread 0's peek at the split item's counter (the arrival peek)
+    if (task.y < tile_end) {
       for (int tile = task.y; tile + 1 < tile_end; ++tile) tile_body(tile, std::true_type{});
-      // kArrivalPeek (decode_merge_in_kernel.cuh): read the counter as the last tile starts; the load's round trip
-      // runs under the tile and the task-end fold.
-      if (kArrivalPeek && consumers_merge && threadIdx.x == 0) {
+      // The arrival peek (decode_merge_in_kernel.cuh): read the counter as the last tile starts; the load's round
+      // trip runs under the tile and the task-end fold.
+      if (consumers_merge && threadIdx.x == 0) {
         seen = ld_relaxed_gpu(p.merge_counts + level1_counter(task.w, meta).index);
       }
       tile_body(tile_end - 1, std::false_type{});
     }
 
-    if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlLastTile, tl_clock());  // a store: no stall
     // ---- merge the 4 warps (fixed order) and write the task's output ----
     float* mo = merge_o + warp * 16 * Cfg::kMergePitch;
     if constexpr (kHeadsN) {
@@ -352,26 +318,15 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
       }
     }
     named_barrier(1, 128);
-    if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndMerged, tl_clock());
     // A part that saw every other part arrived is the last: it acquires here, before its own partial's stores.
     bool known_last = false;
-    if (kArrivalPeek && threadIdx.x == 0 && seen >= 0) {
+    if (threadIdx.x == 0 && seen >= 0) {
       const MergeCounter c1 = level1_counter(task.w, meta);
       known_last = last_by_peek(p.merge_counts + c1.index, seen, c1.need);
-      if (tl_on(p) && known_last) ++tl_peeks;
     }
-    // The fold (decode_task_fold.cuh). (The rows unrolled by 4 in the earlier form, each row still one thread's
-    // serial chain, measured null: decode_attention_epilogue_ab_19a79e3.*.)
-    if constexpr (!kFoldAddrEarly) fold_at = fold_targets<Cfg::kDim, false>(p, b, h, task.w);
+    // The fold (decode_task_fold.cuh).
     fold_task_rows<Cfg::kMergePitch>(
         merge_m, merge_l, merge_o, fold_at.G, v_scale, threadIdx.x, 1,
-        [&](int row, float val) {
-          if (task.w < 0) {
-            fold_at.out[row * fold_at.out_stride_h] = __float2bfloat16_rn(val);
-          } else {
-            fold_at.partial_o[row * Cfg::kDim] = val;
-          }
-        },
         [&](int row, int col, const float (&v)[4]) {  // fold_at's pointers hold the thread's own column
           if (task.w < 0) {
             const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
@@ -387,31 +342,19 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
         },
         [&](int row, float lse) {
           if (task.w >= 0) fold_at.partial_lse[row] = lse;
-        },
-        [&] {
-          if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndRowScalars, tl_clock());
         });
-    if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndStored, tl_clock());
     if (p.merge && task.w >= 0) {
-      // The bin's last task is merged by the consumers themselves (kConsumersMergeLast): nothing follows it on
-      // them (but a claimed tail bin, off by default, which then waits for the merge), and the hand-over to the
-      // helpers is a step on the call's critical path when this part arrives last.
+      // The bin's last task is merged by the consumers themselves: nothing follows it on them (but a claimed
+      // tail bin, off by default, which then waits for the merge), and the hand-over to the helpers is a step on
+      // the call's critical path when this part arrives last (-0.2 to -1 us at the call's end, same bits).
       if (!consumers_merge) {
         merge_request(mring, requests++, make_int4(task.x, task.w, meta.x, meta.y));
       } else {
-        const uint32_t t0 = tl_on(p) ? static_cast<uint32_t>(tl_clock()) : 0u;
-        const int levels = merge_split_task(p, b, h, G, task.w, meta,
-                                            reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff), threadIdx.x,
-                                            nullptr, known_last);
-        if (tl_on(p)) {  // registers only (a global read-modify-write here stalled the consumers)
-          tl_last_merge_ns = static_cast<uint32_t>(tl_clock()) - t0;
-          tl_merge_ns += tl_last_merge_ns;
-          tl_merges += levels;
-        }
+        merge_split_task(p, b, h, G, task.w, meta, reinterpret_cast<volatile int*>(smem + Cfg::kFlagOff),
+                         threadIdx.x, known_last);
       }
     }
     named_barrier(1, 128);
-    if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndHanded, tl_clock());
   }
   bool more;
   if constexpr (kTma) {
@@ -419,24 +362,13 @@ __device__ __forceinline__ void consumer_warp(const PagedDecodeParams& p, uint8_
   } else {
     more = bins.next(t_begin, t_end, first);
   }
-  if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlEndRing, tl_clock());
   if (!more) break;
   }
   if (helpers_merge) merge_request(mring, requests, make_int4(-1, 0, 0, 0));  // ends the helpers' service
-  if (tl_on(p) && threadIdx.x == 0) {
-    tl_put(p, kTlConsumerEnd, tl_clock());
-    tl_put(p, kTlClockEnd, clock64());
-    tl_put(p, kTlCounts, tl_merges);  // with the helpers: the bins' last tasks the consumers merged (kConsumersMergeLast)
-    tl_put(p, kTlPeeks, tl_peeks);
-    if (!helpers_merge) {
-      tl_put(p, kTlMergeNs, tl_merge_ns);
-      tl_put(p, kTlLastMergeNs, tl_last_merge_ns);
-    }
-  }
 }
 
-__device__ __forceinline__ void touch_decode_param_lines(const PagedDecodeParams& p) {
-  constexpr int kLines = static_cast<int>((sizeof(PagedDecodeParams) + 255) / 256);
+__device__ __forceinline__ void touch_decode_param_lines(const DecodeParams& p) {
+  constexpr int kLines = static_cast<int>((sizeof(DecodeParams) + 255) / 256);
   static_assert(kLines <= 3, "warps 1..kLines of the CTA touch one line each");
   __shared__ volatile int sink[kLines];  // volatile: ptxas would drop unread stores and the loads with them
   const int w = static_cast<int>(threadIdx.x >> 5);
@@ -451,14 +383,9 @@ __device__ __forceinline__ void touch_decode_param_lines(const PagedDecodeParams
 // in the producer's loop measured +0.4-0.7 us per cold call (cold A/B of 81b3336 against 5b52a77, H200).
 template <bool kFp8Kv, bool kFp8Q, bool kTma, bool kHeadsN, bool kEarly = false>
 __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1)
-    paged_decode_kernel(const __grid_constant__ PagedDecodeParams p) {
+    decode_kernel(const __grid_constant__ DecodeParams p) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
-  if (tl_on(p) && threadIdx.x == 0) {
-    tl_put(p, kTlEntry, tl_clock());
-    tl_put(p, kTlClockEntry, clock64());
-    tl_put(p, kTlSmid, tl_smid());
-  }
-  if constexpr (kPrologueNoParams) touch_decode_param_lines(p);
+  touch_decode_param_lines(p);
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw;
   if constexpr (kTma) smem += (1024u - (smem_u32(smem_raw) & 1023u)) & 1023u;  // swizzle atoms
@@ -473,7 +400,7 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
   mring.desc = reinterpret_cast<int4*>(smem + Cfg::kMergeRingOff);
   mring.full = reinterpret_cast<uint64_t*>(smem + Cfg::kMergeRingOff + kMergeRingSlots * 16);
   mring.empty = mring.full + kMergeRingSlots;
-  if (threadIdx.x == 0) {  // (one barrier per thread of warps 0-1, each with its fences: +1.4 us, twenty-seventh session)
+  if (threadIdx.x == 0) {  // (one barrier per thread of warps 0-1, each with its fences: +1.4 us)
     for (int s = 0; s < Cfg::kStages; ++s) {
       // cp.async: one arrival per producer thread; TMA: the producer's one expect_tx arrival.
       mbar_init(&full[s], kTma ? 1 : Cfg::kProducerThreads);
@@ -491,19 +418,18 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
     mbar_fence_init();
     if constexpr (kTma) fence_proxy_async_smem();
   }
-  // Q rows >= G of every stage are never copied: zero them once so padded rows are finite. (kPrologueNoParams: every
-  // row, so the loop reads no parameter; the producer's copies of rows < G are issued after the block barrier below,
-  // and the proxy fence orders this thread's zero stores before the TMA kernel's async-proxy writes of them.)
+  // Q rows >= G of every stage are never copied: zero them once so padded rows are finite. Every row is zeroed, so
+  // the loop reads no parameter (see decode_config.cuh, the prologue); the producer's copies of rows < G are issued
+  // after the block barrier below, and the proxy fence orders this thread's zero stores before the TMA kernel's
+  // async-proxy writes of them.
   for (int i = threadIdx.x; i < Cfg::kStages * 16 * 16; i += blockDim.x) {
     const int s = i >> 8, row = (i >> 4) & 15, c = i & 15;
-    if (kPrologueNoParams || row >= p.group) {
-      *reinterpret_cast<uint4*>(smem + s * Cfg::kStageBytes + Cfg::kQOff + row * Cfg::kQPitch + 16 * c) =
-          make_uint4(0, 0, 0, 0);
-    }
+    *reinterpret_cast<uint4*>(smem + s * Cfg::kStageBytes + Cfg::kQOff + row * Cfg::kQPitch + 16 * c) =
+        make_uint4(0, 0, 0, 0);
   }
-  if constexpr (kPrologueNoParams) fence_proxy_async_smem();
+  fence_proxy_async_smem();
   __syncthreads();
-  // early (PagedDecodeParams::early_kv_tokens, TMA producer): the plan tables and the first task's older KV tiles are
+  // early (DecodeParams::early_kv_tokens, TMA producer): the plan tables and the first task's older KV tiles are
   // read before the wait, by the producer warp; every other warp waits at its role's entry (pdl_wait_here), before
   // it reads q, the scales or a counter or writes anything.
   constexpr bool early = kTma && kEarly;
@@ -513,20 +439,15 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
   // The bin's first task: its copy in bin_first is loaded together with bin_start instead of
   // after it (one dependent global round trip fewer before the first page id and KV bytes).
   // Only used when the bin is not empty (t_begin < t_end).
-  const int4 first = !(p.diag & 4) ? p.bin_first[bin]
-                                   : (t_begin < t_end ? p.tasks[t_begin] : make_int4(0, 0, 0, 0));
+  const int4 first = p.bin_first[bin];
   // The page id of the bin's first tile from the planner (pages >= 64 tokens, own bin not empty;
   // read with bin_start, so the first copies need no page-table round trip); -1: read the table.
-  int first_page = p.bin_first_page != nullptr && p.page_size_log2 >= 6 && !(p.diag & 4)
-                       ? p.bin_first_page[bin] : -1;
+  int first_page = p.bin_first_page != nullptr && p.page_size_log2 >= 6 ? p.bin_first_page[bin] : -1;
   if (t_begin >= t_end) first_page = -1;  // empty own bin: the entry is stale
-  if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlBin, tl_clock_after(t_end ^ first.x));
   if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
     if constexpr (kTma) {
       // One warp issues the copies, lane 0 of the next one claims tail bins (decode_bin_ring.cuh),
-      // the last two write the empty items' zero rows. (The copy issuer laid out as the fall-through of these
-      // tests, one jump into cold code fewer before the first copy, measured 0.18 us slower on average:
-      // decode_attention_layout_ab_6db6dbe.*.)
+      // the last two write the empty items' zero rows.
       const int pw = threadIdx.x - 32 * Cfg::kConsumerWarps;
       if (pw < 32) {
         producer_tma_warp<kFp8Kv, kFp8Q, early>(p, smem, full, empty, ring, t_begin, t_end, first, first_page);
@@ -550,16 +471,16 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
 }
 
 // kTma: the TMA producer; p.k_map / p.v_map must hold the caches' tensor maps
-// (hpc_attn_paged_kv_tensor_maps). Products with the heads on the mma's N side (consumer_warp's
+// (csrc/decode_dispatch.cu). Products with the heads on the mma's N side (consumer_warp's
 // kHeadsN) for G <= 8 query heads per KV head, the padded 16-row form for G = 16.
 template <bool kFp8Kv, bool kFp8Q, bool kTma>
-inline cudaError_t launch_paged_decode(const PagedDecodeParams& p, int num_ctas, cudaStream_t stream, bool pdl) {
+inline cudaError_t launch_decode(const DecodeParams& p, int num_ctas, cudaStream_t stream, bool pdl) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, kTma>;
   const bool early = kTma && p.early_kv_tokens > 0;  // (cp.async kernels: never; kTma as kEarly adds no kernel)
-  const auto kernel = p.group <= 8 ? (early ? paged_decode_kernel<kFp8Kv, kFp8Q, kTma, true, kTma>
-                                            : paged_decode_kernel<kFp8Kv, kFp8Q, kTma, true, false>)
-                                   : (early ? paged_decode_kernel<kFp8Kv, kFp8Q, kTma, false, kTma>
-                                            : paged_decode_kernel<kFp8Kv, kFp8Q, kTma, false, false>);
+  const auto kernel = p.group <= 8 ? (early ? decode_kernel<kFp8Kv, kFp8Q, kTma, true, kTma>
+                                            : decode_kernel<kFp8Kv, kFp8Q, kTma, true, false>)
+                                   : (early ? decode_kernel<kFp8Kv, kFp8Q, kTma, false, kTma>
+                                            : decode_kernel<kFp8Kv, kFp8Q, kTma, false, false>);
   return hpc::launch_kernel(kernel, dim3(num_ctas), dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, pdl, p);
 }
 

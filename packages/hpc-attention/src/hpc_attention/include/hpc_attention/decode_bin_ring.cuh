@@ -1,5 +1,5 @@
-// Claimable tail bins of the paged decode kernel: the scheduler warp and the shared-memory ring
-// through which it hands claimed bins to the producer and consumer warps (paged_decode.cuh).
+// Claimable tail bins of the decode kernel: the scheduler warp and the shared-memory ring
+// through which it hands claimed bins to the producer and consumer warps (decode.cuh).
 //
 // Why: CTAs given equal shares of the work line finish several microseconds apart (ncu of the 8/1
 // kernel: on average an SM holds no CTA for 15-17 % of it), and the kernel lasts as long as the
@@ -27,7 +27,7 @@
 #include <cstdint>
 
 #include "hpc_attention/decode_params.h"
-#include "hpc_attention/paged_decode_config.cuh"
+#include "hpc_attention/decode_config.cuh"
 #include "hpc_attention/sm90_primitives.cuh"
 
 namespace hpc::attn {
@@ -54,7 +54,7 @@ __device__ __forceinline__ bool ring_next(const BinRing& r, int k, int& t_begin,
 }
 
 // The scheduler: one thread (lane 0 of the TMA producer kernel's second producer warp).
-__device__ __forceinline__ void bin_scheduler(const PagedDecodeParams& p, const BinRing& r) {
+__device__ __forceinline__ void bin_scheduler(const DecodeParams& p, const BinRing& r) {
   const int ne = p.counters[kNumTailBins];
   const int C = gridDim.x;
   for (int k = 0;; ++k) {
@@ -94,7 +94,7 @@ struct StaticBins {
   int bin, ne;
   int nb_, ne_;   // next bin's tasks [nb_, ne_)
   int4 nfirst_;   // next bin's first task
-  __device__ __forceinline__ void prefetch(const PagedDecodeParams& p) {
+  __device__ __forceinline__ void prefetch(const DecodeParams& p) {
     const int C = gridDim.x;
     const int nxt = bin < C ? C + bin : bin + C;
     if (nxt < C + ne) {

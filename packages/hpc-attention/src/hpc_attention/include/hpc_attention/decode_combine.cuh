@@ -12,7 +12,7 @@
 //   w, w + 8, ... in batches of kGroupBatch, then warp 0 merges the 8 warps in a fixed order.
 // Every unit's arithmetic depends only on the plan, never on which warp or CTA runs it, so
 // results are bitwise reproducible. The arithmetic lives in split_merge.cuh, shared with the
-// merge inside the decode kernel (heuristics.MERGE_IN_DECODE), which gives identical bits.
+// merge inside the decode kernel (heuristics.MERGE), which gives identical bits.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -31,10 +31,7 @@ static_assert(kMergeGroups <= kCombineBatch, "phase 2: the 8 group partials are 
 
 __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const __grid_constant__ DecodeCombineParams p) {
   constexpr int kWarps = kCombineThreads / 32;
-  __shared__ float s_m[kWarps];  // the groups' lse (kMergeGroupParts) or m
-#if !HPC_ATTN_MERGE_GROUP_PARTS
-  __shared__ float s_l[kWarps];
-#endif
+  __shared__ float s_m[kWarps];  // the groups' lse
   __shared__ float4 s_acc[kWarps][32];
   __shared__ int s_list[kCombineThreads];
   hpc::pdl_wait();
@@ -106,7 +103,6 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
       float4 acc[1] = {make_float4(0.f, 0.f, 0.f, 0.f)};
       merge_parts<1, false, kGroupBatch>(p.partial_o, p.partial_lse, static_cast<long long>(e.y) * G + row, G, warp,
                                          e.z, kWarps, 4 * lane, m, l, acc);
-#if HPC_ATTN_MERGE_GROUP_PARTS
       float glse;
       float4 go[1];
       group_as_part<1>(m, l, acc, glse, go);  // group `warp` as a part; the 8 merged as one batch below
@@ -126,28 +122,6 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
         merge_batch<1>(M, L, r, lse, v);
         store_bf16_row<1>(out_row(e.x, row) + 4 * lane, r, 1.f / L);
       }
-#else
-      s_acc[warp][lane] = acc[0];
-      if (lane == 0) {
-        s_m[warp] = m;
-        s_l[warp] = l;
-      }
-      __syncthreads();
-      if (warp == 0) {
-        float gm[kMergeGroups], gl[kMergeGroups];
-        float4 ga[kMergeGroups][1];
-#pragma unroll
-        for (int w = 0; w < kMergeGroups; ++w) {
-          gm[w] = s_m[w];
-          gl[w] = s_l[w];
-          ga[w][0] = s_acc[w][lane];
-        }
-        float L;
-        float4 r[1];
-        fold_groups<1>(gm, gl, ga, L, r);
-        store_bf16_row<1>(out_row(e.x, row) + 4 * lane, r, 1.f / L);
-      }
-#endif
       __syncthreads();
     }
   }

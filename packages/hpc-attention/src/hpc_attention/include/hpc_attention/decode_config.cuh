@@ -1,4 +1,4 @@
-// Shared-memory layout and thread roles of the paged decode kernel (paged_decode.cuh).
+// Shared-memory layout and thread roles of the decode kernel (decode.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -7,7 +7,6 @@
 #include <cstdint>
 
 #include "hpc_attention/decode_params.h"
-#include "hpc_attention/decode_timeline.cuh"
 #include "hpc_common/pdl.cuh"
 
 namespace hpc::attn {
@@ -17,25 +16,19 @@ namespace hpc::attn {
 // output, so the trigger right after the wait only lets their prologues start; it is safe in both modes, and coming
 // after our own wait it keeps the chain's guarantee that a kernel starts only once the one two launches back is done
 // (which the early KV loads of the next call rely on).
-__device__ __forceinline__ void pdl_wait_here(const PagedDecodeParams& p) {
+__device__ __forceinline__ void pdl_wait_here(const DecodeParams& p) {
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();
-  if (tl_on(p) && threadIdx.x == 0) tl_put(p, kTlPdl, tl_clock());
 }
 
-// Tiles the producer may copy before the PDL wait (PagedDecodeParams::early_kv_tokens): n = at most n, 0 = one lap of
-// the ring (5 BF16 / 9 FP8 stages). 3 (thirty-fourth session, H200, input rotation, same process, change against the
-// plain call, mean over the six cases of 8/1 BF16 / 8/1 FP8 / 64/8 BF16 / 64/8 FP8): run of cd8a43a, 1 tile -0.86 /
-// -0.80 / -1.29 / -0.76 us, 2 tiles -1.27 / -0.98 / -1.60 / -0.88, 3 tiles -1.64 / -1.21 / -2.02 / -0.95, a lap -1.09
-// / -0.35 / -1.50 / +0.08; run of b61145d, 3 tiles -1.68 / -1.17 / -2.21 / -1.28, 4 tiles -1.72 / -1.32 / -2.22 /
-// -1.28, 6 tiles -1.26 / -1.15 / -2.00 / -1.16. A lap reads +0.5 to +1.4 on the uniform FP8 cases (64x4K,
-// 32x128+32x4K, 64/8 64x0.5K): the next call's early copies share DRAM with this call's last tiles, so many delay the
-// call they overlap, while a few already take the start chain (plan entries, first page id, first copies) off the
-// path. 3 and 4 are alike; 3 keeps fewer bytes in flight. 0 is the A/B build (benchmark rows `diag_early_kv_ring`).
-#ifndef HPC_ATTN_EARLY_TILES
-#define HPC_ATTN_EARLY_TILES 3
-#endif
-constexpr int kEarlyTilesMax = HPC_ATTN_EARLY_TILES;
+// Tiles the producer may copy before the PDL wait (DecodeParams::early_kv_tokens), at most one lap of the ring. 3
+// (H200, input rotation, same process, change against the plain call, mean over the six cases of 8/1 BF16 / 8/1 FP8 /
+// 64/8 BF16 / 64/8 FP8): 1 tile -0.86 / -0.80 / -1.29 / -0.76 us, 2 tiles -1.27 / -0.98 / -1.60 / -0.88, 3 tiles
+// -1.64 / -1.21 / -2.02 / -0.95, 4 tiles -1.72 / -1.32 / -2.22 / -1.28, 6 tiles -1.26 / -1.15 / -2.00 / -1.16, a lap
+// -1.09 / -0.35 / -1.50 / +0.08. A lap reads +0.5 to +1.4 on the uniform FP8 cases: the next call's early copies
+// share DRAM with this call's last tiles, so many delay the call they overlap, while a few already take the start
+// chain (plan entries, first page id, first copies) off the path. 3 and 4 are alike; 3 keeps fewer bytes in flight.
+constexpr int kEarlyTilesMax = 3;
 
 constexpr int kRingSlots = 4;  // claimed tail bins in flight per CTA (decode_bin_ring.cuh)
 
@@ -44,50 +37,36 @@ constexpr int kRingSlots = 4;  // claimed tail bins in flight per CTA (decode_bi
 // usually the first part of an item cut at the bin's end, whose other part opens the next bin;
 // run in line order it ends with the bin, so its merge (by whichever part finishes last) comes
 // after the end of the CTA's stream, on the kernel's critical path. Run second, both parts of the
-// item finish early and the merge overlaps the rest of the bin. (H200, eighth session, NOTES.md:
+// item finish early and the merge overlaps the rest of the bin. (H200:
 // 64/8 1-2 us faster; the first task stays first: it closes the item the previous bin began,
 // often a long one, and bin_first / the plan's first page id describe it.) Producer and
 // consumers use the same order; results do not depend on it (merges run in slot order).
-// Diag bit 4: the plain line order, for the benchmark's comparison.
-__device__ __forceinline__ int4 task_in_run(const PagedDecodeParams& p, int t_begin, int t_end, int pos) {
-  const bool in_order = (p.diag & 16) != 0;
-  const int t = in_order || pos == t_begin ? pos : (pos == t_begin + 1 ? t_end - 1 : pos - 1);
+__device__ __forceinline__ int4 task_in_run(const DecodeParams& p, int t_begin, int t_end, int pos) {
+  const int t = pos == t_begin ? pos : (pos == t_begin + 1 ? t_end - 1 : pos - 1);
   return p.tasks[t];
 }
 
-// The prologue before the PDL wait (twenty-seventh session). The per-CTA timeline read 0.5 us (BF16) / 0.77 us (FP8)
-// from entry to the PDL wait passing. HPC_ATTN_PROLOGUE_NO_PARAMS 1 (default): the prologue reads no parameter
-// (every Q row of every stage is zeroed, not only rows >= G, so it does not wait for p.group's constant line, the
-// block's first cold constant miss after the flush) and warps 1-3 touch the block's three 256-byte constant lines at
-// entry, so those misses overlap the barrier inits and the zeroing instead of following the PDL wait: -0.32 us mean
-// over the 24 benchmark cases (22 of 24 faster; decode_attention_prologue_ab_18e2c06.*), the pdl step 0.77 -> 0.58
-// us at FP8. (The touch alone, with p.group still read by the zeroing, measured null:
-// decode_attention_touch_params_ab_3e0dcf2.*; the K / V tensor maps prefetched at entry, null too.) Safe before the
-// wait: the parameter block is the launch's own, no earlier kernel writes it. 0 is the A/B build
-// (_ext.PROLOGUE_READS_GROUP; +0.27 us in a second process, decode_attention_prologue_ab_e4145d2.*). Measured there
-// and removed: the 23-35 mbarriers initialised one per thread of warps 0-1, each thread with its init and proxy
-// fences, instead of by thread 0: +1.4 us on every case (the pdl step 0.5 -> 1.8 us).
-#ifndef HPC_ATTN_PROLOGUE_NO_PARAMS
-#define HPC_ATTN_PROLOGUE_NO_PARAMS 1
-#endif
-constexpr bool kPrologueNoParams = HPC_ATTN_PROLOGUE_NO_PARAMS != 0;
+// The prologue before the PDL wait reads no parameter: every Q row of every stage is zeroed, not only rows >= G, so it
+// does not wait for p.group's constant line (the block's first cold constant miss after the flush), and warps 1-3
+// touch the block's three 256-byte constant lines at entry (touch_decode_param_lines, decode.cuh), so those misses
+// overlap the barrier inits and the zeroing instead of following the PDL wait: -0.32 us mean over the 24 benchmark
+// cases (22 of 24 faster), the entry-to-wait step 0.77 -> 0.58 us at FP8. Safe before the wait: the parameter block
+// is the launch's own, no earlier kernel writes it. (The 23-35 mbarriers initialised one per thread of warps 0-1,
+// each with its init and proxy fences, instead of by thread 0: +1.4 us on every case.)
 
 // The bin CTA blockIdx.x runs. A head-major line cut into a multiple of Hkv bins holds head h's
 // stretch in bins h * nb1 .. (h + 1) * nb1 - 1, every stretch cut alike; with bin_heads = Hkv the
 // bins are dealt so that CTAs c .. c + Hkv - 1 run the Hkv heads' bins of the same stretch (bin
 // (c % Hkv) * nb1 + c / Hkv, nb1 = gridDim.x / Hkv), i.e. CTAs next to each other read the Hkv
 // 128-byte rows of the same tokens at the same time, as the static split's round robin does.
-// Why (H200, eleventh session, NOTES.md): 64/8 FP8 64x4K 153.9 -> 149.4 us, 1x128K+31x4K 155.6 ->
+// Why (H200): 64/8 FP8 64x4K 153.9 -> 149.4 us, 1x128K+31x4K 155.6 ->
 // 150.8, 2x32K+30x4K 117.6 -> 113.8; BF16 within +-0.7 us except 64x4K -1.9. Any bijection of the
 // bins gives the same results (GPU test); the CTAs past nb1 * Hkv run their own bin.
-__device__ __forceinline__ int own_bin(const PagedDecodeParams& p) {
+__device__ __forceinline__ int own_bin(const DecodeParams& p) {
   const int c = static_cast<int>(blockIdx.x), H = p.bin_heads;
   if (H <= 1) return c;
   const int nb1 = static_cast<int>(gridDim.x) / H;
-  int h = c % H;
-  // Diag bit 5 (benchmark rows only): CTAs 2k and 2k + 1 (one TPC) get heads h and h + H / 2
-  // instead of h and h + 1: the same token rows, slices H / 2 * 128 bytes apart.
-  if ((p.diag & 32) && H % 2 == 0) h = (h >> 1) + (h & 1) * (H / 2);
+  const int h = c % H;
   return c < nb1 * H ? h * nb1 + c / H : c;
 }
 

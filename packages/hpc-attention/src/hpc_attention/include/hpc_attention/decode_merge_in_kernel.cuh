@@ -1,5 +1,5 @@
-// Merge of split items inside the paged decode kernel (heuristics.MERGE_IN_DECODE): the last
-// part of an item to finish merges all parts in the fixed part order (see paged_decode.cuh).
+// Merge of split items inside the decode kernel (heuristics.MERGE): the last
+// part of an item to finish merges all parts in the fixed part order (see decode.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,7 +8,6 @@
 #include <cstdint>
 
 #include "hpc_attention/decode_params.h"
-#include "hpc_attention/decode_timeline.cuh"
 #include "hpc_attention/sm90_primitives.cuh"
 #include "hpc_attention/split_merge.cuh"
 
@@ -16,14 +15,8 @@ namespace hpc::attn {
 
 // Rows each merging helper thread loads together (merge_split_task): the helpers' 64 threads hold 4 rows per pass,
 // so G = 8 takes two passes of dependent L2 round trips with 1 row and one with 2. 2 measured 0.17-0.18 us faster
-// on average over the 24 benchmark cases in two processes (twenty-seventh session,
-// decode_attention_merge_ab_a69c8ff.* / decode_attention_layout_ab_6db6dbe.*); 1 is the A/B build
-// (_ext.MERGE_ROWS1). Every output bit is the same either way.
-#ifndef HPC_ATTN_MERGE_ROWS
-#define HPC_ATTN_MERGE_ROWS 2
-#endif
-constexpr int kMergeHelperRows = HPC_ATTN_MERGE_ROWS;
-static_assert(kMergeHelperRows >= 1 && kMergeHelperRows <= 4, "HPC_ATTN_MERGE_ROWS: 1 to 4");
+// than 1 on average over the 24 benchmark cases in two processes. Every output bit is the same either way.
+constexpr int kMergeHelperRows = 2;
 
 // ---- merge of split items inside the decode kernel (merge mode) ----------------------------
 // Called by the 128 consumer threads together (uniform control flow, named barrier 1).
@@ -34,18 +27,15 @@ static_assert(kMergeHelperRows >= 1 && kMergeHelperRows <= 4, "HPC_ATTN_MERGE_RO
 // the 128 threads' partial writes before thread 0's GPU-scope acq_rel fence, whose release is
 // cumulative over them; the atomic is the synchronising access; on the last arrival the same
 // fence acquires the other parts' writes, and the second barrier hands them to every thread
-// (the partials are read with ld.cg, past the non-coherent L1). diag bit 3 keeps version 4's
-// protocol (an SC fence in every thread before the barrier) for comparison: the TMA run showed
-// the arrival costing 1-4 us more than with cp.async, attributed to those per-thread fences.
+// (the partials are read with ld.cg, past the non-coherent L1). (An SC fence in every thread
+// before the barrier instead cost the arrival 1-4 us more in the TMA kernel.)
 // kThreads / kBar: the threads that arrive together (the 128 consumer threads on named barrier 1,
 // or the merge helpers of the TMA kernel, see below) and their named barrier; tid = 0 .. kThreads-1.
 // known_last (thread 0's; last_by_peek, the arrival peek below): this part is already known to be the last and has
 // acquired the others' writes; it does not arrive (it zeroed the counter) and the barriers only hand its own
 // partial's writes to the merging threads.
 template <int kThreads = 128, int kBar = 1>
-__device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* flag, bool sc_fences, int tid,
-                                            bool known_last = false) {
-  if (sc_fences) __threadfence();
+__device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* flag, int tid, bool known_last = false) {
   named_barrier(kBar, kThreads);
   if (tid == 0) {
     int last = 1;
@@ -54,31 +44,23 @@ __device__ __forceinline__ bool arrive_last(int* ctr, int need, volatile int* fl
       const int old = atomicAdd(ctr, 1);
       last = old == need - 1 ? 1 : 0;
       if (last) atomicExch(ctr, 0);  // every arrival of this call is in: zero for the next call
-      // (Reset after the acquire fence, off the merge's path, measured null: decode_attention_merge_ab_a69c8ff.*.)
       fence_acq_rel_gpu();  // acquire: the other arrivals' writes before the merge reads them
     }
     *flag = last;
   }
   named_barrier(kBar, kThreads);
-  const bool last = *flag != 0;
-  if (sc_fences && last) __threadfence();
-  return last;
+  return *flag != 0;
 }
 
-// ---- the arrival peek (thirty-second session) -------------------------------------------------
-// HPC_ATTN_ARRIVAL_PEEK 1: a part reads its counter a little before its partial is ready (the consumers as their last
+// ---- the arrival peek ------------------------------------------------------------------------------
+// A part reads its counter a little before its partial is ready (the consumers as their last
 // tile starts, a group's merger at level 2 before its level-1 pass). If every other part had arrived by then, this
 // part is the last whatever happens next (only P parts arrive): before its own stores, thread 0 acquires (fence after
 // the load that saw the others' atomics) and zeroes the counter, and the part merges without arriving, so neither
 // arrive_last's release fence (which waits for the part's own partial stores) nor its atomic round trip lies between
-// the part's last tile and its merge. Otherwise the part arrives as before. Same counters, same bits. 0: no peek (A/B
-// build _ext.NO_ARRIVAL_PEEK). (A first form, the consumers arriving as their last tile started with two counts per
-// counter word, arrivals and publications, measured 0.4 us slower at 8/1 on average and up to 1 us on the two-level
-// items: the last arrival then often waited for another part's publication, one poll round trip after it landed.)
-#ifndef HPC_ATTN_ARRIVAL_PEEK
-#define HPC_ATTN_ARRIVAL_PEEK 1
-#endif
-constexpr bool kArrivalPeek = HPC_ATTN_ARRIVAL_PEEK != 0;
+// the part's last tile and its merge. Otherwise the part arrives. Same counters, same bits. (Arriving as the last tile
+// starts, with two counts per counter word, arrivals and publications, measured 0.4 us slower at 8/1 on average and
+// up to 1 us on the two-level items: the last arrival then often waited for another part's publication.)
 
 // Thread 0, before this CTA writes the partial it will arrive with: `seen` is the counter as read earlier (-1: not
 // read). True if the other need - 1 parts had all arrived: the arrivals' writes are acquired and the counter zeroed.
@@ -101,63 +83,15 @@ __device__ __forceinline__ MergeCounter level1_counter(int slot, int2 meta) {
   return {f + 1 + g, (P - g + kMergeGroups - 1) / kMergeGroups};
 }
 
-// Level 2 of the earlier form (!kMergeGroupParts): the 8 group states (m, l in merge_ml, acc in partial_o at slots
-// f .. f + 7, first_row = f * G) folded in group order (the combine kernel's phase 2) into the output, this thread's
-// rows and columns as in merge_split_task. (Run twice, the first pass storing nothing, this fold took 1.3-4.8 us the
-// first time and 1.5 us the second: cold code; twenty-ninth session, decode_timeline_merge_l2_twice_e79e60b.txt.)
-template <int kRows, int kThreads>
-__device__ __forceinline__ void merge_fold_group_states(const PagedDecodeParams& p, long long first_row, int G,
-                                                        int col, __nv_bfloat16* out, int tid, uint64_t* st,
-                                                        bool stamp) {
-  constexpr int kRowStep = kThreads / 16;
-  const float kNegInf = -__int_as_float(0x7f800000);
-  for (int row0 = tid >> 4; row0 < G; row0 += kRows * kRowStep) {
-    float gm[kRows][kMergeGroups], gl[kRows][kMergeGroups];
-    float4 ga[kRows][kMergeGroups][2];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-      for (int w = 0; w < kMergeGroups; ++w) {
-        if (row0 + r * kRowStep < G) {
-          const long long sr = first_row + row0 + r * kRowStep + static_cast<long long>(w) * G;
-          const float2 ml = __ldcg(p.merge_ml + sr);
-          gm[r][w] = ml.x;
-          gl[r][w] = ml.y;
-          ga[r][w][0] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + sr * 128 + col));
-          ga[r][w][1] = __ldcg(reinterpret_cast<const float4*>(p.partial_o + sr * 128 + col + 4));
-        } else {  // (never folded; filled because without it ptxas spilled ~420 bytes in the TMA kernels)
-          gm[r][w] = kNegInf;
-          gl[r][w] = 0.f;
-          ga[r][w][0] = ga[r][w][1] = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-      }
-    }
-    if (stamp && row0 == 0) st[5] = tl_clock_after(__float_as_int(gl[0][kMergeGroups - 1]));
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (row0 + r * kRowStep >= G) continue;
-      float L;
-      float4 res[2];
-      fold_groups<2>(gm[r], gl[r], ga[r], L, res);
-      store_bf16_row<2>(out + (row0 + r * kRowStep) * p.out_stride_h, res, 1.f / L);
-    }
-  }
-}
-
 // Task of slot `slot` of split item (b, h) with meta = {first slot f, parts P} has written its
 // partial: arrive, and if last merge (thread t: rows t / 16 + k kThreads / 16, columns 8 (t % 16)
 // .. + 7; kRows of its rows at a time, their loads together). Per output element the arithmetic
-// depends on neither kThreads nor kRows. Returns the merge levels this arrival ran (0: not the last
-// part; 1 or 2; read by the timeline diagnostics).
-// st (timeline build only, else unused): thread 0 stamps {arrived, first pass merged, stored, level-2 arrived, need,
-// level-2 first pass merged} (decode_timeline.cuh kTlMergeArrived ..).
-// known_last (kArrivalPeek, thread 0's): the part is known to be the last of its level-1 counter (last_by_peek before
-// its stores). A group's merger peeks at level 2 before its level-1 pass.
+// depends on neither kThreads nor kRows.
+// known_last (the arrival peek, thread 0's): the part is known to be the last of its level-1 counter (last_by_peek
+// before its stores). A group's merger peeks at level 2 before its level-1 pass.
 template <int kThreads = 128, int kBar = 1, int kRows = 1>
-__device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int b, int h, int G, int slot,
-                                                 int2 meta, volatile int* flag, int tid, uint64_t* st = nullptr,
-                                                 bool known_last = false) {
-  const bool stamp = kTimelineBuild && st != nullptr && tid == 0;
+__device__ __forceinline__ void merge_split_task(const DecodeParams& p, int b, int h, int G, int slot, int2 meta,
+                                                 volatile int* flag, int tid, bool known_last = false) {
   constexpr int kRowStep = kThreads / 16;
   constexpr int kPassRows = kRows * kRowStep;  // rows of one pass over the threads
   const float kNegInf = -__int_as_float(0x7f800000);
@@ -165,13 +99,7 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   const int g = (slot - f) & (kMergeGroups - 1);
   const bool grouped = P > kWarpParts;
   const MergeCounter c1 = level1_counter(slot, meta);
-  const bool sc = (p.diag & 8) != 0;
-  if (!arrive_last<kThreads, kBar>(p.merge_counts + c1.index, c1.need, flag, sc, tid, known_last)) return 0;
-  if (stamp) {
-    st[0] = tl_clock();
-    st[3] = st[5] = 0;
-    st[4] = static_cast<uint64_t>(c1.need);
-  }
+  if (!arrive_last<kThreads, kBar>(p.merge_counts + c1.index, c1.need, flag, tid, known_last)) return;
   const int col = 8 * (tid & 15);
   __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b + h * G * p.out_stride_h + col;
   const long long first_row = static_cast<long long>(f) * G;
@@ -187,7 +115,7 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   };
   // One pass of a merge: this thread's rows over parts q_begin, q_begin + step, ... < q_end.
   // (A merge group's parts, step kMergeGroups, in batches of kGroupBatch; the one-level parts in batches of
-  // kCombineBatch. Both 9 since the thirty-first session: split_merge.cuh.)
+  // kCombineBatch: split_merge.cuh.)
   auto merge_pass = [&](int row0, int q_begin, int step, int q_end, long long (&fr)[kRows], float (&m)[kRows],
                         float (&l)[kRows], float4 (&acc)[kRows][2]) {
     const int rows = pass_rows(row0, fr);
@@ -217,85 +145,61 @@ __device__ __forceinline__ int merge_split_task(const PagedDecodeParams& p, int 
   float m[kRows], l[kRows];
   float4 acc[kRows][2];
   // Level 1 (more than kWarpParts parts): group g (parts g, g + 8, ...) into part g's slot f + g (the partial_o
-  // columns a thread writes are those it alone read: part g is in its first batch). kMergeGroupParts (split_merge.cuh):
-  // as a partial of its own (its lse once the row's 16 lanes have read part g's), and the last group merges the 8
-  // group partials at slots f .. f + 7 as a one-level item of 8 parts through the one-level loop below, whose code is
-  // warm from the call's other merges (a level-2 fold of its own ran cold). (Level 1 through that loop as well made
-  // the one-level merges 0.15-0.5 us slower on 8/1 64x4K and 64x0.5K in two processes.) Otherwise its (m, l, acc)
-  // state, (m, l) in merge_ml, folded by fold_groups.
-  int q_end = P, levels = 1;
+  // columns a thread writes are those it alone read: part g is in its first batch), as a partial of its own (its lse
+  // once the row's 16 lanes have read part g's), and the last group merges the 8 group partials at slots f .. f + 7
+  // as a one-level item of 8 parts through the one-level loop below, whose code is warm from the call's other merges
+  // (a level-2 fold of its own ran cold). (Level 1 through that loop as well made the one-level merges 0.15-0.5 us
+  // slower on 8/1 64x4K and 64x0.5K in two processes.)
+  int q_end = P;
   if (grouped) {
-    // kArrivalPeek: read the level-2 counter now (its round trip under this pass's loads) and, if the other groups
+    // The arrival peek: read the level-2 counter now (its round trip under this pass's loads) and, if the other groups
     // are all in, acquire before this thread's first store.
     int seen2 = -1;
     bool known_last2 = false;
-    if (kArrivalPeek && tid == 0) seen2 = ld_relaxed_gpu(p.merge_counts + f);
+    if (tid == 0) seen2 = ld_relaxed_gpu(p.merge_counts + f);
     for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
       const int rows = merge_pass(row0, g, kMergeGroups, P, fr, m, l, acc);
-      if (stamp && row0 == 0) st[1] = tl_clock_after(__float_as_int(l[0]));
-      if (kArrivalPeek && tid == 0 && row0 == 0) known_last2 = last_by_peek(p.merge_counts + f, seen2, kMergeGroups);
-      if constexpr (kMergeGroupParts) __syncwarp(0xffffu << (tid & 16));  // the row's half warp read part g's lse
+      if (tid == 0 && row0 == 0) known_last2 = last_by_peek(p.merge_counts + f, seen2, kMergeGroups);
+      __syncwarp(0xffffu << (tid & 16));  // the row's half warp read part g's lse
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         if (r >= rows) continue;
         const long long sr = fr[r] + static_cast<long long>(g) * G;
         float4* dst = reinterpret_cast<float4*>(p.partial_o + sr * 128 + col);
-        if constexpr (kMergeGroupParts) {
-          float lse;
-          float4 o[2];
-          group_as_part<2>(m[r], l[r], acc[r], lse, o);
-          dst[0] = o[0];
-          dst[1] = o[1];
-          if ((tid & 15) == 0) p.partial_lse[sr] = lse;
-        } else {
-          dst[0] = acc[r][0];
-          dst[1] = acc[r][1];
-          if ((tid & 15) == 0) p.merge_ml[sr] = make_float2(m[r], l[r]);
-        }
+        float lse;
+        float4 o[2];
+        group_as_part<2>(m[r], l[r], acc[r], lse, o);
+        dst[0] = o[0];
+        dst[1] = o[1];
+        if ((tid & 15) == 0) p.partial_lse[sr] = lse;
       }
     }
-    if (stamp) st[2] = tl_clock();
-    if (!arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, sc, tid, known_last2)) return 1;
-    if (stamp) st[3] = tl_clock();
-    if constexpr (!kMergeGroupParts) {
-      merge_fold_group_states<kRows, kThreads>(p, first_row, G, col, out, tid, st, stamp);
-      return 2;
-    }
+    if (!arrive_last<kThreads, kBar>(p.merge_counts + f, kMergeGroups, flag, tid, known_last2)) return;
     q_end = kMergeGroups;
-    levels = 2;
   }
   // One level: parts 0 .. q_end - 1 into the output (the item's P parts, or level 2's 8 group partials).
   for (int row0 = tid >> 4; row0 < G; row0 += kPassRows) {
     const int rows = merge_pass(row0, 0, 1, q_end, fr, m, l, acc);
-    if (stamp && row0 == 0) st[levels == 2 ? 5 : 1] = tl_clock_after(__float_as_int(l[0]));
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
       if (r < rows) store_bf16_row<2>(out + (row0 + r * kRowStep) * p.out_stride_h, acc[r], 1.f / l[r]);
   }
-  if (stamp && levels == 1) st[2] = tl_clock();
-  return levels;
 }
 
 // ---- merge by helper warps (TMA kernel, merge == 2) -----------------------------------------
 // The consumers' arrival above stalls all four consumer warps for a GPU-scope fence and an
 // atomic round trip (~2-3 us per split task), and the last part merges before the consumers
 // go on: at 8/1 heads the in-kernel merge measured 3-6 us per call over the decode alone with
-// the TMA producer, 9 us with 20 % claimable tail bins (HISTORY.md). The TMA kernel has two idle
+// the TMA producer, 9 us with 20 % claimable tail bins. The TMA kernel has two idle
 // producer warps: the consumers hand each split task over to them through a shared-memory ring
 // (descriptor + one mbarrier arrival per consumer thread, release at CTA scope after its partial
 // writes) and go on at once; the helpers acquire, arrive at GPU scope and merge, with the same
 // arithmetic and order as above (identical bits). A descriptor with item -1 ends the service. (One arrival per
-// consumer warp after a __syncwarp instead of 128 measured null, twenty-eighth session:
-// decode_attention_merge_warp_arrive_ab_b8ceb42.*.)
-// HPC_ATTN_CONSUMERS_MERGE_LAST 1 (thirty-first session): the split part that is its bin's last task is arrived and
-// merged by the consumers (128 threads, named barrier 1, the cp.async kernel's path) instead of being handed to the
-// helpers: at the call's end the hand-over (consumers' ring arrival, the helpers' wait and barrier) sits between the
-// part's stores and its arrival. Same bits (the arithmetic does not depend on the threads). 0: every split part goes
-// to the helpers (A/B build _ext.HELPERS_MERGE_LAST).
-#ifndef HPC_ATTN_CONSUMERS_MERGE_LAST
-#define HPC_ATTN_CONSUMERS_MERGE_LAST 1
-#endif
-constexpr bool kConsumersMergeLast = HPC_ATTN_CONSUMERS_MERGE_LAST != 0;
+// consumer warp after a __syncwarp instead of 128 measured null.)
+// The split part that is its bin's last task is arrived and merged by the consumers (128 threads, named barrier 1,
+// the cp.async kernel's path) instead of being handed to the helpers: at the call's end the hand-over (consumers'
+// ring arrival, the helpers' wait and barrier) would sit between the part's stores and its arrival. Same bits (the
+// arithmetic does not depend on the threads).
 
 constexpr int kMergeRingSlots = 4;
 constexpr int kMergeHelperThreads = 64;
@@ -318,10 +222,8 @@ __device__ __forceinline__ void merge_request(const MergeRing& r, int k, int4 de
 }
 
 // Helper side: kMergeHelperThreads threads, tid = 0 .. kMergeHelperThreads - 1.
-__device__ __forceinline__ void merge_helpers(const PagedDecodeParams& p, const MergeRing& r, volatile int* flag,
+__device__ __forceinline__ void merge_helpers(const DecodeParams& p, const MergeRing& r, volatile int* flag,
                                               int tid) {
-  uint64_t busy_ns = 0, last_ns = 0;  // timeline diagnostics
-  int merges = 0;
   for (int k = 0;; ++k) {
     const int s = k % kMergeRingSlots;
     mbar_wait(&r.full[s], (k / kMergeRingSlots) & 1);  // acquire: the consumers' partial writes
@@ -330,33 +232,8 @@ __device__ __forceinline__ void merge_helpers(const PagedDecodeParams& p, const 
     if (tid == 0) mbar_arrive(&r.empty[s]);
     if (d.x < 0) break;
     const int b = d.x / p.num_kv_heads, h = d.x - b * p.num_kv_heads;
-    const uint64_t t0 = tl_on(p) ? tl_clock() : 0;
-    uint64_t st[6];
-    const int levels = merge_split_task<kMergeHelperThreads, kMergeHelperBar, kMergeHelperRows>(
-        p, b, h, p.group, d.y, make_int2(d.z, d.w), flag, tid, tl_on(p) ? st : nullptr);
-    merges += levels;
-    if (tl_on(p)) {
-      const uint64_t t1 = tl_clock();
-      last_ns = t1 - t0;
-      busy_ns += last_ns;
-      if (levels > 0 && tid == 0) {  // the last merge that merged: its steps
-        tl_put(p, kTlMergeDesc, t0);
-        tl_put(p, kTlMergeArrived, st[0]);
-        tl_put(p, kTlMergeLoaded, st[1]);
-        tl_put(p, kTlMergeStored, st[2]);
-        tl_put(p, kTlMergeArrived2, st[3]);
-        tl_put(p, kTlMergeEnd, t1);
-        tl_put(p, kTlMergeParts, d.w);
-        tl_put(p, kTlMergeNeed, st[4]);
-        tl_put(p, kTlMergeL2Merged, st[5]);
-      }
-    }
-  }
-  if (tl_on(p) && tid == 0) {
-    tl_put(p, kTlHelperEnd, tl_clock());
-    tl_put(p, kTlHelperCounts, merges);
-    tl_put(p, kTlMergeNs, busy_ns);  // merge == 2: the consumers merge nothing
-    tl_put(p, kTlLastMergeNs, last_ns);
+    merge_split_task<kMergeHelperThreads, kMergeHelperBar, kMergeHelperRows>(p, b, h, p.group, d.y,
+                                                                             make_int2(d.z, d.w), flag, tid);
   }
 }
 

@@ -37,7 +37,7 @@ struct DecodePlanParams {
   int cost_cap;       // 1: no charge makes an item longer than the tiles-only budget (ItemCharge)
   // Claimable tail (dynamic mode, only when all num_bins bins are used): the last tail_percent %
   // of the work line is cut into bins of tail_bin units, at most max_tail_bins of them, after the
-  // num_bins owned bins; CTAs that finish their own bin claim them in order (paged_decode.cuh).
+  // num_bins owned bins; CTAs that finish their own bin claim them in order (decode.cuh).
   int tail_percent;
   int tail_bin;
   int max_tail_bins;
@@ -67,16 +67,13 @@ struct DecodePlanParams {
   // Bins the line may be cut into: num_bins, or, head-major, num_bins rounded down to a multiple
   // of Hkv, so that every head's stretch of the line is cut at the same token positions.
   int cut_bins;
-  // Diagnostics only (scripts/timeline_plan.py): per-warp step stamps, see decode_plan_timeline.cuh;
-  // nullptr (the library's setting) records nothing.
-  uint64_t* timeline;
 };
 
 // Fill the line-order fields of a plan's parameters (batch, num_kv_heads, num_bins and
 // static_splits set). cut_to_heads (head-major only): cut the line into a multiple of Hkv bins
-// (the default, heuristics.HEAD_MAJOR_CUT_TO_HEADS), else into up to num_bins. Why head-major (H200, NOTES.md, eighth session): with every head's line cut
-// alike, the CTAs that run in step read all KV heads of the same pages together; 64/8 plans ran
-// 1-4 us faster (twin plans fed to the kernel) than with the request-major line.
+// (the default, heuristics.HEAD_MAJOR_CUT_TO_HEADS), else into up to num_bins. Why head-major (H200):
+// with every head's line cut alike, the CTAs that run in step read all KV heads of the same pages
+// together; 64/8 plans ran 1-4 us faster (twin plans fed to the kernel) than with the request-major line.
 inline void set_line_order(DecodePlanParams& p, bool head_major, bool cut_to_heads = true) {
   p.cut_bins = p.num_bins;
   p.line_heads = 0;
@@ -92,10 +89,10 @@ inline void set_line_order(DecodePlanParams& p, bool head_major, bool cut_to_hea
   }
 }
 
-struct PagedDecodeParams {
+struct DecodeParams {
   // TMA producer only (launch with tma = true): 4-D maps of the K and V caches over
   // (dim, head, token in page, page), box (128 B of dim, 1 head, min(page, 64) tokens, 1 page),
-  // 128-byte swizzle. Encoded on the host (paged_kv_tensor_maps.cu, cached per layout) and read
+  // 128-byte swizzle. Encoded on the host (csrc/decode_dispatch.cu, cached per layout) and read
   // from the kernel's parameter space (__grid_constant__): a CUDA graph replays the baked maps,
   // which is right because a KV cache does not move while it is in use.
   CUtensorMap k_map;
@@ -123,12 +120,12 @@ struct PagedDecodeParams {
   float* partial_o;    // [slots, G, 128]
   float* partial_lse;  // [slots, G] (log2 domain)
   // Merge of split items inside the decode kernel (merge != 0; the combine kernel is then not
-  // launched): the last part of an item to finish merges it (see paged_decode.cuh); merge == 2:
+  // launched): the last part of an item to finish merges it (see decode.cuh); merge == 2:
   // in the TMA kernel by its two helper warps instead of the consumers (decode_merge_in_kernel.cuh).
+  // merge == 0: the dispatch (csrc/decode_dispatch.cu) launches the combine kernel after the decode.
   int merge;
   const int2* slot_meta;  // [slots]: {first slot f, parts P}
   int* merge_counts;      // [slots], zero between calls: arrivals per item (index f) / group (f + 1 + g)
-  float2* merge_ml;       // [slots, G]: (m, l) of merge group g of an item, at slot f + g (HPC_ATTN_MERGE_GROUP_PARTS=0 only)
   const int4* combine;    // {item, first slot, parts, 0}: entries with parts == 0 (empty items) -> zeros
   const int32_t* counters;  // counters[kNumTailBins]: claimable tail bins after the gridDim.x owned ones
   int* claim_counter;       // zero between calls: tail bins claimed so far (the last claim resets it)
@@ -138,23 +135,13 @@ struct PagedDecodeParams {
   float sm_scale_log2;  // softmax scale * log2(e)
   int num_kv_heads;
   int group;  // G = Hq / Hkv, 1..16
-  // Diagnostics only (scripts/timeline_decode.py): per-CTA event stamps, [gridDim.x][16] (see
-  // decode_timeline.cuh); nullptr (the library's setting) records nothing.
-  uint64_t* timeline;
-  int diag;   // benchmark diagnostics only: bit 0 = consumers skip the math (output undefined);
-              // bit 1 (host side) = TMA maps with 256-byte L2 promotion (default 128);
-              // bit 2 = first task read from tasks[bin_start] (after it) instead of bin_first;
-              // bit 3 = split-item arrival with a per-thread SC fence (the version-4 protocol);
-              // bit 4 = a bin's tasks run in line order (see task_in_run);
-              // bit 5 = own_bin pairs heads h and h + Hkv / 2 on a TPC instead of h and h + 1
-              // bit 6 = the KV loads with the normal L2 policy instead of evict_first (kv_l2_policy)
   int bin_heads;  // > 1: CTA c runs bin (c % bin_heads) * nb1 + c / bin_heads (own_bin); else bin c
-  // KV loads before the PDL wait (TMA producer only; paged_decode.decode's `new_tokens`): n >= 1 promises that the
-  // previous kernel on the stream writes at most the last n KV positions of each request (and q, q_scale, out), and
-  // that the plan, the page table and every older KV position were written before it started. The producer then
-  // reads the bin's tables and copies the first task's tiles that end at least n tokens before the task's end into
-  // the ring (at most HPC_ATTN_EARLY_TILES, paged_decode_config.cuh) before griddepcontrol.wait; the task's Q rows
-  // follow after the wait. <= 0: nothing is read before the wait (the default).
+  // KV loads before the PDL wait (TMA producer only; decode's `new_tokens`): n >= 1 promises that the previous kernel
+  // on the stream writes at most the last n KV positions of each request (and q, q_scale, out), and that the plan, the
+  // page table and every older KV position were written before it started. The producer then reads the bin's tables
+  // and copies the first task's tiles that end at least n tokens before the task's end into the ring (at most
+  // kEarlyTilesMax, decode_config.cuh) before griddepcontrol.wait; the task's Q rows follow after the wait. <= 0:
+  // nothing is read before the wait (the default).
   int early_kv_tokens;
 };
 

@@ -19,7 +19,7 @@
 // decode_plan_fast.cuh (the common dynamic plan), decode_plan_rows.cuh (the same plan for one-head
 // batches of up to 256 requests, without block scans), decode_plan_aligned.cuh (the common
 // head-major plan: every head's stretch cut alike), decode_plan_general.cuh (tails, wide lines),
-// decode_plan_static.cuh (static mode), decode_plan_timeline.cuh (diagnostics stamps); this file
+// decode_plan_static.cuh (static mode); this file
 // holds the three kernels (decode_plan_kernel, decode_plan_aligned_kernel, decode_plan_rows_kernel) and the
 // launcher that picks one on the host (plan_kernel_for).
 #pragma once
@@ -35,7 +35,6 @@
 #include "hpc_attention/decode_plan_rows.cuh"
 #include "hpc_attention/decode_plan_general.cuh"
 #include "hpc_attention/decode_plan_static.cuh"
-#include "hpc_attention/decode_plan_timeline.cuh"
 #include "hpc_common/pdl.cuh"
 
 namespace hpc::attn {
@@ -102,10 +101,8 @@ __device__ __forceinline__ void plan_one_cta(const DecodePlanParams& p, const Fa
     v[2] += (h0 == 0 && (!kHM || b < p.line_batch) && (raw < 0 || raw > p.max_len)) ? 1 : 0;
     v[3] = max(v[3], n);
   }
-  plan_tl(p, kPtLens, v[0]);
   int tot[4];
   block_scan<2, true>(v, tot, sh.scan[0]);
-  plan_tl(p, kPtScan1, tot[0]);
   const int total = tot[0];
   if (dynamic) {
     // The work line: tiles plus each item's charge (ItemCharge; see plan_dynamic_general);
@@ -132,7 +129,6 @@ __device__ __forceinline__ void plan_one_cta(const DecodePlanParams& p, const Fa
   } else {
     plan_static(p, r0, r1, total, tot[2]);
   }
-  plan_tl_end(p);
   if (p.page_table != nullptr) write_first_pages(p);  // block-uniform
 }
 
@@ -145,7 +141,6 @@ __device__ __forceinline__ FastDiv plan_pdl_entry(const DecodePlanParams& p) {
   by_floor.init(p.min_tiles > 0 ? p.min_tiles : 1);
   hpc::pdl_wait();
   hpc::pdl_launch_dependents();
-  plan_tl(p, kPtPdl);
   return by_floor;
 }
 
@@ -154,7 +149,6 @@ __device__ __forceinline__ FastDiv plan_pdl_entry(const DecodePlanParams& p) {
 // of the out-of-line plans; with it the kernel takes 108-112 registers and no spill.
 template <bool kHM>
 __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_kernel(const __grid_constant__ DecodePlanParams p) {
-  plan_tl(p, kPtEntry);
   // Work per thread (plan_work): dynamic plans split a request's heads over threads when there are
   // fewer requests than threads. Only parameters are read before pdl_wait.
   const PlanWork w = plan_work(p.batch, p.num_kv_heads, p.static_splits <= 0);
@@ -180,12 +174,10 @@ __device__ __noinline__ void plan_head_major_unaligned(const DecodePlanParams& p
 // the block-scan aligned plan; either returns false in every CTA when the line is not aligned after all.
 template <bool kRows>
 __device__ __forceinline__ void plan_aligned_grid(const DecodePlanParams& p) {
-  plan_tl(p, kPtEntry);
   if (threadIdx.x >> 5 == kPlanWarps - 1) touch_param_lines(p);  // never a row warp (kRowMax < kPlanWarps - 1)
   init_first_pages(p);
   const FastDiv by_floor = plan_pdl_entry(p);
   if (kRows ? plan_fast_rows<true>(p, by_floor) : plan_head_major_aligned(p, by_floor)) {
-    plan_tl_end(p);
     if (p.page_table != nullptr) write_first_pages(p);  // block-uniform; this CTA's bins only
     return;
   }
@@ -206,12 +198,10 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_aligned_kernel(co
 // part of it (the touch that would have told was dropped by ptxas in that measurement; see
 // touch_param_lines, which this kernel now uses).
 __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_rows_kernel(const __grid_constant__ DecodePlanParams p) {
-  plan_tl(p, kPtEntry);
   // The last warp never holds a row (kRowMax * 32 <= kPlanThreads / 2): it warms the parameter lines.
   static_assert(kRowMax < kPlanWarps, "an idle warp touches the parameter lines");
   if (threadIdx.x >> 5 == kPlanWarps - 1) touch_param_lines(p);
   plan_fast_rows<false>(p, plan_pdl_entry(p));
-  plan_tl_end(p);
   if (p.page_table != nullptr) write_first_pages(p);  // block-uniform; every warp is still here
 }
 

@@ -9,7 +9,6 @@
 #include "hpc_attention/decode_params.h"
 #include "hpc_attention/decode_plan_common.cuh"
 #include "hpc_attention/decode_plan_fast.cuh"
-#include "hpc_attention/decode_plan_timeline.cuh"
 
 namespace hpc::attn {
 
@@ -157,10 +156,8 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
     v[2] += (raw < 0 || raw > p.max_len) ? mine : 0;
     v[3] = max(v[3], n);
   }
-  plan_tl(p, kPtLens, v[0]);
   int tot[4];
   block_scan<2, true>(v, tot, sh.scan[0]);
-  plan_tl(p, kPtScan1, tot[0]);
   const long long total_ll = static_cast<long long>(H) * tot[0];
   if (total_ll > 0x7fffffffll) return false;
   const unsigned total = static_cast<unsigned>(total_ll);
@@ -191,7 +188,6 @@ __device__ __forceinline__ bool plan_head_major_aligned(const DecodePlanParams& 
   count_requests(cnt, L, r0, r1, line0, 1, mine, length, charge);
   int tot2[4];
   block_scan<3, false>(cnt, tot2, sh.scan[2]);
-  plan_tl(p, kPtScan2, tot2[0]);
   AlignedHeads A;
   A.heads = H;
   A.batch = B;

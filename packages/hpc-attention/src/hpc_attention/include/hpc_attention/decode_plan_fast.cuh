@@ -7,7 +7,6 @@
 
 #include "hpc_attention/decode_params.h"
 #include "hpc_attention/decode_plan_common.cuh"
-#include "hpc_attention/decode_plan_timeline.cuh"
 
 namespace hpc::attn {
 
@@ -244,7 +243,6 @@ __device__ __forceinline__ void plan_fast(const DecodePlanParams& p, int r0, int
   count_requests(cnt, cut.L, r0, r1, line0, nh, 1, length, charge);
   int tot[4];
   block_scan<3, false>(cnt, tot, plan_shared().scan[2]);
-  plan_tl(p, kPtScan2, tot[0]);
   const int num_tasks = tot[0];
 
   // Counters and the bin_start entries of unused bins first (they need only the totals).

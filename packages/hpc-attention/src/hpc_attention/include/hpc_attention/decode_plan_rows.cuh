@@ -12,13 +12,12 @@
 #include "hpc_attention/decode_plan_aligned.cuh"
 #include "hpc_attention/decode_plan_common.cuh"
 #include "hpc_attention/decode_plan_fast.cuh"
-#include "hpc_attention/decode_plan_timeline.cuh"
 #include "hpc_common/sm90.cuh"
 
 namespace hpc::attn {
 
 // Why a plan of its own: at batch 256 and one KV head the plan is one CTA's dependent chain, and
-// its per-warp timeline (scripts/timeline_plan.py, H200) put ~1.5 us of it between the KV lengths
+// its per-warp timeline (H200) put ~1.5 us of it between the KV lengths
 // landing and the stores: two block scans (pass 1's totals, then pass 2's counts, each a warp scan,
 // a barrier and a second warp scan) with the bin arithmetic between them, not instruction fetch
 // (the same steps with the code warm in the L2 took as long). Here every warp reads all B <=
@@ -108,7 +107,6 @@ __device__ __forceinline__ bool plan_fast_rows(const DecodePlanParams& p, const 
     lane_longest = max(lane_longest, n[k]);
     lane_clamped += raw[k] < 0 || raw[k] > p.max_len ? 1 : 0;  // 0 outside the batch
   }
-  plan_tl(p, kPtLens, lane_tiles);
   // total: the tiles of every item (kAligned: Hkv x head 0's, which plan_rows_aligned_applies keeps
   // below 2^31).
   const int tiles1 = warp_sum(lane_tiles), total = tiles1 * H;
@@ -137,7 +135,6 @@ __device__ __forceinline__ bool plan_fast_rows(const DecodePlanParams& p, const 
   const unsigned line1 = static_cast<unsigned>(tiles1) + static_cast<unsigned>(warp_sum(lane_charge));
   const unsigned line = line1 * static_cast<unsigned>(H);
   const unsigned line0 = static_cast<unsigned>(warp_sum(lane_before) + warp_exclusive_scan(my_n + static_cast<int>(my_ovh)));
-  plan_tl(p, kPtScan1, static_cast<int>(line0));
   const unsigned nb = static_cast<unsigned>(bins_for(by_floor, line, p.cut_bins));
   if constexpr (kAligned) {
     // Aligned iff the line fills the cut_bins bins (a multiple of Hkv, set_line_order), as
@@ -172,7 +169,6 @@ __device__ __forceinline__ bool plan_fast_rows(const DecodePlanParams& p, const 
   const int task = warp_sum(before ? r.x : 0) + e_tasks, slot = warp_sum(before ? r.y : 0) + e_slots,
             comb = warp_sum(before ? r.z : 0) + e_comb;
   const int num_tasks = warp_sum(r.x), num_slots = warp_sum(r.y), num_comb = warp_sum(r.z);
-  plan_tl(p, kPtScan2, task);
 
   const int nb_used = line > 0 ? static_cast<int>(nb) : 0;
   if (!kAligned || blockIdx.x == 0) {  // num_tasks etc. are head 0's: times H for all heads

@@ -1,5 +1,5 @@
-// Producer warps of the paged decode kernel: stream K/V tiles (and each task's Q rows) into
-// the shared-memory ring with 16-byte cp.async copies (see paged_decode.cuh for the scheme).
+// Producer warps of the decode kernel: stream K/V tiles (and each task's Q rows) into
+// the shared-memory ring with 16-byte cp.async copies (see decode.cuh for the scheme).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,8 +9,7 @@
 
 #include "hpc_attention/decode_bin_ring.cuh"
 #include "hpc_attention/decode_params.h"
-#include "hpc_attention/decode_timeline.cuh"
-#include "hpc_attention/paged_decode_config.cuh"
+#include "hpc_attention/decode_config.cuh"
 #include "hpc_attention/sm90_primitives.cuh"
 
 namespace hpc::attn {
@@ -19,7 +18,7 @@ namespace hpc::attn {
 // rows from the producer threads (kThreads of them, index tid), entries strided over the CTAs,
 // off the critical path (after the cp.async loads are issued, or on the TMA producer's idle warps).
 template <int kThreads>
-__device__ __forceinline__ void write_empty_items(const PagedDecodeParams& p, int tid) {
+__device__ __forceinline__ void write_empty_items(const DecodeParams& p, int tid) {
   const int n_comb = p.counters[kNumCombine];
   for (int e = blockIdx.x; e < n_comb; e += gridDim.x) {
     const int4 ent = p.combine[e];
@@ -33,7 +32,7 @@ __device__ __forceinline__ void write_empty_items(const PagedDecodeParams& p, in
 }
 
 template <bool kFp8Kv, bool kFp8Q>
-__device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
+__device__ __forceinline__ void producer_warps(const DecodeParams& p, uint8_t* smem, uint64_t* full,
                                                uint64_t* empty, int bin, int t_begin, int t_end, int4 first,
                                                int first_page) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q>;
@@ -45,13 +44,12 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
   constexpr int kQElem = kFp8Q ? 1 : 2;
   const int pid = threadIdx.x - 32 * Cfg::kConsumerWarps;  // 0..127
   const int row0 = pid / kChunks, col = pid % kChunks;
-  const uint64_t policy = kv_l2_policy(!(p.diag & 64));
+  const uint64_t policy = kv_l2_evict_first();
   const int page_mask = (1 << p.page_size_log2) - 1;
   const char* kbase = static_cast<const char*>(p.k_cache) + col * 16;
   const char* vbase = static_cast<const char*>(p.v_cache) + col * 16;
   int stage = 0;
   uint32_t phase = 0;
-  bool tl_first = tl_on(p) && pid == 0;  // timeline diagnostics
   // Own bin, then the tail bins in a fixed order (decode_bin_ring.cuh: StaticBins).
   StaticBins bins{bin, p.counters[kNumTailBins], 0, 0, make_int4(0, 0, 0, 0)};
   for (;;) {
@@ -103,10 +101,6 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
         }
       }
       cp_async_arrive_noinc(&full[stage]);
-      if (tl_first) {
-        tl_first = false;
-        tl_put(p, kTlFirstIssue, tl_clock_after(pg[0]));
-      }
       if (++stage == Cfg::kStages) {
         stage = 0;
         phase ^= 1;
@@ -116,7 +110,6 @@ __device__ __forceinline__ void producer_warps(const PagedDecodeParams& p, uint8
   if (!bins.next(t_begin, t_end, first)) break;
   }
   if (p.merge) write_empty_items<Cfg::kProducerThreads>(p, pid);
-  if (tl_on(p) && pid == 0) tl_put(p, kTlProducerEnd, tl_clock());
 }
 
 }  // namespace hpc::attn

@@ -5,16 +5,16 @@
 // kPitch + d], d < 128. Row r's output is sum_w f_w O_w / sum_w f_w l_w with f_w = 2^(m_w - max_w m_w), times
 // v_scale; a split task also stores its log-sum-exp (base 2).
 //
-// Twenty-eighth session: the timeline's end step (last tile -> consumer exit, 1.9-2.1 us on every case) spent
-// 1.2-1.4 us in this fold at G = 8, and a second pass through the same code (stores off) took as long as the
-// first, so the time is the fold's own dependent chain, not cold code or stores: each of the 128 threads ran
-// every row's scalar chain (8 shared loads, max, 4 exp2, sums, reciprocal) before the row's output, one row
-// after another (~280 cycles a row). HPC_ATTN_FOLD_ROW_SCALARS 1 (default): thread r < G computes row r's
-// scalars once (f_w and 1 / l written back over its own m / l slots), a barrier, then the second step folds the
-// rows with their loads and products independent of each other (its form: HPC_ATTN_FOLD_VECTOR below). Same
-// arithmetic in the same order (the reciprocal is the same MUFU.RCP that `acc / L` compiles to under
-// --use_fast_math), so the same bits; HPC_ATTN_FOLD_ROW_SCALARS 0 is the earlier form (`_ext.FOLD_EACH_THREAD`, the
-// A/B build).
+// The fold is on every task's critical path (the timeline's last tile -> consumer exit step was 1.9-2.1 us at G = 8,
+// 1.2-1.4 us of it here when every thread ran every row's scalar chain), so it is laid out as two short steps:
+// 1. row scalars: thread r < G computes row r's factors f_w and 1 / l once and writes them back over its own m / l
+//    slots, then a barrier (-0.3 us mean over the 24 benchmark cases);
+// 2. rows: each thread takes 4 adjacent columns of rows r = warp, warp + 4, ...: one 16-byte load per source warp,
+//    one 8-byte (BF16) or 16-byte (partial) store per row (half the instructions of a column per thread: -0.33 us
+//    mean, all 24 cases faster).
+// The task's store addresses are computed at its start and pinned in registers (fold_targets), so the fold reads no
+// parameter (its LDC at the fold cost -0.10 us mean). Same arithmetic in the same order as a plain per-element fold
+// (the reciprocal is the same MUFU.RCP that `acc / L` compiles to under --use_fast_math), so the same bits.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,37 +22,7 @@
 #include "hpc_attention/sm90_primitives.cuh"
 #include "hpc_attention/decode_params.h"
 
-#ifndef HPC_ATTN_FOLD_ROW_SCALARS
-#define HPC_ATTN_FOLD_ROW_SCALARS 1
-#endif
-
-// HPC_ATTN_FOLD_ADDR_EARLY 1 (default, twenty-eighth session): with the row scalars the fold still took ~0.8 us
-// (merged -> stored) against ~0.35 us of its instructions' chain. Suspect: its reads of the parameter block (p.out,
-// the strides, p.partial_o / partial_lse, p.group: LDC / ULDC at the fold). The task's store addresses are computed
-// at the task's start and pinned (and G) in registers, so the fold reads no constant: timeline's row scalars ->
-// stored 0.64 -> 0.51 us, -0.10 us mean over 24 cases (17 faster, every 8/1 FP8 case;
-// decode_attention_fold_addr_ab_3d26aad.*). 0 is the earlier form (`_ext.FOLD_ADDR_AT_FOLD`).
-#ifndef HPC_ATTN_FOLD_ADDR_EARLY
-#define HPC_ATTN_FOLD_ADDR_EARLY 1
-#endif
-
-// HPC_ATTN_FOLD_VECTOR 1 (default, twenty-eighth session): the row-scalar fold's second step (~0.5 us at G = 8)
-// was ~220 instructions per consumer warp, issue- and dependency-bound (ncu: "wait" and "selected" stalls only,
-// benchmarks/profiles/h200/ncu_decode_source_fold_b8ceb42.txt): per output element a 4-byte load per source warp and
-// a scalar store with its own address arithmetic and branch. Now each thread takes 4 adjacent columns of rows
-// r = warp, warp + 4, ...: one 16-byte load per source warp, one 8-byte (BF16) or 16-byte (partial) store per row,
-// the branch on the task's kind once per row; ~110 instructions per warp at G = 8. Same arithmetic per element,
-// same bits. Timeline's step 0.51 -> 0.32-0.35 us; -0.33 us mean over the 24 cases, 24 faster
-// (decode_attention_fold_vector_ab_fcc7866.*). 0 is the earlier form (`_ext.FOLD_SCALAR_COLUMNS`).
-#ifndef HPC_ATTN_FOLD_VECTOR
-#define HPC_ATTN_FOLD_VECTOR 1
-#endif
-
 namespace hpc::attn {
-
-constexpr bool kFoldRowScalars = HPC_ATTN_FOLD_ROW_SCALARS != 0;
-constexpr bool kFoldVector = HPC_ATTN_FOLD_VECTOR != 0;
-constexpr bool kFoldAddrEarly = HPC_ATTN_FOLD_ADDR_EARLY != 0;
 
 // A task's fold targets at the thread's column d = threadIdx.x (the vector step subtracts d and adds its own
 // first column): output row 0 (whole task) or partial row 0 and its log-sum-exp slot (split task, slot w >= 0).
@@ -89,17 +59,10 @@ __device__ __forceinline__ void store_v4_f32(void* dst, const float (&v)[4]) {
   asm volatile("st.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]) : "memory");
 }
 
-// The targets of task slot w (< 0: a whole task) of item (b, h). kPin: pinned in registers (kFoldAddrEarly, called
-// at the task's start); otherwise plain values that ptxas re-reads from the parameters where they are used.
-template <int kDim, bool kPin>
-__device__ __forceinline__ FoldTargets fold_targets(const PagedDecodeParams& p, int b, int h, int w) {
-  const auto keep = [](auto v) {
-    if constexpr (kPin) {
-      return pin_reg(v);
-    } else {
-      return v;
-    }
-  };
+// The targets of task slot w (< 0: a whole task) of item (b, h), pinned in registers (called at the task's start).
+template <int kDim>
+__device__ __forceinline__ FoldTargets fold_targets(const DecodeParams& p, int b, int h, int w) {
+  const auto keep = [](auto v) { return pin_reg(v); };
   FoldTargets t;
   t.G = keep(p.group);
   t.out_stride_h = keep(p.out_stride_h);
@@ -111,100 +74,56 @@ __device__ __forceinline__ FoldTargets fold_targets(const PagedDecodeParams& p, 
 }
 
 // Called by the 128 consumer threads (d = threadIdx.x) after the barrier that follows the warps' state writes;
-// `bar` is the consumers' named barrier. store_row(row, value) writes column d of an output row; store_row4(row,
-// col, v) columns col .. col + 3 (kFoldVector); store_lse(row, lse) a split task's log-sum-exp (called by one
-// thread per row); after_scalars() runs after the row scalars' barrier (timeline stamps).
-template <int kPitch, class StoreRow, class StoreRow4, class StoreLse, class AfterScalars>
+// `bar` is the consumers' named barrier. store_row4(row, col, v) writes columns col .. col + 3 of an output row;
+// store_lse(row, lse) a split task's log-sum-exp (called by one thread per row).
+template <int kPitch, class StoreRow4, class StoreLse>
 __device__ __forceinline__ void fold_task_rows(float* merge_m, float* merge_l, const float* merge_o, int G,
-                                               float v_scale, int d, int bar, StoreRow store_row,
-                                               StoreRow4 store_row4, StoreLse store_lse,
-                                               AfterScalars after_scalars) {
+                                               float v_scale, int d, int bar, StoreRow4 store_row4,
+                                               StoreLse store_lse) {
   const float kNegInf = -__int_as_float(0x7f800000);
-  if constexpr (kFoldRowScalars) {
-    // Row r's scalars, by thread r < G: f_w over the thread's own m slots [w][r], 1 / l over its l slot [0][r], so
-    // no thread reads what another writes. (Factors written row-major for one 16-byte load per row, 8 rows per
-    // step: null, -0.02 us, decode_attention_fold_packed_ab_a390661.*.)
-    if (d < G) {
-      const int r = d;
-      float mw[4], lw[4], mmax = kNegInf;
+  // Row r's scalars, by thread r < G: f_w over the thread's own m slots [w][r], 1 / l over its l slot [0][r], so
+  // no thread reads what another writes.
+  if (d < G) {
+    const int r = d;
+    float mw[4], lw[4], mmax = kNegInf;
 #pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        mw[w] = merge_m[w * 16 + r];
-        lw[w] = merge_l[w * 16 + r];
-        mmax = fmaxf(mmax, mw[w]);
-      }
-      const float mbase = mmax == kNegInf ? 0.f : mmax;
-      float L = 0.f;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        const float f = exp2f(mw[w] - mbase);
-        L += f * lw[w];
-        merge_m[w * 16 + r] = f;
-      }
-      merge_l[r] = L > 0.f ? 1.f / L : 0.f;
-      store_lse(r, mbase + __log2f(L));
+    for (int w = 0; w < 4; ++w) {
+      mw[w] = merge_m[w * 16 + r];
+      lw[w] = merge_l[w * 16 + r];
+      mmax = fmaxf(mmax, mw[w]);
     }
-    named_barrier(bar, 128);
-    after_scalars();
-    if constexpr (kFoldVector) {
-      static_assert(kPitch % 4 == 0, "fold_task_rows: 16-byte rows of merge_o");
-      const int col = 4 * (d & 31);
-      for (int row = d >> 5; row < G; row += 4) {
-        float fw[4];
+    const float mbase = mmax == kNegInf ? 0.f : mmax;
+    float L = 0.f;
 #pragma unroll
-        for (int w = 0; w < 4; ++w) fw[w] = merge_m[w * 16 + row];
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          const float4 o = *reinterpret_cast<const float4*>(merge_o + (w * 16 + row) * kPitch + col);
-          acc[0] += fw[w] * o.x;
-          acc[1] += fw[w] * o.y;
-          acc[2] += fw[w] * o.z;
-          acc[3] += fw[w] * o.w;
-        }
-        const float rl = merge_l[row];
-        float val[4];
-#pragma unroll
-        for (int c = 0; c < 4; ++c) val[c] = (rl > 0.f ? acc[c] * rl : 0.f) * v_scale;
-        store_row4(row, col, val);
-      }
-    } else {  // one column (d) per thread, 4 rows at a time
-      for (int row0 = 0; row0 < G; row0 += 4) {
-        float val[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {  // rows >= G (the last group of G < 4) read stale slots: folded, not stored
-          const int row = row0 + i;
-          float acc = 0.f;
-#pragma unroll
-          for (int w = 0; w < 4; ++w) acc += merge_m[w * 16 + row] * merge_o[(w * 16 + row) * kPitch + d];
-          const float rl = merge_l[row];
-          val[i] = (rl > 0.f ? acc * rl : 0.f) * v_scale;
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          if (row0 + i < G) store_row(row0 + i, val[i]);
-        }
-      }
+    for (int w = 0; w < 4; ++w) {
+      const float f = exp2f(mw[w] - mbase);
+      L += f * lw[w];
+      merge_m[w * 16 + r] = f;
     }
-  } else {
-    for (int row = 0; row < G; ++row) {
-      float mw[4], mmax = kNegInf;
+    merge_l[r] = L > 0.f ? 1.f / L : 0.f;
+    store_lse(r, mbase + __log2f(L));
+  }
+  named_barrier(bar, 128);
+  static_assert(kPitch % 4 == 0, "fold_task_rows: 16-byte rows of merge_o");
+  const int col = 4 * (d & 31);
+  for (int row = d >> 5; row < G; row += 4) {
+    float fw[4];
 #pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        mw[w] = merge_m[w * 16 + row];
-        mmax = fmaxf(mmax, mw[w]);
-      }
-      const float mbase = mmax == kNegInf ? 0.f : mmax;
-      float L = 0.f, acc = 0.f;
+    for (int w = 0; w < 4; ++w) fw[w] = merge_m[w * 16 + row];
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        const float f = exp2f(mw[w] - mbase);
-        L += f * merge_l[w * 16 + row];
-        acc += f * merge_o[(w * 16 + row) * kPitch + d];
-      }
-      store_row(row, (L > 0.f ? acc / L : 0.f) * v_scale);
-      if (d == 0) store_lse(row, mbase + __log2f(L));
+    for (int w = 0; w < 4; ++w) {
+      const float4 o = *reinterpret_cast<const float4*>(merge_o + (w * 16 + row) * kPitch + col);
+      acc[0] += fw[w] * o.x;
+      acc[1] += fw[w] * o.y;
+      acc[2] += fw[w] * o.z;
+      acc[3] += fw[w] * o.w;
     }
+    const float rl = merge_l[row];
+    float val[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) val[c] = (rl > 0.f ? acc[c] * rl : 0.f) * v_scale;
+    store_row4(row, col, val);
   }
 }
 

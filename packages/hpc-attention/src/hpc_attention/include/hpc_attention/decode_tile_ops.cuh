@@ -1,4 +1,4 @@
-// Per-tile operand loads and products of the paged decode consumers (paged_decode.cuh): the
+// Per-tile operand loads and products of the decode consumers (decode.cuh): the
 // query fragments, the K / V chunk addressing of both stage layouts, the scores S = Q K^T (or
 // S^T = K Q^T) of a tile and the B fragments of O += P V. Each works on one warp's 16 tokens of a
 // 64-token tile.
@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "hpc_attention/paged_decode_config.cuh"
+#include "hpc_attention/decode_config.cuh"
 #include "hpc_attention/sm90_primitives.cuh"
 
 namespace hpc::attn {

@@ -1,6 +1,6 @@
-// TMA producer of the paged decode kernel (heuristics.USE_TMA_PRODUCER): one warp streams each
+// TMA producer of the decode kernel (heuristics.PRODUCER): one warp streams each
 // 64-token K/V tile with a few tensor-map copies instead of 128 producer threads issuing 16-byte
-// cp.async copies (see paged_decode.cuh for the kernel and paged_decode_producer.cuh for the
+// cp.async copies (see decode.cuh for the kernel and decode_producer.cuh for the
 // cp.async producer it replaces).
 //
 // Why: with the math skipped, FP8 KV streamed at only 2.3-3.1 TB/s against 3.7 for BF16. The
@@ -27,21 +27,20 @@
 
 #include "hpc_attention/decode_bin_ring.cuh"
 #include "hpc_attention/decode_params.h"
-#include "hpc_attention/decode_timeline.cuh"
-#include "hpc_attention/paged_decode_config.cuh"
+#include "hpc_attention/decode_config.cuh"
 #include "hpc_attention/sm90_primitives.cuh"
 
 namespace hpc::attn {
 
 template <bool kFp8Kv, bool kFp8Q, bool kEarly>
-__device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, uint8_t* smem, uint64_t* full,
+__device__ __forceinline__ void producer_tma_warp(const DecodeParams& p, uint8_t* smem, uint64_t* full,
                                                   uint64_t* empty, const BinRing& ring, int t_begin, int t_end,
                                                   int4 first_task, int first_page) {
   using Cfg = DecodeConfig<kFp8Kv, kFp8Q, true>;
   constexpr int kHalves = Cfg::kRowBytes / 128;  // 128-byte boxes per row: 2 (BF16), 1 (FP8)
   constexpr int kQElem = kFp8Q ? 1 : 2;
   const int lane = threadIdx.x & 31;
-  const uint64_t policy = kv_l2_policy(!(p.diag & 64));
+  const uint64_t policy = kv_l2_evict_first();
   const int ps_log2 = p.page_size_log2;
   const int box_log2 = min(ps_log2, 6);  // rows per box: min(page_size, 64)
   const int page_mask = (1 << ps_log2) - 1;
@@ -49,12 +48,9 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   const int my_kv = lane & 1, my_half = (lane >> 1) & (kHalves - 1), my_sub = lane / (2 * kHalves);
   const void* my_map = my_kv ? static_cast<const void*>(&p.v_map) : static_cast<const void*>(&p.k_map);
   const int my_dst = (my_kv ? Cfg::kVOff : Cfg::kKOff) + my_half * Cfg::kHalfBytes + (my_sub << box_log2) * 128;
-  if (tl_on(p) && lane == 0) tl_put(p, kTlProdStart, tl_clock());
   if (lane < 2) tma_prefetch_map(my_map);
   int stage = 0;
   uint32_t phase = 0;
-  bool tl_first = tl_on(p) && lane == 0;  // timeline diagnostics
-  if (tl_first) tl_put(p, kTlProdTables, tl_clock_after(t_end ^ first_task.x ^ first_page));
   // The G query rows of item (b, h) into ring slot `st`, completing on its full barrier.
   auto copy_q_rows = [&](int st, int b, int h) {
     if (lane < p.group) {
@@ -69,7 +65,6 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
     const int ncopy = 2 * kHalves * nsub;
     const uint32_t bytes = ncopy * (128u << box_log2) + (with_q ? p.group * Cfg::kQRowBytes : 0);
     mbar_wait(&empty[stage], phase ^ 1);
-    if (tl_first) tl_put(p, kTlProdEmpty, tl_clock());
     uint8_t* sb = smem + stage * Cfg::kStageBytes;
     if (lane == 0) mbar_arrive_expect_tx(&full[stage], bytes);
     __syncwarp();
@@ -77,16 +72,12 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
       tma_load_4d(sb + my_dst, my_map, &full[stage], my_half * 64, h, (tile * Cfg::kTile) & page_mask, page, policy);
     }
     if (with_q && !defer_q) copy_q_rows(stage, b, h);
-    if (tl_first) {
-      tl_first = false;
-      tl_put(p, kTlFirstIssue, tl_clock_after(page));
-    }
     if (++stage == Cfg::kStages) {
       stage = 0;
       phase ^= 1;
     }
   };
-  // Early KV loads (PagedDecodeParams::early_kv_tokens; kEarly): before griddepcontrol.wait, the own bin's first
+  // Early KV loads (DecodeParams::early_kv_tokens; kEarly): before griddepcontrol.wait, the own bin's first
   // task's tiles that end >= early_kv_tokens tokens before the task's end, at most kEarlyTiles (never more than a lap
   // of the ring: its empty barriers pass without the consumers, which wait for the Q rows, so a second lap would
   // deadlock) and within one window of 32 page ids. Their Q rows are counted in the first tile's expect_tx and copied
@@ -94,7 +85,8 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   // then the plain call's (a check inside it measured +2-9 us on the static split's long tasks, run of b61145d).
   int early_win = -(1 << 30), early_id = 0;  // the early loads' page-id window, handed to the loop's first task
   auto early_tiles_then_wait = [&]() {
-    constexpr int kEarlyTiles = kEarlyTilesMax > 0 && kEarlyTilesMax < Cfg::kStages ? kEarlyTilesMax : Cfg::kStages;
+    constexpr int kEarlyTiles = kEarlyTilesMax;
+    static_assert(kEarlyTiles > 0 && kEarlyTiles < Cfg::kStages, "early KV loads: less than one lap of the ring");
     const int4 task = first_task;
     const int pages_per_tile = ps_log2 >= 6 ? 1 : Cfg::kTile >> ps_log2;
     const int safe_tiles = t_begin < t_end ? (task.z - p.early_kv_tokens) / Cfg::kTile - task.y : 0;
@@ -172,7 +164,6 @@ __device__ __forceinline__ void producer_tma_warp(const PagedDecodeParams& p, ui
   if (!asked && lane == 0) mbar_arrive(ring.want);  // empty bin
   if (!ring_next(ring, claimed, t_begin, t_end, first_task)) break;
   }
-  if (tl_on(p) && lane == 0) tl_put(p, kTlProducerEnd, tl_clock());
 }
 
 }  // namespace hpc::attn

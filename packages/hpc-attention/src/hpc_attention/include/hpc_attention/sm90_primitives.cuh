@@ -24,16 +24,14 @@ using hpc::sm90::named_barrier;
 using hpc::sm90::smem_u32;
 
 // The L2 policy of the KV loads: evict_first (their lines replace each other rather than lines other kernels will use
-// or must write back); the normal policy only as a diagnostic (PagedDecodeParams::diag bit 6). Measured both ways at
-// every brief case (H200, thirty-fifth session, NOTES.md): the normal policy was slower on every case in a stream of
-// calls (64/8 BF16 by up to 30 us) and after the written flush on every case but the 64/8 FP8 ones from 260 MB
-// (1.4-9.7 us faster there), although a bare copy ring (scripts/bare_stream_bound.cu) reads every stream from
-// 260 MB faster with it after that flush.
-__device__ __forceinline__ uint64_t kv_l2_policy(bool evict_first) {
-  uint64_t ef, normal;
+// or must write back). Measured against the normal policy at every brief case (H200): the normal policy was slower on
+// every case in a stream of calls (64/8 BF16 by up to 30 us) and after the written flush on every case but the 64/8
+// FP8 ones from 260 MB (1.4-9.7 us faster there), although a bare copy ring (tools/probes/attention/
+// bare_stream_bound.cu) reads every stream from 260 MB faster with it after that flush.
+__device__ __forceinline__ uint64_t kv_l2_evict_first() {
+  uint64_t ef;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(ef));
-  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(normal));
-  return evict_first ? ef : normal;
+  return ef;
 }
 
 // ---- mbarrier ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 // Fixed-order merge arithmetic of split items (request, KV head), shared by the combine
-// kernel (decode_combine.cuh) and the merge inside the decode kernel (paged_decode.cuh), so
+// kernel (decode_combine.cuh) and the merge inside the decode kernel (decode.cuh), so
 // that both paths compute the same floating-point operations in the same order per output
 // element and give bitwise identical results.
 //
@@ -10,7 +10,8 @@
 //   kCombineBatch, or kWideBatch above kNarrowParts parts (wide_one_level; all loads of a batch before its
 //   arithmetic; the last batch padded).
 // - P > kWarpParts: kMergeGroups running states, group g over parts g, g + 8, g + 16, ... (batches of
-//   kGroupBatch), then the groups merged in the order g = 0 .. 7 (kMergeGroupParts; fold_groups otherwise).
+//   kGroupBatch), each group turned into a partial of its own (group_as_part), then the 8 group partials merged
+//   as one padded batch in the order g = 0 .. 7.
 // Per element the arithmetic depends only on the parts' values and P, never on the thread
 // that runs it, so the result is the same whichever CTA merges.
 #pragma once
@@ -23,58 +24,38 @@
 namespace hpc::attn {
 
 // Parts per batch of a one-level merge (an item of at most kWarpParts parts, and level 2's 8 group partials, padded).
-// 9 (thirty-first session): at 64/8 the long item of 1x64K+15x4K (both KV dtypes) and of 1x128K+31x4K (BF16) is
-// split in 9 parts per head, which batches of 8 loaded in two dependent L2 round trips at the call's end. For P <= 8
-// the padding adds exact zeros (the same bits as 8 unless a column sums to -0.0); 10-16 parts take two batches
-// either way. 8 is the earlier form (A/B build _ext.MERGE_BATCH8).
-#ifndef HPC_ATTN_MERGE_BATCH
-#define HPC_ATTN_MERGE_BATCH 9
-#endif
-constexpr int kCombineBatch = HPC_ATTN_MERGE_BATCH;
+// 9: at 64/8 the long item of 1x64K+15x4K (both KV dtypes) and of 1x128K+31x4K (BF16) is split in 9 parts per head,
+// which batches of 8 loaded in two dependent L2 round trips at the call's end. For P <= 8 the padding adds exact
+// zeros; 10-16 parts take two batches either way.
+constexpr int kCombineBatch = 9;
 constexpr int kMergeGroups = 8;
-static_assert(kCombineBatch >= kMergeGroups && kCombineBatch <= 16, "HPC_ATTN_MERGE_BATCH: 8 to 16");
+static_assert(kCombineBatch >= kMergeGroups && kCombineBatch <= 16, "kCombineBatch: 8 to 16");
 
-// Parts merged in one level (more: two levels, 8 groups then the group partials). 24 (thirty-second session; 16
-// before): at 8/1 the 32K items of 2x32K+30x4K are split in 23 parts, whose two levels each cost an arrival of ~1 us
-// and a pass of ~1.0-1.2 us at the call's end (thirty-first-session timeline), against one more dependent batch
-// round trip for one level. One-level merges of more than kNarrowParts parts take batches of kWideBatch (two round
-// trips for 17-24 parts; the helpers' two rows per thread run one after the other there, for their registers).
-// 16 is the earlier form (A/B build _ext.ONE_LEVEL_16): different bits for 17-24 parts, both paths alike.
-#ifndef HPC_ATTN_ONE_LEVEL_PARTS
-#define HPC_ATTN_ONE_LEVEL_PARTS 24
-#endif
-constexpr int kWarpParts = HPC_ATTN_ONE_LEVEL_PARTS;
+// Parts merged in one level (more: two levels, 8 groups then the group partials). 24: at 8/1 the 32K items of
+// 2x32K+30x4K are split in 23 parts, whose two levels each cost an arrival of ~1 us and a pass of ~1.0-1.2 us at the
+// call's end, against one more dependent batch round trip for one level. One-level merges of more than kNarrowParts
+// parts take batches of kWideBatch (two round trips for 17-24 parts; the helpers' two rows per thread run one after
+// the other there, for their registers).
 constexpr int kNarrowParts = 16;
 constexpr int kWideBatch = 12;
-static_assert(kWarpParts == kNarrowParts || kWarpParts == 2 * kWideBatch, "HPC_ATTN_ONE_LEVEL_PARTS: 16 or 24");
+constexpr int kWarpParts = 2 * kWideBatch;
 
 // Whether a one-level merge of P parts takes batches of kWideBatch (else kCombineBatch).
 __host__ __device__ constexpr bool wide_one_level(int P) { return P > kNarrowParts; }
 
 // Parts per batch of a merge group (level 1 of an item with more than kWarpParts parts; a group holds parts
-// g, g + 8, ...). 9 (thirty-first session): a long context split over 65-72 parts (8/1 1x128K+31x4K: 68, 1x64K+15x4K:
-// 69) has groups of 8-9, which batches of 8 loaded in two dependent L2 round trips; the twenty-ninth session's merge
-// timeline put level 1 at +2.2-2.9 us after the descriptor against +1.6-2.0 for a one-batch merge, on the call's
-// critical path. 8 is the earlier form (A/B build _ext.MERGE_GROUP_BATCH8). Both merge paths use it alike (the
-// combine kernel's phase 2 and the in-kernel merge keep identical bits); different bits from 8 (both exact to
-// float32 rounding).
-#ifndef HPC_ATTN_MERGE_GROUP_BATCH
-#define HPC_ATTN_MERGE_GROUP_BATCH 9
-#endif
-constexpr int kGroupBatch = HPC_ATTN_MERGE_GROUP_BATCH;
-static_assert(kGroupBatch >= 8 && kGroupBatch <= 16, "HPC_ATTN_MERGE_GROUP_BATCH: 8 to 16");
+// g, g + 8, ...). 9: a long context split over 65-72 parts (8/1 1x128K+31x4K: 68, 1x64K+15x4K: 69) has groups of 8-9,
+// which batches of 8 loaded in two dependent L2 round trips (level 1 at +2.2-2.9 us after the descriptor against
+// +1.6-2.0 for a one-batch merge, on the call's critical path). Both merge paths use it alike (the combine kernel's
+// phase 2 and the in-kernel merge keep identical bits).
+constexpr int kGroupBatch = 9;
+static_assert(kGroupBatch >= 8 && kGroupBatch <= 16, "kGroupBatch: 8 to 16");
 
-// How the 8 group states of an item with more than kWarpParts parts are folded (both merge paths alike):
-// 1: each group's state is turned into a partial of its own (group_as_part: o = acc / l, lse = m + log2 l) and the
-//    8 group partials are merged as a one-level item of 8 parts (merge_batch), so the decode kernel's level 2 runs
-//    the same code as its one-level merges. Why (twenty-ninth session, timeline of b1c401a / 5e7e5c6): the level-2
-//    fold ran once per call on one CTA, its code cold after the flush, and took 2.2-5.1 us at 8/1 on 1x128K+31x4K
-//    and 1x64K+15x4K, against 1.5 us for the same fold run a second time (the last CTA's exit waits for it);
-// 0: fold_groups over the (m, l, acc) states (the earlier form; A/B build _ext.MERGE_FOLD_GROUPS). Different bits.
-#ifndef HPC_ATTN_MERGE_GROUP_PARTS
-#define HPC_ATTN_MERGE_GROUP_PARTS 1
-#endif
-constexpr bool kMergeGroupParts = HPC_ATTN_MERGE_GROUP_PARTS != 0;
+// The 8 group states of an item with more than kWarpParts parts are each turned into a partial of its own
+// (group_as_part: o = acc / l, lse = m + log2 l) and the 8 group partials are merged as a one-level item of 8 parts
+// (merge_batch), so the decode kernel's level 2 runs the same code as its one-level merges: a level-2 fold of its own
+// ran once per call on one CTA, its code cold after the flush, and took 2.2-5.1 us at 8/1 on 1x128K+31x4K and
+// 1x64K+15x4K, against 1.5 us for the same fold run a second time.
 
 template <bool kL2Only>
 __device__ __forceinline__ float merge_load(const float* p) {
@@ -131,7 +112,7 @@ __device__ __forceinline__ void merge_batch(float& m, float& l, float4 (&acc)[kV
   m = mb;
 }
 
-// A merge group's running state (m, l, acc) as a partial of its own (HPC_ATTN_MERGE_GROUP_PARTS): o = acc / l with the
+// A merge group's running state (m, l, acc) as a partial of its own: o = acc / l with the
 // reciprocal the output store takes, lse = m + log2(l); a group that saw no weight (l = 0) is padding (lse = -inf,
 // o = 0), which merge_batch weighs 0.
 template <int kVec>
@@ -199,26 +180,6 @@ __device__ __forceinline__ void merge_parts(const float* partial_o, const float*
   l = l1[0];
 #pragma unroll
   for (int i = 0; i < kVec; ++i) acc[i] = a1[0][i];
-}
-
-// Fold of the kMergeGroups group states (m, l, acc) of one row, in group order.
-template <int kVec>
-__device__ __forceinline__ void fold_groups(const float (&gm)[kMergeGroups], const float (&gl)[kMergeGroups],
-                                            const float4 (&ga)[kMergeGroups][kVec], float& L, float4 (&r)[kVec]) {
-  float mx = -__int_as_float(0x7f800000);
-#pragma unroll
-  for (int w = 0; w < kMergeGroups; ++w) mx = fmaxf(mx, gm[w]);
-  L = 0.f;
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) r[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-  for (int w = 0; w < kMergeGroups; ++w) {
-    if (gl[w] == 0.f) continue;  // group saw no part
-    const float f = exp2f(gm[w] - mx);
-    L += f * gl[w];
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) fma4(r[i], f, ga[w][i]);
-  }
 }
 
 // out[0 .. 4 kVec) = bf16(r * inv).
