@@ -239,11 +239,13 @@ def test_public_names():
 def test_bench_moe_case_table_builds_on_the_cpu():
     """benchmarks/bench_moe.py imports without a GPU and its --dry-run case table has every brief case."""
     import importlib.util
+    import sys
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_moe.py"
     spec = importlib.util.spec_from_file_location("bench_moe", path)
     bench = importlib.util.module_from_spec(spec)
+    sys.modules["bench_moe"] = bench  # dataclasses look their module up there
     spec.loader.exec_module(bench)
     table = bench.case_table(list(bench.MODELS.values()), bench.DTYPES, (), quick=False)
     assert len(table) == (9 + 7 + 9) * 3
