@@ -67,7 +67,7 @@ def _router_weight(K: int, N: int):
 
 # (path, splits, M): the small-M kernels at each split they serve, and one case of every wgmma
 # family (cluster split, workspace split, multicast) so the policy is exercised in each copy.
-CASES = [("gemvr", 1, 1), ("gemvr", 2, 1), ("gemvr", 4, 1), ("gemvrw1", 1, 1), ("gemvrw2", 2, 1), ("gemvrna", 1, 1),
+CASES = [("gemvr", 1, 1), ("gemvr", 2, 1), ("gemvr", 4, 1), ("gemvrw2", 1, 1), ("gemvrw2", 2, 1),
          ("gemv", 1, 1), ("gemv", 2, 5),
          ("fp32", 1, 1), ("fp32", 2, 1), ("fp32", 8, 1), ("fp32", 2, 7), ("fp32", 4, 64),
          ("narrow", 1, 16), ("narrow", 8, 16), ("narrow", 8, 64), ("narrow", 4, 100),

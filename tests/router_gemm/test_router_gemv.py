@@ -45,7 +45,7 @@ def test_gemvr_rules():
     assert heuristics.gemv_splits(1, 192, 16384, 132, lambda s: _clusters(0, s), "gemvr") == 2
     with pytest.raises(ValueError, match="gemvr path serves M = 1"):
         heuristics.choose_plan(2, 192, 4096, _clusters, path="gemvr")
-    # The sweep-only variants take gemvr's rules (same grid, same slice limit).
+    # gemvrw2 takes gemvr's rules (same grid, same slice limit).
     for path in heuristics.GEMVR_PATHS:
         assert heuristics.gemv_fits(1, 8192, 1, path) and not heuristics.gemv_fits(1, 8256, 1, path)
         assert heuristics.gemv_splits(1, 192, 4096, 132, lambda s: _clusters(0, s), path) == 2
@@ -90,8 +90,8 @@ def _gemv(x, rw, splits, out=None, path="gemv"):
     return out
 
 
-# gemvr and its variants (router_gemv_fp32_window.cuh) serve one token only.
-PATH_M = [("gemv", 1), ("gemv", 3), ("gemv", 8), ("gemvr", 1), ("gemvrw1", 1), ("gemvrw2", 1), ("gemvrna", 1)]
+# gemvr and gemvrw2 (router_gemv_fp32_window.cuh) serve one token only.
+PATH_M = [("gemv", 1), ("gemv", 3), ("gemv", 8), ("gemvr", 1), ("gemvrw2", 1)]
 
 
 @pytest.mark.gpu
@@ -108,8 +108,7 @@ def test_gemv_matches_fp64(K, N, splits, path, M):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("K,N", SHAPES)
-@pytest.mark.parametrize("path,M", [("gemv", 1), ("gemv", 5), ("gemvr", 1), ("gemvrw1", 1), ("gemvrw2", 1),
-                                    ("gemvrna", 1)])
+@pytest.mark.parametrize("path,M", [("gemv", 1), ("gemv", 5), ("gemvr", 1), ("gemvrw2", 1)])
 def test_gemv_grid_size_deterministic_graph_pdl(K, N, path, M):
     import hpc_common
     from hpc_router_gemm import RouterWeight

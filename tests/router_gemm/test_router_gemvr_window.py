@@ -1,9 +1,8 @@
-"""The sweep-only gemvr variants (router_gemv_fp32_window.cuh): `gemvrw1` / `gemvrw2` stream
-each thread's rows through 1 / 2 row buffers, `gemvrna` is gemvr's one batch with
-L1::no_allocate.L2::256B loads. They change only when and how the weight is requested, so each
-must give gemvr's bits for the same split, with and without the L2 evict_first policy, at any
-grid size (more rows per CTA than row buffers: the streaming loop runs several rounds), under
-graph replay and with PDL. CPU tests of the plan plumbing down to the extension call."""
+"""`gemvrw2` (router_gemv_fp32_window.cuh) streams each thread's rows through 2 row buffers. It
+changes only when the weight is requested, so it must give gemvr's bits for the same split, with
+and without the L2 evict_first policy, at any grid size (more rows per CTA than row buffers: the
+streaming loop runs several rounds), under graph replay and with PDL. CPU tests of the plan
+plumbing down to the extension call."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from hpc_router_gemm.heuristics import Plan
 
 from ._cases import SHAPES, assert_graph_replays, check_against_fp64, launch_poisoned, make_inputs, router_weight
 
-VARIANTS = ("gemvrw1", "gemvrw2", "gemvrna")
+VARIANTS = ("gemvrw2",)
 
 
 def _clusters(tile, s):  # the H200's measured residency
@@ -28,11 +27,10 @@ def _clusters(tile, s):  # the H200's measured residency
 # ----------------------------------------------------------------------------- CPU tests
 
 
-def test_variants_are_sweep_only_paths():
+def test_window_path_is_a_gemv_path():
     assert set(VARIANTS) < set(heuristics.GEMVR_PATHS) and set(heuristics.GEMVR_PATHS) <= set(heuristics.GEMV_PATHS)
     assert set(heuristics.GEMV_PATHS) <= set(heuristics.PATHS)
-    assert heuristics.GEMVR_PATHS["gemvr"] == (0, False)  # the default kernel, untouched
-    # The dispatch table uses only the measured winner: gemvrw2 at Chat M=1 (sixth session).
+    # The dispatch table uses it where it measured fastest: Chat M=1.
     used = {(key, r[0], r[1]) for key, rows in heuristics.TABLE.items() for r in rows if r[1] in VARIANTS}
     assert used == {((6144, 768), 1, "gemvrw2")}
     assert Plan("gemvrw2", 1, True).name == "gemvrw2_s1_ef"
@@ -54,8 +52,10 @@ def test_launch_passes_the_variant(monkeypatch, path, ef):
     calls = []
 
     class FakeExt:
-        def gemv_fp32(self, registers, *args):
-            calls.append((registers, *args))
+        GemvFp32Params = types.SimpleNamespace
+
+        def gemv_fp32(self, kind, params, pdl, stream):
+            calls.append((kind, params, pdl))
 
     monkeypatch.setattr(rg._ext, "load", lambda: FakeExt())
     monkeypatch.setattr(rg, "_scaled_max_clusters", lambda device: _clusters)
@@ -64,10 +64,9 @@ def test_launch_passes_the_variant(monkeypatch, path, ef):
     x = torch.zeros(1, 6144, dtype=torch.bfloat16)
     rw = types.SimpleNamespace(weight=torch.zeros(768, 6144))
     rg.launch(x, rw, torch.empty(1, 768), Plan(path, 1, ef), pdl=False)
-    (call,) = calls
-    registers, *_, clusters, pdl, _stream, w_evict_first, window_rows, no_l1 = call
-    assert registers and clusters == 132 and not pdl and w_evict_first == ef
-    assert (window_rows, no_l1) == heuristics.GEMVR_PATHS[path]
+    ((kind, p, pdl),) = calls
+    assert kind == {"gemvr": 1, "gemvrw2": 2}[path]
+    assert p.clusters == 132 and not pdl and p.w_evict_first == int(ef) and (p.M, p.N, p.K, p.splits) == (1, 768, 6144, 1)
 
 
 # ----------------------------------------------------------------------------- GPU tests

@@ -1,12 +1,12 @@
 """Which kernel and split count serve a router GEMM of a given shape.
 
-Seven plans (see NOTES.md): `fp32` (exact FP32 on CUDA cores, the weight read straight from
+The plans (the package DESIGN notes say why each exists): `fp32` (exact FP32 on CUDA cores, the weight read straight from
 its FP32 bytes, split-K over a cluster of up to 8 CTAs), `fp32pf` (the same kernel, each CTA
 first asking L2 for its whole weight slice with bulk prefetches), `gemv` (exact FP32 too, M <= 8: one
 CTA per SM streams a contiguous range of whole rows through shared memory with bulk copies,
 split along K over a cluster of S <= 4 CTAs), `gemvr` (the same grid for M = 1 with the
-weight read into registers by plain loads; sweep-only variants `gemvrw1` / `gemvrw2` bound the
-loads in flight, `gemvrna` changes their cache hints, GEMVR_PATHS), and the two-product BF16 wgmma
+weight read into registers by plain loads; `gemvrw2` bounds the loads in flight per thread to two
+rows, GEMVR_PATHS), and the two-product BF16 wgmma
 kernel with three tiles: `narrow` (64 x 32, for skinny M), `wide` (128 x 192) and `wide96`
 (128 x 96); `wide96rs` / `widers` are the two wide tiles with the x fragments loaded into
 registers once per K block for both products (wgmma with A from registers; same bits);
@@ -24,12 +24,13 @@ neighbouring M tiles share each weight tile; with S = 1 they are plain multicast
 cluster plan with the same S, which is also their fallback under graph capture without a
 workspace (split_workspace.py). Any plan may load its weight with an L2 evict_first cache
 policy (`Plan.evict_first`, `"ef"` in a TABLE row; same bits): it pays off where an 18.9 MB
-weight is read once from a cold, dirty L2 (HISTORY.md, "Small M, fifth session").
+weight is read once from a cold, dirty L2.
 
-For the three shapes of BRIEF.md the plan is read from TABLE, the fastest plan measured per
-M with `python benchmarks/bench_router_gemm.py` (its sweep, benchmarks/results/h200/
-router_gemm_paths.json: CUDA-graph replay, L2 flushed before each replay). Other shapes use
-the rules in `default_plan`.
+For the three served shapes (K=4096 N=192; LongCat-Flash Chat K=6144 N=768; LongCat-Flash-Lite
+K=3072 N=384) the plan is read from TABLE, the fastest plan measured per M by the path sweep
+(`python tools/probes/router_gemm/sweep_paths.py`: CUDA-graph replay, L2 flushed before each
+replay). Other shapes use the rules in `default_plan`. Every function here is pure: the device
+enters only through `num_sms` and the `max_clusters` query the caller passes.
 """
 
 from __future__ import annotations
@@ -79,13 +80,11 @@ TILE_SHAPES = {TILE_NARROW: (64, 32), TILE_WIDE: (128, 192), TILE_WIDE96: (128, 
                TILE_NARROW48_F: (64, 48)}
 SPLIT_CHOICES = (1, 2, 4, 8)
 FP32_PATHS = ("fp32", "fp32pf")  # one kernel; "fp32pf" adds the L2 bulk prefetch
-# gemvr and its sweep-only variants (router_gemv_fp32_window.cuh; same bits as gemvr): path ->
-# (window_rows, no_l1) of the kernel. "gemvrw1" / "gemvrw2": each thread streams its rows through
-# 1 / 2 row buffers, row r + depth requested only once row r is summed (Chat: 24 / 48 KB in flight
-# per SM instead of gemvr's 144 KB), so that with evict_first later weight lines can replace
-# consumed ones rather than dirty lines (NOTES.md, "Chat M=1"); "gemvrna": gemvr's one batch with
-# ld.global.nc.L1::no_allocate.L2::256B weight loads.
-GEMVR_PATHS = {"gemvr": (0, False), "gemvrw1": (1, False), "gemvrw2": (2, False), "gemvrna": (0, True)}
+# One-token register kernels (same bits): "gemvr" requests a thread's whole row slice in one batch;
+# "gemvrw2" streams each thread's rows through 2 row buffers, row r + 2 requested only once row r is
+# summed (Chat: 48 KB in flight per SM instead of 144 KB), so that with evict_first later weight lines
+# replace consumed ones rather than dirty lines (router_gemv_fp32_window.cuh).
+GEMVR_PATHS = ("gemvr", "gemvrw2")
 # "gemvr*": registers instead of bulk copies, M = 1 only
 GEMV_PATHS = ("gemv", *GEMVR_PATHS)
 PATHS = (*FP32_PATHS, *GEMV_PATHS, *CLUSTER_PATHS, *WS_PATHS)
@@ -128,93 +127,34 @@ class Plan:
 
 
 # (K, N) -> [(largest M, path, splits[, "ef"]), ...] in increasing M; the last row covers every
-# larger M; "ef": the weight loads carry the L2 evict_first policy (Plan.evict_first). H200 (132 SMs), nvcc 13.0, torch 2.11. Times (us) are the sweep medians that
-# picked each row, runner-up in brackets. Resident clusters measured on the H200 (1 CTA/SM
-# for the wide tiles): S=1 132, S=2 66, S=4 30, S=8 15, so a row never asks for more
-# clusters than fit at once (a second wave doubles the time: wide S=4 at M=4096 ran 54 us
-# against 28.8 for wide96 S=2). Rows for M <= 8 were re-measured in runs 1 and 2 of the
-# gemv work (HISTORY.md, "Small M, second session"; "r1 / r2" below), each in one process with
-# the cuBLAS baselines.
+# larger M; "ef": the weight loads carry the L2 evict_first policy (Plan.evict_first). Each row is
+# the fastest plan of `python benchmarks/bench_router_gemm.py`'s sweep on the H200 (132 SMs, nvcc 13.0,
+# CUDA-graph replay, L2 flushed before each replay; us, runner-up in brackets). Resident clusters
+# on the H200 (1 CTA/SM for the wide tiles): S=1 132, S=2 66, S=4 30, S=8 15, so a row never asks
+# for more clusters than fit at once (a second wave doubles the time: wide S=4 at M=4096 ran 54 us
+# against 28.8 for wide96 S=2).
 TABLE: dict[tuple[int, int], list[tuple]] = {
-    # K=4096 N=192. M<=8: fp32 S=8 8.5-8.6 [narrow S=8 9.5]; M=16..256: narrow S=8 9.4-11.3
-    # [fp32 S=8 9.9 at M=16]; 512: narrow S=4 14.0 [wide96 S=8 14.1]; 1024: wide96 S=4
-    # 17.9 [narrow S=2 20.6]; 2048: wide96 S=2 25.8 [wide S=4 28.7]; 4096: wide96 S=2 28.8
-    # [wide96 S=1 40.3].
-    # M=1: gemvr S=1 6.59 (r2) [fp32 S=8 7.10, gemvr S=2 7.23; FP32 cuBLAS 7.55].
-    # Runs A / B (HISTORY.md "Large M, third session", trees 71353ad / ea8505d): M=1024
-    # wide96_wsp S=8 16.19 / 16.16 [wide96 S=4 16.90 / 17.66]; 2048 wide96_wsp S=4 20.45 /
-    # 20.67 [wide96_ws S=4 24.64 / 24.22, wide96 S=2 25.02 / 26.59]; 4096 wide96 S=2 27.39 /
-    # 28.18 [wide96_wsp S=2 30.10 / 30.64: the global reduction costs ~2.5 us more than the
-    # cluster's at S=2; wide96_wspm S=2 53.4: multicast slower].
-    # Twelfth session, three sweeps (HISTORY.md "Fused products"; same bits as the two-wgmma
-    # twins): 4096 wide96f S=2 27.47 / 27.55 / 27.74 [wide96 S=2 28.32 / 28.29 / 28.58]; 2048
-    # wide96f_wsp S=4 20.45 / 20.32 / 20.38 [wide96_wsp S=4 20.78 / 20.69 / 20.96]; 1024 a tie
-    # (wide96f_wsp S=8 16.32 / 16.48 / 16.35 against 16.32 / 16.26 / 16.45: row kept).
+    # K=4096 N=192. M=1 gemvr S=1 6.59 [fp32 S=8 7.10; FP32 cuBLAS 7.55]; M<=8 fp32 S=8 8.5-8.6
+    # [narrow S=8 9.5]; 16..256 narrow S=8 9.4-11.3; 512 narrow S=4 14.0 [wide96 S=8 14.1]; 1024
+    # wide96_wsp S=8 16.2 [wide96 S=4 16.9]; 2048 wide96f_wsp S=4 20.4 [wide96_wsp S=4 20.8]; 4096
+    # wide96f S=2 27.5 [wide96 S=2 28.3; wide96_wsp S=2 30.1: the global reduction costs ~2.5 us more
+    # than the cluster's at S=2; wide96_wspm S=2 53.4].
     (4096, 192): [(1, "gemvr", 1), (8, "fp32", 8), (256, "narrow", 8), (512, "narrow", 4), (1024, "wide96_wsp", 8),
                   (2048, "wide96f_wsp", 4), (1 << 30, "wide96f", 2)],
-    # K=6144 N=768. M=1: fp32 S=2 14.3 [wide96 S=8 16.1]; 16: narrow S=8 15.2 [S=4 15.6];
-    # 64: narrow S=8 14.5 [wide96 S=8 16.6]; 128: wide96 S=8 18.0 [narrow S=4 17.7, within
-    # noise]; 256: wide96 S=4 22.3; 512 and 1024: wide96 S=2 34.1, 35.1 [wide S=4 37.5 at
-    # 512]; 4096: wide S=1 112.2 [wide96 S=1 116.8].
-    # M=1 (one-token kernel, 3 CTAs/SM), run 1c2ea65: S=1 12.8, S=2 12.1, S=4 14.4 (predicted
-    # 9.5: 384 CTAs in 4-CTA clusters did not run as one wave), S=8 17.3; FP32 cuBLAS 11.2.
-    # M=1: gemvr S=1 11.68 (r2) [fp32 S=2 12.35, gemv S=1 12.74; FP32 cuBLAS 11.10: still
-    # behind]. M=2, 4, 8: fp32 S=2 13.10 / 13.34 / 13.70 (r1), 12.99 / 13.15 / 13.63 (r2)
-    # [narrow S=8 at M=8 15.17 / 15.10, the old row; gemv S=1 13.5-20.0].
-    # Runs A / B of the third session (HISTORY.md): 256 wide96_wsp S=8 20.99 / 20.08 [wide96 S=4 21.25 /
-    # 22.54]; 512 wide96_wsp S=4 25.31 / 25.44 [wide_wsp S=8 29.70 / 29.60, wide96_ws S=4 29.79
-    # / 29.25, wide96 S=2 33.38 / 35.52; TF32 29.55 / 29.41]; 1024 wide96 S=2 34.56 / 36.18
-    # [wide96_wsp S=2 37.63 / 39.06]; 4096 wide S=1 106.80 [wide_wspm S=1 139.6].
-    # Fourth session, runs C / D / E (HISTORY.md; trees 393455a / b53f015 / c792780): 4096 widers S=1
-    # 103.5 / 102.2 / 102.0 [wide S=1 106.6 / 109.7 / 109.3: the same tile with x read from
-    # shared memory per product, same bits]; widers <= wide at every measured M and split.
-    # Fifth session, runs F / G (HISTORY.md, trees be59305 / cb64f60; main table's plan and twin,
-    # same process as cuBLAS): M=1 gemvr S=1 with the L2 evict_first policy ("ef") 11.33 / 11.23
-    # [without 11.87 / 11.79; FP32 cuBLAS 11.46 / 11.23; every fp32 / gemvr split gained 0.3-0.9];
-    # M=2, 4, 8 (run G) fp32 S=2 ef 12.40 / 12.80 / 13.06 [12.86 / 13.28 / 13.57]; M=64 narrow
-    # S=8 ef 13.86 / 13.79 [14.11 / 14.24]; M=16 narrow S=8 ef 14.66 / 15.68 [14.62 / 15.58: no
-    # gain, so 9 <= M <= 16 keeps plain loads].
-    # Sixth session (run of 8f144d8 + 2e9dd9f, same process as cuBLAS, written flush): M=1 gemvrw2
-    # S=1 ef 10.85 [gemvr S=1 ef 11.23, gemvrw1 S=1 ef 11.14, gemvrna S=1 ef 11.33; FP32 cuBLAS
-    # 11.28]; read flush 9.38 [gemvr ef 9.73; cuBLAS 10.56]: the 2-row window per thread wins both
-    # ways. K=4096 N=192 and Lite M=1: gemvrw2 within 0.1 us of gemvr (kept on gemvr).
-    # Twelfth session: 1024 wide96f S=2 33.95 / 34.14 / 34.32 [wide96 S=2 35.36 / 35.30 / 35.39];
-    # 512 wide96f_wsp S=4 25.18 [wide96_wsp S=4 25.66]; 4096 widers S=1 101.5 / 101.6 [wide96f
-    # S=1 113.8 / 114.7]. 128 and 256 not re-measured.
-    # Thirteenth session, two sweeps (router_gemm_wide128f_sweep.*, router_gemm_wide128f_sweep2.*): 256
-    # wide128f S=8 20.08 / 19.76 [wide96_wsp S=8 20.58 / 20.32, the old row]: N = 768 in 6 tiles of
-    # 128, 12 clusters of 8 (15 fit), no workspace.
-    # Sixteenth session (sweep of narrow / narrow48f, one process with cuBLAS; HISTORY.md "Chat M=16"):
-    # 16 narrow48f S=8 ef 13.92 [narrow S=8 14.56, ef 14.62; TF32 16.46]: N = 768 in 16 tiles of 48 is
-    # 128 CTAs of two per SM where narrow's 24 tiles made 192; 64 keeps narrow S=8 ef (13.73 against
-    # narrow48f S=8 ef 14.18). A 6-stage narrow48f (one CTA per SM, 15 clusters of 8 resident for 16)
-    # read 19.1-19.5. Crossover (router_gemm_narrow48f_sweep2.*, one process): 24 narrow48f S=8 ef 13.97
-    # [narrow S=8 ef 14.91]; 32 a tie (14.00 against 14.08); 48 narrow S=8 ef 13.74 [14.08].
+    # K=6144 N=768. M=1 gemvrw2 S=1 ef 10.85 [gemvr S=1 ef 11.23; FP32 cuBLAS 11.28]; 2..8 fp32 S=2
+    # ef 12.4-13.1 [without ef 12.9-13.6]; 16..24 narrow48f S=8 ef 13.9-14.0 [narrow S=8 ef 14.6-14.9:
+    # N = 768 in 16 tiles of 48 is 128 CTAs of two per SM where narrow's 24 tiles made 192]; 64 narrow
+    # S=8 ef 13.8 [narrow48f 14.2]; 128 wide96 S=8 18.0; 256 wide128f S=8 19.8-20.1 [wide96_wsp S=8
+    # 20.3-20.6]; 512 wide96f_wsp S=4 25.2 [wide96_wsp S=4 25.7]; 1024 wide96f S=2 34.0 [wide96 S=2
+    # 35.3]; 4096 widers S=1 101.5 [wide S=1 106.6, wide96f S=1 113.8].
     (6144, 768): [(1, "gemvrw2", 1, "ef"), (8, "fp32", 2, "ef"), (24, "narrow48f", 8, "ef"), (64, "narrow", 8, "ef"),
                   (128, "wide96", 8), (256, "wide128f", 8), (512, "wide96f_wsp", 4), (1024, "wide96f", 2),
                   (1 << 30, "widers", 1)],
-    # K=3072 N=384. M=1: fp32 S=2 9.2-9.8 [narrow S=8 9.6]; 16, 64, 128: narrow S=8 9.5,
-    # 9.6, 10.6 [wide96 S=8 13.3 at 128]; 256: narrow S=4 12.2 [wide96 S=8 13.5]; 512:
-    # wide96 S=4 15.6 [narrow S=2 17.3]; 1024: wide96 S=2 21.2; 4096: wide96 S=1 33.5
-    # [wide S=2 40.5].
-    # M=1, run 1c2ea65: S=1 7.87, S=2 7.71, S=4 7.74, S=8 9.92 (FP32 cuBLAS 7.36).
-    # M=1: gemvr S=1 7.25 (r2) [fp32 S=2 7.87; FP32 cuBLAS 7.58]. M=2, 4, 8: fp32 S=4 8.37 /
-    # 8.43 / 8.54 (r1), 8.45 / 8.35 / 8.58 (r2) [fp32 S=2 8.70-8.93; narrow S=8 8.77 / 8.86
-    # at M=8, the old row].
-    # Runs A / B: 512 wide96 S=4 14.91 / 15.41 [wide96_wsp S=8 15.17 / 15.10]; 1024 wide96_wsp
-    # S=4 17.89 / 18.27 [wide96 S=2 20.70 / 22.02; TF32 17.89 / 18.21: a tie]; 2048 wide96 S=2
-    # 21.44 / 22.50 [wide96_wsp S=2 25.06 / 25.70].
-    # Twelfth session: 4096 wide96f S=1 32.64 / 32.66 / 32.90 [wide96 S=1 33.58 / 33.22 / 33.47];
-    # 2048 wide96f S=2 21.17 / 21.79 [wide96 S=2 21.71 / 22.40]; 1024 a tie (wide96f_wsp S=4
-    # 18.00 / 17.79 against wide96_wsp 17.95 / 17.73: row kept). Then the 4-stage ring
-    # (benchmarks/results/h200/router_gemm_stages_sweep.*): 4096 wide96f4 S=1 31.17 [wide96f S=1
-    # 32.45]; 2048 wide96f4 S=2 20.94 [wide96f S=2 21.41].
-    # Thirteenth session (results/h200/router_gemm_wide128f_sweep.*, one process; the full run of 7667e6c
-    # before it had the old 1024 row tie TF32 at 17.76): 1024 wide128f S=4 16.99 [wide96f4_wsp S=4 17.66,
-    # wide96_wsp S=4 17.92 (the old row); TF32 17.95]: the 128-column tile makes N = 384 three tiles, so
-    # the 4-CTA cluster split is 24 clusters, one wave (30 fit), and needs no workspace. 512 wide96f4
-    # S=4 14.18 [wide128f S=8 14.46, wide96 S=4 15.07 (the old row); the full run's sweep: 14.38 vs
-    # 15.20].
+    # K=3072 N=384. M=1 gemvr S=1 7.25 [fp32 S=2 7.87; FP32 cuBLAS 7.58]; 2..8 fp32 S=4 8.4-8.6
+    # [S=2 8.7-8.9]; 16..128 narrow S=8 9.5-10.6; 256 narrow S=4 12.2; 512 wide96f4 S=4 14.2 [wide128f
+    # S=8 14.5, wide96 S=4 15.1]; 1024 wide128f S=4 17.0 [wide96f4_wsp S=4 17.7; TF32 18.0: N = 384 in
+    # 3 tiles of 128, so the 4-CTA cluster split is 24 clusters, one wave]; 2048 wide96f4 S=2 20.9
+    # [wide96f S=2 21.4]; 4096 wide96f4 S=1 31.2 [wide96f S=1 32.5].
     (3072, 384): [(1, "gemvr", 1), (8, "fp32", 4), (128, "narrow", 8), (256, "narrow", 4), (512, "wide96f4", 4),
                   (1024, "wide128f", 4), (2048, "wide96f4", 2), (1 << 30, "wide96f4", 1)],
 }

@@ -9,7 +9,7 @@ from hpc_common.checks import check_aligned, check_tensor
 from hpc_common.launch import get_num_sms, get_pdl, require_hopper, stream_ptr
 
 from . import _ext
-from .heuristics import (FP32_PATHS, GEMV_PATHS, GEMVR_PATHS, TILE_GEMV, TILE_SHAPES, Plan, bf16x2_tiles,
+from .heuristics import (FP32_PATHS, GEMV_PATHS, TILE_GEMV, TILE_SHAPES, Plan, bf16x2_tiles,
                          choose_plan, gemv_clusters, ws_launch_mode)
 from .split_workspace import get_workspace, workspace_floats
 from .weight import RouterWeight, check_weight, prepare
@@ -17,16 +17,9 @@ from .weight import RouterWeight, check_weight, prepare
 _OP = "router_gemm"
 MAX_M = 1 << 22  # grid.z = ceil(M / 64) must stay within CUDA's 65535
 
-# Diagnostics (never set by the library). "timeline": None, or a CUDA tensor of 64-bit words into
-# which the BF16x2 wgmma kernel writes 16 per-CTA event stamps (router_timeline.cuh,
-# scripts/timeline_large_m.py); it must hold >= 16 x the grid's CTAs and be zero before each
-# call. While set, every call runs the extension built with HPC_ROUTER_TIMELINE=1 (same kernels
-# and results, plus the stamps; the other paths record nothing). Read when the op runs, so a CUDA
-# graph keeps what was set at capture.
-# "defines": extra -D switches for a separate build of the kernels (A/B experiments only, e.g.
-# ("-DHPC_ROUTER_FIRST_STAGES=2",)); with "timeline" set they join its switch.
-DIAG: dict = {"timeline": None, "defines": ()}
-TIMELINE_SLOTS = 16
+# The gemv kernels of the binding (bindings.cpp GemvKind): bulk copies through shared memory, the
+# one-token register kernel, and the register kernel with a 2-row window per thread.
+_GEMV_KIND = {"gemv": 0, "gemvr": 1, "gemvrw2": 2}
 
 
 def _check_inputs(x: object, weight: torch.Tensor, out: object | None) -> None:
@@ -86,29 +79,39 @@ def plan_for(M: int, N: int, K: int, device: torch.device, path: str | None = No
     return choose_plan(M, N, K, _scaled_max_clusters(device), path=path, num_sms=get_num_sms(device))
 
 
+def _fill(p, x: torch.Tensor, out: torch.Tensor, plan: Plan):
+    """The fields every launcher's params struct shares."""
+    M, K = x.shape
+    p.x, p.x_stride, p.out, p.out_stride = x.data_ptr(), x.stride(0), out.data_ptr(), out.stride(0)
+    p.M, p.N, p.K = M, out.shape[1], K
+    p.splits, p.w_evict_first = plan.splits, int(plan.evict_first)
+    return p
+
+
 def launch(x: torch.Tensor, rw: RouterWeight, out: torch.Tensor, plan: Plan, pdl: bool | None = None) -> None:
     """Run one plan (no checks beyond the kernel's own; tests and benchmarks use this to
     pin a path)."""
-    M, K = x.shape
+    M = x.shape[0]
     N = rw.weight.shape[0]
     if M == 0:
         return
-    timeline = DIAG["timeline"]
-    defines = tuple(DIAG["defines"]) + (("-DHPC_ROUTER_TIMELINE=1",) if timeline is not None else ())
-    ext = _ext.load_variant(*defines) if defines else _ext.load()
+    ext = _ext.load()
     pdl = get_pdl() if pdl is None else bool(pdl)
     stream = stream_ptr(x.device)
     if plan.path in GEMV_PATHS:
         max_clusters = _scaled_max_clusters(x.device)
-        clusters = min(N, gemv_clusters(plan.splits, get_num_sms(x.device), lambda s: max_clusters(TILE_GEMV, s)))
-        window_rows, no_l1 = GEMVR_PATHS.get(plan.path, (0, False))
-        ext.gemv_fp32(plan.path in GEMVR_PATHS, x.data_ptr(), x.stride(0), rw.weight.data_ptr(), out.data_ptr(),
-                      out.stride(0), M, N, K, plan.splits, clusters, pdl, stream, plan.evict_first, window_rows, no_l1)
+        p = _fill(ext.GemvFp32Params(), x, out, plan)
+        p.w = rw.weight.data_ptr()
+        p.clusters = min(N, gemv_clusters(plan.splits, get_num_sms(x.device), lambda s: max_clusters(TILE_GEMV, s)))
+        ext.gemv_fp32(_GEMV_KIND[plan.path], p, pdl, stream)
     elif plan.path in FP32_PATHS:
-        ext.fp32_splitk(x.data_ptr(), x.stride(0), rw.weight.data_ptr(), out.data_ptr(), out.stride(0),
-                        M, N, K, plan.splits, plan.path == "fp32pf", pdl, stream, plan.evict_first)
+        p = _fill(ext.Fp32SplitKParams(), x, out, plan)
+        p.w, p.l2_prefetch = rw.weight.data_ptr(), int(plan.path == "fp32pf")
+        ext.fp32_splitk(p, pdl, stream)
     else:
-        mode, ws_ptr, ctr_ptr, mc = 0, 0, 0, plan.multicast
+        p = _fill(ext.Bf16x2Params(), x, out, plan)
+        p.w_hi, p.w_lo, p.prefetch = rw.w_hi.data_ptr(), rw.w_lo.data_ptr(), plan.prefetch
+        mc = plan.multicast
         if plan.ws_mode:
             tiles = bf16x2_tiles(plan.tile, M, N, mc)
             ws = get_workspace(x.device, stream, workspace_floats(tiles, plan.splits, *TILE_SHAPES[plan.tile]), tiles)
@@ -117,23 +120,10 @@ def launch(x: torch.Tensor, rw: RouterWeight, out: torch.Tensor, plan: Plan, pdl
             else:
                 max_clusters = _scaled_max_clusters(x.device)
                 resident = 2 * max_clusters(plan.tile, 2) if mc else max_clusters(plan.tile, 1)
-                mode = ws_launch_mode(plan, M, N, resident)
-                ws_ptr, ctr_ptr = ws.partials.data_ptr(), ws.counters.data_ptr()
-        # The library's call stays as it was: the keyword only while the timeline is recorded.
-        diag = {}
-        if timeline is not None:
-            diag["timeline"] = _timeline_ptr(timeline, bf16x2_tiles(plan.tile, M, N, mc) * plan.splits)
-        ext.bf16x2(plan.tile, x.data_ptr(), x.stride(0), rw.w_hi.data_ptr(), rw.w_lo.data_ptr(), out.data_ptr(),
-                   out.stride(0), M, N, K, plan.splits, pdl, stream, mode, ws_ptr, ctr_ptr, int(mc), plan.prefetch,
-                   plan.evict_first, **diag)
-
-
-def _timeline_ptr(t: torch.Tensor, ctas: int) -> int:
-    """The address of DIAG["timeline"], checked to hold the stamps of `ctas` CTAs (the grid:
-    tiles, padded to an even M tile count with multicast, times the split)."""
-    if not t.is_cuda or t.numel() * t.element_size() < ctas * TIMELINE_SLOTS * 8:
-        raise ValueError(f"DIAG['timeline'] must be a CUDA tensor of >= {ctas * TIMELINE_SLOTS} 64-bit words")
-    return t.data_ptr()
+                p.ws_mode = ws_launch_mode(plan, M, N, resident)
+                p.ws, p.counters = ws.partials.data_ptr(), ws.counters.data_ptr()
+        p.multicast = int(mc)
+        ext.bf16x2(plan.tile, p, pdl, stream)
 
 
 class _Prepared:

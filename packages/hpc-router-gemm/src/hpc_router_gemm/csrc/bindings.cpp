@@ -1,5 +1,6 @@
-// Python bindings of hpc_router_gemm: raw pointers, sizes and the stream cross here, no torch
-// types (one build serves every torch version).
+// Python bindings of hpc_router_gemm: each launcher takes its plain parameter struct
+// (router_gemm_params.h), filled field by field from Python with pointers as integers, plus the
+// stream; no torch types cross here (one build serves every torch version).
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
@@ -13,53 +14,86 @@ using std::uintptr_t;
 
 namespace rg = hpc::router_gemm;
 
+// A pointer field read and written as an integer address.
+#define HPC_PTR_FIELD(cls, Struct, name, type)                                                      \
+  cls.def_property(                                                                                 \
+      #name, [](const Struct& p) { return reinterpret_cast<uintptr_t>(p.name); },                   \
+      [](Struct& p, uintptr_t v) { p.name = hpc::as_ptr<type>(v); })
+
+// The fields every launcher shares: x [M, K] BF16, w, out [M, N] FP32, sizes, split, weight policy.
+template <class S>
+void common_fields(py::class_<S>& c) {
+  HPC_PTR_FIELD(c, S, x, const void);
+  HPC_PTR_FIELD(c, S, out, float);
+  c.def(py::init([] { return S{}; }))
+      .def_readwrite("x_stride", &S::x_stride)
+      .def_readwrite("out_stride", &S::out_stride)
+      .def_readwrite("M", &S::M)
+      .def_readwrite("N", &S::N)
+      .def_readwrite("K", &S::K)
+      .def_readwrite("splits", &S::splits)
+      .def_readwrite("w_evict_first", &S::w_evict_first);
+}
+
+// The gemv kernels (GemvKind in router_gemm.py): bulk copies through shared memory, the one-token
+// register kernel, and the same with a 2-row window per thread.
+enum GemvKind : int { kGemvBulk = 0, kGemvRegisters = 1, kGemvWindow = 2 };
+
 PYBIND11_MODULE(HPC_EXT_NAME, m) {
   m.doc() = "hpc_router_gemm CUDA kernels (BF16 x FP32 router GEMM)";
-  m.def("fp32_splitk",
-        [](uintptr_t x, int64_t x_stride, uintptr_t w, uintptr_t out, int64_t out_stride, int M, int N, int K,
-           int splits, bool l2_prefetch, bool pdl, uintptr_t stream, bool w_evict_first) {
-          rg::Fp32SplitKParams p{hpc::as_ptr<const void>(x), x_stride, hpc::as_ptr<const float>(w),
-                                 hpc::as_ptr<float>(out), out_stride, M, N, K, splits, l2_prefetch ? 1 : 0,
-                                 w_evict_first ? 1 : 0};
-          HPC_CUDA_CHECK(rg::run_fp32_splitk(p, hpc::as_stream(stream), pdl), "router_gemm_fp32_splitk");
-        },
-        py::arg("x"), py::arg("x_stride"), py::arg("w"), py::arg("out"), py::arg("out_stride"), py::arg("M"),
-        py::arg("N"), py::arg("K"), py::arg("splits"), py::arg("l2_prefetch"), py::arg("pdl"), py::arg("stream"),
-        py::arg("w_evict_first") = false);
-  m.def("gemv_fp32",
-        [](bool registers, uintptr_t x, int64_t x_stride, uintptr_t w, uintptr_t out, int64_t out_stride, int M,
-           int N, int K, int splits, int clusters, bool pdl, uintptr_t stream, bool w_evict_first, int window_rows,
-           bool w_no_l1) {
-          rg::GemvFp32Params p{hpc::as_ptr<const void>(x), x_stride, hpc::as_ptr<const float>(w),
-                               hpc::as_ptr<float>(out), out_stride, M, N, K, splits, clusters, w_evict_first ? 1 : 0,
-                               window_rows, w_no_l1 ? 1 : 0};
-          if (registers && (window_rows != 0 || w_no_l1)) {
-            HPC_CUDA_CHECK(rg::run_gemv_fp32_window(p, hpc::as_stream(stream), pdl), "router_gemv_fp32_window");
-          } else if (registers) {
-            HPC_CUDA_CHECK(rg::run_gemv_fp32_ldg(p, hpc::as_stream(stream), pdl), "router_gemv_fp32_ldg");
-          } else {
-            HPC_CUDA_CHECK(rg::run_gemv_fp32(p, hpc::as_stream(stream), pdl), "router_gemv_fp32");
-          }
-        },
-        py::arg("registers"), py::arg("x"), py::arg("x_stride"), py::arg("w"), py::arg("out"), py::arg("out_stride"),
-        py::arg("M"), py::arg("N"), py::arg("K"), py::arg("splits"), py::arg("clusters"), py::arg("pdl"),
-        py::arg("stream"), py::arg("w_evict_first") = false, py::arg("window_rows") = 0, py::arg("w_no_l1") = false);
+
+  py::class_<rg::Fp32SplitKParams> fp32(m, "Fp32SplitKParams");
+  common_fields(fp32);
+  HPC_PTR_FIELD(fp32, rg::Fp32SplitKParams, w, const float);
+  fp32.def_readwrite("l2_prefetch", &rg::Fp32SplitKParams::l2_prefetch);
+
+  py::class_<rg::GemvFp32Params> gemv(m, "GemvFp32Params");
+  common_fields(gemv);
+  HPC_PTR_FIELD(gemv, rg::GemvFp32Params, w, const float);
+  gemv.def_readwrite("clusters", &rg::GemvFp32Params::clusters);
+
+  py::class_<rg::Bf16x2Params> bf16x2(m, "Bf16x2Params");
+  common_fields(bf16x2);
+  HPC_PTR_FIELD(bf16x2, rg::Bf16x2Params, w_hi, const void);
+  HPC_PTR_FIELD(bf16x2, rg::Bf16x2Params, w_lo, const void);
+  HPC_PTR_FIELD(bf16x2, rg::Bf16x2Params, ws, float);
+  HPC_PTR_FIELD(bf16x2, rg::Bf16x2Params, counters, int);
+  bf16x2.def_readwrite("ws_mode", &rg::Bf16x2Params::ws_mode)
+      .def_readwrite("multicast", &rg::Bf16x2Params::multicast)
+      .def_readwrite("prefetch", &rg::Bf16x2Params::prefetch);
+
+  m.def(
+      "fp32_splitk",
+      [](const rg::Fp32SplitKParams& p, bool pdl, uintptr_t stream) {
+        HPC_CUDA_CHECK(rg::run_fp32_splitk(p, hpc::as_stream(stream), pdl), "router_gemm_fp32_splitk");
+      },
+      py::arg("params"), py::arg("pdl"), py::arg("stream"));
+  m.def(
+      "gemv_fp32",
+      [](int kind, const rg::GemvFp32Params& p, bool pdl, uintptr_t stream) {
+        const cudaStream_t s = hpc::as_stream(stream);
+        switch (kind) {
+          case kGemvBulk:
+            HPC_CUDA_CHECK(rg::run_gemv_fp32(p, s, pdl), "router_gemv_fp32");
+            break;
+          case kGemvRegisters:
+            HPC_CUDA_CHECK(rg::run_gemv_fp32_ldg(p, s, pdl), "router_gemv_fp32_ldg");
+            break;
+          case kGemvWindow:
+            HPC_CUDA_CHECK(rg::run_gemv_fp32_window(p, s, pdl), "router_gemv_fp32_window");
+            break;
+          default:
+            throw py::value_error("gemv_fp32: unknown kernel kind");
+        }
+      },
+      py::arg("kind"), py::arg("params"), py::arg("pdl"), py::arg("stream"));
   m.def("gemv_max_clusters", &rg::gemv_max_clusters, py::arg("splits"));
-  m.def("bf16x2",
-        [](int tile, uintptr_t x, int64_t x_stride, uintptr_t w_hi, uintptr_t w_lo, uintptr_t out,
-           int64_t out_stride, int M, int N, int K, int splits, bool pdl, uintptr_t stream, int ws_mode,
-           uintptr_t ws, uintptr_t counters, int multicast, int prefetch, bool w_evict_first, uintptr_t timeline) {
-          rg::Bf16x2Params p{hpc::as_ptr<const void>(x), x_stride, hpc::as_ptr<const void>(w_hi),
-                             hpc::as_ptr<const void>(w_lo), hpc::as_ptr<float>(out), out_stride, M, N, K, splits,
-                             hpc::as_ptr<float>(ws), hpc::as_ptr<int>(counters), ws_mode, multicast, prefetch,
-                             w_evict_first ? 1 : 0, hpc::as_ptr<uint64_t>(timeline)};  // timeline: diagnostics, 0 = off
-          HPC_CUDA_CHECK(rg::run_bf16x2(tile, p, hpc::as_stream(stream), pdl), "router_gemm_bf16x2_wgmma");
-        },
-        py::arg("tile"), py::arg("x"), py::arg("x_stride"), py::arg("w_hi"), py::arg("w_lo"), py::arg("out"),
-        py::arg("out_stride"), py::arg("M"), py::arg("N"), py::arg("K"), py::arg("splits"), py::arg("pdl"),
-        py::arg("stream"), py::arg("ws_mode") = 0, py::arg("ws") = 0, py::arg("counters") = 0,
-        py::arg("multicast") = 0, py::arg("prefetch") = 0, py::arg("w_evict_first") = false,
-        py::arg("timeline") = 0);
+  m.def(
+      "bf16x2",
+      [](int tile, const rg::Bf16x2Params& p, bool pdl, uintptr_t stream) {
+        HPC_CUDA_CHECK(rg::run_bf16x2(tile, p, hpc::as_stream(stream), pdl), "router_gemm_bf16x2_wgmma");
+      },
+      py::arg("tile"), py::arg("params"), py::arg("pdl"), py::arg("stream"));
   m.def("bf16x2_max_clusters", &rg::bf16x2_max_clusters, py::arg("tile"), py::arg("splits"));
   m.def("bf16x2_tile_shape", [](int tile) {
     int bm = 0, bn = 0;

@@ -50,7 +50,6 @@
 #include "hpc_common/persistent.cuh"
 #include "hpc_router_gemm/tma_encode.cuh"
 #include "hpc_router_gemm/router_gemm_params.h"
-#include "hpc_router_gemm/router_timeline.cuh"
 #include "hpc_router_gemm/sm90.cuh"
 #include "hpc_router_gemm/splitk_workspace.cuh"
 #include "hpc_router_gemm/wgmma_ops.cuh"
@@ -69,9 +68,6 @@ struct Bf16x2DevParams {
   int tiles_n;    // N tiles (tile index = m_tile * tiles_n + n_tile)
   int prefetch;   // K blocks of L2 prefetch ahead of the TMA loads (0: none; see Bf16x2Params)
   int w_evict_first;  // 1: the weight boxes load with an L2 evict_first policy
-  // Diagnostics: per-CTA event stamps (router_timeline.cuh); read only by the HPC_ROUTER_TIMELINE
-  // build. Last, so the other fields keep their parameter offsets in the library build.
-  uint64_t* timeline;
 };
 
 template <int BN_, int WGS_, int STAGES_, bool RS_ = false, bool FUSED_ = false>
@@ -111,7 +107,6 @@ __device__ __forceinline__ void cluster_reduce_store(const Bf16x2DevParams& p, u
                                                      uint32_t rank, int m0, int n0) {
   __syncwarp();  // the .aligned cluster barrier needs converged warps (the TMA thread diverged)
   sm90::cluster_sync();
-  if (threadIdx.x == 0) tl_stamp(p.timeline, kTlReduceGo);
   const int rows = C::BM / splits;
   const int r0 = static_cast<int>(rank) * rows;
   constexpr int V = C::BN / 4;
@@ -187,7 +182,6 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
                                     const __grid_constant__ CUtensorMap tm_whi,
                                     const __grid_constant__ CUtensorMap tm_wlo, const Bf16x2DevParams p) {
   using C = Bf16x2Config<BN, WGS, STAGES, RS, FUSED>;
-  if (threadIdx.x == 0) tl_entry(p.timeline);
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kTileBytes + C::kRecvBytes);
@@ -239,7 +233,6 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
     if (push) sm90::cluster_arrive_relaxed();
   }
   hpc::pdl_wait();
-  if (threadIdx.x == 0) tl_stamp(p.timeline, kTlSetup);
 
   if (wg == WGS) {
     // ---- producer warpgroup: one thread issues every TMA load ----
@@ -290,15 +283,10 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
           sm90::tma_load_2d(st + C::kXBytes, &tm_whi, &full[s], kc, n0);
           sm90::tma_load_2d(st + C::kXBytes + C::kWBytes, &tm_wlo, &full[s], kc, n0);
         }
-        if constexpr (kTimelineBuild) {
-          if (i == 0) tl_stamp(p.timeline, kTlFirstIssue);
-        }
       }
-      tl_stamp(p.timeline, kTlLastIssue);
       // Watch the last load land too: a TMA that never completes would otherwise leave the
       // consumers (who wait without a watchdog) spinning forever.
       if (nk > 0) sm90::mbar_wait<true>(&full[(nk - 1) % STAGES], ((nk - 1) / STAGES) & 1);
-      tl_stamp(p.timeline, kTlLastLanded);
     }
     if (mc) {
       __syncwarp();
@@ -316,15 +304,6 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
     for (int i = 0; i < R; ++i) acc_hi[i] = acc_lo[i] = 0.f;
     const bool active = m0 + wg * 64 < p.M;  // rows all past M: skip the math, keep the handshake
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    if constexpr (kTimelineBuild) {
-      // First K block landed: warp 0 waits for it before its main loop (which then finds the
-      // phase complete), so the loops themselves carry no stamp. Safe: phase 0 of full[0] can
-      // not be overtaken before this warp releases stage 0.
-      if (p.timeline != nullptr && threadIdx.x < 32 && nk > 0) {
-        sm90::mbar_wait(&full[0], 0);
-        if (threadIdx.x == 0) tl_stamp(p.timeline, kTlFirstData);
-      }
-    }
     if constexpr (RS) {
       uint32_t af0[4][4], af1[4][4];
       // This lane's ldmatrix row within the consumer's 64-row slice (see load_a_frags).
@@ -382,11 +361,6 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
       }
     }
     sm90::wgmma_wait<0>();
-    // A plain stamp: wgmma.wait_group is volatile asm with a memory clobber and its SASS wait
-    // (WARPGROUP.DEPBAR) stalls the warp, so the timer read after it cannot run earlier. A read
-    // made dependent on an accumulator (tl_clock_after in hpc_attention) would make ptxas
-    // serialise every wgmma of the main loop (C7520) and time a different kernel.
-    if (threadIdx.x % 128 == 0) tl_stamp(p.timeline, wg == 0 ? kTlLoopEnd : kTlLoopEndWg1);
     if (mc) {
       __syncwarp();
       sm90::cluster_sync();  // every remote arrival and multicast write of the pair is done
@@ -407,22 +381,18 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
       constexpr int kCT = WGS * 128, T = (R / 4) * kCT;
       const int tile = m_tile * p.tiles_n + n_tile;
       const float4* part = reinterpret_cast<const float4*>(p.ws) + static_cast<int64_t>(tile) * splits * T;
-      if (threadIdx.x == 0) tl_stamp(p.timeline, kTlReduceStart);
       splitk::store_partial<R, kCT>(reinterpret_cast<float4*>(p.ws) + (static_cast<int64_t>(tile) * splits + rank) * T,
                                     acc_hi, threadIdx.x);
       volatile int* flag = reinterpret_cast<volatile int*>(empty + STAGES);
       int* ctr = p.counters + tile;
       if (p.ws_mode == 1) {
         const bool last = splitk::arrive<kCT>(ctr, 0, splits, flag) == splits - 1;
-        if (threadIdx.x == 0) tl_stamp(p.timeline, kTlReduceGo);
         if (!last) {  // not the last arrival
-          if (threadIdx.x == 0) tl_exit(p.timeline, nk);
           return;
         }
         splitk::reduce_slots<kCT>(part, T, splits, 0, T, p.out, p.out_stride, m0, n0, p.M, p.N);
       } else {
         splitk::arrive<kCT>(ctr, splits, 2 * splits, flag);
-        if (threadIdx.x == 0) tl_stamp(p.timeline, kTlReduceGo);
         const int lo = static_cast<int>(rank) * T / splits, hi = (static_cast<int>(rank) + 1) * T / splits;
         splitk::reduce_slots<kCT>(part, T, splits, lo, hi, p.out, p.out_stride, m0, n0, p.M, p.N);
         splitk::arrive<kCT>(ctr, 0, 2 * splits, flag);  // second round: the last one resets
@@ -452,7 +422,7 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
       // that do not wait instead of dependent remote loads, no shared-memory round trip of the
       // CTA's own rows, and the owner waits only for the bytes it needs, not for every thread of
       // both CTAs (the first version ended with a cluster barrier: ~0.3 us even without skew).
-      // Timeline at K=4096 N=192 M=4096 (scripts/timeline_large_m.py, H200): the two-barrier
+      // Per-CTA timestamps at K=4096 N=192 M=4096 (H200): the two-barrier
       // epilogue took ~2.9 us per CTA from the main loop's end to exit, the push with a cluster
       // barrier 2.0. Same sum: t_0 + t_1 of the two ranks' partials (IEEE addition is
       // commutative, so rank 1's acc + recv is bitwise rank 0's order). Exit safety: a CTA's
@@ -460,9 +430,6 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
       // all of those bytes before it exits.
       float4* recv = reinterpret_cast<float4*>(smem + C::kTileBytes);
       const int t = threadIdx.x % 128;
-      // Stamps: the reduction's start by thread 0 (after its own loop end, in either role), the
-      // go and the exit by the owner warpgroup's first thread.
-      if (threadIdx.x == 0) tl_stamp(p.timeline, kTlReduceStart);
       if (wg != static_cast<int>(rank)) {
         sm90::cluster_wait_acquire();  // the peer's recv_bar is initialised and armed (prologue)
         const uint32_t peer = sm90::map_to_rank(sm90::smem_u32(recv), rank ^ 1u);
@@ -475,7 +442,6 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
         }
       } else {
         sm90::mbar_wait<false, true>(recv_bar, 0);  // the peer's whole partial has landed (cluster acquire)
-        if (threadIdx.x % 128 == 0) tl_stamp(p.timeline, kTlReduceGo);
         if (active) {
 #pragma unroll
           for (int c = 0; c < BN / 8; ++c) {
@@ -491,7 +457,6 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
             }
           }
         }
-        if (threadIdx.x % 128 == 0) tl_exit(p.timeline, nk);
       }
       return;
     } else {
@@ -505,10 +470,8 @@ __global__ void __launch_bounds__(128 * (WGS + 1), WGS == 1 ? 2 : 1)
               make_float2(acc_hi[4 * c + 2 * h], acc_hi[4 * c + 2 * h + 1]);
         }
       }
-      if (threadIdx.x == 0) tl_stamp(p.timeline, kTlReduceStart);
       cluster_reduce_store<C>(p, smem, splits, rank, m0, n0);
     }
-    if (threadIdx.x == 0) tl_exit(p.timeline, nk);
   }
 }
 
@@ -546,7 +509,7 @@ inline cudaError_t launch_router_gemm_bf16x2(const Bf16x2Params& p, cudaStream_t
   const int tiles_n = (p.N + C::BN - 1) / C::BN, tiles_m = (p.M + C::BM - 1) / C::BM;
   const Bf16x2DevParams dp{p.out, p.out_stride, p.M, p.N, p.K, p.ws, p.counters, ws ? p.ws_mode : 0,
                            mc ? 1 : 0, p.splits, tiles_n, p.prefetch > 0 ? p.prefetch : 0,
-                           p.w_evict_first ? 1 : 0, p.timeline};
+                           p.w_evict_first ? 1 : 0};
   // With multicast an odd tile count gets a phantom M tile (rows past M: zeros, no stores;
   // the workspace and counters are sized for the even count, see split_workspace.py).
   const dim3 grid = mc ? dim3(2, p.splits * tiles_n, (tiles_m + 1) / 2) : dim3(p.splits, tiles_n, tiles_m);

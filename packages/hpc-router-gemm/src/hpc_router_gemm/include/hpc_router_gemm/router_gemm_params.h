@@ -37,11 +37,6 @@ struct GemvFp32Params {
   int splits;    // CTAs per cluster along K: 1, 2 or 4
   int clusters;  // clusters in the grid (each owns a contiguous range of rows); <= N
   int w_evict_first = 0;
-  // Sweep-only gemvr variants (router_gemv_fp32_window.cuh; both 0: gemvr itself). window_rows
-  // 1 or 2: each thread holds at most that many rows of loads in flight; w_no_l1: gemvr's one
-  // batch with ld.global.nc.L1::no_allocate.L2::256B weight loads.
-  int window_rows = 0;
-  int w_no_l1 = 0;
 };
 
 // Two-product BF16 tensor-core path (router_gemm_bf16x2_wgmma.cuh).
@@ -70,10 +65,6 @@ struct Bf16x2Params {
   // DRAM (the ring alone holds ~4 blocks in flight per SM). 0: no prefetch. Same results.
   int prefetch = 0;
   int w_evict_first = 0;  // the weight tiles' TMA loads (x keeps the default policy)
-  // Diagnostics only (scripts/timeline_large_m.py): per-CTA event stamps, [grid CTAs][16] 64-bit
-  // words, zero before the call (router_timeline.cuh). Recorded only by the HPC_ROUTER_TIMELINE=1
-  // build of the extension; nullptr (the library's setting) records nothing.
-  uint64_t* timeline = nullptr;
 };
 
 // C entry points (csrc/router_gemm.cu). `tile`: 0 = narrow (64 x 32), 1 = wide (128 x 192),

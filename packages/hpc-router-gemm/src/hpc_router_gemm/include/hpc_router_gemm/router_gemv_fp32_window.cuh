@@ -1,29 +1,22 @@
-// scores[1, N] = x[1, K] (BF16) @ W[N, K]^T (FP32), exact FP32, one token: sweep-only variants
-// of gemvr (router_gemv_fp32_ldg.cuh) that change *when* and *how* the weight is requested, not
-// what is summed.
+// scores[1, N] = x[1, K] (BF16) @ W[N, K]^T (FP32), exact FP32, one token, "gemvrw2": gemvr
+// (router_gemv_fp32_ldg.cuh) with the weight requested two rows at a time per thread.
 //
-// Why (NOTES.md, "Chat M=1"; HISTORY.md, fifth session): after the benchmark's written flush the
-// L2 holds only dirty lines, which costs gemvr 1.9-2.2 us on Chat M=1 (18.9 MB) and cuBLAS 0.7-1.1.
-// gemvr asks for its whole slice in one batch (18 float4 per thread, 144 KB per SM), so nearly
-// every weight line is allocated while its L2 set still holds only dirty lines, and the
-// evict_first policy (which makes a consumed weight line the next victim) has little to act on.
-//
-//  * kDepth = 1 or 2 ("gemvrw1" / "gemvrw2"): the CTA's rows stream through a ring of kDepth
-//    row buffers per thread; row r + kDepth is requested only after row r has been summed (the
-//    load writes the registers row r just freed, and sits behind a branch, so neither nvcc nor
-//    ptxas lifts it above those FMAs). At most ~kDepth rows per thread are in flight: Chat 24 /
-//    48 KB per SM (3.2 / 6.3 MB on the GPU) instead of 144 KB, so later weight lines can find
-//    the consumed lines of earlier ones to replace (with Plan.evict_first) instead of dirty
-//    lines. The cost: fewer bytes in flight, i.e. less DRAM bandwidth by Little's law.
-//  * kDepth = kMaxLoads / kPerRow with kNoL1 ("gemvrna"): gemvr's one batch, with the loads as
-//    ld.global.nc.L1::no_allocate.L2::256B (the weight is read once: no L1 lines, 256-byte L2
-//    fetch granules), the L2 policy operand kept when evict_first.
+// Why (the router NOTES, "Chat M=1"): after a written L2 flush the L2 holds only dirty lines, which
+// costs gemvr 1.9-2.2 us on Chat M=1 (18.9 MB) and cuBLAS 0.7-1.1. gemvr asks for its whole slice in
+// one batch (18 float4 per thread, 144 KB per SM), so nearly every weight line is allocated while
+// its L2 set still holds only dirty lines, and the evict_first policy (which makes a consumed weight
+// line the next victim) has little to act on. Here the CTA's rows stream through a ring of 2 row
+// buffers per thread; row r + 2 is requested only after row r has been summed (the load writes the
+// registers row r just freed, and sits behind a branch, so neither nvcc nor ptxas lifts it above
+// those FMAs): Chat 48 KB per SM in flight instead of 144 KB, so later weight lines can replace the
+// consumed lines of earlier ones (with Plan.evict_first) instead of dirty lines. H200, Chat M=1,
+// written flush: 10.85 us against gemvr's 11.23 (FP32 cuBLAS 11.28); read flush 9.38 against 9.73.
 //
 // Determinism: exactly gemvr's arithmetic. Element k4 of a row slice is read by thread k4 % 512
 // at its step k4 / 512; each thread sums a row's steps in order from 0 with the same four fmaf
 // per float4, then the same warp butterfly, the same per-warp slot in shared memory, the same
-// in-order sums over warps and cluster ranks. Only the load schedule differs, so every variant
-// gives gemvr's bits for the same (K, S) (the GPU tests assert it).
+// in-order sums over warps and cluster ranks. Only the load schedule differs, so it gives gemvr's
+// bits for the same (K, S) (the GPU tests assert it).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -39,38 +32,14 @@
 namespace hpc::router_gemm {
 
 namespace gemvr {
-// The weight float4 of gemvrna: no L1 allocation (read once), 256-byte L2 fetch granule, and
-// the L2 policy operand when kPolicy. Not volatile, like __ldg (the weight does not change
-// during the kernel).
-template <bool kPolicy>
-__device__ __forceinline__ float4 ldg_weight_no_l1(const float4* src, uint64_t policy) {
-  float4 v;
-  if constexpr (kPolicy) {
-    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
-        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-        : "l"(src), "l"(policy));
-  } else {
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];"
-        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-        : "l"(src));
-  }
-  return v;
-}
-
-template <bool kEvictFirst, bool kNoL1>
-__device__ __forceinline__ float4 ldg_w(const float4* src, uint64_t policy) {
-  if constexpr (kNoL1) {
-    return ldg_weight_no_l1<kEvictFirst>(src, policy);
-  } else {
-    return sm90::ldg_weight<kEvictFirst>(src, policy);
-  }
-}
+constexpr int kWindowRows = 2;  // row buffers per thread
 }  // namespace gemvr
 
-// kPerRow: float4 per thread per row slice, as in gemvr. kDepth: row buffers per thread.
-template <int kPerRow, int kDepth, bool kEvictFirst, bool kNoL1>
+// kPerRow: float4 per thread per row slice, as in gemvr.
+template <int kPerRow, bool kEvictFirst>
 __global__ void __launch_bounds__(gemvr::kThreads, 1) router_gemv_fp32_window_kernel(const GemvFp32Params p) {
   using namespace gemvr;
+  constexpr int kDepth = kWindowRows;
   extern __shared__ __align__(16) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const CtaSlice c = cta_slice<kEvictFirst>(p, smem, tid);
@@ -87,7 +56,7 @@ __global__ void __launch_bounds__(gemvr::kThreads, 1) router_gemv_fp32_window_ke
     const float4* rp = c.w4 + static_cast<int64_t>(r) * K4;
 #pragma unroll
     for (int j = 0; j < kPerRow; ++j) {
-      w[b][j] = tid + j * kThreads < ks4 ? gemvr::ldg_w<kEvictFirst, kNoL1>(rp + j * kThreads, c.policy)
+      w[b][j] = tid + j * kThreads < ks4 ? sm90::ldg_weight<kEvictFirst>(rp + j * kThreads, c.policy)
                                          : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   };
@@ -119,17 +88,7 @@ __global__ void __launch_bounds__(gemvr::kThreads, 1) router_gemv_fp32_window_ke
 namespace gemvr {
 template <int kPerRow, bool kEvictFirst>
 inline cudaError_t launch_window(const GemvFp32Params& p, dim3 grid, size_t smem, cudaStream_t stream, bool pdl) {
-  const dim3 block(kThreads);
-  if (p.w_no_l1) {  // gemvr's whole batch: as many rows as its 18 float4 per thread hold
-    constexpr int kBatch = kMaxLoads / kPerRow;
-    return hpc::launch_kernel_cluster(router_gemv_fp32_window_kernel<kPerRow, kBatch, kEvictFirst, true>, grid,
-                                      block, smem, p.splits, stream, pdl, p);
-  }
-  if (p.window_rows == 1) {
-    return hpc::launch_kernel_cluster(router_gemv_fp32_window_kernel<kPerRow, 1, kEvictFirst, false>, grid, block,
-                                      smem, p.splits, stream, pdl, p);
-  }
-  return hpc::launch_kernel_cluster(router_gemv_fp32_window_kernel<kPerRow, 2, kEvictFirst, false>, grid, block, smem,
+  return hpc::launch_kernel_cluster(router_gemv_fp32_window_kernel<kPerRow, kEvictFirst>, grid, dim3(kThreads), smem,
                                     p.splits, stream, pdl, p);
 }
 
@@ -149,12 +108,10 @@ inline cudaError_t launch_window_per_row(const GemvFp32Params& p, cudaStream_t s
 }
 }  // namespace gemvr
 
-// Raw-pointer launcher: gemvr's requirements (gemvr::launchable), plus exactly one of
-// window_rows in {1, 2} or w_no_l1 (the two are not combined).
+// Raw-pointer launcher: gemvr's requirements (gemvr::launchable).
 inline cudaError_t launch_router_gemv_fp32_window(const GemvFp32Params& p, cudaStream_t stream, bool pdl) {
   using namespace gemvr;
   if (!launchable(p)) return cudaErrorInvalidValue;
-  if (p.w_no_l1 ? p.window_rows != 0 : !(p.window_rows == 1 || p.window_rows == 2)) return cudaErrorInvalidValue;
   return p.w_evict_first ? launch_window_per_row<true>(p, stream, pdl) : launch_window_per_row<false>(p, stream, pdl);
 }
 
