@@ -255,3 +255,83 @@ def test_bench_moe_case_table_builds_on_the_cpu():
     assert t1["experts_hit"] == 8 and 4.3 < t1["floor_us"] < 4.5  # BRIEF 3.3: 18.9 MB, 4.4 us
     assert all(r["copies"] * r["bytes"] >= bench.ROTATION_BYTES or r["copies"] == bench.MAX_COPIES for r in table)
     assert len(bench.case_table(list(bench.MODELS.values()), bench.DTYPES, (), quick=True)) < len(table)
+
+
+# ---- the public path on the GPU (custom op, workspace cache, graphs, check_ids, torch.compile) ----
+
+def _gpu_case(quant, T=33, E=8, k=4, ep_size=2, seed=0):
+    dev = torch.device("cuda")
+    t = {n: v.to(dev) for n, v in _tensors(quant, E=E // ep_size, gate_up_scales=quant == "fp8_tensor",
+                                              seed=seed).items()}
+    w = MoEWeights.prepare(**t, quant=quant, ep_rank=1, ep_size=ep_size)
+    g = torch.Generator().manual_seed(seed + 1)
+    ids = torch.randint(-1, E, (T, k), generator=g, dtype=torch.int32).to(dev)
+    wts = torch.rand(T, k, generator=g).to(dev)
+    x = torch.randn(T, 256, generator=g).to(torch.bfloat16).to(dev)
+    return w, x, ids, wts
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("quant", ["bf16", "fp8_tensor", "fp8_block"])
+def test_gpu_public_path_matches_kernels_and_reference(quant):
+    from hpc_moe import kernels
+
+    w, x, ids, wts = _gpu_case(quant)
+    ws = w.workspace(64, 4)
+    out = torch.full_like(x, float("nan"))
+    fused_moe(x, w, ids, wts, out=out, workspace=ws)
+    direct = torch.full_like(x, float("nan"))
+    kernels.run_fused_moe(w, x, ids, wts, None, direct, w.workspace(33, 4))
+    assert torch.equal(out, direct)
+    assert torch.equal(fused_moe(x, w, ids, wts), out)  # cached workspace, allocated output
+    ref = reference_from_prepared(w, x, ids, wts)
+    cos = torch.nn.functional.cosine_similarity(out.double().flatten(), ref.flatten(), dim=0).item()
+    assert cos >= (0.99999 if quant == "bf16" else 0.9997), cos
+
+
+@pytest.mark.gpu
+def test_gpu_graph_replay_with_new_routing_and_cached_workspace():
+    w, x, ids, wts = _gpu_case("fp8_block")
+    ws = w.workspace(33, 4)
+    out = torch.empty_like(x)
+    fused_moe(x, w, ids, wts, out=out, workspace=ws)  # warm: builds the extension outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fused_moe(x, w, ids, wts, out=out, workspace=ws)
+    _, x2, ids2, wts2 = _gpu_case("fp8_block", seed=5)
+    x.copy_(x2), ids.copy_(ids2), wts.copy_(wts2)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, fused_moe(x2, w, ids2, wts2, workspace=ws))
+    # Without a workspace: the cache serves a capture of a size it already holds, and refuses to grow inside one.
+    fused_moe(x, w, ids, wts)
+    with pytest.raises(RuntimeError, match="during CUDA-graph capture"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            big = torch.zeros(4096, 256, dtype=torch.bfloat16, device="cuda")
+            fused_moe(big, w, torch.zeros(4096, 4, dtype=torch.int32, device="cuda"),
+                      torch.zeros(4096, 4, device="cuda"))
+
+
+@pytest.mark.gpu
+def test_gpu_out_of_range_ids_skipped_or_raised():
+    w, x, ids, wts = _gpu_case("bf16")
+    bad = ids.clone()
+    bad[0, 0], bad[1, 1] = 1000, -7
+    with pytest.raises(ValueError, match=r"topk_ids must lie in \[-1, num_experts = 8\)"):
+        fused_moe(x, w, bad, wts, check_ids=True)
+    skipped = ids.clone()
+    skipped[0, 0], skipped[1, 1] = -1, -1
+    assert torch.equal(fused_moe(x, w, bad, wts), fused_moe(x, w, skipped, wts))  # no fault, skipped like -1
+
+
+@pytest.mark.gpu
+def test_gpu_torch_compile_equals_eager():
+    w, x, ids, wts = _gpu_case("fp8_tensor")
+    ws = w.workspace(33, 4)
+    eager = fused_moe(x, w, ids, wts, workspace=ws)
+
+    @torch.compile(backend="aot_eager", fullgraph=True)
+    def layer(x, ids, wts):
+        return fused_moe(x, w, ids, wts, workspace=ws)
+
+    assert torch.equal(layer(x, ids, wts), eager)

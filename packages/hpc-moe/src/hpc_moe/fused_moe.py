@@ -106,9 +106,10 @@ def fused_moe(hidden: torch.Tensor, weights: MoEWeights, topk_ids: torch.Tensor,
     if T == 0:
         return out
     if hidden.is_cuda:
-        from hpc_common.launch import require_hopper
+        if not torch.compiler.is_compiling():
+            from hpc_common.launch import require_hopper
 
-        require_hopper(hidden, "hidden", _OP)
+            require_hopper(hidden, "hidden", _OP)
         bufs = (workspace.inter, workspace.xq, workspace.xs)
         max_tokens, max_top_k = workspace.max_tokens, workspace.top_k
     else:  # the reference path needs no scratch
