@@ -85,12 +85,20 @@ def test_one_method_only(tmp_path):
 
 
 def test_moe_table(tmp_path):
-    rows = [dict(shape="hy3_tp8", T=t, quant=q, provider="ours", method=m, median_us=us)
-            for t in (1, 4) for q in ("bf16", "fp8_block") for m, us in (("cold", 20.0), ("rotation", 12.0))]
+    rows = [dict(model="hy3_tp8", T=t, dtype=q, provider=p, method=m, median_us=us, floor_us=us / 4)
+            for t in (1, 4, 1024) for q in ("bf16", "fp8_block") for p in ("ours", "sglang_triton")
+            for m, us in (("cold", 20.0), ("rotation", 12.0))]
     _write(tmp_path, "moe", rows)
     body = rr.render(tmp_path)
-    assert "| shape | T | bf16 | fp8_block |" in body
-    assert "| hy3_tp8 | 4 | 20.0 / 12.0 | 20.0 / 12.0 |" in body
+    assert "| model | weights | T=1 | T=4 |" in body
+    assert "| hy3_tp8 | fp8_block | 20.0 (25 %) / 12.0 (25 %) | 20.0 (25 %) / 12.0 (25 %) |" in body
+    assert body.count("| hy3_tp8 |") == 2  # ours only, one row per weight format
+
+
+def test_moe_cold_only(tmp_path):
+    _write(tmp_path, "moe", [dict(shape="hy3_ep8", T=4, quant="bf16", provider="ours", method="cold",
+                                  median_us=30.0)])
+    assert "| hy3_ep8 | bf16 | 30.0 / n/m |" in rr.render(tmp_path)
 
 
 def test_broken_file_is_skipped(tmp_path):

@@ -189,19 +189,41 @@ def table_decode(found: dict[str, Source], rel: str) -> list[str]:
     return lines + ["", sources_line(found, rel), ""]
 
 
+MOE_T = (1, 4, 16, 64, 256)
+
+
+def _field(row: dict, *names: str):
+    """The first of `names` the row has (bench_moe.py writes `model` / `dtype`; `shape` / `quant` accepted)."""
+    for name in names:
+        if name in row:
+            return row[name]
+    return None
+
+
 def table_moe(found: dict[str, Source], rel: str) -> list[str]:
-    lines = ["### Fused MoE (`hpc_moe.fused_moe`): us per call, cold / rotation", ""]
+    lines = ["### Fused MoE (`hpc_moe.fused_moe`): us per call (% of the floor), cold / rotation", ""]
     if not found:
         return lines + [NOT_MEASURED, ""]
-    rows = [r for s in found.values() for r in s.rows if provider(r) == "ours"]
-    shapes = sorted({(str(r.get("shape")), r.get("T")) for r in rows if r.get("T") is not None},
-                    key=lambda k: (k[0], k[1]))
-    quants = sorted({str(r.get("quant")) for r in rows})
-    lines += ["| shape | T | " + " | ".join(quants) + " |", "|---|---" + "|---" * len(quants) + "|"]
-    for shape, t in shapes:
-        cells = [pair(found, lambda row: us(row) + pct_of_floor(row), shape=shape, T=t, quant=q,
-                      provider="ours") for q in quants]
-        lines.append(f"| {shape} | {t} | " + " | ".join(cells) + " |")
+    ours = {m: [r for r in s.rows if provider(r) == "ours"] for m, s in found.items()}
+    configs = list(dict.fromkeys((_field(r, "model", "shape"), _field(r, "dtype", "quant"))
+                                 for rows in ours.values() for r in rows))
+    tokens = [t for t in MOE_T if any(r.get("T") == t for rows in ours.values() for r in rows)]
+    lines += ["| model | weights | " + " | ".join(f"T={t}" for t in tokens) + " |",
+              "|---|---" + "|---" * len(tokens) + "|"]
+
+    def cell(model, quant, t):
+        out = []
+        for method in METHODS:
+            if method not in found:
+                out.append("n/m")
+                continue
+            row = next((r for r in ours[method] if r.get("T") == t and _field(r, "model", "shape") == model
+                        and _field(r, "dtype", "quant") == quant), None)
+            out.append(us(row) + pct_of_floor(row))
+        return " / ".join(out)
+
+    for model, quant in configs:
+        lines.append(f"| {model} | {quant} | " + " | ".join(cell(model, quant, t) for t in tokens) + " |")
     return lines + ["", sources_line(found, rel), ""]
 
 
