@@ -342,7 +342,7 @@ def test_task_cost_spreads_many_short_items():
 def test_task_cost_leaves_items_longer_than_the_budget_alone():
     """64x0.5K with 8/1 heads: 8-tile items against a 4-tile budget are split anyway, so they pay
     no charge and the plan is the tiles-only one (128 bins of exactly 4 tiles, 2 parts per item;
-    charging them measured ~2 us slower on the H200, HISTORY.md)."""
+    charging them measured ~2 us slower on the H200)."""
     lens = [512] * 64
     assert plan_tables(lens, 1, 132, 4, task_cost=2) == plan_tables(lens, 1, 132, 4, task_cost=0)
     mixed = [512] * 8 + [64] * 200  # 1-tile items within the budget are charged

@@ -1,5 +1,5 @@
 // How fast can any kernel read each brief case's KV bytes under the benchmarks' method? A lower bound for
-// the decode targets the committed tables still miss (thirty-fifth session). For every case, head
+// the decode targets the committed tables still miss. For every case, head
 // layout and KV dtype, 132 persistent CTAs stream exactly the case's K + V bytes with nothing but a copy
 // ring (one producer thread issuing 1-D bulk copies of `chunk` bytes into `stages` stages, four consumer
 // warps releasing them: page_stream_rate.cu's ring on a flat buffer), timed as bench_us times a decode
@@ -7,14 +7,14 @@
 // (chunk 16 / 32 KB, chunks in random or address order, loads with or without the L2 evict_first policy)
 // are each a way the same bytes may be read; the best of them is the case's bound. No math, no plan, no
 // q / output / page table: a decode call of the case cannot be faster than its bound unless it reads
-// the bytes in a way this ring does not (NOTES.md, nineteenth session: ring depth, two CTAs per SM, LSU
-// loads and short-lived CTAs all read within ~1 us of the bulk ring).
+// the bytes in a way this ring does not (ring depth, two CTAs per SM, LSU loads and short-lived CTAs all
+// read within ~1 us of the bulk ring).
 //
 // Also: `empty` (an empty one-CTA kernel: the method's fixed cost) and each case after a read flush (128 MB
 // read after the written flush, so the L2 holds no dirty lines), for the targets' dependence on the flush.
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I packages/hpc-common/src/hpc_common/include \
-//        -o /tmp/bsb packages/hpc-attention/scripts/bare_stream_bound.cu && /tmp/bsb > OUT/bare_stream_bound.jsonl
+//        -I packages/hpc-attention/src/hpc_attention/include -o /tmp/bsb tools/probes/attention/bare_stream_bound.cu && /tmp/bsb > OUT/bare_stream_bound.jsonl
 //   (/tmp/bsb grid: grid_sweep below; /tmp/bsb rotation: rotation_us below)
 // One JSON line per row (case, heads, kv_dtype, variant, flush, floor_us, mean_us, median_us); tools/probe_results.py
 // turns them into the results format.
@@ -102,7 +102,7 @@ struct Case {
   std::vector<int> lens;
 };
 
-// "32x128+32x4K" -> 32 requests of 128 tokens and 32 of 4096 (bench_decode_attention.parse_case).
+// "32x128+32x4K" -> 32 requests of 128 tokens and 32 of 4096 (benchmarks/bench_decode.py parse_case).
 Case parse_case(const std::string& name) {
   Case c{name, {}};
   size_t pos = 0;
@@ -156,7 +156,7 @@ void grid_sweep(const FlushedStream& fs, uint8_t* kv, int* order, float* sink) {
   }
 }
 
-// `bsb rotation`: the bound by input rotation, the method of bench_decode_attention_rotation.py: n copies of the case's
+// `bsb rotation`: the bound by input rotation, the rotation method of benchmarks/bench_decode.py: n copies of the case's
 // KV bytes (n = ceil(256 MB / bytes), 2..64), one ring call per copy back to back in one CUDA graph [event, n calls,
 // event] with the PDL launch attribute (each call waits for the previous one before its first copy, as the decode's
 // plain call does), no flush; per-call time = the event pair / n, mean and median over replays 2..31.
@@ -237,7 +237,7 @@ int main(int argc, char** argv) {
       const int hq = hh[0], hkv = hh[1];
       for (int esize : {2, 1}) {
         const size_t kv_bytes = 2 * tokens * hkv * 128 * esize;
-        // bench_decode_attention.call_bytes: K + V, q read and the output written (BF16), the page table
+        // benchmarks/bench_decode.py call_bytes: K + V, q read and the output written (BF16), the page table
         const double call_bytes = double(kv_bytes) + 2.0 * B * hq * 128 * 2 + double(B) * max_pages * 4;
         const double floor_us = call_bytes / (kCopyTbps * 1e12) * 1e6;
         if (rotation) {  // chunk 32 KB, both orders and policies

@@ -1,12 +1,12 @@
-// What a one-CTA kernel costs under the benchmarks' method before it does any work (twenty-first
-// session, the planner's <= 5 us target: NOTES.md). One CUDA graph of [a 128 MB written flush, event,
+// What a one-CTA kernel costs under the benchmarks' method before it does any work (for the planner's
+// <= 5 us target). One CUDA graph of [a 128 MB written flush, event,
 // kernel, event] per variant, replayed; median of the in-graph event pair, as hpc_common.bench times
 // every call. Variants: an empty kernel of 32 / 512 threads, the same with the planner's 17 KB of
 // static shared memory, with 48 / 200 KB of dynamic shared memory, and launched with the programmatic
 // stream serialization attribute (PDL), as the library launches its kernels.
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I packages/hpc-common/src/hpc_common/include \
-//        -o /tmp/lc packages/hpc-attention/scripts/launch_cost.cu && /tmp/lc
+//        -I packages/hpc-attention/src/hpc_attention/include -o /tmp/lc tools/probes/attention/launch_cost.cu && /tmp/lc
 #include <cuda_runtime.h>
 
 #include <cstdio>

@@ -1,6 +1,6 @@
 // How fast can 132 persistent CTAs stream paged KV at 8/1 (one KV head: a tile is one whole page of
-// K and one of V, each contiguous), with nothing but the ring? NOTES.md: the decode kernel's stream-only
-// mode (consumers skip the math) reads ~26-27 GB/s per CTA at 8/1 against ~30-31 at 64/8, and the
+// K and one of V, each contiguous), with nothing but the ring? The decode kernel with its consumers skipping
+// the math read ~26-27 GB/s per CTA at 8/1 against ~30-31 at 64/8, and the
 // memory-side hypotheses tried (page order, task-switch bubbles) were null. This standalone program
 // times the bare pattern: one producer thread per CTA issues 1-D bulk copies of the K and V pages of
 // each tile into a ring of `stages` (full / empty mbarriers); four consumer warps wait for each stage
@@ -9,11 +9,11 @@
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I packages/hpc-common/src/hpc_common/include \
 //        -I packages/hpc-attention/src/hpc_attention/include \
-//        -o /tmp/psr packages/hpc-attention/scripts/page_stream_rate.cu && /tmp/psr
+//        -o /tmp/psr tools/probes/attention/page_stream_rate.cu && /tmp/psr
 //
-// `psr tmap` runs only the copy-form comparison (twenty-first session): 1-D bulk copies against the decode
+// `psr tmap` runs only the copy-form comparison: 1-D bulk copies against the decode
 // kernel's tensor-map copies (page_stream_tmap: 4-D map, 128-byte swizzled boxes, two per BF16 page) with
-// 256-byte (the BF16 default then), 128-byte or no L2 promotion, and two one-box-per-page forms; H200, read
+// 256-byte, 128-byte (the decode's) or no L2 promotion, and two one-box-per-page forms; H200, read
 // flush: 256-byte promotion streamed ~1.5-2.5 us slower (benchmarks/results/h200/attention_page_stream_tmap.*).
 //
 // One JSON line per case: kernel time between events (a 256 MB write before each launch: cold L2),
@@ -112,12 +112,12 @@ __global__ void __launch_bounds__(160, 1)
   }
 }
 
-// The decode kernel's copy form (paged_decode_tma_producer.cuh) on the same ring: each page through a
+// The decode kernel's copy form (decode_tma_producer.cuh) on the same ring: each page through a
 // 4-D tensor map (dim, head, token, page) in boxes of 128 bytes of a row x 64 tokens with the 128-byte
 // swizzle, so a BF16 page is 2 boxes (256-byte rows) and an FP8 page 1, one TMA instruction per box
-// from lanes of the producer warp, L2 evict_first. The question (twenty-first session): does this form
-// stream slower than 1-D bulk copies of the same pages? (The decode's stream-only mode reads ~26-27 GB/s
-// per CTA at 8/1, this program's bulk ring ~30.)
+// from lanes of the producer warp, L2 evict_first. The question: does this form stream slower than 1-D bulk
+// copies of the same pages? (The decode kernel without its math read ~26-27 GB/s per CTA at 8/1, this
+// program's bulk ring ~30.)
 __global__ void __launch_bounds__(160, 1)
     page_stream_tmap(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
                      const int* __restrict__ page_table, int total_tiles, int page_bytes, int stages, int rows2d,

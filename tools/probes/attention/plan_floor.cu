@@ -1,7 +1,6 @@
-// The floor of the planner's memory chain under the benchmarks' method (twenty-second session; the
-// planner's <= 5 us target at batch 256, NOTES.md "What is left" 4). The batch-256 plan reads
-// 5.25-5.47 us; any one-CTA kernel reads 2.62 (launch_cost.cu) and cold straight-line code costs
-// nothing measurable (code_fetch_cost.cu). What is left of the plan is a chain: the cold parameter
+// The floor of the planner's memory chain under the benchmarks' method (the planner's <= 5 us target at
+// batch 256). The batch-256 plan reads 5.25-5.47 us; any one-CTA kernel reads 2.62 (launch_cost.cu) and
+// cold straight-line code costs nothing measurable. What is left of the plan is a chain: the cold parameter
 // block, the KV lengths' DRAM round trip, the arithmetic, the stores draining before the kernel
 // completes. These skeletons keep the chain's memory steps and drop the arithmetic step by step, so
 // `ours_plan` minus the skeleton is what the plan's arithmetic costs and the skeleton is the least
@@ -17,7 +16,7 @@
 //                   bin_first for 132 bins, slot_meta for 256 slots, combine for 64 entries, totals)
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I packages/hpc-common/src/hpc_common/include \
-//        -o /tmp/pf packages/hpc-attention/scripts/plan_floor.cu && /tmp/pf
+//        -I packages/hpc-attention/src/hpc_attention/include -o /tmp/pf tools/probes/attention/plan_floor.cu && /tmp/pf
 #include <cuda_runtime.h>
 
 #include <cstdio>

@@ -62,7 +62,7 @@ __host__ __device__ inline bool plan_rows_aligned_applies(const DecodePlanParams
 
 // CTAs of the plan's grid. Why more than one: the aligned plan's time at 64/8 batch 256 is mostly
 // the heads' table copies leaving one SM (~41 KB of tables against ~5 KB at 8/1; a build writing
-// one head of four read 6.3 us against 7.3, NOTES.md). So up to kPlanMaxCtas CTAs each plan the
+// one head of four read 6.3 us against 7.3). So up to kPlanMaxCtas CTAs each plan the
 // whole line (same inputs, same arithmetic, same values) and write only their own heads' copies;
 // CTA 0 writes the totals. Every other plan, and the aligned plan's fallback, runs on CTA 0 alone
 // (the others exit). One CTA when the first-page pass would read bins back from the global tables
@@ -134,7 +134,7 @@ __device__ __forceinline__ void plan_one_cta(const DecodePlanParams& p, const Fa
 
 // Every plan kernel's entry after its own prologue: the work floor's reciprocal (parameters only, so
 // before the lengths load, off the critical path: it followed the first scan once, ~0.05-0.1 us of
-// dependent latency, NOTES.md), then the PDL wait (the decode kernel waits for our completion anyway,
+// dependent latency), then the PDL wait (the decode kernel waits for our completion anyway,
 // so its launch is released at once).
 __device__ __forceinline__ FastDiv plan_pdl_entry(const DecodePlanParams& p) {
   FastDiv by_floor;
@@ -167,8 +167,8 @@ __device__ __noinline__ void plan_head_major_unaligned(const DecodePlanParams& p
 
 // Head-major lines that may be aligned (plan_may_align: more virtual requests than planner threads,
 // the line cut into a multiple of Hkv bins): the aligned plan (decode_plan_aligned.cuh) on a grid of
-// plan_ctas(p) CTAs, in a kernel of its own. Why (twenty-second session, scripts/plan64_probe.cu, H200,
-// batch 256 at 64/8, same process, same tables): 5.93-5.99 us as a kernel of its own against 6.22 as
+// plan_ctas(p) CTAs, in a kernel of its own. Why (H200, batch 256 at 64/8, same
+// process, same tables): 5.93-5.99 us as a kernel of its own against 6.22 as
 // the branch of decode_plan_kernel it was, 5.88-5.94 with touch_param_lines.
 // The body of both aligned kernels: kRows, the row plan over head 0's stretch (decode_plan_rows.cuh), else
 // the block-scan aligned plan; either returns false in every CTA when the line is not aligned after all.
@@ -191,9 +191,9 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_aligned_kernel(co
 }
 
 // Small one-head dynamic batches (plan_rows_applies): the row plan (decode_plan_rows.cuh) in a kernel
-// of its own. Why not a branch of decode_plan_kernel, as it was until the twenty-second session: the
-// same plan, tables and launch read 5.40-5.58 us there against 4.94-5.05 us as a kernel of its own
-// (batch 256, scripts/plan_probe.cu, H200, same process). Not cold code (the code warmed by a batch-1
+// of its own. Why not a branch of decode_plan_kernel: the same plan, tables and
+// launch read 5.40-5.58 us there against 4.94-5.05 us as a kernel of its own (batch 256, H200, same
+// process). Not cold code (the code warmed by a batch-1
 // plan read as a spin kernel did); where ptxas placed the parameter loads of the larger kernel may be
 // part of it (the touch that would have told was dropped by ptxas in that measurement; see
 // touch_param_lines, which this kernel now uses).
@@ -209,8 +209,8 @@ __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_rows_kernel(const
 // batch 256): the row plan over head 0's stretch, each CTA of the grid writing its heads' copies; the
 // one-CTA head-major plan when the line is not aligned after all. Why: the aligned kernel's two block
 // scans over a thread per request on all 16 warps (plan_head_major_aligned) against the row plan's warp
-// sums on the row warps alone: 64/8 batch 256, H200, scripts/plan64_probe.cu, same process: 5.22-5.28 us
-// against 5.79-5.92 (twenty-third session; the row plan with the other warps also running its pass 1, to
+// sums on the row warps alone: 64/8 batch 256, H200, same process: 5.22-5.28 us
+// against 5.79-5.92 (the row plan with the other warps also running its pass 1, to
 // test alignment themselves, read 5.89-5.92).
 __global__ void __launch_bounds__(kPlanThreads, 1) decode_plan_rows_aligned_kernel(
     const __grid_constant__ DecodePlanParams p) {

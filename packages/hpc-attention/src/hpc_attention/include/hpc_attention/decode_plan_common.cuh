@@ -273,7 +273,7 @@ struct ItemCharge {
 // The plan's charge rule. longest: the longest request in tiles (any value at least the longest of the
 // items this thread charges gives the same charges; only whether the division is made depends on it).
 // Block- or warp-uniform in every plan, so the division is a uniform branch: the row plan's first form,
-// each lane with its own longest, read ~0.2 us slower at batch 256 (NOTES.md, thirtieth session).
+// each lane with its own longest, read ~0.2 us slower at batch 256.
 __device__ __forceinline__ ItemCharge make_charge(const DecodePlanParams& p, unsigned nb0, unsigned total,
                                                   int longest) {
   ItemCharge c;

@@ -10,8 +10,8 @@
 
 namespace hpc::attn {
 
-// ---- dynamic plan, version 4 ------------------------------------------------------------
-// Same tables as before (the Python twin is unchanged). The common plan (no claimable tail, a
+// ---- dynamic plan ---------------------------------------------------------------------------
+// The common plan (no claimable tail, a
 // line of < 2^31 units, (line + 1) * nb + line < 2^32) runs plan_fast: 32-bit arithmetic, the two
 // divisors of the line (its length and the bin count) turned into reciprocals once, so every
 // bin_of / start is a multiply-high and one correction instead of a ~15-instruction division, and

@@ -27,9 +27,9 @@ namespace hpc::attn {
 // one per thread): its line positions are the warp-reduced spans of rows < w plus a scan of its own
 // row. Only the task / slot / combine counts still cross warps: one named barrier over the active
 // warps, after which each warp sums the rows before it. Same tables as plan_fast (the twin and the
-// GPU tests compare them). The same form serves aligned head-major lines (64/8 at batch 256, twenty-third
-// session: 5.73-5.86 us against 6.21-6.59 by block scans). The number of warps running pass 1 and the cut
-// was measured both ways there (H200, NOTES.md): 16 warps +0.65 us, warp 0 alone handing the cut over
+// GPU tests compare them). The same form serves aligned head-major lines (64/8 at batch 256:
+// 5.73-5.86 us against 6.21-6.59 by block scans). The number of warps running pass 1 and the cut
+// was measured both ways there (H200): 16 warps +0.65 us, warp 0 alone handing the cut over
 // +1.1 us; the row warps, one per row, stay.
 constexpr int kRowMax = 8;
 
