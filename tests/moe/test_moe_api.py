@@ -5,6 +5,10 @@ import dataclasses
 
 import pytest
 import torch
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from hpc_common.testing.strategies import seeds
 
 import hpc_moe
 from hpc_moe import MoEWeights, MoEWorkspace, fused_moe
@@ -91,6 +95,29 @@ def test_fused_moe_cpu_path_matches_the_reference(quant, gate_up, a1):
     torch.testing.assert_close(dst[3], shared[3], rtol=0, atol=0)
     torch.testing.assert_close(got.double(), reference_from_prepared(w, x, ids, wts, shared_output=shared),
                                rtol=1e-2, atol=1e-2 * ref.abs().max().item())
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(quant=st.sampled_from(["bf16", "fp8_tensor", "fp8_block"]), H=st.sampled_from([128, 256]),
+       inter=st.sampled_from([64, 128, 192]), E_local=st.integers(1, 6), ep_size=st.sampled_from([1, 2, 4]),
+       rank_frac=st.floats(0, 0.999), T=st.sampled_from([1, 2, 7, 17]), k=st.integers(1, 16), seed=seeds())
+@example(quant="fp8_block", H=128, inter=64, E_local=1, ep_size=1, rank_frac=0.0, T=1, k=16, seed=0)
+def test_cpu_path_matches_checkpoint_reference(quant, H, inter, E_local, ep_size, rank_frac, T, k, seed):
+    """prepare then fused_moe on the CPU equals the reference on the checkpoint tensors, for drawn
+    sizes, EP settings and routings (up to BF16 rounding of the output)."""
+    g = torch.Generator().manual_seed(seed)
+    ep_rank = int(rank_frac * ep_size)
+    E = E_local * ep_size
+    t = _tensors(quant, E=E_local, H=H, inter=inter, seed=seed, gate_up_scales=quant == "fp8_tensor" and seed % 2)
+    w = MoEWeights.prepare(**t, quant=quant, ep_rank=ep_rank, ep_size=ep_size, num_experts=E)
+    x = torch.randn(T, H, generator=g).to(torch.bfloat16)
+    ids = torch.randint(-1, E, (T, k), generator=g, dtype=torch.int32)
+    wts = torch.rand(T, k, generator=g)
+    want = fused_moe_reference_quant(x, t["w13"], t["w2"], ids, wts, quant=quant, w13_scale=t.get("w13_scale"),
+                                     w2_scale=t.get("w2_scale"), expert_offset=ep_rank * E_local)
+    got = fused_moe(x, w, ids, wts)
+    scale = max(want.abs().max().item(), 1e-30)
+    assert (got.double() - want).abs().max().item() <= 1e-2 * scale, (quant, H, inter, E_local, ep_size, ep_rank, T, k, seed)
 
 
 def test_fused_moe_empty_batch():
