@@ -17,11 +17,10 @@ size_t down_smem_bytes(int num_pairs, int num_local_experts) {
   return down_smem_bytes_impl(num_pairs, num_local_experts);
 }
 
-// An upper bound on the tasks any routing can make (I/8 tiles times the chunks: at most one per
-// active expert plus one per 16 pairs), capped at the CTAs that are resident at once.
+// An upper bound on the tasks any routing can make (I/8 tiles per active expert), capped at the
+// CTAs that are resident at once.
 int gate_up_grid(Format f, int num_pairs, int num_local_experts, int intermediate, int num_sms) {
-  const long long chunks = std::min(num_local_experts, num_pairs) + num_pairs / kChunkPairs;
-  const long long tasks = static_cast<long long>(intermediate / 8) * chunks;
+  const long long tasks = static_cast<long long>(intermediate / 8) * std::min(num_local_experts, num_pairs);
   return static_cast<int>(std::max(1LL, std::min(tasks, static_cast<long long>(num_sms) * gate_up_ctas_per_sm(f))));
 }
 

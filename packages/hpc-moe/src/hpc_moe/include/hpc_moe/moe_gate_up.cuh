@@ -2,8 +2,8 @@
 // for every pair p = (t, j) routed to a local expert e. DESIGN.md, "Pipeline" step 2.
 //
 // Persistent grid: every CTA builds the routing index in shared memory and enumerates the same
-// tasks (active local expert ascending, w13 tile of 8 gate + 8 up rows, chunk of <= 16 pairs);
-// CTA c takes tasks c, c + gridDim.x, ... A task is one 16-row tile times <= 16 token columns:
+// tasks (active local expert ascending, w13 tile of 8 gate + 8 up rows); CTA c takes tasks c,
+// c + gridDim.x, ... A task is one 16-row tile times all the expert's pairs, 16 columns at a time:
 // the 4 warps split K, each streaming its contiguous part of the tile (16-byte loads, one per lane
 // per MMA step, in the prepared fragment order) through a register ring kStages deep, with the
 // token rows (B) read straight from x through the index. The warps' partial sums meet in shared
@@ -152,55 +152,55 @@ __global__ void __launch_bounds__(kThreads, gate_up_ctas_per_sm(F)) moe_gate_up_
   for (int task = blockIdx.x; task < total; task += gridDim.x) {
     const int e = task_expert(x, E, task);
     const int cnt = x.cnt[e];
-    const int chunks = (cnt + kChunkPairs - 1) / kChunkPairs;
-    const int rem = task - x.tstart[e];
-    const int t = rem / chunks, c = rem % chunks;
-    const int* pairs = x.list + x.start[e] + c * kChunkPairs;
-    const int n = min(kChunkPairs, cnt - c * kChunkPairs);
+    const int t = task - x.tstart[e];
+    for (int c0 = 0; c0 < cnt; c0 += kChunkPairs) {
+      const int* pairs = x.list + x.start[e] + c0;
+      const int n = min(kChunkPairs, cnt - c0);
 
-    GateUpWarp<F> w{p};
-    w.tile = static_cast<const char*>(p.w13) + (int64_t(e) * tiles + t) * tile_bytes;
-    w.lane = lane;
-    w.nb = n > 8 ? 2 : 1;
-    w.policy = policy;
-    const int g = lane >> 2, q = lane & 3;
+      GateUpWarp<F> w{p};
+      w.tile = static_cast<const char*>(p.w13) + (int64_t(e) * tiles + t) * tile_bytes;
+      w.lane = lane;
+      w.nb = n > 8 ? 2 : 1;
+      w.policy = policy;
+      const int g = lane >> 2, q = lane & 3;
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int tok = pairs[min(j * 8 + g, n - 1)] / p.K;  // a column past n repeats a valid row
-      w.brow[j] = static_cast<const char*>(p.x) + tok * p.x_row_bytes;
-      if constexpr (F == Format::kFp8) {
+      for (int j = 0; j < 2; ++j) {
+        const int tok = pairs[min(j * 8 + g, n - 1)] / p.K;  // a column past n repeats a valid row
+        w.brow[j] = static_cast<const char*>(p.x) + tok * p.x_row_bytes;
+        if constexpr (F == Format::kFp8) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int tk = pairs[min(j * 8 + 2 * q + h, n - 1)] / p.K;
-          w.xsrow[j][h] = p.xs + tk * p.xs_stride_t;
+          for (int h = 0; h < 2; ++h) {
+            const int tk = pairs[min(j * 8 + 2 * q + h, n - 1)] / p.K;
+            w.xsrow[j][h] = p.xs + tk * p.xs_stride_t;
+          }
         }
       }
-    }
-    if constexpr (F == Format::kFp8) w.wsrow = p.w13s + (int64_t(e) * tiles + t) * kb_count * 2;
+      if constexpr (F == Format::kFp8) w.wsrow = p.w13s + (int64_t(e) * tiles + t) * kb_count * 2;
 
-    float acc[2][4] = {};
-    w.run(s0, s1, acc);
+      float acc[2][4] = {};
+      w.run(s0, s1, acc);
 
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < 2; ++j)
 #pragma unroll
-      for (int v = 0; v < 4; ++v) red[(warp * 8 + j * 4 + v) * 32 + lane] = acc[j][v];
-    __syncthreads();
-    {  // thread -> (n-block, column parity, lane of the C fragment)
-      const int j = threadIdx.x >> 6, h = (threadIdx.x >> 5) & 1, l = threadIdx.x & 31;
-      const int col = j * 8 + 2 * (l & 3) + h;
-      if (col < n) {
-        float gate = 0.f, up = 0.f;
+        for (int v = 0; v < 4; ++v) red[(warp * 8 + j * 4 + v) * 32 + lane] = acc[j][v];
+      __syncthreads();
+      {  // thread -> (n-block, column parity, lane of the C fragment)
+        const int j = threadIdx.x >> 6, h = (threadIdx.x >> 5) & 1, l = threadIdx.x & 31;
+        const int col = j * 8 + 2 * (l & 3) + h;
+        if (col < n) {
+          float gate = 0.f, up = 0.f;
 #pragma unroll
-        for (int ww = 0; ww < 4; ++ww) {
-          gate += red[(ww * 8 + j * 4 + h) * 32 + l];
-          up += red[(ww * 8 + j * 4 + 2 + h) * 32 + l];
+          for (int ww = 0; ww < 4; ++ww) {
+            gate += red[(ww * 8 + j * 4 + h) * 32 + l];
+            up += red[(ww * 8 + j * 4 + 2 + h) * 32 + l];
+          }
+          const int row = 8 * t + (l >> 2);
+          static_cast<__nv_bfloat16*>(p.inter)[int64_t(pairs[col]) * p.I + row] = __float2bfloat16_rn(silu_mul(gate, up));
         }
-        const int row = 8 * t + (l >> 2);
-        static_cast<__nv_bfloat16*>(p.inter)[int64_t(pairs[col]) * p.I + row] = __float2bfloat16_rn(silu_mul(gate, up));
       }
+      __syncthreads();
     }
-    __syncthreads();
   }
 }
 

@@ -1,8 +1,10 @@
 // The routing index, built in shared memory by every CTA that needs it (no index kernel, no
 // global memory, no global atomics): per-expert counts by shared atomics, an exclusive scan into
 // contiguous per-expert ranges in expert order, then each pair placed in its expert's range.
-// The order of pairs inside a range follows the atomics and is not fixed; nothing depends on it
-// (each pair is its own MMA column and its own row of `inter`), so outputs stay deterministic.
+// The order of pairs inside a range follows the atomics: it differs from CTA to CTA and run to run.
+// So a range is only ever consumed whole by one CTA (a Gate-Up task is an (expert, tile) pair, all
+// of the expert's pairs; a Down CTA uses its own index alone), and nothing else depends on the order
+// (each pair is its own MMA column and its own row of `inter`): outputs stay deterministic.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,7 +17,7 @@ namespace hpc::moe {
 struct SmemIndex {
   int* cnt;     // [E]   pairs per local expert
   int* start;   // [E+1] first slot of each expert's range; start[E] = pairs kept
-  int* tstart;  // [E+1] Gate-Up only: first task of each expert (tiles * ceil(cnt / kChunkPairs) tasks)
+  int* tstart;  // [E+1] Gate-Up only: first task of each expert (`tiles` tasks per expert with pairs)
   int* active;  // [E]   Down only: the experts with pairs, ascending; active_n[0] of them
   int* active_n;
   int* list;    // [num_pairs] pair index (relative to the first pair read) of each slot
@@ -54,7 +56,7 @@ __device__ __forceinline__ void build_index(const SmemIndex& x, const void* ids,
     for (int e = e0; e < e1; ++e) {
       const int c = x.cnt[e];
       slots += c;
-      tasks += tiles * ((c + kChunkPairs - 1) / kChunkPairs);
+      tasks += c > 0 ? tiles : 0;
       act += c > 0;
     }
     int s_incl = slots, t_incl = tasks, a_incl = act;
@@ -74,7 +76,7 @@ __device__ __forceinline__ void build_index(const SmemIndex& x, const void* ids,
       x.tstart[e] = t;
       if (c > 0) x.active[a++] = e;
       s += c;
-      t += tiles * ((c + kChunkPairs - 1) / kChunkPairs);
+      t += c > 0 ? tiles : 0;
     }
     if (lane == 31) {
       x.start[E] = s_incl;

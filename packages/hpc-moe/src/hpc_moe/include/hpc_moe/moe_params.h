@@ -45,7 +45,7 @@ struct DownParams {
   int T, K, H, I;
   int expert_start;
   int num_local_experts;
-  int chunk_tokens;         // tokens per CTA (gridDim.y = ceil(T / chunk_tokens))
+  int chunk_tokens;         // tokens per CTA (gridDim.x = ceil(T / chunk_tokens), gridDim.y = H / 16)
 };
 
 constexpr int kThreads = 128;    // 4 warps split K (Gate-Up) or take experts in turn (Down)
