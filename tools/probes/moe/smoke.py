@@ -11,7 +11,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "moe"))
 from test_fused_moe_gpu import QUANTS, _reference, _run, _setup  # noqa: E402
 
-CASES = [(1, 128, 64, 8, 2, 1, 0), (3, 256, 64, 8, 2, 1, 0), (20, 256, 192, 16, 4, 2, 1), (300, 4096, 192, 192, 8, 1, 0)]
+CASES = [(1, 128, 64, 8, 2, 1, 0), (20, 256, 192, 16, 4, 2, 1), (300, 4096, 192, 192, 8, 1, 0),
+         (1000, 256, 192, 32, 16, 1, 0)]
 
 for quant in QUANTS:
     for T, H, I, E, K, eps, epr in CASES:

@@ -50,17 +50,38 @@ def floor_us(c, T):
     return (wb + sb + act) / 4.27e6
 
 
+class _Only:
+    """The extension with only the kernels named in `keep` launched (the others do nothing): the
+    stages' own times (the FP8 quantiser always runs)."""
+
+    def __init__(self, real, keep):
+        self.real, self.keep = real, keep
+
+    def __getattr__(self, name):
+        return getattr(self.real, name) if name in self.keep else (lambda *a, **k: None)
+
+
 def main():
+    from hpc_moe import _ext, kernels
+
+    real = _ext.load()
     for quant in ("fp8_block", "bf16"):
         for T in (1, 16, 256):
             c = _setup(quant, T, 4096, 192, 192, 8, 1, 0, "uniform", 7)
-            out = torch.empty_like(c.hidden)
+            out = _run(c)
+            torch.cuda.synchronize()
+            _check_close(out, _reference(c), c.weights.quant, f"probe {quant} T={T}")
             ours = cold_us(lambda: _run(c, out=out))
             unf = cold_us(lambda: _run(c, out=out, unfused=True))
-            _check_close(out, _reference(c), c.weights.quant, f"probe {quant} T={T}")
+            parts = {}
+            for name, keep in (("quant", set()), ("gate_up", {"gate_up"}), ("down", {"down"})):
+                kernels._ext.load = lambda keep=keep: _Only(real, keep)
+                parts[name] = cold_us(lambda: _run(c, out=out, unfused=True))
+            kernels._ext.load = lambda: real
             fl = floor_us(c, T)
             print(f"hy3_tp8 {quant:9s} T={T:4d} cold ours {ours:7.1f} us  unfused {unf:7.1f} us  floor {fl:6.1f} us"
-                  f"  target {1.25 * fl + 6:6.1f} us", flush=True)
+                  f"  target {1.25 * fl + 6:6.1f} us | alone: quant {parts['quant']:.1f} +gate_up "
+                  f"{parts['gate_up']:.1f} +down {parts['down']:.1f}", flush=True)
 
 
 if __name__ == "__main__":
