@@ -1,6 +1,5 @@
-"""The tools that turn device runs into committed results (tools/ab_results.py, tools/probe_results.py,
-tools/save_run.py, tools/fixed_cost.py): they
-write the shared results format, and the rows keep what tells the runs apart."""
+"""The tools that turn probe runs into results (tools/probe_results.py, tools/fixed_cost.py): they write
+the shared results format, and the rows keep what tells the runs apart."""
 
 from __future__ import annotations
 
@@ -26,35 +25,6 @@ def _bench_run(path: Path, commit: str, times: list[float]) -> None:
     (path / "h200" / "plan.json").write_text(json.dumps(doc))
 
 
-def test_ab_results_merges_runs_in_order_with_their_side_and_commit(tmp_path):
-    for call, base in (("1", 5.0), ("2", 6.0)):
-        _bench_run(tmp_path / call / "A1", "old1", [base, base + 0.1])
-        _bench_run(tmp_path / call / "B", "new1+wip", [base - 1, base - 0.9])
-        _bench_run(tmp_path / call / "A2", "old1", [base + 0.2, base + 0.3])
-    out = tmp_path / "out"
-    out.mkdir()
-    res = _run("ab_results.py", "--name", "x_ab", "--op", "plan", "--note", "what it shows", "--out-dir", str(out),
-               "call=1", *(str(tmp_path / "1" / r) for r in ("A1", "B", "A2")),
-               "call=2", *(str(tmp_path / "2" / r) for r in ("A1", "B", "A2")))
-    assert res.returncode == 0, res.stderr
-    doc = json.loads((out / "x_ab.json").read_text())
-    rows = doc["rows"]
-    assert len(rows) == 12
-    assert [(r["call"], r["process"], r["side"]) for r in rows[:6]] == [
-        (1, 0, "old"), (1, 0, "old"), (1, 1, "new"), (1, 1, "new"), (1, 2, "old"), (1, 2, "old")]
-    assert {r["commit"] for r in rows if r["side"] == "new"} == {"new1+wip"}
-    assert [r["median_us"] for r in rows if r["call"] == 2 and r["side"] == "new"] == [5.0, 5.1]
-    assert doc["meta"]["note"] == "what it shows" and "old1 (old)" in doc["meta"]["commit"]
-    md = (out / "x_ab.md").read_text()
-    assert "| call | process | side | commit |" in md and md.count("\n| 2 |") == 6
-
-
-def test_ab_results_fails_without_rows(tmp_path):
-    res = _run("ab_results.py", "--name", "x", "--op", "plan", "--note", "n", "--out-dir", str(tmp_path),
-               str(tmp_path / "A1"))
-    assert res.returncode != 0
-
-
 def test_probe_results_rows_and_checks(tmp_path):
     jsonl = tmp_path / "p.jsonl"
     jsonl.write_text("\n".join([
@@ -70,31 +40,6 @@ def test_probe_results_rows_and_checks(tmp_path):
     assert [(r["provider"], r["median_us"]) for r in doc["rows"]] == [("a", 5.0), ("b", 6.0)]
     assert doc["meta"]["checks"] == [{"check": "a", "tables_equal_library": True}]
     assert (tmp_path / "probe_x.md").is_file()
-
-
-def test_save_run_keeps_rows_and_meta_and_adds_the_note(tmp_path):
-    _bench_run(tmp_path / "run", "abc123", [5.0, 5.1])
-    doc = json.loads((tmp_path / "run" / "h200" / "plan.json").read_text())
-    doc["rows"][1]["variant_only"] = 1  # a field only some rows have still gets its column
-    (tmp_path / "run" / "h200" / "plan.json").write_text(json.dumps(doc))
-    out = tmp_path / "out"
-    out.mkdir()
-    res = _run("save_run.py", "--name", "x_ab", "--note", "what it shows", "--out-dir", str(out),
-               str(tmp_path / "run" / "h200" / "plan.json"))
-    assert res.returncode == 0, res.stderr
-    kept = json.loads((out / "x_ab.json").read_text())
-    assert kept["rows"] == doc["rows"]
-    assert kept["meta"]["note"] == "what it shows" and kept["meta"]["commit"] == "abc123"
-    md = (out / "x_ab.md").read_text()
-    assert "what it shows" in md and "commit abc123" in md
-    assert "| repeat | case | provider | median_us | variant_only |" in md and md.count("| 256x4K |") == 2
-
-
-def test_save_run_fails_without_rows(tmp_path):
-    src = tmp_path / "empty.json"
-    src.write_text(json.dumps({"meta": {"gpu": "g", "commit": "c", "date": "d"}, "rows": []}))
-    res = _run("save_run.py", "--name", "x", "--note", "n", "--out-dir", str(tmp_path), str(src))
-    assert res.returncode != 0 and "no rows" in res.stderr
 
 
 def test_fixed_cost_recovers_a_known_line(tmp_path):

@@ -10,7 +10,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 META = {"gpu", "commit", "date", "torch", "cuda", "nvcc"}
 REQUIRED = {
     "router_gemm": ({"M", "K", "N"}, {"ours", "cublas_fp32", "cublas_fp32_cast", "cublas_tf32", "cublas_bf16"}),
-    "decode_attention": ({"case", "Hq", "Hkv", "kv_dtype"}, {"ours", "ours_static", "ours_plan"}),
+    "decode": ({"case", "Hq", "Hkv", "kv_dtype"}, {"ours", "ours_static", "ours_plan"}),
     "fp8_quant": ({"mode", "M", "N", "dtype"}, {"ours"}),
 }
 FILES = sorted(RESULTS.glob("*/*.json"))
@@ -33,5 +33,7 @@ def test_result_file_format(path):
         for r in rows:
             if r["provider"] in providers - {"ours_plan"}:
                 assert fields <= set(r), f"{path.name}: row {r} lacks {fields - set(r)}"
+    # The two timing methods of hpc_common.bench; a row that names its method names one of them.
+    assert {r["method"] for r in rows if "method" in r} <= {"cold", "rotation"}, f"{path.name}: unknown method"
     md = path.with_suffix(".md")
     assert md.is_file(), f"{md.name} (the Markdown table) is missing"

@@ -1,4 +1,4 @@
-"""tools/sass_load_order.py on SASS text (cuobjdump is not needed here): the grouped and serial load orders of
+"""tools/probes/fp8/sass_load_order.py on SASS text (cuobjdump is not needed here): the grouped and serial load orders of
 the FP8 cover kernels (excerpts of their SASS, registers as ptxas gave them) are told apart, and scalar loads
 and stores do not count."""
 
@@ -8,7 +8,7 @@ import importlib.util
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("sass_load_order", ROOT / "tools" / "sass_load_order.py")
+_spec = importlib.util.spec_from_file_location("sass_load_order", ROOT / "tools" / "probes" / "fp8" / "sass_load_order.py")
 slo = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(slo)
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # README command 2 (and CI, through .ci/run): set up, then
 #   1. the CPU test suite (references, hypothesis properties, JIT cache, input validation);
-#   2. compile and link every CUDA source of every package for sm_90a (no run), and compile the
-#      kernels' build-switch variants and the standalone probe programs the notes cite
-#      (packages/*/scripts/*.cu), both by tools/compile_variants.py;
+#   2. compile and link what ships: every production kernel of every package for sm_90a (the
+#      extensions that `python -m hpc_common.jit.prebuild` finds through the hpc_ops.jit entry
+#      points; no run), then the standalone probe programs once (tools/probes/build.py);
 #   3. build each wheel with hatch, check it carries its CUDA sources, and install hpc-moe
 #      alone into a clean virtual environment to show only hpc-common comes with it.
 set -euo pipefail
@@ -14,13 +14,13 @@ WORK=${HPC_CI_WORK:-$ROOT/.ci-work}
 rm -rf "$WORK" && mkdir -p "$WORK"
 
 echo "== 1/3 CPU tests"
-"$HPC_VENV_PY" -m pytest -m "not gpu" -q -p no:cacheprovider
+HPC_JIT_CACHE_DIR="$WORK/jit" "$HPC_VENV_PY" -m pytest -m "not gpu" -q -p no:cacheprovider
 
-echo "== 2/3 compile every CUDA source for sm_90a"
+echo "== 2/3 compile every production kernel for sm_90a"
 HPC_JIT_CACHE_DIR="$WORK/jit" "$HPC_VENV_PY" -m hpc_common.jit.prebuild
 
-echo "== 2b/3 compile the kernels' build-switch variants and the probe programs"
-"$HPC_VENV_PY" tools/compile_variants.py --work "$WORK/variants"
+echo "== 2b/3 compile the probe programs (tools/probes/*/*.cu)"
+"$HPC_VENV_PY" tools/probes/build.py --out "$WORK/probes"
 
 echo "== 3/3 wheels"
 "$HPC_VENV_PY" tools/check_wheels.py --work "$WORK"

@@ -3,7 +3,7 @@ N = 4095 (fp8_quant_odd_row_tile_kernel), N = 2880 (the row tile kernel's covers
 column tile kernel), each quantised once inside a CUDA profiler range:
 
     ncu --clock-control none --profile-from-start off --set full -o rep \\
-        python3 packages/hpc-common/scripts/profile_fp8_rows.py
+        python3 tools/probes/fp8/profile_rows.py
 
 (tools/gpu_check.sh runs it so with HPC_NCU_SCRIPTS=<this file>.)
 """

@@ -2,8 +2,9 @@
 
 A streaming kernel wants every load of a thread in flight at once. ptxas may instead place the use of one
 load before the next load is issued (in-order issue then holds the next load until the first has landed),
-which serialises the DRAM round trips. This is what made the FP8 whole-vector cover kernel 17 % slower than
-the kernel it was cut from (FP8_NOTES.md, twenty-fifth session): its 4 loads per thread left one at a time.
+which serialises the DRAM round trips. An FP8 whole-vector cover kernel read 17 % slower than the kernel it
+was cut from for this reason: its 4 loads per thread left one at a time (fp8_quant_tile.cuh says how the
+kept form avoids it).
 
 For every kernel of a cubin, the report counts its 16-byte global loads (LDG.E.128, the streaming kernels'
 vectors; scalar loads such as a scale's are left out) up to the first use of loaded data, and how many there

@@ -2,7 +2,7 @@
 split-K) and TF32 cuBLAS once each inside a profiler range, for ncu (see NOTES.md):
 
     ncu --clock-control none --profile-from-start off --section SpeedOfLight \\
-        --section WarpStateStats python3 packages/hpc-router-gemm/scripts/profile_large_m.py
+        --section WarpStateStats python3 tools/probes/router_gemm/profile_large_m.py
 """
 
 from _profile import profile_plans

@@ -3,7 +3,7 @@ profiler range, for `ncu --profile-from-start off` to profile: what bounds the f
 path, its L2-prefetch variant and the two gemv paths (see NOTES.md).
 
     ncu --clock-control none --profile-from-start off --section SpeedOfLight \\
-        python3 packages/hpc-router-gemm/scripts/profile_m1.py
+        python3 tools/probes/router_gemm/profile_m1.py
 """
 
 from _profile import profile_plans

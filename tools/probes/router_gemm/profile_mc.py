@@ -1,7 +1,7 @@
 """Launch the K=4096 N=192 M=4096 plans with and without the weight multicast (2-CTA clusters
 of neighbouring M tiles) once each inside a profiler range, for ncu (HISTORY.md, fourth session):
 
-    ncu --clock-control none --profile-from-start off --set full python3 packages/hpc-router-gemm/scripts/profile_mc.py
+    ncu --clock-control none --profile-from-start off --set full python3 tools/probes/router_gemm/profile_mc.py
 
 (tools/gpu_check.sh does this with HPC_NCU_SCRIPTS=<this file>.)
 """

@@ -1,7 +1,7 @@
 """Launch the wide96 plans with the x tile read from shared memory per product (SS) and from
 registers (RS) once each inside a profiler range, for ncu (HISTORY.md, fourth session):
 
-    ncu --clock-control none --profile-from-start off --set full python3 packages/hpc-router-gemm/scripts/profile_rs.py
+    ncu --clock-control none --profile-from-start off --set full python3 tools/probes/router_gemm/profile_rs.py
 
 (tools/gpu_check.sh does this with HPC_NCU_SCRIPTS=<this file>.)
 """

@@ -5,7 +5,7 @@ grows?):
 
     ncu --clock-control none --profile-from-start off --section SpeedOfLight --section WarpStateStats \\
         --section SourceCounters --section MemoryWorkloadAnalysis -o rep \\
-        python3 packages/hpc-router-gemm/scripts/profile_wide96f_ctas.py
+        python3 tools/probes/router_gemm/profile_wide96f_ctas.py
 """
 
 from _profile import profile_plans

@@ -5,7 +5,7 @@ layout probe: with x[m, k] = (k == m) the output is out[m, n] = W[n, m], and W[n
 (n, k), so a wrong swizzle, descriptor or fragment mapping shows as the (n, k) that landed
 where. Each case synchronises, so a fault names the case that caused it.
 
-    python packages/hpc-router-gemm/scripts/smoke.py
+    python tools/probes/router_gemm/smoke.py
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a \
 //        -I packages/hpc-common/src/hpc_common/include -I packages/hpc-router-gemm/src/hpc_router_gemm/include \
-//        -o /tmp/wgmma_rate packages/hpc-router-gemm/scripts/wgmma_rate.cu && /tmp/wgmma_rate
+//        -o /tmp/wgmma_rate tools/probes/router_gemm/wgmma_rate.cu && /tmp/wgmma_rate
 //
 // Every consumer warpgroup runs kBlocks K blocks (64 of K: 4 k16 steps) of the shape's wgmma, as the
 // router kernel's SS / RS loops do (commit per block, wait_group 1, stage i % kStages). Feeds:

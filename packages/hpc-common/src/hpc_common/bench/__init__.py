@@ -1,7 +1,10 @@
-"""Benchmark helpers shared by every operator: one timing method, one results format."""
+"""Benchmark helpers shared by every operator: the two timing methods (cold, rotation) and one
+results format."""
 
 from .results import BenchResults, dump_doc, gpu_slug, run_meta
-from .timing import COPY_BANDWIDTH_TBPS, bench_back_to_back_us, bench_us, empty_l2, floor_us, replay_in_graph, use_flush
+from .timing import (COPY_BANDWIDTH_TBPS, METHODS, bench_back_to_back_us, bench_us, cold_us, empty_l2, floor_us,
+                     methods, replay_in_graph, rotation_copies, rotation_us, use_flush)
 
-__all__ = ["BenchResults", "COPY_BANDWIDTH_TBPS", "bench_back_to_back_us", "bench_us", "dump_doc", "empty_l2",
-           "floor_us", "gpu_slug", "replay_in_graph", "run_meta", "use_flush"]
+__all__ = ["BenchResults", "COPY_BANDWIDTH_TBPS", "METHODS", "bench_back_to_back_us", "bench_us", "cold_us",
+           "dump_doc", "empty_l2", "floor_us", "gpu_slug", "methods", "replay_in_graph", "rotation_copies",
+           "rotation_us", "run_meta", "use_flush"]

@@ -1,5 +1,13 @@
-"""Timing harness: CUDA-graph replay of the whole call, L2 emptied before each replay,
-CUDA events around the replay alone, median of many (the method of BRIEF.md section 3)."""
+"""Timing harness: the two methods every benchmark reports (field `method` of its rows).
+
+- cold (`cold_us`): the whole call captured in a CUDA graph after a 128 MB L2 flush, CUDA events
+  around the call inside the graph, median of at least 50 replays. Each call starts from an empty
+  L2 and pays the write-back of the flush's dirty lines: the way the peers' tables were taken.
+- rotation (`rotation_us`): L calls back to back in one CUDA graph, each reading its own copy of the
+  inputs (together at least ROTATION_BYTES, several times the L2), time per call = replay / L, median
+  of at least 20 replays: what a decode step sees, each layer's call reading its own cold data
+  right after the previous kernel.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,7 @@ from typing import Callable
 
 import torch
 
-# Measured device-to-device copy bandwidth of an H200 (bytes read + written), BRIEF.md.
+# Measured device-to-device copy bandwidth of an H200 (a 2 GiB device copy, bytes read + written).
 COPY_BANDWIDTH_TBPS = 4.27
 
 
@@ -159,3 +167,35 @@ def bench_back_to_back_us(fns: list[Callable[[], object]], *, reps: int = 20, wa
 
     # One graph of [event, every call, event] with no flush: bench_us without its flush.
     return bench_us(run_all, reps=reps, warmup=warmup, flush_l2=False, device=device) / len(fns)
+
+
+METHODS = ("cold", "rotation")
+COLD_REPS = 50  # at least this many replays per cold median
+ROTATION_REPS = 20  # at least this many replays per rotation median
+ROTATION_BYTES = 256 << 20  # the rotated copies' inputs together: > 4 x the H200's 60 MB L2
+
+
+def methods(arg: str) -> tuple[str, ...]:
+    """The methods a `--method cold|rotation|both` argument names."""
+    if arg == "both":
+        return METHODS
+    if arg not in METHODS:
+        raise ValueError(f"--method must be cold, rotation or both, got {arg!r}")
+    return (arg,)
+
+
+def rotation_copies(bytes_per_call: int, *, total: int = ROTATION_BYTES, cap: int = 512) -> int:
+    """How many distinct input copies the rotation method needs: enough that their bytes together
+    reach `total`, at least 2, at most `cap`."""
+    return max(2, min(cap, -(-total // max(1, int(bytes_per_call)))))
+
+
+def cold_us(fn: Callable[[], object], *, reps: int = 100, device: torch.device | None = None) -> float:
+    """The cold method: median of >= COLD_REPS graph replays of [L2 flush, event, fn(), event]."""
+    return bench_us(fn, reps=max(COLD_REPS, reps), flush_l2=True, device=device)
+
+
+def rotation_us(fns: list[Callable[[], object]], *, reps: int = 20, device: torch.device | None = None) -> float:
+    """The rotation method: per-call time of `fns` (one per input copy, see rotation_copies) replayed
+    back to back in one graph, median of >= ROTATION_REPS replays."""
+    return bench_back_to_back_us(fns, reps=max(ROTATION_REPS, reps), device=device)

@@ -1,7 +1,7 @@
 """JIT/AOT build of the CUDA sources shipped inside the hpc-ops wheels."""
 
 from .build import COMMON_INCLUDE_DIR, build_extension, gencode_flags, load_extension, nvcc_compile_flags
-from .spec import ExtensionSpec, registered, variant_tag
+from .spec import ExtensionSpec, registered
 from .toolchain import JitError
 
 __all__ = [
@@ -13,5 +13,4 @@ __all__ = [
     "load_extension",
     "nvcc_compile_flags",
     "registered",
-    "variant_tag",
 ]

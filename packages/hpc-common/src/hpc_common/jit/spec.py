@@ -1,12 +1,12 @@
 """ExtensionSpec: one operator family's sources, loaded once per process.
 
-Every package declares its specs at import of its `_ext` module; `prebuild` walks the
-registry so images and air-gapped clusters can compile everything ahead of time.
+Every package declares its specs at import of its `_ext` module (listed under the entry-point group
+`hpc_ops.jit`); `prebuild` imports those and walks the registry, so images and air-gapped clusters
+can compile everything ahead of time.
 """
 
 from __future__ import annotations
 
-import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,12 +15,6 @@ from types import ModuleType
 from .build import build_extension, load_extension
 
 _REGISTRY: dict[str, "ExtensionSpec"] = {}
-_VARIANTS: dict[tuple[str, tuple[str, ...]], "ExtensionSpec"] = {}
-
-
-def variant_tag(defines: tuple[str, ...]) -> str:
-    """A name for a switch set, e.g. ("-DHPC_ROUTER_TIMELINE=1",) -> HPC_ROUTER_TIMELINE_1."""
-    return re.sub(r"\W+", "_", "_".join(d.removeprefix("-D") for d in defines)).strip("_")
 
 
 @dataclass
@@ -43,21 +37,6 @@ class ExtensionSpec:
         return cls(name=name,
                    sources=sorted((package_dir / "csrc").glob("*.cu")) + [package_dir / "csrc" / "bindings.cpp"],
                    include_dirs=[package_dir / "include"])
-
-    def variant(self, *defines: str) -> "ExtensionSpec":
-        """The same sources built with extra -D switches (diagnostics and A/B builds), as a module
-        of its own named after them (`_hpc_x_C` -> `_hpc_x_<tag>_C`), so it never replaces this
-        build. Made on first use and cached; not listed for `prebuild` in a fresh process. No switches:
-        this spec itself."""
-        if not defines:
-            return self
-        key = (self.name, defines)
-        spec = _VARIANTS.get(key)
-        if spec is None:
-            spec = _VARIANTS[key] = ExtensionSpec(
-                name=f"{self.name.removesuffix('_C')}_{variant_tag(defines)}_C", sources=self.sources,
-                include_dirs=self.include_dirs, cuda_flags=[*self.cuda_flags, *defines], cxx_flags=self.cxx_flags)
-        return spec
 
     def _args(self):
         return (self.name, self.sources, self.include_dirs, self.cuda_flags, self.cxx_flags)
