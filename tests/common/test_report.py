@@ -25,3 +25,37 @@ def test_prebuild_lists_every_extension():
                          text=True, check=True, env=env).stdout
     names = {line.split()[0] for line in out.splitlines() if line.strip()}
     assert {"_hpc_common_C", "_hpc_router_gemm_C", "_hpc_attention_C"} <= names
+
+
+def test_failed_build_summary_names_the_log_and_the_next_step(monkeypatch, tmp_path):
+    from hpc_common import report
+
+    monkeypatch.setenv("HPC_JIT_CACHE_DIR", str(tmp_path))
+    assert "every extension compiled" in report.build_summary([])
+    monkeypatch.setattr(report, "_nvcc_release", lambda: (12, 1))
+    text = report.build_summary(["_hpc_demo_C"])
+    assert "FAILED for _hpc_demo_C" in text and str(tmp_path / "build_failures.log") in text
+    assert "12.1 is too old" in text and "12.4" in text
+    monkeypatch.setattr(report, "_nvcc_release", lambda: (13, 0))
+    assert "python -m hpc_common.jit.prebuild" in report.build_summary(["_hpc_demo_C"])
+    monkeypatch.setattr(report, "_nvcc_release", lambda: None)
+    assert "install the CUDA toolkit 12.4" in report.build_summary(["_hpc_demo_C"])
+
+
+def test_report_says_a_kernel_build_failed(monkeypatch, tmp_path, capsys):
+    from hpc_common import report
+    from hpc_common.jit import JitError
+
+    class Broken:
+        def build(self):
+            raise JitError("_hpc_demo_C: build failed (ninja exit 1)\nerror: demo")
+
+    monkeypatch.setenv("HPC_JIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(report, "discover", lambda: [])
+    monkeypatch.setattr(report, "registered", lambda: {"_hpc_demo_C": Broken()})
+    monkeypatch.setattr(report, "references", lambda: None)
+    monkeypatch.setattr(report, "_hopper", lambda: False)
+    assert report.main([]) == 1
+    out = capsys.readouterr().out
+    assert "_hpc_demo_C: FAILED" in out and "Kernel build FAILED for _hpc_demo_C" in out and "Next step" in out
+    assert "error: demo" in (tmp_path / "build_failures.log").read_text()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from . import __version__
+from . import __version__, env
 from .jit import JitError, registered
 from .jit.prebuild import discover
 from .jit.toolchain import find_nvcc, nvcc_version
@@ -50,19 +51,61 @@ def machine() -> None:
         print(f"nvcc: not available: {e}")
 
 
-def build_all() -> bool:
+MIN_NVCC = (12, 4)  # the oldest CUDA toolkit the kernels are built and tested with (sm_90a, wgmma, TMA)
+
+
+def _nvcc_release() -> tuple[int, int] | None:
+    """(major, minor) of the nvcc found, None when there is none."""
+    try:
+        text = nvcc_version()
+    except JitError:
+        return None
+    m = re.search(r"cuda_(\d+)\.(\d+)", text) or re.search(r"release (\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def build_all() -> list[str]:
+    """Build every registered extension; returns the names of those that failed, whose full error
+    goes to FAILURE_LOG."""
     _section("building the CUDA kernels for sm_90a")
     discover()
-    ok = True
+    failed = []
+    log = failure_log()
     for name, spec in sorted(registered().items()):
         t0 = time.time()
         try:
             path = spec.build()
             print(f"  {name}: ok ({time.time() - t0:.1f}s) -> {path}")
         except JitError as e:
-            ok = False
-            print(f"  {name}: FAILED\n{e}")
-    return ok
+            failed.append(name)
+            print(f"  {name}: FAILED (full error in {log})\n{str(e)[-3000:]}")
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a") as fh:
+                fh.write(f"== {name} ({time.strftime('%Y-%m-%d %H:%M:%S')})\n{e}\n")
+    return failed
+
+
+def failure_log() -> Path:
+    return env.jit_cache_dir() / "build_failures.log"
+
+
+def build_summary(failed: list[str]) -> str:
+    """What the summary says about the kernel build, with the next step when it failed."""
+    if not failed:
+        return "Kernel build: every extension compiled for sm_90a."
+    lines = [f"Kernel build FAILED for {', '.join(failed)} (the error is above; all of it in {failure_log()})."]
+    release = _nvcc_release()
+    need = ".".join(map(str, MIN_NVCC))
+    if release is None:
+        lines.append(f"Next step: install the CUDA toolkit {need} or newer and set CUDA_HOME (or HPC_NVCC) to it.")
+    elif release < MIN_NVCC:
+        lines.append(f"Next step: nvcc {release[0]}.{release[1]} is too old; the kernels need CUDA {need} or newer "
+                     "(set CUDA_HOME or HPC_NVCC to a newer toolkit).")
+    else:
+        lines.append("Next step: read the log, fix the source or the toolchain, and rebuild with "
+                     "`python -m hpc_common.jit.prebuild` (HPC_JIT_VERBOSE=1 echoes every nvcc command).")
+    lines.append("Then run this report again (tools/main.sh); a failed kernel is not usable on any GPU.")
+    return "\n".join(lines)
 
 
 def references() -> None:
@@ -95,17 +138,24 @@ def main(argv=None) -> int:
     ap.add_argument("--repo", type=Path, default=Path.cwd(), help="repository root (for benchmarks/)")
     args = ap.parse_args(argv)
     machine()
-    built = True if args.no_build else build_all()
-    if _hopper():
+    failed = [] if args.no_build else build_all()
+    if _hopper() and not failed:
         rc = gpu_benchmarks(args.repo)
-    else:
-        references()
         _section("summary")
-        print("No SM90 (Hopper) GPU here: the hpc-ops CUDA kernels were compiled"
-              f"{'' if built else ' (with failures, see above)'} but cannot run on this machine;"
-              " they need an H100, H200 or H20. The numbers above come from the pure-torch references.")
+        print(build_summary(failed))
+    else:
+        if not _hopper():
+            references()
+        _section("summary")
+        if not args.no_build:
+            print(build_summary(failed))
+        if _hopper():
+            print("The benchmarks were skipped: they need every kernel built.")
+        else:
+            print("No SM90 (Hopper) GPU here: the hpc-ops CUDA kernels cannot run on this machine; they need an "
+                  "H100, H200 or H20. The numbers above come from the pure-torch references.")
         rc = 0
-    return rc if built else 1
+    return 1 if failed else rc
 
 
 if __name__ == "__main__":
