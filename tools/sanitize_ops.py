@@ -1,0 +1,183 @@
+"""Every production kernel once on small shapes, for compute-sanitizer (tools/gpu_check.sh runs this
+script under memcheck, racecheck and synccheck, one short run each):
+
+    compute-sanitizer --tool memcheck --error-exitcode 9 python3 tools/sanitize_ops.py
+
+- FP8 quantisation (hpc_common.fp8): every mode (per-tensor static and dynamic, per-token, group-128
+  with row- and column-major scales and UE8M0, per-token-head) on bf16 and fp32 inputs, over shapes that
+  take each kernel family (tile, column tile, flat, row tile, cover, odd rows, long and wide rows,
+  short-segment and generic register kernels, the scalar path);
+- router GEMM (hpc_router_gemm): the plan of every TABLE row of the three served shapes (every path the
+  library dispatches to) and the rules' paths on a shape without a table;
+- decode attention (hpc_attention): plan_decode + decode (+ combine where the plan splits), BF16 and
+  FP8 KV, small batches with and without split requests, the static split-KV baseline, 8/1 and 64/8 heads;
+- fused MoE (hpc_moe): each weight format, when hpc_moe has a CUDA path.
+
+An operator whose package is not installed is skipped and named. Each op synchronises, so an error
+is attributed to the op that caused it; the last line is `sanitize_ops: N ops ran, M skipped`.
+Build the kernels first (`python -m hpc_common.jit.prebuild`): under the sanitizer a JIT build would
+be slow. `--only fp8,router` runs a subset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+
+import torch
+
+RAN: list[str] = []
+SKIPPED: list[str] = []
+
+
+def _done(name: str) -> None:
+    torch.cuda.synchronize()
+    RAN.append(name)
+    print(f"  ran {name}", flush=True)
+
+
+def _installed(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+        return True
+    except ModuleNotFoundError as e:
+        if e.name and module.startswith(e.name):
+            return False
+        raise
+
+
+def fp8_ops(dev: torch.device) -> None:
+    from hpc_common import fp8
+
+    gen = torch.Generator(dev).manual_seed(1)
+    static = torch.tensor([0.05], device=dev)
+    # (M, N): dense tiles, odd rows (scalar head + vectors), no-power-of-two rows (row tile / covers),
+    # long and wide rows, small groups, a flat tensor whose size is no vector multiple.
+    shapes = [(37, 4096), (33, 4095), (20, 2880), (12, 7168), (3, 14336), (2, 28672), (9, 1536), (5, 1001)]
+    for dtype in (torch.bfloat16, torch.float32):
+        for m, n in shapes:
+            x = torch.randn(m, n, device=dev, generator=gen).to(dtype)
+            fp8.quantize_per_tensor(x, static)
+            fp8.quantize_per_tensor(x, 0.03)
+            fp8.quantize_per_tensor(x)
+            fp8.quantize_per_token(x, ue8m0=True)
+            fp8.quantize_per_token_group(x, 128)
+            fp8.quantize_per_token_group(x, 128, column_major_scales=True)
+            fp8.quantize_per_token_group(x, 64, ue8m0=True)
+            fp8.quantize_per_token_group(x, 32)
+            _done(f"fp8 {str(dtype).removeprefix('torch.')} {m}x{n}")
+        big = torch.randn(70, 48, 128, device=dev, generator=gen).to(dtype)
+        fp8.quantize_per_token_head(big[:, 8:40])  # a Q slice of a fused QKV buffer
+        fp8.quantize_per_token_head(big)
+        misaligned = torch.randn(3 * 4096 + 3, device=dev, generator=gen).to(dtype)[3:].view(3, 4096)
+        fp8.quantize_per_token(misaligned, out=torch.empty(3 * 4096 + 1, dtype=torch.float8_e4m3fn,
+                                                           device=dev)[1:].view(3, 4096))  # scalar path
+        _done(f"fp8 {str(dtype).removeprefix('torch.')} per-head, scalar path")
+
+
+def router_ops(dev: torch.device) -> None:
+    from hpc_router_gemm import RouterWeight, router_gemm
+    from hpc_router_gemm.heuristics import TABLE
+
+    gen = torch.Generator(dev).manual_seed(2)
+    cases = [((k, n), [1] + [min(r[0], 4096) for r in rows]) for (k, n), rows in TABLE.items()]
+    cases.append(((1024, 320), [1, 8, 64, 600]))  # no table: the rules (fp32, narrow, wide96)
+    for (K, N), ms in cases:
+        rw = RouterWeight(torch.randn(N, K, device=dev, generator=gen) * 0.02)
+        for M in sorted(set(ms)):
+            x = torch.randn(M, K, device=dev, generator=gen).to(torch.bfloat16)
+            router_gemm(x, rw)
+        _done(f"router K={K} N={N} M={sorted(set(ms))}")
+
+
+def decode_ops(dev: torch.device) -> None:
+    import hpc_attention as ha
+
+    gen = torch.Generator(dev).manual_seed(3)
+    page = 64
+    # (label, lengths, Hq, Hkv): one CTA's work each (no split), and a long request among short ones
+    # (split across CTAs, merged).
+    cases = [("no split", [64, 100, 1, 0], 8, 1), ("split", [8192, 100, 3000, 64], 8, 1),
+             ("split 64/8", [4096, 700], 64, 8)]
+    for kv_dtype in (torch.bfloat16, torch.float8_e4m3fn):
+        for label, lens, hq, hkv in cases:
+            b = len(lens)
+            max_pages = max(1, -(-max(lens) // page))
+            num_pages = b * max_pages + 3
+            k_cache = torch.randn(num_pages, page, hkv, 128, device=dev, generator=gen).to(kv_dtype)
+            v_cache = torch.randn(num_pages, page, hkv, 128, device=dev, generator=gen).to(kv_dtype)
+            page_table = torch.randperm(num_pages, device=dev, generator=gen)[:b * max_pages].view(b, max_pages)
+            page_table = page_table.to(torch.int32).contiguous()
+            kv_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
+            q = torch.randn(b, hq, 128, device=dev, generator=gen).to(torch.bfloat16)
+            kw = {} if kv_dtype == torch.bfloat16 else {"k_scale": 0.5, "v_scale": 0.25}
+            for splits in (None, "auto"):
+                plan = ha.plan_decode(kv_lens, hkv, hq, max_kv_len=max(lens), static_splits=splits,
+                                      kv_dtype=kv_dtype, page_table=page_table, page_size=page)
+                ha.decode(q, k_cache, v_cache, page_table, kv_lens, plan, **kw)
+            _done(f"decode {str(kv_dtype).removeprefix('torch.')} {label} (dynamic, static split)")
+
+
+def moe_ops(dev: torch.device) -> None:
+    from hpc_moe import MoEWeights, fused_moe
+
+    gen = torch.Generator(dev).manual_seed(4)
+    T, H, inter, E, k = 5, 256, 128, 8, 2
+    for quant in ("bf16", "fp8_tensor", "fp8_block"):
+        w13 = torch.randn(E, 2 * inter, H, device=dev, generator=gen) * 0.05
+        w2 = torch.randn(E, H, inter, device=dev, generator=gen) * 0.05
+        kw = {}
+        if quant == "bf16":
+            w13, w2 = w13.to(torch.bfloat16), w2.to(torch.bfloat16)
+        else:
+            w13, w2 = w13.to(torch.float8_e4m3fn), w2.to(torch.float8_e4m3fn)
+            if quant == "fp8_tensor":
+                kw = dict(w13_scale=torch.rand(E, device=dev, generator=gen) + 0.5,
+                          w2_scale=torch.rand(E, device=dev, generator=gen) + 0.5)
+            else:
+                kw = dict(w13_scale=torch.rand(E, -(-2 * inter // 128), H // 128, device=dev, generator=gen) + 0.5,
+                          w2_scale=torch.rand(E, H // 128, -(-inter // 128), device=dev, generator=gen) + 0.5)
+        weights = MoEWeights.prepare(w13, w2, quant, **kw)
+        hidden = torch.randn(T, H, device=dev, generator=gen).to(torch.bfloat16)
+        ids = torch.randint(-1, E, (T, k), device=dev, generator=gen, dtype=torch.int32)
+        topw = torch.rand(T, k, device=dev, generator=gen)
+        fused_moe(hidden, weights, ids, topw)
+        _done(f"moe {quant} T={T} E={E} top-{k}")
+
+
+OPS = {"fp8": ("hpc_common.fp8", fp8_ops), "router": ("hpc_router_gemm", router_ops),
+       "decode": ("hpc_attention", decode_ops), "moe": ("hpc_moe.kernels", moe_ops)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="comma-separated subset of: " + ", ".join(OPS))
+    args = ap.parse_args(argv)
+    names = [n for n in args.only.split(",") if n] or list(OPS)
+    if not torch.cuda.is_available():
+        print("sanitize_ops: no CUDA device", file=sys.stderr)
+        return 2
+    dev = torch.device("cuda", torch.cuda.current_device())
+    failed = False
+    for name in names:
+        module, fn = OPS[name]
+        if not _installed(module):
+            SKIPPED.append(name)
+            print(f"skipped {name}: {module} is not installed (or has no CUDA path)", flush=True)
+            continue
+        print(f"== {name}", flush=True)
+        try:
+            fn(dev)
+        except Exception:  # a raised error is a failure of this run, whatever the sanitizer says
+            failed = True
+            traceback.print_exc()
+            print(f"FAILED {name}", flush=True)
+    print(f"sanitize_ops: {len(RAN)} ops ran, {len(SKIPPED)} skipped ({', '.join(SKIPPED) or 'none'})"
+          f"{', with errors' if failed else ''}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
