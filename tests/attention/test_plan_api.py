@@ -133,3 +133,20 @@ def test_first_page_ids_reach_the_planner_and_the_decode(fake):  # noqa: F811
         ha.plan_decode(lens, 2, 8, workspace=ws, page_table=pt)
     with pytest.raises(ValueError, match="does not cover"):
         ha.plan_decode(lens, 2, 8, workspace=ws, page_table=pt[:, :2], page_size=32)
+
+
+def test_resolve_is_a_pure_function_of_the_shape():
+    """heuristics.resolve: the same arguments give the same policy; options win where given; the choices that do not
+    apply to a plan's kind are off (static plans: no task cost, tail, cap or head-major line; head-major needs Hkv > 1
+    and no tail)."""
+    r = heuristics.resolve
+    assert r(None, 64, 8, 132, 0, FP8) == r(None, 64, 8, 132, 0, FP8)
+    dyn = r(None, 64, 8, 132, 0, FP8)
+    assert dyn.task_cost == heuristics.TASK_COST_TILES_FP8 and dyn.head_major and dyn.min_tiles == 8
+    assert r(None, 3, 1, 132, 0, None).min_tiles == heuristics.MIN_TILES_PER_CTA
+    static = r(DecodeOptions(task_cost=5, tail_percent=20, cost_cap=True), 64, 8, 132, 22, FP8)
+    assert (static.task_cost, static.tail_percent, static.cost_cap, static.head_major) == (0, 0, False, False)
+    assert not r(DecodeOptions(tail_percent=20), 64, 8, 132, 0, None).head_major
+    assert not r(None, 64, 1, 132, 0, None).head_major
+    got = r(DecodeOptions(min_tiles=2, producer="cp_async", merge="combine"), 64, 8, 132, 0, None)
+    assert (got.min_tiles, got.producer, got.merge) == (2, "cp_async", "combine")
