@@ -7,13 +7,12 @@ plan entries and first older KV tiles before its PDL wait while the previous cal
 no call writes another copy's inputs), and FlashInfer's paged batch decode (the better of its CUDA-core and
 tensor-core paths, `plan()` outside the timed call) and FlashAttention-3 when importable (cold only).
 
-Methods (`--method`, default both; every row carries it in `method`):
+Methods (`--method`, default both; every row carries it in `method`; all rows go to `decode.{json,md}`):
 - cold: the call captured in a CUDA graph after a 128 MB written L2 flush, events around the call, median of
-  `--reps` replays (hpc_common.bench.bench_us). Rows: `decode.{json,md}`.
+  `--reps` replays (hpc_common.bench.cold_us).
 - rotation: n copies of the call's inputs (KV, q, page table, lengths, plan, workspace; together >= 256 MB of
   KV), n calls back to back in one CUDA graph with PDL, time per call = replay / n, median of `--rotation-reps`
-  replays (hpc_common.bench.bench_back_to_back_us). Every copy's output is NaN-poisoned first and must be finite.
-  Rows: `decode_rotation.{json,md}`.
+  replays (hpc_common.bench.rotation_us). Every copy's output is NaN-poisoned first and must be finite.
 
 Every row carries the bandwidth floor (KV + q + out + page-table bytes over 4.27 TB/s) and the achieved TB/s;
 rows with outputs carry the error against float32 attention on the dequantised inputs.
@@ -25,11 +24,10 @@ rows with outputs carry the error against float32 attention on the dequantised i
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 import torch
-from hpc_common.bench import BenchResults, bench_back_to_back_us, bench_us, floor_us, gpu_slug
+from hpc_common.bench import BenchResults, cold_us, floor_us, gpu_slug, methods, rotation_copies, rotation_us
 from hpc_common.testing import error_stats
 
 import hpc_attention as ha
@@ -39,8 +37,7 @@ CASES = ["64x0.5K", "64x4K", "32x128+32x4K", "2x32K+30x4K", "1x64K+15x4K", "1x12
 HEADS = [(8, 1), (64, 8)]
 PAGE = 64
 FP8 = torch.float8_e4m3fn
-ROTATION_BYTES = 256 << 20  # KV bytes of the n copies together: > 4x the H200's L2
-MAX_COPIES = 64
+MAX_COPIES = 64  # rotation copies at most (the smallest case, 8/1 FP8 64x0.5K, takes 32)
 
 
 def parse_case(case: str) -> list[int]:
@@ -93,11 +90,6 @@ def make_inputs(lens, hq, hkv, kv_dtype, gen):
     return q, k, v, pt, kv_lens, scales
 
 
-def copies_for(kv_bytes: int) -> int:
-    """How many input copies a case rotates through (at least 2, so no call follows itself)."""
-    return min(MAX_COPIES, max(2, math.ceil(ROTATION_BYTES / kv_bytes)))
-
-
 class Case:
     """One case under one head layout and KV dtype: its inputs, floor and float32 reference."""
 
@@ -148,7 +140,7 @@ def flashinfer_us(c: Case, reps: int) -> float:
         ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
         w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tc)
         w.plan(indptr, indices, last, c.hq, c.hkv, 128, PAGE, q_data_type=torch.bfloat16, kv_data_type=k.dtype)
-        t = bench_us(lambda w=w: w.run(q, (k, v), k_scale=ks, v_scale=vs), reps=reps)
+        t = cold_us(lambda w=w: w.run(q, (k, v), k_scale=ks, v_scale=vs), reps=reps)
         best = t if best is None else min(best, t)
     return best
 
@@ -157,7 +149,7 @@ def flash_attn_us(c: Case, reps: int) -> float:
     from flash_attn_interface import flash_attn_with_kvcache  # FA3 (optional)
 
     q, k, v, pt, kv_lens, _ = c.inputs
-    return bench_us(lambda: flash_attn_with_kvcache(q.unsqueeze(1), k, v, cache_seqlens=kv_lens, page_table=pt),
+    return cold_us(lambda: flash_attn_with_kvcache(q.unsqueeze(1), k, v, cache_seqlens=kv_lens, page_table=pt),
                     reps=reps)
 
 
@@ -169,11 +161,11 @@ def cold_rows(res, c: Case, reps: int) -> None:
         fn = c.call(c.inputs, plan, out)
         fn()
         torch.cuda.synchronize()
-        c.add(res, "cold", provider, bench_us(fn, reps=reps), out.clone())
+        c.add(res, "cold", provider, cold_us(fn, reps=reps), out.clone())
         if provider == "ours":
             q, k, v, pt, kv_lens, _ = c.inputs
             ws = plan.workspace
-            t = bench_us(lambda: ha.plan_decode(kv_lens, c.hkv, c.hq, workspace=ws, kv_dtype=c.kv_torch,
+            t = cold_us(lambda: ha.plan_decode(kv_lens, c.hkv, c.hq, workspace=ws, kv_dtype=c.kv_torch,
                                                 page_table=pt, page_size=PAGE, validate=False), reps=reps)
             res.add("ours_plan", t, method="cold", **dict(c.fields, floor_us=None))
             print(f"{c.name:>14} {c.hq:>2}/{c.hkv} {c.kv_dtype:>4} {'cold':>8} {'ours_plan':>14}: {t:8.2f} us",
@@ -198,8 +190,8 @@ def plan_256_rows(res, reps: int) -> None:
         def plan():
             ha.plan_decode(kv_lens, hkv, 8 * hkv, workspace=ws, validate=False)
 
-        bench_us(plan, reps=reps)
-        t = bench_us(plan, reps=reps)
+        cold_us(plan, reps=reps)
+        t = cold_us(plan, reps=reps)
         res.add("ours_plan", t, method="cold", case="256x4K", Hq=8 * hkv, Hkv=hkv, kv_dtype="any")
         print(f"{'256x4K':>14} {8 * hkv:>2}/{hkv}  any {'cold':>8} {'ours_plan':>14}: {t:8.2f} us", flush=True)
 
@@ -208,7 +200,7 @@ def plan_256_rows(res, reps: int) -> None:
 
 def rotation_rows(res, c: Case, reps: int) -> None:
     B = len(c.lens)
-    n = copies_for(kv_bytes_of(c.lens, c.hkv, c.kv_dtype))
+    n = rotation_copies(kv_bytes_of(c.lens, c.hkv, c.kv_dtype), cap=MAX_COPIES)  # their KV: >= 256 MB
     copies = [c.inputs] + [make_inputs(c.lens, c.hq, c.hkv, c.kv_dtype, c.gen) for _ in range(n - 1)]
     for provider, static, new_tokens in (("ours", None, None), ("ours_early_kv", None, 1),
                                          ("ours_static", "auto", None)):
@@ -224,7 +216,7 @@ def rotation_rows(res, c: Case, reps: int) -> None:
         if bad:
             raise RuntimeError(f"{c.name} {c.hq}/{c.hkv} {c.kv_dtype} {provider}: copies {bad[:8]} left "
                                "non-finite outputs")
-        c.add(res, "rotation", provider, bench_back_to_back_us(fns, reps=reps), outs[0].clone(), copies=n,
+        c.add(res, "rotation", provider, rotation_us(fns, reps=reps), outs[0].clone(), copies=n,
               timing="back_to_back")
     del copies
 
@@ -232,7 +224,7 @@ def rotation_rows(res, c: Case, reps: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
-    ap.add_argument("--method", default="both", choices=("cold", "rotation", "both"))
+    ap.add_argument("--method", default="both", help="cold, rotation or both (default)")
     ap.add_argument("--heads", default=None, help="comma list of Hq/Hkv (default: 8/1,64/8; --quick: 8/1)")
     ap.add_argument("--kv", default="bf16,fp8", help="comma list of KV dtypes")
     ap.add_argument("--cases", default=None, help="comma list of cases (default: all six)")
@@ -245,30 +237,23 @@ def main() -> None:
         heads = [tuple(int(x) for x in h.split("/")) for h in args.heads.split(",")]
     reps, rot_reps = (50, 20) if args.quick else (args.reps, args.rotation_reps)
     cases = args.cases.split(",") if args.cases else CASES
-    methods = ("cold", "rotation") if args.method == "both" else (args.method,)
-    out_dir = args.out_dir / gpu_slug()
-    results = {}
-    if "cold" in methods:
-        results["cold"] = BenchResults("decode", out_dir, flush="write")
-    if "rotation" in methods:
-        results["rotation"] = BenchResults("decode_rotation", out_dir, method="input rotation, back to back")
+    run_methods = methods(args.method)
+    res = BenchResults("decode", args.out_dir / gpu_slug())
     gen = torch.Generator(device="cuda").manual_seed(0)
-    if "cold" in results:
-        plan_256_rows(results["cold"], reps)
+    if "cold" in run_methods:
+        plan_256_rows(res, reps)
     for hq, hkv in heads:
         for kv_dtype in args.kv.split(","):
             for name in cases:
                 c = Case(name, hq, hkv, kv_dtype, gen)
-                if "cold" in results:
-                    cold_rows(results["cold"], c, reps)
-                if "rotation" in results:
-                    rotation_rows(results["rotation"], c, rot_reps)
+                if "cold" in run_methods:
+                    cold_rows(res, c, reps)
+                if "rotation" in run_methods:
+                    rotation_rows(res, c, rot_reps)
                 del c
                 torch.cuda.empty_cache()
-    for res in results.values():
-        print(res.markdown())
-        print(f"wrote {res.write()}")
-
+    print(res.markdown())
+    print(f"wrote {res.write()}")
 
 if __name__ == "__main__":
     main()
