@@ -1,6 +1,6 @@
 """Split a benchmark's cold calls into a fixed cost and a streaming rate: rows of one shape and provider at two sizes
 give T = F + floor / r (F in us; r as a fraction of the floor's copy rate). Used on bench_fp8_quant.py's 64 and
-256 MB rows (FP8_NOTES.md, "Fixed cost and streaming rate"); any results file whose rows carry `median_us`,
+256 MB rows (FP8_DESIGN.md, "Fixed cost and streaming rate"); any results file whose rows carry `median_us`,
 `floor_us` and a size field works.
 
     python tools/fixed_cost.py benchmarks/results/h200/fp8_quant_fixed_cost_9b020de.json [--size-field input_mb]

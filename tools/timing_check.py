@@ -6,8 +6,8 @@
   flush: the difference is the write-back of the flush's dirty lines inside the timed call.
 - The same 1 GiB moved by an SM kernel (`torch.mul(src, 1, out=dst)`). `dst.copy_(src)` of a
   contiguous same-dtype tensor is a device-to-device cudaMemcpyAsync, and from 512 MB up it runs
-  at ~2.7 TB/s where an SM kernel reaches 4.2-4.27 (H200, in-graph, written flush, fourteenth
-  session: 128 / 256 MB copy_ 3.99 / 4.14 TB/s, 512 MB / 1 GiB / 2 GiB 2.69 / 2.71 / 2.71, mul by
+  at ~2.7 TB/s where an SM kernel reaches 4.2-4.27 (H200, in-graph, written flush:
+  128 / 256 MB copy_ 3.99 / 4.14 TB/s, 512 MB / 1 GiB / 2 GiB 2.69 / 2.71 / 2.71, mul by
   one 4.22 / 4.26 / 4.27; a destination 1 MB + 8 KB further on changes nothing). So the copy row
   here is not the ceiling; the benchmarks' `torch_copy` rows (64 and 256 MB) are below that size.
 """

@@ -123,3 +123,32 @@ def test_back_to_back_time_is_per_call():
     cold = bench_us(fns[0], reps=10)
     assert floor_us(2 * (64 << 20)) * 0.75 < t8 < cold
     assert abs(t8 - t4) < 0.2 * t8
+
+
+def test_timing_methods_and_rotation_copies():
+    from hpc_common.bench import METHODS, methods, rotation_copies
+
+    assert METHODS == ("cold", "rotation") and methods("both") == METHODS and methods("cold") == ("cold",)
+    with pytest.raises(ValueError, match="--method"):
+        methods("warm")
+    assert rotation_copies(3 << 20) == 86  # 3 MB per call: 86 copies reach 256 MB
+    assert rotation_copies(1 << 30) == 2  # at least two, so no call finds the previous one's data
+    assert rotation_copies(1) == 512  # at most `cap`
+
+
+def test_dev_entry_points_register_every_package(tmp_path):
+    """tools/dev_entry_points.py (the device machine has no pip install) writes .dist-info folders whose entry
+    points are the pyproject tables: importlib.metadata then finds every package's _ext and reference."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, str(root / "tools" / "dev_entry_points.py"), str(tmp_path)], check=True,
+                   capture_output=True)
+    code = ("from importlib.metadata import entry_points as e; print(sorted(x.value for x in e(group='hpc_ops.jit')));"
+            "print(sorted(x.value for x in e(group='hpc_ops.reference')))")
+    out = subprocess.run([sys.executable, "-S", "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); {code}"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert {"hpc_common._ext", "hpc_router_gemm._ext", "hpc_attention._ext"} <= set(eval(out[0]))
+    assert {"hpc_common.fp8.reference", "hpc_router_gemm.reference"} <= set(eval(out[1]))

@@ -30,11 +30,11 @@ def test_plan_name_and_default():
 
 
 def test_table_evict_first_rows():
-    # Runs F and G (HISTORY.md, fifth session): the policy where it won in the same process as
+    # The policy where it won in the same process as
     # cuBLAS (Chat M <= 8 and M=17..64); the 3.1 and 4.7 MB weights keep plain loads. Chat
-    # M=9..24 runs narrow48f with the policy since the sixteenth session (13.92 against 14.40
+    # M=9..24 runs narrow48f with the policy (13.92 against 14.40
     # without it at M=16).
-    assert heuristics.choose_plan(1, 768, 6144, _clusters) == Plan("gemvrw2", 1, True)  # sixth session: the 2-row window
+    assert heuristics.choose_plan(1, 768, 6144, _clusters) == Plan("gemvrw2", 1, True)  # the 2-row window
     assert heuristics.choose_plan(2, 768, 6144, _clusters) == Plan("fp32", 2, True)
     assert heuristics.choose_plan(8, 768, 6144, _clusters) == Plan("fp32", 2, True)
     assert heuristics.choose_plan(64, 768, 6144, _clusters) == Plan("narrow", 8, True)

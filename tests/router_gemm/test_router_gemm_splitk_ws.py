@@ -62,12 +62,12 @@ def test_ws_launch_mode_guard():
 
 
 def test_table_picks_workspace_split_where_measured():
-    # Runs A / B (HISTORY.md, third session): the cluster-free split wins where S=4/8 clusters would not fit at once.
+    # The cluster-free split wins where S=4/8 clusters would not fit at once.
     pick = lambda M, N, K: heuristics.choose_plan(M, N, K, lambda t, s: 132 // s)  # noqa: E731
-    # Twelfth session: the fused-product tile (wide96f, same bits) where it measured faster.
+    # The fused-product tile (wide96f, same bits) where it measured faster.
     assert pick(512, 768, 6144) == Plan("wide96f_wsp", 4)
-    assert pick(256, 768, 6144) == Plan("wide128f", 8)  # thirteenth session: 12 clusters of 8, one wave
-    # Thirteenth session: Lite M=1024 on the 128-column tile, a 4-CTA cluster split in one wave (no workspace).
+    assert pick(256, 768, 6144) == Plan("wide128f", 8)  # 12 clusters of 8, one wave
+    # Lite M=1024 on the 128-column tile, a 4-CTA cluster split in one wave (no workspace).
     assert pick(1024, 384, 3072) == Plan("wide128f", 4)
     assert pick(512, 384, 3072) == Plan("wide96f4", 4)
     assert pick(1024, 192, 4096) == Plan("wide96_wsp", 8)

@@ -63,10 +63,9 @@ def test_gemv_forced_path():
 
 
 def test_table_small_m_rows():
-    # Runs 1 and 2 (HISTORY.md): gemvr S=1 at M=1 on the three listed shapes, fp32 above it.
+    # Runs 1 and 2 (DESIGN.md): gemvr S=1 at M=1 on the three listed shapes, fp32 above it.
     for K, N in SHAPES:
-        # Run F (HISTORY.md, fifth session): Chat with the L2 evict_first policy on the weight; sixth
-        # session: Chat with the 2-row load window (gemvrw2).
+        # Chat with the L2 evict_first policy on the weight and the 2-row load window (gemvrw2).
         chat = (K, N) == (6144, 768)
         assert heuristics.choose_plan(1, N, K, _clusters) == heuristics.Plan("gemvrw2" if chat else "gemvr", 1, chat)
         assert heuristics.choose_plan(2, N, K, _clusters).path == "fp32"

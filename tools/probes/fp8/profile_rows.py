@@ -1,4 +1,4 @@
-"""The group-128 row kernels side by side under ncu (FP8_NOTES.md, odd group rows): 64 MB bf16 with
+"""The group-128 row kernels side by side under ncu (FP8_DESIGN.md, odd group rows): 64 MB bf16 with
 N = 4095 (fp8_quant_odd_row_tile_kernel), N = 2880 (the row tile kernel's covers) and N = 4096 (the
 column tile kernel), each quantised once inside a CUDA profiler range:
 

@@ -1,5 +1,5 @@
 """Launch the large-M router GEMM plans (cluster split-K against the cluster-free workspace
-split-K) and TF32 cuBLAS once each inside a profiler range, for ncu (see NOTES.md):
+split-K) and TF32 cuBLAS once each inside a profiler range, for ncu (see the package DESIGN.md):
 
     ncu --clock-control none --profile-from-start off --section SpeedOfLight \\
         --section WarpStateStats python3 tools/probes/router_gemm/profile_large_m.py

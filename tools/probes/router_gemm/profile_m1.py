@@ -1,6 +1,6 @@
 """Launch each small-M router GEMM plan once per listed shape (M=1), plus FP32 cuBLAS, inside a
 profiler range, for `ncu --profile-from-start off` to profile: what bounds the fp32 split-K
-path, its L2-prefetch variant and the two gemv paths (see NOTES.md).
+path, its L2-prefetch variant and the two gemv paths (see the package DESIGN.md).
 
     ncu --clock-control none --profile-from-start off --section SpeedOfLight \\
         python3 tools/probes/router_gemm/profile_m1.py

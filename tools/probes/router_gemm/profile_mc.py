@@ -1,5 +1,5 @@
 """Launch the K=4096 N=192 M=4096 plans with and without the weight multicast (2-CTA clusters
-of neighbouring M tiles) once each inside a profiler range, for ncu (HISTORY.md, fourth session):
+of neighbouring M tiles) once each inside a profiler range, for ncu:
 
     ncu --clock-control none --profile-from-start off --set full python3 tools/probes/router_gemm/profile_mc.py
 

@@ -1,5 +1,5 @@
 """Launch the wide96 plans with the x tile read from shared memory per product (SS) and from
-registers (RS) once each inside a profiler range, for ncu (HISTORY.md, fourth session):
+registers (RS) once each inside a profiler range, for ncu:
 
     ncu --clock-control none --profile-from-start off --set full python3 tools/probes/router_gemm/profile_rs.py
 

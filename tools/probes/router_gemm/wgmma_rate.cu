@@ -1,5 +1,5 @@
 // Tensor-core rate of the router's wgmma main-loop shapes without global memory in the way
-// (NOTES.md "What is left": is a K block of wide96f bound by shared-memory bandwidth, by the
+// (DESIGN.md "What is left": is a K block of wide96f bound by shared-memory bandwidth, by the
 // tensor pipe, or by the loop's synchronisation?). Standalone program, one CTA per SM:
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a \

@@ -49,13 +49,13 @@ TILE_NARROW, TILE_WIDE, TILE_WIDE96 = 0, 1, 2
 TILE_GEMV = 3  # not a wgmma tile: the key of the gemv kernel's resident-cluster query
 TILE_WIDE96_RS, TILE_WIDE_RS = 4, 5  # the wide tiles with A (x) from registers
 # wide96 / wide96rs with both products in one m64n192k16 wgmma per K step (B = the W_hi tile
-# followed by the W_lo tile; twelfth session)
+# followed by the W_lo tile)
 TILE_WIDE96_F, TILE_WIDE96_RSF = 6, 7
-# wide96f with a 4-stage ring instead of 5: faster per CTA on some grids, slower on others (HISTORY.md)
+# wide96f with a 4-stage ring instead of 5: faster per CTA on some grids, slower on others (TABLE)
 TILE_WIDE96_F4 = 8
-# 128 x 128 with both products in one m64n256k16 (thirteenth session): Lite's N = 384 in 3 tiles
+# 128 x 128 with both products in one m64n256k16: Lite's N = 384 in 3 tiles
 TILE_WIDE128_F = 9
-# 64 x 48 with both products in one m64n96k16 (sixteenth session): Chat's N = 768 in 16 tiles, so
+# 64 x 48 with both products in one m64n96k16: Chat's N = 768 in 16 tiles, so
 # a small-M cluster split of 8 is 128 CTAs (narrow: 192 on 132 SMs)
 TILE_NARROW48_F = 10
 TILES = {"narrow": TILE_NARROW, "wide": TILE_WIDE, "wide96": TILE_WIDE96, "wide96rs": TILE_WIDE96_RS,

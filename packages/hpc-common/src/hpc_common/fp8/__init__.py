@@ -4,7 +4,7 @@
     q, s = quantize_per_token_group(x, 128, column_major_scales=True)
 
 Semantics (rounding, saturation, NaN/Inf, zero rows, scale layouts): reference.py and
-packages/hpc-common/FP8_NOTES.md. Importing this module builds nothing and touches no GPU;
+packages/hpc-common/FP8_DESIGN.md. Importing this module builds nothing and touches no GPU;
 the extension is compiled (or loaded from the JIT cache) at the first call.
 """
 

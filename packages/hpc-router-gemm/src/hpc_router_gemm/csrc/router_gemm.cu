@@ -4,13 +4,13 @@
 // accumulators) and WIDE96 (128 x 96: twice the tiles of WIDE, so large M fills the GPU with
 // 2-CTA clusters, which always fit a TPC, instead of 4- or 8-CTA clusters, which leave waves).
 // WIDE96_RS and WIDE_RS: the same tiles with the x fragments in registers (one shared-memory
-// read of the x tile per K block for both products; HISTORY.md, fourth session).
+// read of the x tile per K block for both products; same bits).
 // WIDE96_F and WIDE96_RSF: WIDE96 and WIDE96_RS with both products in one m64n192k16 wgmma per K
-// step (twelfth session); WIDE96_F4: WIDE96_F with a 4-stage ring (Lite's large-M rows).
-// WIDE128_F: the fused 128 x 128 tile (one m64n256k16 per K step, 4 stages; thirteenth session):
+// step; WIDE96_F4: WIDE96_F with a 4-stage ring (Lite's large-M rows).
+// WIDE128_F: the fused 128 x 128 tile (one m64n256k16 per K step, 4 stages):
 // N = 384 in 3 tiles, so Lite M = 1024 is 24 tiles and a 4-CTA cluster split fits in one wave
 // (30 such clusters are resident, 32 of the 96-column tile's were needed).
-// NARROW48_F: a fused 64 x 48 tile (one m64n96k16 per K step, 5 stages: two CTAs per SM; sixteenth session): N = 768
+// NARROW48_F: a fused 64 x 48 tile (one m64n96k16 per K step, 5 stages: two CTAs per SM): N = 768
 // in 16 tiles, so Chat's small-M cluster split S = 8 is 128 CTAs, one per SM, where NARROW's 24
 // tiles made 192 (60 SMs running two, the split waiting for its slowest CTAs).
 #include "hpc_router_gemm/router_gemm_bf16x2_wgmma.cuh"

@@ -268,8 +268,8 @@ struct AmaxAcc {
 // magnitudes of finite values order as the values do and lie below those of +-Inf and NaN, so
 // finite() (no Inf or NaN was added) says whether bits() is the finite amax; a thread that saw one
 // counts again (finite_fast_amax_bits, below). The common all-finite thread thereby also skips the NaN
-// fix-up of its codes (Pack::quantised_words<false>). Why: the dynamic tile kernels are partly issue-bound (FP8_NOTES,
-// twenty-fourth session), and these are 10 of ~38 SASS instructions per bf16 vector. The recount uses
+// fix-up of its codes (Pack::quantised_words<false>). Why: the dynamic tile kernels are partly issue-bound (ncu), and
+// these are 10 of ~38 SASS instructions per bf16 vector. The recount uses
 // ElementAmax, not AmaxAcc: AmaxAcc shares the masked words with this one, and ptxas then kept all of
 // them live across the finite() branch (the column tile kernel spilled at its 48 registers).
 template <int DT, int VEC>

@@ -2,7 +2,7 @@
 // aligned (odd row lengths such as N = 4095; x and q misaligned alike, p.peel), read as the row's aligned
 // cover with every group on four lanes.
 //
-// Why (thirty-third session): fp8_quant_odd_row_tile_kernel (fp8_quant_odd_rows.cuh) gives each group its own
+// Why: fp8_quant_odd_row_tile_kernel (fp8_quant_odd_rows.cuh) gives each group its own
 // cover, 17 vectors on a 4-lane team (a fifth slot, mostly dead), and two neighbouring groups store the vector
 // they share after an exchange through shared memory. It was the one shape under 80 % of the copy rate back to
 // back (77.9 % at 64 MB, bf16 N = 4095; ncu: 1.8x the aligned kernel's instructions at 66 % of issue slots). In a
@@ -16,7 +16,7 @@
 // it with both groups' scales and merges the bytes, so every q vector is written whole by one lane, except the
 // row's first and last (shared with the neighbouring rows). One block barrier: the low part of a warp's first
 // quad and the amax of its last cross warps through shared memory (a warp's last quad loading the next quad's low
-// part itself, with no barrier, read 14 % slower: these kernels are issue-bound, FP8_NOTES.md).
+// part itself, with no barrier, read 14 % slower: these kernels are issue-bound, FP8_DESIGN.md).
 //
 // Same primitives as every other kernel (AmaxAcc, scale_from_amax_bits, Pack::quantised_words): same bits out.
 #pragma once

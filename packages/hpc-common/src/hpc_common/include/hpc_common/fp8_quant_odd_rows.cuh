@@ -4,7 +4,7 @@
 // of seg_vecs / 4 lanes per group (the row tile kernel's geometry, prepare_row_tiles), each lane with a
 // fifth slot for the cover's one extra vector and the team's lead (below).
 //
-// Why this form (twentieth session): the nineteenth session's version (quant_tile's former kMis branch)
+// Why this form: a version inside quant_tile (a kMis branch)
 // was issue-bound (ncu, 64 MB bf16 group-128 N = 4095: 28.6 M instructions at 69 % of issue slots, 2.4x
 // the column tile kernel's for the same bytes). Every warp ran the masked amax and the byte-exact store
 // of both shared vectors (lane 0 of each of its teams), 35-75 instructions per slot behind a divergent

@@ -1,7 +1,7 @@
 // FP8 quantisation with dynamic scales over short segments (group-128, per-token-per-head
 // with head_dim 128): the layout block-scaled MoE and attention-Q quantisation use.
 //
-// Why a kernel of its own (H200 measurements, 64-256 MB of bf16 input, in FP8_HISTORY.md):
+// Why a kernel of its own (H200 measurements, 64-256 MB of bf16 input):
 // - the generic kernel gives a 128-element bf16 group to 2 lanes, each walking it with a
 //   stride of 2 vectors: a warp load touches 16 groups 256 bytes apart (16 L1 wavefronts per
 //   512 bytes) and its stores are 16-byte pieces: 45-50% of the copy bandwidth;

@@ -1,12 +1,11 @@
-// FP8 quantisation with short-lived CTAs: the default wherever the bulk ring kernel
-// (fp8_quant_bulk.cuh) applies, and for the aligned rows it does not take. Each CTA holds one tile
-// (at most 16 KB: 256 threads x 4 vectors, or one long row) loaded straight into registers,
-// quantised, stored, and gone; the next CTA takes its place:
-//   fp8_quant_tile_kernel      the ring kernel's tiles and thread layout (BulkTile; a team of
-//                              seg_vectors / 4 lanes per segment) without its shared-memory ring and
-//                              one-wave grid: per-token rows, per-tensor scales on strided rows,
-//                              group / per-head shapes the column tiles do not take;
-//   fp8_quant_row_tile_kernel  the same body with ragged teams (eighteenth session): rows of 4-1024
+// FP8 quantisation with short-lived CTAs: every shape whose segments cut into 16 KB tiles, and the
+// aligned rows of 4-4096 vectors. Each CTA holds one tile (at most 16 KB: 256 threads x 4 vectors, or
+// one long row) loaded straight into registers, quantised, stored, and gone; the next CTA takes its
+// place (host side: fp8_quant_tile_launch.cuh):
+//   fp8_quant_tile_kernel      tiles of whole segments (BulkTile, fp8_quant_tile_geometry.cuh; a team
+//                              of seg_vectors / 4 lanes per segment): per-token rows, per-tensor scales
+//                              on strided rows, group / per-head shapes the column tiles do not take;
+//   fp8_quant_row_tile_kernel  the same body with ragged teams: rows of 4-1024
 //                              vectors that are no power of two (hidden 2880 / 5120 / 7168), and in
 //                              its cover form rows of several segments ending in a shorter one;
 //   fp8_quant_odd_group_row_kernel  (fp8_quant_odd_group_rows.cuh) odd group-128 rows of 2-byte inputs,
@@ -17,15 +16,15 @@
 //   fp8_quant_col_tile_kernel  group scales (row- or column-major) and dense per-head inputs in
 //                              8-row tiles, so each CTA writes whole 32-byte runs of scales;
 //   fp8_quant_flat_kernel      a per-tensor static scale on a contiguous tensor (a flat index).
-// Which shape takes which kernel: FP8_NOTES.md (checked on the CPU by tests/common/test_fp8_dispatch.py).
+// Which shape takes which kernel: FP8_DESIGN.md (checked on the CPU by tests/common/test_fp8_dispatch.py).
 //
-// Why (H200, seventeenth session, FP8_HISTORY.md): under the per-call method (written L2 flush,
-// one cold call) torch.add of two 32 MB bf16 tensors into a third, the quantiser's byte mix (64 MB
-// read, 32 MB written) in one plain elementwise kernel, read 28.9 us where the ring kernel's
-// per-tensor static call read 30.2: the ring starts streaming ~1.5 us after entry (barrier init,
-// one thread issuing the first copies) and each CTA then waits on its own ring, where short-lived
-// CTAs have their loads out at once and the tail is one 16 KB tile. Same process, 64 MB bf16, us
-// (ring -> these kernels, run of 5c0a6f4): per-tensor static 30.5 -> 29.0, dynamic 48.5 -> 46.3,
+// Why short-lived CTAs rather than a persistent grid streaming through a shared-memory ring of bulk
+// copies (H200, written L2 flush, one cold call): torch.add of two 32 MB bf16 tensors into a third, the
+// quantiser's byte mix (64 MB read, 32 MB written) in one plain elementwise kernel, read 28.9 us where
+// the ring kernel's per-tensor static call read 30.2: the ring starts streaming ~1.5 us after entry
+// (barrier init, one thread issuing the first copies) and each CTA then waits on its own ring, where
+// short-lived CTAs have their loads out at once and the tail is one 16 KB tile. 64 MB bf16, us (ring ->
+// these kernels): per-tensor static 30.5 -> 29.0, dynamic 48.5 -> 46.3,
 // per-token 32.2 -> 29.8, group-128 32.4 -> 30.1 (column-major 33.1 -> 30.1), per-head 32.1 -> 30.0.
 //
 // Occupancy: the loads in flight per SM are the registers holding them. The tile kernels are
@@ -33,8 +32,7 @@
 // 31.1 us per-token, at 32 (no spill) 29.7-29.8 against 29.5-29.6. The flat kernel: 32 registers
 // (7-8 CTAs per SM), 0.2-0.3 us faster than at 38.
 //
-// Semantics are exactly those of fp8_quant_kernel and the ring kernel (same device primitives):
-// same bits out.
+// Semantics are exactly those of fp8_quant_kernel (same device primitives): same bits out.
 #pragma once
 
 #include <type_traits>
@@ -252,7 +250,7 @@ __global__ void __launch_bounds__(kTileThreads, kTileMinBlocks) fp8_quant_tile_k
 // (HPC_FP8_ROW_TILE_ONE_ROW; 2880: 96 threads, 7168: 224).
 // Why: those rows took the register kernels, H200, 64 MB bf16 per-token, written flush: 33.5 /
 // 35.3 / 34.0 us (70.5 / 66.9 / 69.3 % of 4.27 TB/s) at N = 2880 / 5120 / 7168, where the tile
-// kernel reads N = 4096 at 29.1-29.7 us (FP8_HISTORY.md, eighteenth session).
+// kernel reads N = 4096 at 29.1-29.7 us.
 // kCover: rows of several segments ending in a shorter one, each segment located by its team
 // (quant_tile).
 // VPT: vectors per lane, 4, or 3 for the one-segment rows row_tile_three picks. kPartial (covers): a segment
@@ -266,9 +264,9 @@ __global__ void __launch_bounds__(kTileThreads, VPT == 3 ? kRow3MinBlocks : kTil
 
 // Rows of 1025 to 4096 vectors (bf16 N = 8200..32768: MLP intermediates such as 14336 and 28672 that
 // per-token quantisation sees before a down projection), one row per CTA with 8 (up to 2048 vectors)
-// or 16 vectors per lane: the register kernels read them at 63.5-70 % of 4.27 TB/s (64 MB bf16, H200,
-// eighteenth session). A row split over a cluster of CTAs exchanging their amax through distributed
-// shared memory was slower still (FP8_HISTORY.md).
+// or 16 vectors per lane: the register kernels read them at 63.5-70 % of 4.27 TB/s (64 MB bf16, H200).
+// A row split over a cluster of CTAs exchanging their amax through distributed shared memory was
+// slower still.
 template <int DT, int VEC, int VPT, bool kCover>
 __global__ void __launch_bounds__(kTileThreads, VPT == 16 ? 2 : VPT == 8 ? 3 : 4)
     fp8_quant_long_row_kernel(const QuantParams p) {
@@ -279,7 +277,7 @@ __global__ void __launch_bounds__(kTileThreads, VPT == 16 ? 2 : VPT == 8 ? 3 : 4
 // Rows of 1793-3584 vectors on one 512-thread CTA, 7 vectors per lane (HPC_FP8_WIDE_LONG_ROWS; 1.4 us faster at
 // N = 28672, measured above). Why: N = 28672 bf16 (3584 vectors) took 224 lanes x 16 vectors at 128
 // registers, 2 CTAs per SM (75 % at 64 MB per cold call, 85.5 % back to back); 512 lanes x 7 at 64 registers holds the
-// same bytes per SM (2 CTAs) with twice the warps, as 256 x 7 did for N = 14336 (FP8_NOTES.md, twenty-fifth session).
+// same bytes per SM (2 CTAs) with twice the warps, as 256 x 7 did for N = 14336.
 constexpr int kWideRowThreads = 512;
 template <int DT, int VEC>
 __global__ void __launch_bounds__(kWideRowThreads, 2) fp8_quant_wide_row_kernel(const QuantParams p) {

@@ -13,8 +13,8 @@ namespace fp8 {
 // Groups per column tile: 128 / seg_vectors (a full 16 KB tile) when G is a multiple of it. Column-major
 // scales also take halves of it down to 2 groups (whole warps of lanes) when G is not (N = 1536 bf16,
 // 12 groups of 128: 4 per tile, an 8 KB tile): their 32-byte runs are 8 rows of one group either way,
-// where the tile kernel would write each sector 4 bytes at a time from several CTAs (72 % at 64 MB,
-// eighteenth session). Row-major scales keep the tile kernel then. 0: no column tiles.
+// where the tile kernel would write each sector 4 bytes at a time from several CTAs (72 % at 64 MB).
+// Row-major scales keep the tile kernel then. 0: no column tiles.
 inline int col_tile_groups(const QuantParams& g, int64_t sv) {
   const int64_t team = sv / kBulkVecPerThread;
   int64_t gpt = kBulkTileVectors / kColTileRows / sv;
@@ -168,8 +168,9 @@ inline bool prepare_row_tiles(QuantParams& p, int vec) {
 enum class TileKernel { kNone, kTiles, kFlat, kColumns, kRows, kOddGroupRows };
 
 // Which short-lived kernel serves p (the caller checked p.vectorized), with p's geometry set for it
-// (grid size in p.num_tiles) so the launch derives nothing again. kNone (p unchanged): p.tile off, the
-// ring kernel does not apply, or more CTAs than one grid dimension holds (the ring kernel then serves).
+// (grid size in p.num_tiles) so the launch derives nothing again. kNone (p unchanged): an empty tensor,
+// a shape no tile kernel takes, or more CTAs than one grid dimension holds (the register kernels then
+// serve).
 inline TileKernel prepare_tile_kernel(QuantParams& p, int vec) {
   if (p.rows * p.segs_per_row == 0) return TileKernel::kNone;
   constexpr int64_t kMaxGrid = 0x7fffffff;

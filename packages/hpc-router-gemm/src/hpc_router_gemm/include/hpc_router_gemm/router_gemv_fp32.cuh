@@ -15,7 +15,7 @@
 // rows; the S partials are summed in rank order through distributed shared memory (2-CTA
 // clusters always fit a TPC: 66 resident on the H200).
 //
-// Measured on the H200 (HISTORY.md, second session): not faster than the split-K kernel at M=1
+// Measured on the H200: not faster than the split-K kernel at M=1
 // (Chat 12.74-12.77 against 12.10-12.35 us) and slower at M=2..8; the register variant
 // router_gemv_fp32_ldg.cuh, same grid, is what the table uses at M=1. Kept in the sweep.
 //

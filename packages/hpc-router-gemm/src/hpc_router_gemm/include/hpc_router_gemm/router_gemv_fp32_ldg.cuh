@@ -10,12 +10,12 @@
 // LongCat-Flash Chat (S=1, 5-6 rows of 1536 float4: 3 per thread per row, 6 rows per batch) is
 // one round trip. x sits in registers (a thread's x values are the same for every row).
 //
-// Measured (HISTORY.md, run 2): Chat M=1 11.68 us (bulk-copy gemv 12.74, split-K kernel 12.35),
+// Measured (H200): Chat M=1 11.68 us (bulk-copy gemv 12.74, split-K kernel 12.35),
 // Lite 7.25, K=4096 N=192 6.59; heuristics.TABLE picks it (S=1) at M=1 on those shapes.
 //
 // kEvictFirst (Plan.evict_first): the weight loads carry an L2 evict_first policy. After the
 // benchmark's written flush the L2 is full of dirty lines; Chat M=1 11.79-11.87 -> 11.23-11.33 us
-// with it (runs F / G, HISTORY.md), the table uses it there. Same data, same bits.
+// with it (two runs), the table uses it there. Same data, same bits.
 //
 // Determinism: element k4 of a row slice is read by thread k4 % 512 at its step k4 / 512, for
 // every row and every CTA; each thread's chain, the warp butterfly and the in-order sums over

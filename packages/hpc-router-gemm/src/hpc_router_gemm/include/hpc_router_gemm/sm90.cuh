@@ -52,7 +52,7 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorM
 // semantics (release at CTA scope): the stage was read by wgmma, whose reads are complete once
 // wait_group returned, so nothing of this thread needs ordering before the peer's refill.
 // (`.release.cluster` compiles to MEMBAR.ALL.GPU + error barriers before every arrival: the
-// multicast kernels of the third session paid that twice per consumer warp per K block.)
+// multicast kernels paid that twice per consumer warp per K block.)
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_addr) {
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
 }
@@ -100,7 +100,7 @@ namespace hpc::router_gemm::sm90 {
 // ---- L2 eviction priority of the weight stream ---------------------------------------------
 // The weight of a small-M call is read once: with hpc::sm90::l2_evict_first_policy(), once a set
 // holds one of its lines, the next weight line in that set replaces it instead of a line someone
-// else will use or has to write back (HISTORY.md, "Small M, fifth session").
+// else will use or has to write back.
 
 // __ldg of a float4 with an L2 cache policy (same data, same non-coherent path). Not volatile:
 // like __ldg it reads memory that does not change during the kernel, so the compiler may
