@@ -1,8 +1,8 @@
-"""Turn a standalone probe's JSON lines (packages/*/scripts/*.cu, run on the device) into the results
+"""Turn a standalone probe's JSON lines (tools/probes/<op>/*.cu, run on the device) into the results
 format (benchmarks/results/<gpu>/<op>.{json,md}). Lines with a "case" are rows (provider = the case,
 or --provider-key's value); every other line (checks, stamps) goes into meta["checks"].
 
-    python tools/probe_results.py --jsonl OUT/plan_probe.jsonl --op attention_plan_probe \
+    python tools/probe_results.py --jsonl OUT/bare_stream_bound.jsonl --op attention_bare_stream_bound \
         --commit 2712eece889b --timing "..." --note "..."
 """
 
