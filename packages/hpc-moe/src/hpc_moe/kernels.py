@@ -24,6 +24,10 @@ MAX_WINDOW_PAIRS = 8192
 # A Down CTA keeps 16 FP32 rows of output per pair of its token chunk: 1024 pairs = 64 KB.
 MAX_DOWN_CHUNK_PAIRS = 1024
 MAX_DOWN_CHUNK_TOKENS = 256
+# The Down kernel prefetches its w2 tiles to L2 before its PDL wait (so they stream while Gate-Up
+# runs) only when all the w2 bytes the call can touch fit this well in the 60 MB L2; beyond it the
+# early prefetches of ~400 resident CTAs evict each other and the weights are read twice.
+MAX_PREFETCH_W2_BYTES = 24 << 20
 
 
 def window_tokens(top_k: int) -> int:
@@ -97,8 +101,9 @@ def run_fused_moe(weights, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_we
         ext.gate_up(fmt, x_ptr + t0 * x_row_bytes, x_row_bytes, xs_ptr + 4 * t0 * xs_st, xs_st, xs_skb,
                     weights.w13.data_ptr(), w13s, ids_ptr, ids64, workspace.inter.data_ptr(), nt, K, H, I,
                     weights.expert_start, E, fp8 or t0 > 0, num_sms, use_pdl, stream)
+        prefetch = min(E, nt * K) * H * I * (1 if fp8 else 2) <= MAX_PREFETCH_W2_BYTES
         ext.down(fmt, workspace.inter.data_ptr(), weights.w2.data_ptr(), w2s, ids_ptr, ids64,
                  topk_weights.data_ptr() + t0 * K * 4, shared_ptr + (t0 * shared_stride * 2 if shared_ptr else 0),
                  shared_stride, out.data_ptr() + t0 * out_stride * 2, out_stride, nt, K, H, I,
-                 weights.expert_start, E, min(nt, down_chunk_tokens(K)), use_pdl, stream)
+                 weights.expert_start, E, min(nt, down_chunk_tokens(K)), prefetch, use_pdl, stream)
     return out

@@ -5,10 +5,10 @@
 // routing index in shared memory (topk_ids is final: the Gate-Up kernel ahead passed its own wait)
 // and prefetches its w2 tile of every active expert into L2, so the Down weights stream while
 // Gate-Up runs. After the wait warp w takes the chunk's active experts w, w + 4, ...: an MMA over
-// the expert's pairs (<= 16 columns per pass, K = I through a register ring), times the pair's
-// top-k weight, into y[pair][16] in shared memory. Each pair has its own row of y, so no atomics;
-// then out[t] sums y over j = 0..K-1 in order (bitwise deterministic, duplicates included) and
-// every row of the chunk is written, tokens without a local expert included.
+// the expert's pairs (<= 16 columns per pass, K = I through a register ring), into y[pair][16] in
+// shared memory. Each pair has its own row of y, so no atomics; then out[t] sums w[t, j] * y over
+// j = 0..K-1 in order (bitwise deterministic, duplicates included) and every row of the chunk is
+// written, tokens without a local expert included.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,65 +21,98 @@
 
 namespace hpc::moe {
 
-// One stage: 64 elements of I (two 32-element groups, four BF16 MMA steps).
-constexpr int kDownStages = 3;
+// One stage: 64 elements of I (two 32-element groups, four BF16 MMA steps). A warp's stages run
+// through one register ring across its passes (expert, <= 16 pairs), so the next pass's loads are
+// in flight while the current one finishes: at I = 192 a pass is 3 stages. BF16 holds 3 stages
+// (157 registers at 4 would leave 2 CTAs per SM instead of 3), FP8 4.
+template <Format F>
+__host__ __device__ constexpr int down_stages() { return F == Format::kFp8 ? 4 : 3; }
 
 struct DownStage {
   uint4 a[4];     // BF16: steps (group 0, step 0), (0, 1), (1, 0), (1, 1); FP8: a[0], a[1] = groups 0, 1
   uint4 b[2][2];  // [n-block][group]
+  float sc;       // FP8: the w2 block scale of this stage's 128-wide block of I
+};
+
+// Where one pass reads: the expert's w2 tile, the intermediate rows of its B columns, its scales.
+struct DownPass {
+  const char* tile;
+  const char* brow[2];
+  const float* scale;
+  int base, n, nb;  // pairs x.list[base, base + n)
 };
 
 template <Format F>
-struct DownWarp {
-  const char* tile;
-  const char* brow[2];
-  int lane, nb;
-  uint64_t policy;
-
-  __device__ __forceinline__ void load(DownStage& st, int s) const {
-    if constexpr (F == Format::kFp8) {
-      const char* a = tile + s * 1024 + lane * 16;
-      st.a[0] = ld_weight(a, policy);
-      st.a[1] = ld_weight(a + 512, policy);
-    } else {
-      const char* a = tile + s * 2048 + lane * 16;
+__device__ __forceinline__ DownPass down_pass(const DownParams& p, const SmemIndex& x, int e, int c0, int u, int p0,
+                                              int lane) {
+  const int elem = F == Format::kFp8 ? 1 : 2;
+  DownPass d;
+  d.base = x.start[e] + c0;
+  d.n = min(kChunkPairs, x.cnt[e] - c0);
+  d.nb = d.n > 8 ? 2 : 1;
+  d.tile = static_cast<const char*>(p.w2) + (int64_t(e) * (p.H / 16) + u) * (int64_t(16) * p.I * elem);
+  const int g = lane >> 2;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) st.a[i] = ld_weight(a + i * 512, policy);
+  for (int j = 0; j < 2; ++j)
+    d.brow[j] = static_cast<const char*>(p.inter) + int64_t(p0 + x.list[d.base + min(j * 8 + g, d.n - 1)]) * p.I * 2;
+  d.scale = F == Format::kFp8 ? p.w2s + (int64_t(e) * (p.H / 128) + u / 8) * ((p.I + 127) / 128) : nullptr;
+  return d;
+}
+
+template <Format F>
+__device__ __forceinline__ void down_load(DownStage& st, const DownPass& d, int s, int lane, uint64_t policy) {
+  if constexpr (F == Format::kFp8) {
+    const char* a = d.tile + s * 1024 + lane * 16;
+    st.a[0] = ld_weight(a, policy);
+    st.a[1] = ld_weight(a + 512, policy);
+    st.sc = ld_f32(d.scale + s / 2);
+  } else {
+    const char* a = d.tile + s * 2048 + lane * 16;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) st.a[i] = ld_weight(a + i * 512, policy);
+  }
+  const int q = lane & 3;
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+    if (j < d.nb) {
+#pragma unroll
+      for (int g = 0; g < 2; ++g) st.b[j][g] = ld_act(d.brow[j] + s * 128 + g * 64 + q * 16);
     }
-    const int q = lane & 3;
+}
+
+template <Format F>
+__device__ __forceinline__ void down_compute(const DownStage& st, int nb, float (&acc)[2][4]) {
+  float part[2][4] = {};
+  float(&d)[2][4] = (F == Format::kFp8) ? part : acc;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int g = i >> 1, step = i & 1;
+    uint32_t a0, a1, a2, a3;
+    if constexpr (F == Format::kFp8) {
+      const uint4 v = st.a[g];
+      const uint32_t lo = step ? v.z : v.x, hi = step ? v.w : v.y;
+      a0 = e4m3x2_to_bf16x2(lo & 0xffffu);
+      a1 = e4m3x2_to_bf16x2(lo >> 16);
+      a2 = e4m3x2_to_bf16x2(hi & 0xffffu);
+      a3 = e4m3x2_to_bf16x2(hi >> 16);
+    } else {
+      a0 = st.a[i].x, a1 = st.a[i].y, a2 = st.a[i].z, a3 = st.a[i].w;
+    }
 #pragma unroll
     for (int j = 0; j < 2; ++j)
       if (j < nb) {
-#pragma unroll
-        for (int g = 0; g < 2; ++g) st.b[j][g] = ld_act(brow[j] + s * 128 + g * 64 + q * 16);
+        const uint32_t b0 = step ? st.b[j][g].z : st.b[j][g].x;
+        const uint32_t b1 = step ? st.b[j][g].w : st.b[j][g].y;
+        mma_bf16(d[j], a0, a1, a2, a3, b0, b1);
       }
   }
-
-  __device__ __forceinline__ void compute(const DownStage& st, float (&d)[2][4]) const {
+  if constexpr (F == Format::kFp8) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int g = i >> 1, step = i & 1;
-      uint32_t a0, a1, a2, a3;
-      if constexpr (F == Format::kFp8) {
-        const uint4 v = st.a[g];
-        const uint32_t lo = step ? v.z : v.x, hi = step ? v.w : v.y;
-        a0 = e4m3x2_to_bf16x2(lo & 0xffffu);
-        a1 = e4m3x2_to_bf16x2(lo >> 16);
-        a2 = e4m3x2_to_bf16x2(hi & 0xffffu);
-        a3 = e4m3x2_to_bf16x2(hi >> 16);
-      } else {
-        a0 = st.a[i].x, a1 = st.a[i].y, a2 = st.a[i].z, a3 = st.a[i].w;
-      }
+    for (int j = 0; j < 2; ++j)
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
-        if (j < nb) {
-          const uint32_t b0 = step ? st.b[j][g].z : st.b[j][g].x;
-          const uint32_t b1 = step ? st.b[j][g].w : st.b[j][g].y;
-          mma_bf16(d[j], a0, a1, a2, a3, b0, b1);
-        }
-    }
+      for (int v = 0; v < 4; ++v) acc[j][v] += part[j][v] * st.sc;
   }
-};
+}
 
 template <Format F>
 __global__ void __launch_bounds__(kThreads) moe_down_kernel(const DownParams p) {
@@ -94,12 +127,13 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const DownParams p) 
 
   build_index(x, p.topk_ids, p.ids_int64, p0, np, p.expert_start, E, 0);
   const int elem = F == Format::kFp8 ? 1 : 2;
-  const int64_t tile_bytes = int64_t(16) * p.I * elem;
-  const int h_tiles = p.H / 16;
   const int nact = x.active_n[0];
-  for (int i = threadIdx.x; i < nact; i += kThreads)
-    prefetch_l2(static_cast<const char*>(p.w2) + (int64_t(x.active[i]) * h_tiles + u) * tile_bytes,
-                static_cast<uint32_t>(tile_bytes));
+  if (p.prefetch_w2) {
+    const int64_t tile_bytes = int64_t(16) * p.I * elem;
+    for (int i = threadIdx.x; i < nact; i += kThreads)
+      prefetch_l2(static_cast<const char*>(p.w2) + (int64_t(x.active[i]) * (p.H / 16) + u) * tile_bytes,
+                  static_cast<uint32_t>(tile_bytes));
+  }
   for (int i = threadIdx.x; i < np * 16; i += kThreads) y[i] = 0.f;
   hpc::pdl_wait();  // inter (Gate-Up), shared_output and out's previous readers are done
   hpc::pdl_launch_dependents();
@@ -109,67 +143,66 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const DownParams p) 
   const int g = lane >> 2, q = lane & 3;
   const int num_stages = p.I / 64;
   const uint64_t policy = evict_first_policy();
-  const int i_blocks = (p.I + 127) / 128;
-  for (int ai = warp; ai < nact; ai += 4) {
-    const int e = x.active[ai];
-    const int cnt = x.cnt[e];
-    const float* scale = F == Format::kFp8 ? p.w2s + (int64_t(e) * (p.H / 128) + u / 8) * i_blocks : nullptr;
-    for (int c0 = 0; c0 < cnt; c0 += kChunkPairs) {
-      const int* pairs = x.list + x.start[e] + c0;
-      const int n = min(kChunkPairs, cnt - c0);
-      DownWarp<F> w;
-      w.tile = static_cast<const char*>(p.w2) + (int64_t(e) * h_tiles + u) * tile_bytes;
-      w.lane = lane;
-      w.nb = n > 8 ? 2 : 1;
-      w.policy = policy;
+  // Two cursors over the warp's (pass, stage) sequence: passes are (active expert ai = warp,
+  // warp + 4, ..., pairs c0 = 0, 16, ...). `l` is kDownStages units ahead of `c`.
+  auto advance = [&](int& ai, int& c0, int& s) {  // true when a new pass starts
+    if (++s < num_stages) return false;
+    s = 0;
+    c0 += kChunkPairs;
+    if (c0 >= x.cnt[x.active[ai]]) c0 = 0, ai += 4;
+    return true;
+  };
+  int lai = warp, lc0 = 0, ls = 0;
+  int cai = warp, cc0 = 0, cs = 0;
+  DownPass L{}, C{};
+  if (lai < nact) L = C = down_pass<F>(p, x, x.active[lai], 0, u, p0, lane);
+  constexpr int kDownStages = down_stages<F>();
+  DownStage ring[kDownStages];
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
-        w.brow[j] = static_cast<const char*>(p.inter) + int64_t(p0 + pairs[min(j * 8 + g, n - 1)]) * p.I * 2;
-
-      float acc[2][4] = {};
-      DownStage ring[kDownStages];
+  for (int d = 0; d < kDownStages; ++d) {
+    if (lai < nact) {
+      down_load<F>(ring[d], L, ls, lane, policy);
+      if (advance(lai, lc0, ls) && lai < nact) L = down_pass<F>(p, x, x.active[lai], lc0, u, p0, lane);
+    }
+  }
+  float acc[2][4] = {};
+  while (cai < nact) {
 #pragma unroll
-      for (int d = 0; d < kDownStages; ++d)
-        if (d < num_stages) w.load(ring[d], d);
-      for (int s = 0; s < num_stages; s += kDownStages) {
+    for (int d = 0; d < kDownStages; ++d) {
+      if (cai < nact) {
+        down_compute<F>(ring[d], C.nb, acc);
+        if (lai < nact) {
+          down_load<F>(ring[d], L, ls, lane, policy);
+          if (advance(lai, lc0, ls) && lai < nact) L = down_pass<F>(p, x, x.active[lai], lc0, u, p0, lane);
+        }
+        if (cs == num_stages - 1) {  // the pass is complete: its columns into y (unweighted)
 #pragma unroll
-        for (int d = 0; d < kDownStages; ++d) {
-          if (s + d < num_stages) {
-            if constexpr (F == Format::kFp8) {
-              float part[2][4] = {};
-              w.compute(ring[d], part);
-              const float sc = ld_f32(scale + (s + d) / 2);  // 128-wide I block of this stage
+          for (int j = 0; j < 2; ++j)
 #pragma unroll
-              for (int j = 0; j < 2; ++j)
-#pragma unroll
-                for (int v = 0; v < 4; ++v) acc[j][v] += part[j][v] * sc;
-            } else {
-              w.compute(ring[d], acc);
+            for (int h = 0; h < 2; ++h) {
+              const int col = j * 8 + 2 * q + h;
+              if (col < C.n) {
+                const int pl = x.list[C.base + col];
+                y[pl * 16 + g] = acc[j][h];
+                y[pl * 16 + g + 8] = acc[j][2 + h];
+              }
             }
-            if (s + d + kDownStages < num_stages) w.load(ring[d], s + d + kDownStages);
-          }
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) acc[j][v] = 0.f;
         }
+        if (advance(cai, cc0, cs) && cai < nact) C = down_pass<F>(p, x, x.active[cai], cc0, u, p0, lane);
       }
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int col = j * 8 + 2 * q + h;
-          if (col < n) {
-            const int pl = pairs[col];
-            const float wt = ld_f32(p.topk_weights + p0 + pl);
-            y[pl * 16 + g] = wt * acc[j][h];
-            y[pl * 16 + g + 8] = wt * acc[j][2 + h];
-          }
-        }
     }
   }
   __syncthreads();
 
   for (int i = threadIdx.x; i < nt * 16; i += kThreads) {
     const int tl = i >> 4, r = i & 15;
+    const float* wt = p.topk_weights + p0 + tl * p.K;
     float s = 0.f;
-    for (int j = 0; j < p.K; ++j) s += y[(tl * p.K + j) * 16 + r];
+    for (int j = 0; j < p.K; ++j) s += ld_f32(wt + j) * y[(tl * p.K + j) * 16 + r];
     const int64_t t = t0 + tl;
     const int col = u * 16 + r;
     if (p.shared) s += __bfloat162float(static_cast<const __nv_bfloat16*>(p.shared)[t * p.shared_stride + col]);

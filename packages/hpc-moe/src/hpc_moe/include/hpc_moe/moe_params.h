@@ -46,6 +46,7 @@ struct DownParams {
   int expert_start;
   int num_local_experts;
   int chunk_tokens;         // tokens per CTA (gridDim.x = ceil(T / chunk_tokens), gridDim.y = H / 16)
+  int prefetch_w2;          // 1: prefetch the active experts' w2 tiles to L2 before the PDL wait
 };
 
 constexpr int kThreads = 128;    // 4 warps split K (Gate-Up) or take experts in turn (Down)
