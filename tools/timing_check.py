@@ -36,10 +36,8 @@ for name, fn, nbytes in cases:
         stream.synchronize()
         inside = timing._bench_in_graph(fn, 50, True, dev, stream)
         around = timing._bench_around_replay(fn, 50, True, dev, stream, True)
-        saved = timing.FLUSH_MODE
-        timing.FLUSH_MODE = "read" if saved == "write" else "write"
-        other = timing._bench_in_graph(fn, 50, True, dev, stream)
-        timing.FLUSH_MODE = saved
+        saved = "write"
+        other = timing._bench_in_graph(fn, 50, True, dev, stream, "read")
     bw = (lambda t: f" ({nbytes / t / 1e6:.2f} TB/s)") if nbytes else (lambda t: "")
     print(f"timing check: {name}: in-graph {inside:.2f} us{bw(inside)} [{saved} flush], around replay "
           f"{around:.2f} us, in-graph after a {'read' if saved == 'write' else 'write'} flush {other:.2f} us"

@@ -32,36 +32,29 @@ _flush_buf: dict[torch.device, torch.Tensor] = {}
 FLUSH_BYTES = 128 << 20
 
 
-# How the L2 is emptied before each timed call: "write" rewrites a 128 MB buffer (what
-# triton's do_bench does with zero_()), "read" reads it. A written flush leaves up to an
-# L2's worth of dirty lines whose write-back lands inside the timed call; a read flush
-# evicts the call's inputs just as well and leaves clean lines.
-FLUSH_MODE = "write"
+# How the L2 is emptied before each timed call (`flush` of bench_us / empty_l2): "write" rewrites a
+# 128 MB buffer (what triton's do_bench does with zero_()), "read" reads it. A written flush leaves up to
+# an L2's worth of dirty lines whose write-back lands inside the timed call; a read flush evicts the
+# call's inputs just as well and leaves clean lines. Every committed table uses the written flush.
+FLUSH_MODES = ("write", "read")
 
 
-def use_flush(mode: str, op: str) -> str:
-    """Flush with `mode` ("write" / "read") before every later timed call; returns the name a benchmark
-    writes its results under: `op` for the written flush (every committed main table), else
-    `op`_read_flush (a benchmark's --flush option)."""
-    global FLUSH_MODE
-    FLUSH_MODE = mode
-    return op if mode == "write" else f"{op}_read_flush"
-
-
-def empty_l2(device: torch.device, mode: str | None = None) -> None:
-    """Empty the L2 of `device` with a 128 MB buffer (FLUSH_MODE, or `mode`: "write" / "read").
+def empty_l2(device: torch.device, mode: str = "write") -> None:
+    """Empty the L2 of `device` with a 128 MB buffer (`mode`: "write" / "read", FLUSH_MODES).
     The first call allocates the buffer: make it outside any graph capture."""
+    if mode not in FLUSH_MODES:
+        raise ValueError(f"empty_l2: mode must be one of {FLUSH_MODES}, got {mode!r}")
     buf = _flush_buf.get(device)
     if buf is None:
         # Twice the H200's 60 MB L2 (FLUSH_BYTES), so nothing of the timed call's inputs survives.
         buf = _flush_buf[device] = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device)
-    if (mode or FLUSH_MODE) == "read":
+    if mode == "read":
         buf.view(torch.int64).max()
     else:
         buf.bitwise_not_()
 
 
-TIMING_METHOD = ("CUDA graph of [128 MB L2 flush (written unless FLUSH_MODE='read'), event, call, event] replayed; "
+TIMING_METHOD = ("cold: CUDA graph of [128 MB L2 flush (written), event, call, event] replayed; "
                  "median over replays "
                  "of the in-graph event pair (graph launch overhead excluded)")
 
@@ -92,12 +85,12 @@ def replay_in_graph(fn: Callable[[], object], reps: int, stream: torch.cuda.Stre
     return runs
 
 
-def _bench_in_graph(fn, reps, flush, device, stream) -> float:
-    pre = (lambda: empty_l2(device)) if flush else None
+def _bench_in_graph(fn, reps, flush, device, stream, mode: str = "write") -> float:
+    pre = (lambda: empty_l2(device, mode)) if flush else None
     return statistics.median(t for t, _ in replay_in_graph(fn, reps, stream, pre=pre))
 
 
-def _bench_around_replay(fn, reps, flush_l2, device, stream, use_graph) -> float:
+def _bench_around_replay(fn, reps, flush_l2, device, stream, use_graph, mode: str = "write") -> float:
     run = fn
     if use_graph:
         graph = torch.cuda.CUDAGraph()
@@ -109,7 +102,7 @@ def _bench_around_replay(fn, reps, flush_l2, device, stream, use_graph) -> float
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
         if flush_l2:
-            empty_l2(device)
+            empty_l2(device, mode)
         starts[i].record(stream)
         run()
         ends[i].record(stream)
@@ -118,13 +111,14 @@ def _bench_around_replay(fn, reps, flush_l2, device, stream, use_graph) -> float
 
 
 def bench_us(fn: Callable[[], object], *, reps: int = 100, warmup: int = 5, flush_l2: bool = True,
-             use_graph: bool = True, device: torch.device | None = None) -> float:
+             use_graph: bool = True, device: torch.device | None = None, flush: str = "write") -> float:
     """Median time of `fn()` in microseconds (see TIMING_METHOD).
 
     `fn` is captured into a CUDA graph together with a 128 MB L2 flush and two events, so each
     timed call starts from cold L2 and launch gaps of multi-kernel calls do not count (the peers
     were timed from graph replays too). Falls back to events around `graph.replay()` where
     in-graph events are unsupported; `use_graph=False` times eager calls (launch cost included).
+    `flush`: "write" (every committed table) or "read" (FLUSH_MODES).
     """
     device = device or torch.device("cuda", torch.cuda.current_device())
     stream = torch.cuda.Stream(device)
@@ -133,17 +127,17 @@ def bench_us(fn: Callable[[], object], *, reps: int = 100, warmup: int = 5, flus
         for _ in range(warmup):
             fn()
         if flush_l2:
-            empty_l2(device)  # allocate the flush buffer outside any capture
+            empty_l2(device, flush)  # allocate the flush buffer outside any capture
         stream.synchronize()
         if not use_graph:
-            result = _bench_around_replay(fn, reps, flush_l2, device, stream, False)
+            result = _bench_around_replay(fn, reps, flush_l2, device, stream, False, flush)
         else:
             try:
-                result = _bench_in_graph(fn, reps, flush_l2, device, stream)
+                result = _bench_in_graph(fn, reps, flush_l2, device, stream, flush)
             except (RuntimeError, TypeError) as e:
                 print(f"[hpc-ops bench] in-graph events unavailable ({e}); timing around graph replay "
                       "instead (adds the graph launch, ~1 us)", file=sys.stderr)
-                result = _bench_around_replay(fn, reps, flush_l2, device, stream, True)
+                result = _bench_around_replay(fn, reps, flush_l2, device, stream, True, flush)
     torch.cuda.current_stream(device).wait_stream(stream)
     return result
 
