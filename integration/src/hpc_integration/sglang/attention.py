@@ -1,0 +1,200 @@
+"""SGLang attention backend "hpc": decode through hpc_attention, extend through the framework's
+own backend (triton on a GPU, torch_native elsewhere) until hpc-attention has a prefill kernel.
+
+The paged pool is read in place: a layer's key buffer [slots, Hkv, D] is viewed as
+[slots / page_size, page_size, Hkv, D], and the page table is req_to_token[req, ::page_size] /
+page_size. Per decode step the backend fills its page-table and length buffers and plans once
+(`init_forward_metadata_in_graph`, recorded inside SGLang's captured decode graph, so every
+replay re-plans from the device lengths); every layer then decodes with that plan. Buffers and
+the decode workspace are allocated once (`init_cuda_graph_state`, or at the first eager step).
+"""
+
+from __future__ import annotations
+
+import torch
+from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+
+from .. import ops, support
+
+
+def _kv_write_loc(forward_batch, layer):
+    try:  # SGLang >= 0.5.23 hands the pool a KVWriteLoc; older releases take the bare locations
+        from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+    except ImportError:
+        return forward_batch.out_cache_loc
+    return KVWriteLoc.for_layer(forward_batch, layer)
+
+
+def _framework_backend(runner):
+    """The backend that serves extend (and every step when ours cannot)."""
+    from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+
+    name = "triton" if str(runner.device).startswith("cuda") else "torch_native"
+    return name, ATTENTION_BACKENDS[name](runner)
+
+
+class HpcAttnBackend(AttentionBackend):
+    def __init__(self, runner, fallback, fallback_name: str, reason: str | None):
+        super().__init__()
+        self.fallback = fallback
+        self.fallback_name = fallback_name
+        self.reason = reason  # None: decode runs on hpc_attention
+        self.device = torch.device(runner.device)
+        self.req_to_token = runner.req_to_token_pool.req_to_token
+        self.kv_pool = runner.token_to_kv_pool
+        self.page_size = int(runner.page_size)
+        self.kv_dtype = runner.kv_cache_dtype
+        self.data_type = getattr(fallback, "data_type", None)
+        self.kv_cache_dtype = self.kv_dtype
+        cfg = runner.model_config
+        tp = _attn_tp_size()
+        self.num_qo_heads = cfg.get_num_attention_heads(tp)
+        self.num_kv_heads = cfg.get_num_kv_heads(tp)
+        self.max_batch = int(runner.req_to_token_pool.size)
+        self.max_ctx = int(self.req_to_token.shape[1])
+        self.max_pages = -(-self.max_ctx // self.page_size)
+        self.state: ops.DecodeState | None = None
+        self.page_table = self.kv_lens = None
+        self.forward_metadata = None
+        self._step = None  # (page_table, kv_lens) of the current decode step
+
+    # ---- buffers ------------------------------------------------------------------------------
+
+    def _alloc(self, max_bs: int) -> None:
+        if self.state is not None and self.page_table.shape[0] >= max_bs:
+            return
+        i32 = dict(dtype=torch.int32, device=self.device)
+        self.page_table = torch.zeros(max_bs, self.max_pages, **i32)
+        self.kv_lens = torch.zeros(max_bs, **i32)
+        self.state = ops.DecodeState(max(max_bs, self.max_batch), self.num_kv_heads, self.num_qo_heads,
+                                     self.max_ctx, self.device, self.kv_dtype)
+
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int, *args, **kwargs):
+        self.fallback.init_cuda_graph_state(max_bs, max_num_tokens, *args, **kwargs)
+        if self.reason is None:
+            self._alloc(max_bs)
+
+    # ---- per-step metadata --------------------------------------------------------------------
+
+    def _ours(self, forward_batch) -> bool:
+        return self.reason is None and forward_batch.forward_mode.is_decode()
+
+    def init_forward_metadata(self, forward_batch):
+        if self._ours(forward_batch):
+            self.init_forward_metadata_out_graph(forward_batch)
+            self.init_forward_metadata_in_graph(forward_batch)
+        else:
+            self._step = None
+            self.fallback.init_forward_metadata(forward_batch)
+        self.forward_metadata = self.fallback.forward_metadata
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
+        if not self._ours(forward_batch):
+            self.fallback.init_forward_metadata_out_graph(forward_batch, in_capture)
+            return
+        self._alloc(forward_batch.batch_size)
+
+    def init_forward_metadata_in_graph(self, forward_batch):
+        if not self._ours(forward_batch):
+            self.fallback.init_forward_metadata_in_graph(forward_batch)
+            return
+        bs = forward_batch.batch_size
+        pt, lens = self.page_table[:bs], self.kv_lens[:bs]
+        rows = self.req_to_token.index_select(0, forward_batch.req_pool_indices[:bs].long())
+        pt.copy_(torch.div(rows[:, ::self.page_size], self.page_size, rounding_mode="floor"))
+        lens.copy_(forward_batch.seq_lens[:bs])
+        self.state.plan(lens, page_table=pt if self.state.workspace is not None else None,
+                        page_size=self.page_size)
+        self._step = (pt, lens)
+
+    def get_cuda_graph_seq_len_fill_value(self):
+        return self.fallback.get_cuda_graph_seq_len_fill_value()
+
+    # ---- forward ------------------------------------------------------------------------------
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        return self.fallback.forward_extend(q, k, v, layer, forward_batch, save_kv_cache=save_kv_cache, **kwargs)
+
+    def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        if self._step is None or self._layer_reason(layer) is not None:
+            return self.fallback.forward_decode(q, k, v, layer, forward_batch, save_kv_cache=save_kv_cache, **kwargs)
+        if save_kv_cache and k is not None and v is not None:
+            self.kv_pool.set_kv_buffer(layer, _kv_write_loc(forward_batch, layer), k, v, layer.k_scale, layer.v_scale)
+        hq, hkv, d = layer.tp_q_head_num, layer.tp_k_head_num, layer.head_dim
+        k_cache, v_cache = self._caches(layer.layer_id, hkv, d)
+        pt, lens = self._step
+        bs = lens.shape[0]
+        out = q.new_empty(q.shape[0], hq * layer.v_head_dim)
+        k_scale = layer.k_scale_float if layer.k_scale_float is not None else 1.0
+        v_scale = layer.v_scale_float if layer.v_scale_float is not None else 1.0
+        self.state.decode(q.reshape(-1, hq, d)[:bs], k_cache, v_cache, pt, lens, sm_scale=layer.scaling,
+                          k_scale=k_scale, v_scale=v_scale, out=out.view(-1, hq, d)[:bs])
+        return out
+
+    def _caches(self, layer_id: int, hkv: int, d: int):
+        k = self.kv_pool.get_key_buffer(layer_id)
+        v = self.kv_pool.get_value_buffer(layer_id)
+        pages = k.shape[0] // self.page_size
+        shape = (pages, self.page_size, hkv, d)
+        return (k[:pages * self.page_size].view(shape), v[:pages * self.page_size].view(shape))
+
+    def _layer_reason(self, layer) -> str | None:
+        reason = support.attention_reason(
+            head_dim=layer.qk_head_dim, v_head_dim=layer.v_head_dim, num_qo_heads=layer.tp_q_head_num,
+            num_kv_heads=layer.tp_k_head_num, page_size=self.page_size, kv_dtype=self.kv_dtype,
+            sliding_window=layer.sliding_window_size if (layer.sliding_window_size or -1) > 0 else None,
+            logit_cap=layer.logit_cap or None, is_cross=layer.is_cross_attention)
+        if reason is not None:
+            support.say(f"SGLang attention layer {layer.layer_id} decodes on {self.fallback_name}: {reason}")
+        return reason
+
+    def __getattr__(self, name):
+        # Anything SGLang asks of a backend that this adapter does not define (speculative hooks,
+        # capability flags) is the extend backend's answer.
+        if name in ("fallback", "__setstate__"):
+            raise AttributeError(name)
+        return getattr(self.fallback, name)
+
+
+def _attn_tp_size() -> int:
+    try:
+        from sglang.srt.runtime_context import get_parallel
+
+        return int(get_parallel().attn_tp_size)
+    except Exception:  # older releases
+        try:
+            from sglang.srt.layers.dp_attention import get_attention_tp_size
+
+            return int(get_attention_tp_size())
+        except Exception:
+            return 1
+
+
+def create_backend(runner):
+    """Factory registered as "hpc" (`--attention-backend hpc`)."""
+    fallback_name, fallback = _framework_backend(runner)
+    reason = _runner_reason(runner)
+    if reason is not None:
+        support.say(f"--attention-backend hpc: decode runs on SGLang's {fallback_name} backend: {reason}")
+    else:
+        where = "hpc_attention kernels" if ops.on_kernels(torch.empty(0, device=runner.device)) else \
+            "hpc_attention's reference (no SM90 GPU)"
+        support.say(f"--attention-backend hpc: decode on {where}; extend on SGLang's {fallback_name} backend "
+                    "(hpc-attention has no prefill kernel yet)")
+    return HpcAttnBackend(runner, fallback, fallback_name, reason)
+
+
+def _runner_reason(runner) -> str | None:
+    if getattr(runner, "use_mla_backend", False):
+        return "MLA models are not supported"
+    dev = support.device_reason(runner.device)
+    if dev is not None and not support.cpu_reference_allowed():
+        return f"{dev} (set {support.ENV_CPU_REFERENCE}=1 to run the reference instead)"
+    cfg = runner.model_config
+    tp = _attn_tp_size()
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return support.attention_reason(head_dim=head_dim, v_head_dim=getattr(cfg, "v_head_dim", None),
+                                    num_qo_heads=cfg.get_num_attention_heads(tp),
+                                    num_kv_heads=cfg.get_num_kv_heads(tp), page_size=int(runner.page_size),
+                                    kv_dtype=runner.kv_cache_dtype,
+                                    sliding_window=getattr(cfg, "sliding_window_size", None))

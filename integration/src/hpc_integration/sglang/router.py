@@ -1,0 +1,51 @@
+"""SGLang router hooks: FP32 router weights with BF16 activations served by hpc_router_gemm.
+
+Two call sites compute such scores: `linear_bf16_fp32(x, weight)` (LongCat-Flash, DeepSeek-V4
+style routers; a function with no registry) and a gate `ReplicatedLinear` whose weight is kept
+in FP32 (any model configured so). Both get an AROUND hook through SGLang's plugin hook
+registry; the split of each weight is made once and cached per weight tensor (keyed by its
+storage, refreshed after in-place updates by hpc_router_gemm's version check). Calls the router
+GEMM cannot serve (other dtypes or shapes, a bias) run the original.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import ops, support
+
+LINEAR_BF16_FP32 = "sglang.kernels.ops.gemm.bf16_fp32.linear_bf16_fp32"
+REPLICATED_LINEAR_FORWARD = "sglang.srt.layers.linear.ReplicatedLinear.forward"
+
+_states: dict[tuple, ops.RouterState] = {}
+
+
+def _state(weight: torch.Tensor) -> ops.RouterState | None:
+    if support.router_reason(num_experts=weight.shape[0], hidden_size=weight.shape[-1], weight_dtype=weight.dtype) \
+            is not None or weight.dim() != 2 or not weight.is_contiguous():
+        return None
+    if not ops.on_kernels(weight) and not support.cpu_reference_allowed():
+        return None
+    key = (weight.data_ptr(), tuple(weight.shape), weight.device)
+    st = _states.get(key)
+    if st is None:
+        st = _states[key] = ops.RouterState(weight)
+    return st
+
+
+def around_linear_bf16_fp32(original, x, weight, *args, **kwargs):
+    st = _state(weight) if not args and not kwargs and x.dtype == torch.bfloat16 and x.dim() == 2 else None
+    if st is None:
+        return original(x, weight, *args, **kwargs)
+    return st(x)
+
+
+def around_replicated_forward(original, self, x, *args, **kwargs):
+    weight = getattr(self, "weight", None)
+    if (weight is None or not str(getattr(self, "prefix", "")).endswith("gate") or x.dtype != torch.bfloat16
+            or getattr(self, "bias", None) is not None or x.dim() != 2 or args or kwargs):
+        return original(self, x, *args, **kwargs)
+    st = _state(weight)
+    if st is None:
+        return original(self, x, *args, **kwargs)
+    return st(x), None  # ReplicatedLinear returns (output, output_bias)
