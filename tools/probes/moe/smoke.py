@@ -26,5 +26,6 @@ for quant in QUANTS:
         cos = torch.nn.functional.cosine_similarity(g.flatten().nan_to_num(0), r.flatten(), dim=0).item()
         idx = d.flatten().argmax().item()
         print(f"{quant:17s} T={T:4d} H={H:4d} I={I:4d} E={E:3d} K={K} ep={eps}/{epr}: cos {cos:.7f} "
-              f"maxrel {d.max().item() / r.abs().max().item():.3g} nan_rows {nan_rows} worst (t={idx // H}, h={idx % H}) "
+              f"maxrel {d.max().item() / r.abs().max().item():.3g} nan_rows {nan_rows} "
+              f"worst (t={idx // H}, h={idx % H}) "
               f"got {g.flatten()[idx].item():.4g} ref {r.flatten()[idx].item():.4g}", flush=True)

@@ -196,7 +196,8 @@ __global__ void __launch_bounds__(kThreads, gate_up_ctas_per_sm(F)) moe_gate_up_
             up += red[(ww * 8 + j * 4 + 2 + h) * 32 + l];
           }
           const int row = 8 * t + (l >> 2);
-          static_cast<__nv_bfloat16*>(p.inter)[int64_t(pairs[col]) * p.I + row] = __float2bfloat16_rn(silu_mul(gate, up));
+          static_cast<__nv_bfloat16*>(p.inter)[int64_t(pairs[col]) * p.I + row] =
+              __float2bfloat16_rn(silu_mul(gate, up));
         }
       }
       __syncthreads();
