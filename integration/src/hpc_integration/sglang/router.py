@@ -1,8 +1,8 @@
 """SGLang router hooks: FP32 router weights with BF16 activations served by hpc_router_gemm.
 
 Two call sites compute such scores: `linear_bf16_fp32(x, weight)` (LongCat-Flash, DeepSeek-V4
-style routers; a function with no registry) and a gate `ReplicatedLinear` whose weight is kept
-in FP32 (any model configured so). Both get an AROUND hook through SGLang's plugin hook
+style routers; a function with no registry) and a `ReplicatedLinear` whose weight is kept in FP32
+and is fed BF16 activations (a gate configured so). Both get an AROUND hook through SGLang's plugin hook
 registry; the split of each weight is made once and cached per weight tensor (keyed by its
 storage, refreshed after in-place updates by hpc_router_gemm's version check). Calls the router
 GEMM cannot serve (other dtypes or shapes, a bias) run the original.
@@ -42,7 +42,9 @@ def around_linear_bf16_fp32(original, x, weight, *args, **kwargs):
 
 def around_replicated_forward(original, self, x, *args, **kwargs):
     weight = getattr(self, "weight", None)
-    if (weight is None or not str(getattr(self, "prefix", "")).endswith("gate") or x.dtype != torch.bfloat16
+    # A replicated linear with an FP32 weight fed BF16 activations is a router gate kept in FP32 (the
+    # original would need the activations cast to FP32 first); nothing else matches.
+    if (weight is None or weight.dtype != torch.float32 or x.dtype != torch.bfloat16
             or getattr(self, "bias", None) is not None or x.dim() != 2 or args or kwargs):
         return original(self, x, *args, **kwargs)
     st = _state(weight)
