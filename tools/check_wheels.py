@@ -84,6 +84,15 @@ def check_moe_alone(work: Path, dist: Path) -> None:
         raise SystemExit(f"installing hpc-moe brought {ours}, expected only hpc-common with it")
     run([py, "-c", "import hpc_moe, hpc_common; print('hpc-moe', hpc_moe.__version__, 'with hpc-common', "
                    "hpc_common.__version__)"])
+    # hpc-common finds its dependents only through the wheels' entry points (hpc_ops.jit): the installed
+    # pair lists both extensions, and nothing of the packages that are not installed.
+    out = subprocess.run([py, "-m", "hpc_common.jit.prebuild", "--list"], check=True, capture_output=True,
+                         text=True, cwd=work).stdout
+    names = {line.split()[0] for line in out.splitlines() if line.strip()}
+    if names != {"_hpc_common_C", "_hpc_moe_C"}:
+        raise SystemExit(f"prebuild --list in the hpc-moe venv found {sorted(names)}, expected _hpc_common_C and "
+                         "_hpc_moe_C (entry points hpc_ops.jit)")
+    print("entry points: prebuild --list finds", ", ".join(sorted(names)))
 
 
 def main() -> int:
