@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from hpc_common.bench import BenchResults, dump_doc, floor_us
+from hpc_common.bench import BenchResults, floor_us
 from hpc_common.checks import check_tensor
 from hpc_common.testing import assert_bitwise_equal, assert_close, error_stats, poison_
 
@@ -79,27 +79,6 @@ def test_results_format(tmp_path):
                                "floor_us": pytest.approx(1.0), "tbps": 3.9}
     md = (tmp_path / "h200" / "demo_op.md").read_text()
     assert "| M | K | provider | median_us | floor_us | tbps |" in md
-
-
-def test_results_split_off(tmp_path):
-    r = BenchResults("demo_op", tmp_path / "h200")
-    r.add("ours", 1.0, M=1)
-    r.add("diag_x", 2.0, M=1)
-    r.add("ours", 3.0, M=2)
-    d = r.split_off("demo_op_diag", lambda row: row["provider"].startswith("diag_"))
-    assert [row["median_us"] for row in r.rows] == [1.0, 3.0]
-    assert [row["provider"] for row in d.rows] == ["diag_x"] and d.meta == r.meta
-    d.write()
-    assert json.loads((tmp_path / "h200" / "demo_op_diag.json").read_text())["rows"][0]["provider"] == "diag_x"
-
-
-def test_dump_doc_keeps_the_data_and_puts_scalar_lists_on_one_line():
-    doc = {"slots": ["a", "b"], "cases": [{"stamps": [[1, 2, None], [3, 4.5, 6]], "empty": {}, "none": []}]}
-    text = dump_doc(doc)
-    assert json.loads(text) == doc
-    lines = text.splitlines()
-    assert '"slots": ["a", "b"],' in [line.strip() for line in lines]
-    assert "[1, 2, null]," in [line.strip() for line in lines] and "[3, 4.5, 6]" in [line.strip() for line in lines]
 
 
 def test_back_to_back_needs_functions():

@@ -78,21 +78,6 @@ def dump_results(meta: dict, rows: list[dict]) -> str:
     return '{"meta": ' + json.dumps(meta, indent=1) + ',\n "rows": [\n' + body + "\n ]}\n"
 
 
-def dump_doc(doc) -> str:
-    """The JSON text of a diagnostic document (timelines and their summaries): dicts and lists of
-    containers indented, every list of scalars on one line, so a per-CTA stamp row is one line."""
-
-    def enc(v, pad: str) -> str:
-        if isinstance(v, dict) and v:
-            inner = ",\n".join(f"{pad} {json.dumps(str(k))}: {enc(x, pad + ' ')}" for k, x in v.items())
-            return "{\n" + inner + "\n" + pad + "}"
-        if isinstance(v, list) and any(isinstance(x, (dict, list)) for x in v):
-            return "[\n" + ",\n".join(f"{pad} {enc(x, pad + ' ')}" for x in v) + "\n" + pad + "]"
-        return json.dumps(v)
-
-    return enc(doc, "") + "\n"
-
-
 class BenchResults:
     def __init__(self, op: str, out_dir: Path, **meta_extra):
         self.op = op
@@ -109,16 +94,6 @@ class BenchResults:
                 row[k] = float(fields[k])
         self.rows.append(row)
         return row
-
-    def split_off(self, op: str, moves) -> BenchResults:
-        """The rows for which moves(row) holds, taken out of these results into results of their own
-        named `op` (same run metadata, same folder): e.g. a benchmark's diagnostic rows written apart
-        from the rows its users read."""
-        other = BenchResults(op, self.out_dir)
-        other.meta = dict(self.meta)
-        other.rows = [r for r in self.rows if moves(r)]
-        self.rows = [r for r in self.rows if not moves(r)]
-        return other
 
     def markdown(self) -> str:
         cols: list[str] = []

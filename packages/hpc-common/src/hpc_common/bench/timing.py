@@ -60,14 +60,11 @@ TIMING_METHOD = ("cold: CUDA graph of [128 MB L2 flush (written), event, call, e
 
 
 def replay_in_graph(fn: Callable[[], object], reps: int, stream: torch.cuda.Stream,
-                    pre: Callable[[], object] | None = None,
-                    each: Callable[[], object] | None = None) -> list[tuple[float, object]]:
+                    pre: Callable[[], object] | None = None) -> list[float]:
     """Capture [pre(), event, fn(), event] into one CUDA graph on `stream` and replay it `reps`
-    times. Per replay: (microseconds between the two in-graph events, each()), where `each` runs
-    on the host once the replay has finished (e.g. to read a diagnostics buffer). Events inside
-    the graph bracket the call alone: the ~4 us a graph launch costs on the device (measured: an
-    empty kernel timed around replay() reads 4.0 us) stays out. Raises where in-graph events are
-    unsupported."""
+    times; the microseconds between the two in-graph events of each replay. Events inside the graph
+    bracket the call alone: the ~4 us a graph launch costs on the device (measured: an empty kernel
+    timed around replay() reads 4.0 us) stays out. Raises where in-graph events are unsupported."""
     start = torch.cuda.Event(enable_timing=True, external=True)
     end = torch.cuda.Event(enable_timing=True, external=True)
     graph = torch.cuda.CUDAGraph()
@@ -81,13 +78,13 @@ def replay_in_graph(fn: Callable[[], object], reps: int, stream: torch.cuda.Stre
     for _ in range(reps):
         graph.replay()
         end.synchronize()
-        runs.append((start.elapsed_time(end) * 1e3, each() if each is not None else None))
+        runs.append(start.elapsed_time(end) * 1e3)
     return runs
 
 
 def _bench_in_graph(fn, reps, flush, device, stream, mode: str = "write") -> float:
     pre = (lambda: empty_l2(device, mode)) if flush else None
-    return statistics.median(t for t, _ in replay_in_graph(fn, reps, stream, pre=pre))
+    return statistics.median(replay_in_graph(fn, reps, stream, pre=pre))
 
 
 def _bench_around_replay(fn, reps, flush_l2, device, stream, use_graph, mode: str = "write") -> float:
