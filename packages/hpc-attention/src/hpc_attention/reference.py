@@ -7,6 +7,9 @@
 - `partial_attention` / `combine_partials`: the split-softmax algebra the kernels use
   (log-sum-exp in the log2 domain), `merge_split_item`: the kernels' fixed merge order (one
   level, or 8 residue groups folded), and `execute_plan`, which runs a plan's tasks with it.
+- `rope_cos_sin_cache`, `rms_norm_reference`, `rope_reference`, `prologue_reference` and
+  `qk_norm_rope_store_reference`: the fused prologue (prologue.py) in float64: QK-Norm, RoPE, FP8 Q
+  with per-(token, head) scales, K and V stored at their slots of the paged caches.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import math
 
 import torch
 
-from .heuristics import TILE_TOKENS
+from .heuristics import HEAD_DIM, TILE_TOKENS
 from .planner import PlanTables
 
 LOG2E = 1.0 / math.log(2.0)
@@ -201,3 +204,106 @@ def cpu_demo() -> str:
     return (f"planner twin: lengths {lens}, {Hkv} KV heads, 6 CTAs -> {len(tables.tasks)} tasks "
             f"({split} writing partials); plan executed with split softmax + exact combine vs one-pass "
             f"float64 reference: max |diff| {err:.1e}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Fused prologue (prologue.py): QK-Norm, RoPE, FP8 Q, paged KV write.
+# ---------------------------------------------------------------------------------------------------
+
+def rope_cos_sin_cache(max_pos: int, rotary_dim: int, base: float = 10000.0,
+                       dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """[max_pos, rotary_dim]: cos(p * f_j) for j < rotary_dim / 2, then sin(p * f_j), f_j = base^(-2j / rotary_dim)
+    (the vLLM / SGLang layout), computed in float64 and stored as `dtype`."""
+    inv_freq = base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
+    ang = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    return torch.cat([ang.cos(), ang.sin()], dim=-1).to(dtype)
+
+
+def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor | None, eps: float,
+                       dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """x / sqrt(mean(x^2 over the last dim) + eps) * weight, in `dtype` (weight None: x unchanged)."""
+    x = x.to(dtype)
+    if weight is None:
+        return x
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * weight.to(dtype=dtype, device=x.device)
+
+
+def rope_reference(x: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor, rotary_dim: int,
+                   style: str = "neox", dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Rotate the first rotary_dim values of x [T, H, D] at positions [T]: neox pairs (i, i + rotary_dim / 2),
+    gptj pairs (2j, 2j + 1), angle entry j of cos_sin_cache[position] (cos half, then sin half)."""
+    x = x.to(dtype)
+    half = rotary_dim // 2
+    cs = cos_sin_cache.to(device=x.device)[positions.long().to(x.device)].to(dtype)  # [T, rotary_dim]
+    cos, sin = cs[:, None, :half], cs[:, None, half:rotary_dim]
+    rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
+    if style == "neox":
+        a, b = rot[..., :half], rot[..., half:]
+        out = torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+    elif style == "gptj":
+        a, b = rot[..., 0::2], rot[..., 1::2]
+        out = torch.stack([a * cos - b * sin, b * cos + a * sin], dim=-1).flatten(-2)
+    else:
+        raise ValueError(f"rope_reference: style must be 'neox' or 'gptj', got {style!r}")
+    return torch.cat([out, rest], dim=-1)
+
+
+def prologue_reference(qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor, *,
+                       num_qo_heads: int, num_kv_heads: int, q_norm_weight=None, k_norm_weight=None,
+                       eps: float = 1e-6, rope_style: str = "neox", rotary_dim: int | None = None,
+                       dtype: torch.dtype = torch.float64):
+    """(q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, D]) in `dtype` before any rounding to the output dtypes:
+    RMSNorm (optional) then RoPE on q and k, v as given."""
+    T = qkv.shape[0]
+    D = HEAD_DIM
+    Hq, Hkv = num_qo_heads, num_kv_heads
+    x = qkv.reshape(T, Hq + 2 * Hkv, D)
+    rd = cos_sin_cache.shape[1] if rotary_dim is None else rotary_dim
+    q = rope_reference(rms_norm_reference(x[:, :Hq], q_norm_weight, eps, dtype), positions, cos_sin_cache, rd,
+                       rope_style, dtype)
+    k = rope_reference(rms_norm_reference(x[:, Hq:Hq + Hkv], k_norm_weight, eps, dtype), positions, cos_sin_cache,
+                       rd, rope_style, dtype)
+    return q, k, x[:, Hq + Hkv:].to(dtype)
+
+
+def _to_cache_dtype(x: torch.Tensor, cache_dtype: torch.dtype, scale) -> torch.Tensor:
+    from hpc_common.fp8.reference import quantize_with_scale
+
+    if cache_dtype == torch.float8_e4m3fn:
+        s = scale if isinstance(scale, torch.Tensor) else torch.tensor(float(scale))
+        return quantize_with_scale(x.to(torch.float32), s.to(device=x.device, dtype=torch.float32).reshape(()))
+    return x.to(cache_dtype)
+
+
+def qk_norm_rope_store_reference(qkv, positions, cos_sin_cache, k_cache, v_cache, slot_mapping, *,
+                                 num_qo_heads: int, num_kv_heads: int, q_norm_weight=None, k_norm_weight=None,
+                                 eps: float = 1e-6, rope_style: str = "neox", rotary_dim: int | None = None,
+                                 q_out_dtype: torch.dtype = torch.bfloat16, k_scale=None, v_scale=None,
+                                 dtype: torch.dtype = torch.float64):
+    """What `qk_norm_rope_store` computes, from `prologue_reference` in `dtype`: returns (q_out, q_scale) and
+    writes K and V into k_cache / v_cache (in place) at slot_mapping (negative: skipped).
+
+    Q out BF16 (q_scale None), or FP8 E4M3 with q_scale [T, Hq] float32 = max(finite amax of the head, 1e-10)
+    / 448 and codes e4m3(float32(q) * (1 / q_scale)); FP8 caches take e4m3(float32(k) * (1 / k_scale))
+    (hpc_common.fp8.reference's rules applied to the float64 values rounded to float32)."""
+    from hpc_common.fp8.reference import quantize_per_token_head_ref
+
+    q, k, v = prologue_reference(qkv, positions, cos_sin_cache, num_qo_heads=num_qo_heads,
+                                 num_kv_heads=num_kv_heads, q_norm_weight=q_norm_weight,
+                                 k_norm_weight=k_norm_weight, eps=eps, rope_style=rope_style, rotary_dim=rotary_dim,
+                                 dtype=dtype)
+    if q_out_dtype == torch.float8_e4m3fn:
+        q_out, q_scale = quantize_per_token_head_ref(q.to(torch.float32))
+        q_scale = q_scale.squeeze(-1)
+    else:
+        q_out, q_scale = q.to(q_out_dtype), None
+    page_size = k_cache.shape[1]
+    slots = slot_mapping.long().to(k_cache.device)
+    keep = (slots >= 0).nonzero().flatten()
+    pages, offs = slots[keep] // page_size, slots[keep] % page_size
+    for cache, x, scale in ((k_cache, k, k_scale), (v_cache, v, v_scale)):
+        rows = _to_cache_dtype(x[keep.to(x.device)], cache.dtype, scale).to(cache.device)
+        if cache.dtype == torch.float8_e4m3fn:  # index_put has no FP8 kernel on every device: move the bytes
+            cache, rows = cache.view(torch.uint8), rows.view(torch.uint8)
+        cache[pages, offs] = rows
+    return q_out, q_scale

@@ -1,12 +1,14 @@
-// Python bindings of hpc_attention: the three params structs of decode_params.h field by field, and the
-// host entry points of decode_api.h. Raw pointers (as ints), sizes and the stream cross here, no torch
-// types; hpc_attention/_ops.py fills the structs from its tensors.
+// Python bindings of hpc_attention: the three params structs of decode_params.h and PrologueParams of
+// prologue_params.h field by field, and the host entry points of decode_api.h and prologue_params.h.
+// Raw pointers (as ints), sizes and the stream cross here, no torch types; hpc_attention/_ops.py and
+// hpc_attention/prologue.py fill the structs from their tensors.
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
 #include <type_traits>
 
 #include "hpc_attention/decode_api.h"
+#include "hpc_attention/prologue_params.h"
 #include "hpc_common/check.h"
 
 namespace py = pybind11;
@@ -32,7 +34,7 @@ void field(py::class_<S>& c, const char* name, T S::*m) {
 }  // namespace
 
 PYBIND11_MODULE(HPC_EXT_NAME, m) {
-  m.doc() = "hpc_attention CUDA kernels (decode planner, decode, combine)";
+  m.doc() = "hpc_attention CUDA kernels (decode planner, decode, combine, fused prologue)";
   m.attr("plan_threads") = kPlanThreads;
   m.attr("num_counters") = static_cast<int>(kNumCounters);
 
@@ -129,4 +131,54 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
       },
       py::arg("params"), py::arg("fp8_kv"), py::arg("fp8_q"), py::arg("tma"), py::arg("num_ctas"),
       py::arg("combine_ctas"), py::arg("pdl"), py::arg("stream"));
+
+  // The fused prologue (prologue_params.h).
+  py::class_<PrologueParams> pro(m, "PrologueParams");
+  pro.def(py::init([] { return PrologueParams{}; }));
+  HPC_FIELD(pro, qkv);
+  HPC_FIELD(pro, qkv_stride_t);
+  HPC_FIELD(pro, positions);
+  HPC_FIELD(pro, cos_sin);
+  HPC_FIELD(pro, cos_sin_stride);
+  HPC_FIELD(pro, q_norm_weight);
+  HPC_FIELD(pro, k_norm_weight);
+  HPC_FIELD(pro, slot_mapping);
+  HPC_FIELD(pro, q_out);
+  HPC_FIELD(pro, q_stride_t);
+  HPC_FIELD(pro, q_stride_h);
+  HPC_FIELD(pro, q_scale);
+  HPC_FIELD(pro, q_scale_stride_t);
+  HPC_FIELD(pro, q_scale_stride_h);
+  HPC_FIELD(pro, k_cache);
+  HPC_FIELD(pro, v_cache);
+  HPC_FIELD(pro, k_stride_page);
+  HPC_FIELD(pro, k_stride_tok);
+  HPC_FIELD(pro, k_stride_head);
+  HPC_FIELD(pro, v_stride_page);
+  HPC_FIELD(pro, v_stride_tok);
+  HPC_FIELD(pro, v_stride_head);
+  HPC_FIELD(pro, num_slots);
+  HPC_FIELD(pro, page_size);
+  HPC_FIELD(pro, k_scale_ptr);
+  HPC_FIELD(pro, v_scale_ptr);
+  HPC_FIELD(pro, k_scale);
+  HPC_FIELD(pro, v_scale);
+  HPC_FIELD(pro, num_tokens);
+  HPC_FIELD(pro, num_qo_heads);
+  HPC_FIELD(pro, num_kv_heads);
+  HPC_FIELD(pro, max_pos);
+  HPC_FIELD(pro, rotary_dim);
+  HPC_FIELD(pro, neox);
+  HPC_FIELD(pro, eps);
+  HPC_FIELD(pro, positions_i64);
+  HPC_FIELD(pro, slots_i64);
+  HPC_FIELD(pro, cos_sin_f32);
+  HPC_FIELD(pro, norm_f32);
+
+  m.def(
+      "qk_norm_rope_store",
+      [](const PrologueParams& p, bool fp8_kv, bool fp8_q, bool pdl, uintptr_t stream) {
+        HPC_CUDA_CHECK(run_qk_norm_rope_store(p, fp8_kv, fp8_q, hpc::as_stream(stream), pdl), "qk_norm_rope_store");
+      },
+      py::arg("params"), py::arg("fp8_kv"), py::arg("fp8_q"), py::arg("pdl"), py::arg("stream"));
 }

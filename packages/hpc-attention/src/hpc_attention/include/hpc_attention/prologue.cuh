@@ -1,0 +1,260 @@
+// The fused attention prologue: one kernel between the QKV projection and the attention.
+//
+// For every token t of qkv [T, (Hq + 2 Hkv) * 128] (BF16) it
+//   - normalises each query and key head with RMSNorm (optional, weights [128], eps given),
+//   - rotates them with RoPE at positions[t] (neox or GPT-J pairs over the first rotary_dim values,
+//     cos / sin from cos_sin_cache[position], the vLLM / SGLang layout),
+//   - writes Q as BF16, or as E4M3 with one scale per (token, head) (amax / 448, the layout
+//     decode(q_scale=...) reads),
+//   - writes the rotated K and the plain V at slot_mapping[t] into the paged caches
+//     [num_pages, page_size, Hkv, 128], BF16 or E4M3 with per-tensor scales (value * (1 / scale),
+//     RNE, saturating: hpc_common's FP8 rule); negative slots (padding) write nothing.
+// All arithmetic is float32; the order of every sum and max is fixed, so results are bitwise
+// reproducible.
+//
+// Work split: a team of 16 lanes owns one (token, head) row, 8 consecutive values per lane, so
+// every row is one 256-byte coalesced read and the RMSNorm sum and the FP8 amax are 4 shuffles. Rows
+// are numbered token-major (the heads of a token share one CTA and its cos / sin row in L1); the
+// grid has one team per row. Neox pairs (i, i + rotary_dim / 2) cross lanes and go through 512
+// bytes of shared memory per team; GPT-J pairs sit in one lane.
+//
+// PDL: the kernel waits for the previous kernel (the QKV projection) before its first load and then
+// lets the next kernel (decode) launch at once, so the decode's start-up overlaps this kernel.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "hpc_attention/prologue_params.h"
+#include "hpc_common/fp8_primitives.cuh"
+#include "hpc_common/pdl.cuh"
+
+namespace hpc::attn {
+
+namespace prologue {
+
+constexpr int kVec = kPrologueHeadDim / kPrologueTeam;  // values per lane
+static_assert(kVec == 8, "one 16-byte BF16 vector per lane");
+
+__device__ __forceinline__ float team_sum(float v, unsigned mask) {
+#pragma unroll
+  for (int o = kPrologueTeam / 2; o > 0; o >>= 1) v += __shfl_xor_sync(mask, v, o, kPrologueTeam);
+  return v;
+}
+
+__device__ __forceinline__ uint32_t team_max(uint32_t v, unsigned mask) {
+#pragma unroll
+  for (int o = kPrologueTeam / 2; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(mask, v, o, kPrologueTeam));
+  return v;
+}
+
+__device__ __forceinline__ void bf16x8_to_f32(const uint4& u, float (&x)[kVec]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    x[2 * j] = __uint_as_float(w[j] << 16);
+    x[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ uint4 f32_to_bf16x8(const float (&x)[kVec]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const __nv_bfloat162 b = __floats2bfloat162_rn(x[2 * j], x[2 * j + 1]);  // .x (low half) = x[2 j]
+    w[j] = *reinterpret_cast<const uint32_t*>(&b);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// E4M3 codes of x * inv (IEEE product, RNE, saturating, one NaN code), 8 bytes.
+__device__ __forceinline__ uint2 f32_to_e4m3x8(const float (&x)[kVec], float inv) {
+  uint32_t w[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    float f[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) f[e] = fp8::mul_rn(x[4 * j + e], inv);
+    w[j] = fp8::canonical_nan4(fp8::e4m3x2(f[0], f[1]) | (fp8::e4m3x2(f[2], f[3]) << 16));
+  }
+  return make_uint2(w[0], w[1]);
+}
+
+// 8 consecutive FP32 or BF16 values from a 16-byte aligned address (the norm weights).
+__device__ __forceinline__ void load8(const void* base, int first, bool f32, float (&w)[kVec]) {
+  if (f32) {
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + first);
+    const float4 a = __ldg(p), b = __ldg(p + 1);
+    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+  } else {
+    bf16x8_to_f32(__ldg(reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(base) + first)), w);
+  }
+}
+
+__device__ __forceinline__ float load1(const void* base, long long i, bool f32) {
+  if (f32) return __ldg(static_cast<const float*>(base) + i);
+  return __uint_as_float(uint32_t(__ldg(reinterpret_cast<const unsigned short*>(base) + i)) << 16);
+}
+
+__device__ __forceinline__ long long load_index(const void* base, long long i, bool i64) {
+  return i64 ? __ldg(static_cast<const long long*>(base) + i) : __ldg(static_cast<const int*>(base) + i);
+}
+
+// cos / sin of the values this lane rotates, read as soon as the position is known (before the norm's
+// reduction, so their latency overlaps it). Neox: value i < rotary_dim pairs with i +- rotary_dim / 2 and
+// uses entry i mod (rotary_dim / 2); GPT-J: values 2 j, 2 j + 1 use entry j.
+__device__ __forceinline__ void load_cos_sin(const PrologueParams& p, long long pos, int l, float (&c)[kVec],
+                                             float (&s)[kVec]) {
+  const int rot = p.rotary_dim, half = rot >> 1;
+  pos = pos < 0 ? 0 : (pos >= p.max_pos ? p.max_pos - 1 : pos);  // never read outside the cache
+  const long long row = pos * p.cos_sin_stride;
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) {
+    const int i = l * kVec + e;
+    const int j = p.neox ? (i < half ? i : i - half) : (i >> 1);
+    const bool used = i < rot && (p.neox || (e & 1) == 0);
+    c[e] = used ? load1(p.cos_sin, row + j, p.cos_sin_f32) : 1.f;
+    s[e] = used ? load1(p.cos_sin, row + half + j, p.cos_sin_f32) : 0.f;
+  }
+}
+
+// RMSNorm (when `weight`) then RoPE of one q / k row held as 8 values per lane (lane `l` of the team;
+// `row`: the team's 128 floats of shared memory, used for the neox pairs).
+__device__ __forceinline__ void norm_rope(float (&x)[kVec], const PrologueParams& p, const void* weight,
+                                          const float (&c)[kVec], const float (&s)[kVec], int l, unsigned mask,
+                                          float* row) {
+  if (weight != nullptr) {
+    float ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) ss = fmaf(x[e], x[e], ss);
+    const float r = rsqrtf(team_sum(ss, mask) * (1.f / kPrologueHeadDim) + p.eps);
+    float w[kVec];
+    load8(weight, l * kVec, p.norm_f32, w);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) x[e] = x[e] * r * w[e];
+  }
+  const int rot = p.rotary_dim, half = rot >> 1;
+  if (rot == 0) return;
+  if (p.neox) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) row[l * kVec + e] = x[e];
+    __syncwarp(mask);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const int i = l * kVec + e;
+      if (i < rot) {
+        // (x_i, x_{i+half}) -> (x_i cos - x_{i+half} sin, x_{i+half} cos + x_i sin)
+        const float other = i < half ? -row[i + half] : row[i - half];
+        x[e] = x[e] * c[e] + other * s[e];
+      }
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kVec; e += 2) {
+      if (l * kVec + e < rot) {
+        const float a = x[e], b = x[e + 1];
+        x[e] = a * c[e] - b * s[e];
+        x[e + 1] = b * c[e] + a * s[e];
+      }
+    }
+  }
+}
+
+// Where slot `slot` of head `head` starts in a [num_pages, page_size, Hkv, 128] cache (elements).
+__device__ __forceinline__ long long cache_offset(long long slot, int page_size, long long s_page, long long s_tok,
+                                                  long long s_head, int head) {
+  const long long page = slot / page_size;
+  return page * s_page + (slot - page * page_size) * s_tok + head * s_head;
+}
+
+template <bool kFp8>
+__device__ __forceinline__ void store_kv(void* cache, long long at, const float (&x)[kVec], float inv) {
+  if constexpr (kFp8) {
+    *reinterpret_cast<uint2*>(static_cast<uint8_t*>(cache) + at) = f32_to_e4m3x8(x, inv);
+  } else {
+    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(cache) + at) = f32_to_bf16x8(x);
+  }
+}
+
+__device__ __forceinline__ float inverse_scale(const float* ptr, float value) {
+  return fp8::div_rn(1.f, ptr != nullptr ? *ptr : value);
+}
+
+}  // namespace prologue
+
+template <bool kFp8Kv, bool kFp8Q>
+__global__ void __launch_bounds__(kPrologueThreads) qk_norm_rope_store_kernel(const __grid_constant__ PrologueParams p) {
+  using namespace prologue;
+  constexpr int kTeams = kPrologueThreads / kPrologueTeam;
+  __shared__ float s_rows[kTeams][kPrologueHeadDim];
+  const int team = threadIdx.x / kPrologueTeam, l = threadIdx.x % kPrologueTeam;
+  const unsigned mask = 0xffffu << (threadIdx.x & 16);  // the 16 lanes of this team in its warp
+  const int Hq = p.num_qo_heads, Hkv = p.num_kv_heads, heads = Hq + 2 * Hkv;
+  const long long unit = static_cast<long long>(blockIdx.x) * kTeams + team;
+  const long long t = unit / heads;
+  const int h = static_cast<int>(unit - t * heads);
+
+  hpc::pdl_wait();  // qkv, positions and slot_mapping come from the kernels before this one
+  hpc::pdl_launch_dependents();
+  if (t >= p.num_tokens) return;  // whole teams leave together: t is the team's
+  const int kind = h < Hq ? 0 : (h < Hq + Hkv ? 1 : 2);  // q, k, v
+  long long slot = 0;
+  if (kind != 0) {
+    slot = load_index(p.slot_mapping, t, p.slots_i64);
+    if (slot < 0 || slot >= p.num_slots) return;  // padding (or an id past the cache): nothing to write
+  }
+  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.qkv) +
+                                                         t * p.qkv_stride_t + h * kPrologueHeadDim + l * kVec));
+  if (kind == 2) {
+    const long long at = cache_offset(slot, p.page_size, p.v_stride_page, p.v_stride_tok, p.v_stride_head,
+                                      h - Hq - Hkv) + l * kVec;
+    if constexpr (kFp8Kv) {
+      float x[kVec];
+      bf16x8_to_f32(raw, x);
+      store_kv<true>(p.v_cache, at, x, inverse_scale(p.v_scale_ptr, p.v_scale));
+    } else {
+      *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.v_cache) + at) = raw;
+    }
+    return;
+  }
+  float c[kVec], s[kVec];
+  if (p.rotary_dim > 0) load_cos_sin(p, load_index(p.positions, t, p.positions_i64), l, c, s);
+  float x[kVec];
+  bf16x8_to_f32(raw, x);
+  norm_rope(x, p, kind == 0 ? p.q_norm_weight : p.k_norm_weight, c, s, l, mask, s_rows[team]);
+
+  if (kind == 1) {
+    const long long at = cache_offset(slot, p.page_size, p.k_stride_page, p.k_stride_tok, p.k_stride_head, h - Hq) +
+                         l * kVec;
+    store_kv<kFp8Kv>(p.k_cache, at, x, kFp8Kv ? inverse_scale(p.k_scale_ptr, p.k_scale) : 1.f);
+    return;
+  }
+  const long long at = t * p.q_stride_t + h * p.q_stride_h + l * kVec;
+  if constexpr (kFp8Q) {
+    // Per-(token, head) scale: finite amax of the rotated row / 448 (hpc_common.fp8's rule).
+    uint32_t a = 0;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) a = max(a, fp8::finite_abs_bits(x[e]));
+    const float scale = fp8::scale_from_amax_bits(team_max(a, mask), false);
+    *reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.q_out) + at) = f32_to_e4m3x8(x, fp8::div_rn(1.f, scale));
+    if (l == 0) p.q_scale[t * p.q_scale_stride_t + h * p.q_scale_stride_h] = scale;
+  } else {
+    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.q_out) + at) = f32_to_bf16x8(x);
+  }
+}
+
+template <bool kFp8Kv, bool kFp8Q>
+inline cudaError_t launch_qk_norm_rope_store(const PrologueParams& p, cudaStream_t stream, bool pdl) {
+  constexpr int kTeams = kPrologueThreads / kPrologueTeam;
+  const long long units = p.num_tokens * (p.num_qo_heads + 2 * p.num_kv_heads);
+  if (units <= 0) return cudaSuccess;
+  const long long blocks = (units + kTeams - 1) / kTeams;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
+  return hpc::launch_kernel(qk_norm_rope_store_kernel<kFp8Kv, kFp8Q>, dim3(static_cast<unsigned>(blocks)),
+                            dim3(kPrologueThreads), 0, stream, pdl, p);
+}
+
+
+}  // namespace hpc::attn
