@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "hpc_common/bind_params.h"
 #include "hpc_common/check.h"
 #include "hpc_common/fp8_quant.cuh"
 
@@ -35,16 +36,11 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
   using hpc::fp8::QuantParams;
   py::class_<QuantParams> qp(m, "QuantParams");
   qp.def(py::init([] { return QuantParams{}; }));
-#define HPC_PTR_FIELD(name, type)                                                                     \
-  qp.def_property(                                                                                    \
-      #name, [](const QuantParams& p) { return reinterpret_cast<uintptr_t>(p.name); },               \
-      [](QuantParams& p, uintptr_t v) { p.name = hpc::as_ptr<type>(v); })
-  HPC_PTR_FIELD(x, const void);
-  HPC_PTR_FIELD(q, uint8_t);
-  HPC_PTR_FIELD(scale, float);
-  HPC_PTR_FIELD(static_scale, const float);
-  HPC_PTR_FIELD(workspace, uint32_t);
-#undef HPC_PTR_FIELD
+  HPC_BIND_PTR_FIELD(qp, QuantParams, x, const void);
+  HPC_BIND_PTR_FIELD(qp, QuantParams, q, uint8_t);
+  HPC_BIND_PTR_FIELD(qp, QuantParams, scale, float);
+  HPC_BIND_PTR_FIELD(qp, QuantParams, static_scale, const float);
+  HPC_BIND_PTR_FIELD(qp, QuantParams, workspace, uint32_t);
   qp.def_readwrite("static_value", &QuantParams::static_value)
       .def_readwrite("rows", &QuantParams::rows)
       .def_readwrite("heads", &QuantParams::heads)

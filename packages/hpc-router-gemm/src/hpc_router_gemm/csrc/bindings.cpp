@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "hpc_common/bind_params.h"
 #include "hpc_common/check.h"
 #include "hpc_router_gemm/router_gemm_params.h"
 
@@ -14,17 +15,11 @@ using std::uintptr_t;
 
 namespace rg = hpc::router_gemm;
 
-// A pointer field read and written as an integer address.
-#define HPC_PTR_FIELD(cls, Struct, name, type)                                                      \
-  cls.def_property(                                                                                 \
-      #name, [](const Struct& p) { return reinterpret_cast<uintptr_t>(p.name); },                   \
-      [](Struct& p, uintptr_t v) { p.name = hpc::as_ptr<type>(v); })
-
 // The fields every launcher shares: x [M, K] BF16, w, out [M, N] FP32, sizes, split, weight policy.
 template <class S>
 void common_fields(py::class_<S>& c) {
-  HPC_PTR_FIELD(c, S, x, const void);
-  HPC_PTR_FIELD(c, S, out, float);
+  HPC_BIND_PTR_FIELD(c, S, x, const void);
+  HPC_BIND_PTR_FIELD(c, S, out, float);
   c.def(py::init([] { return S{}; }))
       .def_readwrite("x_stride", &S::x_stride)
       .def_readwrite("out_stride", &S::out_stride)
@@ -44,20 +39,20 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
 
   py::class_<rg::Fp32SplitKParams> fp32(m, "Fp32SplitKParams");
   common_fields(fp32);
-  HPC_PTR_FIELD(fp32, rg::Fp32SplitKParams, w, const float);
+  HPC_BIND_PTR_FIELD(fp32, rg::Fp32SplitKParams, w, const float);
   fp32.def_readwrite("l2_prefetch", &rg::Fp32SplitKParams::l2_prefetch);
 
   py::class_<rg::GemvFp32Params> gemv(m, "GemvFp32Params");
   common_fields(gemv);
-  HPC_PTR_FIELD(gemv, rg::GemvFp32Params, w, const float);
+  HPC_BIND_PTR_FIELD(gemv, rg::GemvFp32Params, w, const float);
   gemv.def_readwrite("clusters", &rg::GemvFp32Params::clusters);
 
   py::class_<rg::Bf16x2Params> bf16x2(m, "Bf16x2Params");
   common_fields(bf16x2);
-  HPC_PTR_FIELD(bf16x2, rg::Bf16x2Params, w_hi, const void);
-  HPC_PTR_FIELD(bf16x2, rg::Bf16x2Params, w_lo, const void);
-  HPC_PTR_FIELD(bf16x2, rg::Bf16x2Params, ws, float);
-  HPC_PTR_FIELD(bf16x2, rg::Bf16x2Params, counters, int);
+  HPC_BIND_PTR_FIELD(bf16x2, rg::Bf16x2Params, w_hi, const void);
+  HPC_BIND_PTR_FIELD(bf16x2, rg::Bf16x2Params, w_lo, const void);
+  HPC_BIND_PTR_FIELD(bf16x2, rg::Bf16x2Params, ws, float);
+  HPC_BIND_PTR_FIELD(bf16x2, rg::Bf16x2Params, counters, int);
   bf16x2.def_readwrite("ws_mode", &rg::Bf16x2Params::ws_mode)
       .def_readwrite("multicast", &rg::Bf16x2Params::multicast)
       .def_readwrite("prefetch", &rg::Bf16x2Params::prefetch);
