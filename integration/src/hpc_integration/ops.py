@@ -28,6 +28,16 @@ def on_kernels(t: torch.Tensor) -> bool:
 
 # ---- attention ----------------------------------------------------------------------------------
 
+def vllm_kv_views(kv_cache: torch.Tensor, head_size: int, fp8: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """K and V caches [blocks, block_size, Hkv, D] viewed without copy from the cache vLLM hands
+    an attention layer: the logical [blocks, Hkv, block_size, 2 * D] tensor (K then V along the
+    last dim), whatever its physical layout. FP8 caches arrive as uint8 and are viewed as E4M3."""
+    k, v = kv_cache.transpose(1, 2).split(head_size, dim=-1)
+    if fp8 and k.dtype != torch.float8_e4m3fn:
+        k, v = k.view(torch.float8_e4m3fn), v.view(torch.float8_e4m3fn)
+    return k, v
+
+
 class DecodeState:
     """The decode workspace of one attention backend and the plan of the current step. Built once
     (outside graph capture) for the most requests and the longest context; `plan` is called once

@@ -108,6 +108,7 @@ def _register_router() -> tuple[str, ...]:
     if importlib.util.find_spec(router.LINEAR_BF16_FP32.rsplit(".", 1)[0]) is not None:
         targets.append((router.LINEAR_BF16_FP32, router.around_linear_bf16_fp32))
     targets.append((router.REPLICATED_LINEAR_FORWARD, router.around_replicated_forward))
+    targets.append((router.REPLICATED_LINEAR_INIT, router.around_replicated_init))
     for target, hook in targets:
         if not any(h is hook for _, h, _ in HookRegistry._hooks.get(target, ())):
             HookRegistry.register(target, hook, HookType.AROUND)

@@ -57,17 +57,24 @@ class HpcAttnBackend(AttentionBackend):
         self.page_table = self.kv_lens = None
         self.forward_metadata = None
         self._step = None  # (page_table, kv_lens) of the current decode step
+        self._layer_reasons: dict[int, str | None] = {}
 
     # ---- buffers ------------------------------------------------------------------------------
 
     def _alloc(self, max_bs: int) -> None:
-        if self.state is not None and self.page_table.shape[0] >= max_bs:
+        """Allocate once for the most requests a step can hold: captured graphs keep these buffers'
+        addresses, so they are never reallocated."""
+        if self.state is not None:
+            if max_bs > self.page_table.shape[0]:
+                raise RuntimeError(f"hpc-integration: batch {max_bs} exceeds the {self.page_table.shape[0]} "
+                                   "requests the attention buffers were sized for")
             return
+        rows = max(max_bs, self.max_batch)
         i32 = dict(dtype=torch.int32, device=self.device)
-        self.page_table = torch.zeros(max_bs, self.max_pages, **i32)
-        self.kv_lens = torch.zeros(max_bs, **i32)
-        self.state = ops.DecodeState(max(max_bs, self.max_batch), self.num_kv_heads, self.num_qo_heads,
-                                     self.max_ctx, self.device, self.kv_dtype)
+        self.page_table = torch.zeros(rows, self.max_pages, **i32)
+        self.kv_lens = torch.zeros(rows, **i32)
+        self.state = ops.DecodeState(rows, self.num_kv_heads, self.num_qo_heads, self.max_ctx, self.device,
+                                     self.kv_dtype)
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int, *args, **kwargs):
         self.fallback.init_cuda_graph_state(max_bs, max_num_tokens, *args, **kwargs)
@@ -86,17 +93,20 @@ class HpcAttnBackend(AttentionBackend):
         else:
             self._step = None
             self.fallback.init_forward_metadata(forward_batch)
-        self.forward_metadata = self.fallback.forward_metadata
+            self.forward_metadata = self.fallback.forward_metadata
 
     def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
         if not self._ours(forward_batch):
             self.fallback.init_forward_metadata_out_graph(forward_batch, in_capture)
+            self.forward_metadata = self.fallback.forward_metadata
             return
         self._alloc(forward_batch.batch_size)
+        self.forward_metadata = None  # decode keeps its state in self.state / self._step
 
     def init_forward_metadata_in_graph(self, forward_batch):
         if not self._ours(forward_batch):
             self.fallback.init_forward_metadata_in_graph(forward_batch)
+            self.forward_metadata = self.fallback.forward_metadata
             return
         bs = forward_batch.batch_size
         pt, lens = self.page_table[:bs], self.kv_lens[:bs]
@@ -116,10 +126,11 @@ class HpcAttnBackend(AttentionBackend):
         return self.fallback.forward_extend(q, k, v, layer, forward_batch, save_kv_cache=save_kv_cache, **kwargs)
 
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
-        if self._step is None or self._layer_reason(layer) is not None:
+        if self._step is None:
             return self.fallback.forward_decode(q, k, v, layer, forward_batch, save_kv_cache=save_kv_cache, **kwargs)
         if save_kv_cache and k is not None and v is not None:
             self.kv_pool.set_kv_buffer(layer, _kv_write_loc(forward_batch, layer), k, v, layer.k_scale, layer.v_scale)
+        self._layer_reason(layer)
         hq, hkv, d = layer.tp_q_head_num, layer.tp_k_head_num, layer.head_dim
         k_cache, v_cache = self._caches(layer.layer_id, hkv, d)
         pt, lens = self._step
@@ -139,13 +150,17 @@ class HpcAttnBackend(AttentionBackend):
         return (k[:pages * self.page_size].view(shape), v[:pages * self.page_size].view(shape))
 
     def _layer_reason(self, layer) -> str | None:
+        if layer.layer_id in self._layer_reasons:
+            return self._layer_reasons[layer.layer_id]
         reason = support.attention_reason(
             head_dim=layer.qk_head_dim, v_head_dim=layer.v_head_dim, num_qo_heads=layer.tp_q_head_num,
             num_kv_heads=layer.tp_k_head_num, page_size=self.page_size, kv_dtype=self.kv_dtype,
             sliding_window=layer.sliding_window_size if (layer.sliding_window_size or -1) > 0 else None,
             logit_cap=layer.logit_cap or None, is_cross=layer.is_cross_attention)
-        if reason is not None:
-            support.say(f"SGLang attention layer {layer.layer_id} decodes on {self.fallback_name}: {reason}")
+        if reason is not None:  # the model-level check passed, so this layer differs from the model's config
+            raise ValueError(f"hpc-integration: attention layer {layer.layer_id} cannot decode on hpc ({reason}); "
+                             "choose another --attention-backend")
+        self._layer_reasons[layer.layer_id] = reason
         return reason
 
     def __getattr__(self, name):

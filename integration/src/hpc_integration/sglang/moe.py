@@ -146,6 +146,8 @@ def after_create_moe_runner(result, method, layer, moe_runner_config, *args, **k
         support.say(f"--moe-runner-backend hpc: MoE layer stays on {runner.runner_backend.value}: {reason}")
         return result
     core = make_core(moe_runner_config)
+    support.say("--moe-runner-backend hpc: MoE layers run hpc_moe.fused_moe "
+                f"({'kernels' if ops.on_kernels(layer.w13_weight) else 'reference, no SM90 GPU'})")
 
     def run(dispatch_output, quant_info, lora_info=None):
         return core.run_from_dispatch(dispatch_output, quant_info, moe_runner_config)

@@ -6,6 +6,9 @@ and is fed BF16 activations (a gate configured so). Both get an AROUND hook thro
 registry; the split of each weight is made once and cached per weight tensor (keyed by its
 storage, refreshed after in-place updates by hpc_router_gemm's version check). Calls the router
 GEMM cannot serve (other dtypes or shapes, a bias) run the original.
+
+HPC_INTEGRATION_ROUTER_FP32=1 also makes every unquantised `*.gate` ReplicatedLinear hold its
+weight in FP32 (a BF16 checkpoint loads exactly), so such gates score in FP32 end to end.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from .. import ops, support
 
 LINEAR_BF16_FP32 = "sglang.kernels.ops.gemm.bf16_fp32.linear_bf16_fp32"
 REPLICATED_LINEAR_FORWARD = "sglang.srt.layers.linear.ReplicatedLinear.forward"
+REPLICATED_LINEAR_INIT = "sglang.srt.layers.linear.ReplicatedLinear.__init__"
+ENV_ROUTER_FP32 = "HPC_INTEGRATION_ROUTER_FP32"
 
 _states: dict[tuple, ops.RouterState] = {}
 
@@ -30,6 +35,8 @@ def _state(weight: torch.Tensor) -> ops.RouterState | None:
     st = _states.get(key)
     if st is None:
         st = _states[key] = ops.RouterState(weight)
+        support.say(f"FP32 router weights [{weight.shape[0]}, {weight.shape[1]}] scored by hpc_router_gemm "
+                    f"({'kernels' if st.prepared is not None else 'reference, no SM90 GPU'})")
     return st
 
 
@@ -51,3 +58,14 @@ def around_replicated_forward(original, self, x, *args, **kwargs):
     if st is None:
         return original(self, x, *args, **kwargs)
     return st(x), None  # ReplicatedLinear returns (output, output_bias)
+
+
+def around_replicated_init(original, self, input_size, output_size, *args, **kwargs):
+    """With HPC_INTEGRATION_ROUTER_FP32=1: FP32 parameters for unquantised gates (`prefix` ending
+    in "gate", passed by keyword as SGLang's models do)."""
+    import os
+
+    if (os.environ.get(ENV_ROUTER_FP32, "0") == "1" and not args and kwargs.get("params_dtype") is None
+            and kwargs.get("quant_config") is None and str(kwargs.get("prefix", "")).endswith(".gate")):
+        kwargs["params_dtype"] = torch.float32
+    return original(self, input_size, output_size, *args, **kwargs)

@@ -159,9 +159,7 @@ class HpcAttentionImpl(AttentionImpl[HpcAttentionMetadata]):
         self.sinks = None
 
     def _caches(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        k, v = kv_cache.transpose(1, 2).split(self.head_size, dim=-1)
-        if self.fp8_kv and k.dtype != torch.float8_e4m3fn:
-            k, v = k.view(torch.float8_e4m3fn), v.view(torch.float8_e4m3fn)
+        k, v = ops.vllm_kv_views(kv_cache, self.head_size, self.fp8_kv)
         page_size = k.shape[1]
         if page_size & (page_size - 1):
             raise ValueError(f"hpc-integration: block size {page_size} is not a power of two; set block_size "

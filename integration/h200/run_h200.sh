@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# SGLang 0.5.17 on the H200 with our adapters, in one device call. Build the bundle here first
+# (PyPI needed; see integration/README.md):
+#     bash /work/shared/recipes/sglang-h200/build_bundle.sh $PWD/.sglbundle   # git-ignored folder
+# then on the device, from the repository root, carrying .sglbundle:
+#     bash integration/h200/run_h200.sh .sglbundle
+# Steps (logs and JSON under $OUT):
+#   kit     SGLang's attention kit on CUDA: backend "hpc" (our decode kernel; extend on triton) and
+#           "triton", eager, and the kit's CUDA-graph decode mode (capture + replay) for both;
+#   ops     the vLLM adapter's cache view and decode / MoE / router calls on vLLM-shaped inputs,
+#           kernels against the operators' references (vLLM itself does not fit the machine);
+#   engine  the tiny Qwen3-MoE (head dim 128) through sglang.Engine: default backends (CUDA graphs),
+#           ours (attention hpc + MoE runner) without and with CUDA graphs, and ours with the
+#           gates in FP32 through the router GEMM (CUDA graphs);
+#   compare same greedy tokens ours vs default, per-token logprobs within tolerance, every
+#           run repeatable, and the operator calls seen in the logs.
+# STEPS="kit ops engine" (default) picks steps; T_KIT / T_OPS / T_ENGINE are per-step timeouts (s).
+# The last line printed is the verdict ("h200 integration: PASS" or "FAIL: ...").
+set -uo pipefail
+B=$(cd "${1:?usage: run_h200.sh BUNDLE_DIR}" && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-/tmp/h200out}; mkdir -p "$OUT"
+H=integration/h200
+T0=$(date +%s)
+rm -rf /tmp/site && mkdir -p /tmp/site
+for f in "$B"/*.tar.xz; do tar -xJf "$f" -C /tmp/site || echo "UNPACK FAIL $f"; done
+EP=$(mktemp -d /tmp/hpc_entry_points.XXXXXX)
+python3 tools/dev_entry_points.py "$EP" >/dev/null  # our dist-info (hpc_ops.* and sglang.srt.plugins entry points)
+export PYTHONPATH="$EP:/tmp/site:$ROOT/packages/hpc-common/src:$ROOT/packages/hpc-attention/src:$ROOT/packages/hpc-router-gemm/src:$ROOT/packages/hpc-moe/src:$ROOT/integration/src"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+export HPC_JIT_CACHE_DIR=${HPC_JIT_CACHE_DIR:-/tmp/hpc_jit}
+echo "unpacked in $(( $(date +%s) - T0 ))s"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+python3 tests/integration/scripts/make_tiny_qwen3_moe.py /tmp/tinymoe > "$OUT/make_tiny.log" 2>&1 || echo "make_tiny FAIL"
+
+step() { # name timeout cmd...
+  local n=$1 t=$2; shift 2; local s=$(date +%s)
+  timeout -k 10 "$t" "$@" > "$OUT/$n.log" 2>&1; local rc=$?
+  echo "=== step $n rc=$rc $(( $(date +%s) - s ))s"; grep -E "hpc-integration|Traceback|Error" "$OUT/$n.log" | head -8
+  tail -n 4 "$OUT/$n.log" | cut -c1-300
+  return $rc
+}
+STEPS=${STEPS:-"kit ops engine"}
+for s in $STEPS; do
+  case $s in
+    kit) step kit ${T_KIT:-240} python3 tests/integration/scripts/sglang_attention_kit.py "$OUT/kit.json" cuda 128 hpc,triton 1 ;;
+    ops) step ops ${T_OPS:-240} python3 $H/vllm_shaped.py "$OUT/ops.json" ;;
+    engine)
+      for run in default:graph ours:nograph ours:graph ours_fp32router:graph; do
+        mode=${run%%:*}; g=${run##*:}
+        step "engine_${mode}_$g" ${T_ENGINE:-150} python3 $H/engine_tokens.py /tmp/tinymoe "$mode" "$g" "$OUT/engine_${mode}_$g.json"
+      done ;;
+  esac
+done
+python3 $H/compare.py "$OUT" | tee "$OUT/verdict.txt"
+echo "total $(( $(date +%s) - T0 ))s"
