@@ -626,3 +626,55 @@ def test_prologue_then_decode_new_tokens_chained_by_pdl(kv):
     want = ref.decode_reference(q.cpu(), a["k_cache"].cpu(), a["v_cache"].cpu(), pt.cpu(), lens.cpu(),
                                 sm_scale=D ** -0.5, q_scale=qs.cpu(), **scales)
     assert _rel(results[1], want) <= 0.005
+
+
+# --------------------------------------------------------------------------------------------------
+# CPU: the benchmark's case table and its unfused baseline
+# --------------------------------------------------------------------------------------------------
+
+def _bench_module():
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_prologue.py"
+    spec = importlib.util.spec_from_file_location("bench_prologue", path)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["bench_prologue"] = bench
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_bench_case_table_builds_on_the_cpu():
+    bench = _bench_module()
+    rows = bench.case_table(["prologue", "step"], bench.TOKENS, bench.HEADS, bench.KV, bench.STEP_CASES)
+    pro_rows = [r for r in rows if r["part"] == "prologue"]
+    assert {r["T"] for r in pro_rows} == {1, 8, 64, 256, 2048, 8192}
+    assert {(r["Hq"], r["Hkv"]) for r in rows} == {(8, 1), (64, 8)}
+    assert len(pro_rows) == 24 and len(rows) - len(pro_rows) == 24
+    assert all(r["floor_us"] > 0 for r in rows)
+    # the Hy3 TP8 prologue at T = 256 moves about 1.4 MB (BF16): 0.66 MB of qkv read, as much written, cos / sin
+    assert 1.3e6 < bench.prologue_bytes(256, 8, 1, False) < 1.5e6
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_bench_unfused_sequence_is_the_prologue(fp8):
+    """The benchmark's unfused torch baseline computes what the prologue computes (within its BF16 rounding of
+    the norm's output), so the two providers are timed on the same work."""
+    bench = _bench_module()
+    gen = torch.Generator().manual_seed(4)
+    cs = ref.rope_cos_sin_cache(512, 128)
+    p = bench.Prologue(9, 16, 2, fp8, cs, gen)
+    p.positions = p.positions % 512
+    p.unfused()()
+    sc = dict(k_scale=bench.KV_SCALE, v_scale=bench.KV_SCALE) if fp8 else {}
+    kc = torch.zeros_like(p.k_cache.to(torch.float32)).to(p.k_cache.dtype)
+    vc = torch.zeros_like(kc)
+    q, qs = ref.qk_norm_rope_store_reference(p.qkv, p.positions, cs, kc, vc, p.slots, num_qo_heads=16,
+                                             num_kv_heads=2, q_norm_weight=p.wq, k_norm_weight=p.wk, eps=bench.EPS,
+                                             q_out_dtype=p.out_q.dtype, **sc)
+    deq = lambda x, s: x.double() * (s.double()[..., None] if s is not None else 1)  # noqa: E731
+    got, want = deq(p.out_q, p.out_qs), deq(q, qs)
+    assert float((got - want).abs().max() / want.abs().max()) < (0.07 if fp8 else 0.02)
+    for a, b in ((p.k_cache, kc), (p.v_cache, vc)):
+        diff = (a.double() - b.double()).abs().max() / b.double().abs().max()
+        assert float(diff) < (0.15 if fp8 else 0.02)
