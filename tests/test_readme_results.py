@@ -72,8 +72,8 @@ def test_old_names_without_method(tmp_path):
     assert "| 64x0.5K | - / - | - / - | - / - | 20.0 (50 %) / 16.0 (50 %) |" in body
     assert "decode_attention_rotation.json" in body
     assert "| per_token | 30.0 (80 %) / 25.0 (93 %) | - / - |" in body
-    # Router and MoE have no files here.
-    assert body.splitlines().count(rr.NOT_MEASURED) == 2
+    # Router, prologue and MoE have no files here.
+    assert body.splitlines().count(rr.NOT_MEASURED) == 3
 
 
 def test_one_method_only(tmp_path):
@@ -99,6 +99,17 @@ def test_moe_cold_only(tmp_path):
     _write(tmp_path, "moe", [dict(shape="hy3_ep8", T=4, quant="bf16", provider="ours", method="cold",
                                   median_us=30.0)])
     assert "| hy3_ep8 | bf16 | 30.0 / n/m |" in rr.render(tmp_path)
+
+
+def test_prologue_table(tmp_path):
+    rows = [dict(part="prologue", T=64, Hq=8, Hkv=1, kv_dtype="fp8", provider=p, method=m, median_us=us, floor_us=2.0)
+            for p in ("ours", "unfused") for m, us in (("cold", 8.0), ("rotation", 4.0))]
+    rows.append(dict(part="step", case="64x4K", T=64, Hq=8, Hkv=1, kv_dtype="fp8", provider="ours",
+                     method="rotation", median_us=99.0, floor_us=20.0))
+    _write(tmp_path, "prologue", rows)
+    body = rr.render(tmp_path)
+    assert "| 64 | - / - | 8.00 (25 %) / 4.00 (50 %) | - / - | - / - |" in body
+    assert "99.0" not in body
 
 
 def test_broken_file_is_skipped(tmp_path):

@@ -35,6 +35,7 @@ OPERATORS = {
     "fp8_quant": ("fp8_quant", "fp8_quant_rotation"),
     "router_gemm": ("router_gemm", "router_gemm_rotation"),
     "decode": ("decode", "decode_rotation", "decode_attention", "decode_attention_rotation"),
+    "prologue": ("prologue",),
     "moe": ("moe", "moe_rotation", "fused_moe", "fused_moe_rotation"),
 }
 
@@ -189,6 +190,27 @@ def table_decode(found: dict[str, Source], rel: str) -> list[str]:
     return lines + ["", sources_line(found, rel), ""]
 
 
+PROLOGUE_T = (1, 64, 256, 2048)
+
+
+def table_prologue(found: dict[str, Source], rel: str) -> list[str]:
+    lines = ["### Fused attention prologue (`hpc_attention.qk_norm_rope_store`): QK-Norm, RoPE, Q out, paged KV write; "
+             "us (% of the floor), cold / rotation", ""]
+    if not found:
+        return lines + [NOT_MEASURED, ""]
+
+    def cell(row):
+        return us(row) + pct_of_floor(row)
+
+    head = " | ".join(f"{hq}/{hkv} {dt.upper()}" for hq, hkv, dt in DECODE_COLUMNS)
+    lines += [f"| tokens | {head} |", "|---" * (len(DECODE_COLUMNS) + 1) + "|"]
+    for t in PROLOGUE_T:
+        cells = [pair(found, cell, part="prologue", T=t, Hq=hq, Hkv=hkv, kv_dtype=dt, provider="ours")
+                 for hq, hkv, dt in DECODE_COLUMNS]
+        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    return lines + ["", sources_line(found, rel), ""]
+
+
 MOE_T = (1, 4, 16, 64, 256)
 
 
@@ -228,7 +250,7 @@ def table_moe(found: dict[str, Source], rel: str) -> list[str]:
 
 
 TABLES = (("fp8_quant", table_fp8), ("router_gemm", table_router), ("decode", table_decode),
-          ("moe", table_moe))
+          ("prologue", table_prologue), ("moe", table_moe))
 
 
 def render(results: Path = DEFAULT_RESULTS) -> str:
