@@ -52,6 +52,8 @@ def prologue_op(qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch
     p.cos_sin, p.cos_sin_stride = cos_sin_cache.data_ptr(), cos_sin_cache.stride(0)
     p.cos_sin_f32 = int(cos_sin_cache.dtype == torch.float32)
     p.max_pos = cos_sin_cache.shape[0]
+    row_bytes = cos_sin_cache.stride(0) * cos_sin_cache.element_size()
+    p.cos_sin_vec = int(rotary_dim % 16 == 0 and cos_sin_cache.data_ptr() % 16 == 0 and row_bytes % 16 == 0)
     p.q_norm_weight, p.k_norm_weight = _ptr(q_norm_weight), _ptr(k_norm_weight)  # 0: no RMSNorm
     w = q_norm_weight if q_norm_weight is not None else k_norm_weight
     p.norm_f32 = int(w is not None and w.dtype == torch.float32)

@@ -174,6 +174,7 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
   HPC_FIELD(pro, slots_i64);
   HPC_FIELD(pro, cos_sin_f32);
   HPC_FIELD(pro, norm_f32);
+  HPC_FIELD(pro, cos_sin_vec);
 
   m.def(
       "qk_norm_rope_store",

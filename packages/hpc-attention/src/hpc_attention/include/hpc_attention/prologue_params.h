@@ -47,6 +47,7 @@ struct PrologueParams {
   int neox;                    // 1: rotate (i, i + rotary_dim / 2); 0: GPT-J, rotate (2 j, 2 j + 1)
   float eps;                   // RMSNorm epsilon (> 0)
   int positions_i64, slots_i64, cos_sin_f32, norm_f32;
+  int cos_sin_vec;             // rotary_dim % 16 == 0 and 16-byte aligned rows: vector loads of cos / sin
 };
 
 // Launches the prologue on `stream` (PDL attribute when `pdl`). fp8_kv: the caches are E4M3 (else
