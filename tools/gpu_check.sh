@@ -8,7 +8,8 @@
 # production kernel once on small shapes) under `compute-sanitizer --tool memcheck`, `racecheck` and `synccheck`,
 # one short run each, logs OUT_DIR/sanitizer_<tool>.log and one line per tool: "sanitizer <tool>: PASS|FAIL ...".
 # HPC_SANITIZE_TOOLS="memcheck racecheck" picks tools. The same: HPC_GPU_TESTS=none HPC_BENCH_GLOB=none HPC_SANITIZE=1.
-# Targeted runs (save device time): HPC_GPU_TESTS="tests/router_gemm" limits the test paths
+# Targeted runs (save device time): HPC_GPU_TESTS="tests/router_gemm" limits the test paths, HPC_PYTEST_ARGS adds
+# pytest flags (e.g. "-n 8" with pytest-xdist, after the prebuild),
 # ("none" skips the tests), HPC_BENCH_GLOB (or the third argument; "none" skips the benchmarks),
 # HPC_SKIP_PREBUILD=1 lets each test JIT-build only what it imports,
 # HPC_SKIP_TIMING_CHECK=1 skips tools/timing_check.py, HPC_BENCH_ARGS adds flags to every
@@ -61,7 +62,7 @@ if [ "$TESTS" != none ]; then
   KARGS=()
   [ -n "$KEXPR" ] && KARGS=(-k "$KEXPR")
   # shellcheck disable=SC2086  # TESTS may name several paths
-  step python3 -m pytest -m gpu -q -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" "${KARGS[@]}" $TESTS 2>&1 \
+  step python3 -m pytest -m gpu -q -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" "${KARGS[@]}" ${HPC_PYTEST_ARGS:-} $TESTS 2>&1 \
     | tee "$OUT/gpu_tests.log" | tail -40
   TEST_RC=${PIPESTATUS[0]}
 fi
