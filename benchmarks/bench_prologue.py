@@ -1,7 +1,9 @@
 """The fused attention prologue (`hpc_attention.qk_norm_rope_store`): alone, and in a decode layer's attention step.
 
-Prologue rows (`case` empty): T = 1, 8, 64, 256 (decode) and 2048, 8192 (prefill) tokens at 8/1 (Hy3 TP8) and 64/8
-heads, QK-Norm on, neox RoPE over 128 dims, eps 1e-5; BF16 KV with BF16 Q, FP8 KV with FP8 Q (per-token-head
+Every row has `part`: "prologue" or "step" (tools/readme_results.py tabulates the first).
+
+Prologue rows (part "prologue"): T = 1, 8, 64, 256 (decode) and 2048, 8192 (prefill) tokens at 8/1 (Hy3 TP8) and
+64/8 heads, QK-Norm on, neox RoPE over 128 dims, eps 1e-5; BF16 KV with BF16 Q, FP8 KV with FP8 Q (per-token-head
 scales). Providers: `ours` (one kernel) and `unfused` (the torch sequence a user writes without it: rms_norm on
 q and k, RoPE from the gathered cos / sin rows, the per-token-head FP8 quantisation of Q and the KV quantisation
 as torch element-wise ops, index_copy_ into the caches). Both methods (`--method`, default both):
@@ -12,8 +14,8 @@ as torch element-wise ops, index_copy_ into the caches). Both methods (`--method
 floor_us: the bytes the call must move (qkv, ids and cos / sin rows read; Q, its scales and the K / V rows
 written) over 4.27 TB/s.
 
-Step rows (`case` = a decode case of bench_decode.py; rotation only): per copy one decode step of one layer on
-that case's batch, each request's newest token written by the step, at 8/1 and 64/8, BF16 and FP8 KV. Providers:
+Step rows (part "step", `case` = a decode case of bench_decode.py; rotation only): per copy one decode step of one
+layer on that case's batch, each request's newest token written by the step, at 8/1 and 64/8, BF16 and FP8 KV. Providers:
 `ours` (the prologue, then decode(new_tokens=1) chained by PDL), `unfused` (the torch sequence, then the same
 decode), `decode_only` (the decode alone: what the step would cost if the prologue were free). floor_us: the
 decode's bytes plus the prologue's.
@@ -21,8 +23,8 @@ decode's bytes plus the prologue's.
     python benchmarks/bench_prologue.py [--out-dir DIR] [--method cold|rotation|both] [--part prologue,step]
         [--reps 100] [--rotation-reps 30] [--quick] [--dry-run]
 
-Results: DIR/prologue.json and DIR/prologue.md (DIR defaults to benchmarks/results/<gpu>). --quick: T = 1, 64, 2048
-and the step cases 64x4K, 1x128K+31x4K at 8/1 only (about a minute). --dry-run (no GPU needed): print the case
+Results: DIR/prologue.json and DIR/prologue.md (DIR defaults to benchmarks/results/<gpu>). --quick: T = 1, 64,
+2048 and the step cases 64x4K, 1x128K+31x4K at 8/1 only (about a minute). --dry-run (no GPU needed): print the case
 table and the floors.
 """
 
@@ -168,7 +170,8 @@ def prologue_rows(res, T, hq, hkv, kv, run_methods, reps, rot_reps, cos_sin, gen
 
     fp8 = kv == "fp8"
     nbytes = prologue_bytes(T, hq, hkv, fp8)
-    fields = dict(T=T, Hq=hq, Hkv=hkv, kv_dtype=kv, q_dtype="fp8" if fp8 else "bf16", floor_us=floor_us(nbytes))
+    fields = dict(part="prologue", T=T, Hq=hq, Hkv=hkv, kv_dtype=kv, q_dtype="fp8" if fp8 else "bf16",
+                  floor_us=floor_us(nbytes))
     first = Prologue(T, hq, hkv, fp8, cos_sin, gen)
     err = check_close(first)
     copies = None
@@ -244,8 +247,8 @@ def step_rows(res, name, hq, hkv, kv, rot_reps, cos_sin, gen) -> None:
     nbytes = dec_bytes + prologue_bytes(B, hq, hkv, kv == "fp8")
     n = rotation_copies(bd.kv_bytes_of(lens, hkv, kv), cap=bd.MAX_COPIES)
     copies = [Step(name, hq, hkv, kv, cos_sin, gen) for _ in range(n)]
-    fields = dict(case=name, T=B, Hq=hq, Hkv=hkv, kv_dtype=kv, q_dtype="fp8" if kv == "fp8" else "bf16",
-                  floor_us=floor_us(nbytes))
+    fields = dict(part="step", case=name, T=B, Hq=hq, Hkv=hkv, kv_dtype=kv,
+                  q_dtype="fp8" if kv == "fp8" else "bf16", floor_us=floor_us(nbytes))
     for provider in ("ours", "unfused", "decode_only"):
         fns = [c.fn(provider) for c in copies]
         for c in copies:  # the Q of decode_only, and the first decode after each plan (never early)
