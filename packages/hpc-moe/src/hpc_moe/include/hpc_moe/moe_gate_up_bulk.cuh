@@ -1,0 +1,239 @@
+// Gate-Up GEMM of the fused MoE, bulk-copy path: the same tasks, split-K, scaling and epilogue as
+// moe_gate_up.cuh (so the same `inter`, bitwise), with the weights streamed into shared memory by
+// the bulk copy engine instead of per-lane register loads. DESIGN.md, "Bulk-copy path".
+//
+// Warp w owns bytes [s0 * 2 KB, s1 * 2 KB) of every w13 tile (its K quarter: 16 KB of a 64 KB FP8
+// tile, 32 KB of a 128 KB BF16 tile, contiguous in the prepared layout) and streams them through
+// its own ring (moe_bulk_ring.cuh) in 4 KB copies, across chunks and tasks: the next task's part
+// streams while the current chunk's epilogue runs, and the first copies are issued before the PDL
+// wait (weights are never written by an earlier kernel). The ring holds a warp's whole quarter of
+// an FP8 tile (4 slots, 64 KB per CTA, 3 CTAs per SM), 6 of 8 pieces for BF16 (96 KB, 2 per SM).
+// B (token rows of x / xq through the index, L2-resident) stays in registers, loaded two K stages
+// ahead of its use; it needs no shared memory and its latency hides behind the A stream.
+// A chunk of more than 16 pairs streams the tile again (L2 hits).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "hpc_common/pdl.cuh"
+#include "hpc_common/sm90.cuh"
+#include "hpc_moe/moe_bulk_ring.cuh"
+#include "hpc_moe/moe_device.cuh"
+#include "hpc_moe/moe_gate_up.cuh"
+#include "hpc_moe/moe_index.cuh"
+#include "hpc_moe/moe_params.h"
+
+namespace hpc::moe {
+
+constexpr int kGateUpBulkStageBytes = 2048;                     // 128 bytes of each of 16 rows
+constexpr int kGateUpBulkSlotStages = 2;                        // K stages per copy
+constexpr int kGateUpBulkSlotBytes = kGateUpBulkSlotStages * kGateUpBulkStageBytes;
+constexpr int gate_up_bulk_slots(Format f) { return f == Format::kFp8 ? 4 : 6; }  // per warp
+constexpr int gate_up_bulk_ctas_per_sm(Format f) { return f == Format::kFp8 ? 3 : 2; }
+constexpr size_t gate_up_bulk_ring_bytes(Format f) {
+  return size_t(4) * gate_up_bulk_slots(f) * kGateUpBulkSlotBytes;
+}
+
+// The warp's copy sequence (task, chunk, piece): the order in which the consumer loop below reads.
+struct GateUpBulkCursor {
+  int task, e, t, cnt, c0, q;
+  bool valid;
+
+  __device__ __forceinline__ void set_task(const SmemIndex& x, int E) {
+    e = task_expert(x, E, task);
+    cnt = x.cnt[e];
+    t = task - x.tstart[e];
+  }
+  __device__ __forceinline__ void start(const SmemIndex& x, int E, int total, int pieces) {
+    task = blockIdx.x, c0 = 0, q = 0;
+    valid = pieces > 0 && task < total;
+    if (valid) set_task(x, E);
+  }
+  __device__ __forceinline__ void advance(const SmemIndex& x, int E, int total, int pieces) {
+    if (!valid || ++q < pieces) return;
+    q = 0;
+    c0 += kChunkPairs;
+    if (c0 < cnt) return;
+    c0 = 0;
+    task += gridDim.x;
+    valid = task < total;
+    if (valid) set_task(x, E);
+  }
+};
+
+// B operands (and FP8 scales) of K stage s into st; st.a is filled from shared memory at use.
+template <Format F>
+__device__ __forceinline__ void gate_up_bulk_load_b(const GateUpWarp<F>& w, GateUpStage& st, int s) {
+  const int q = w.lane & 3;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    if (j < w.nb) {
+#pragma unroll
+      for (int g = 0; g < 2; ++g) st.b[j][g] = ld_act(w.brow[j] + s * 128 + g * 64 + q * 16);
+    }
+  }
+  if constexpr (F == Format::kFp8) {
+    st.ws = ld_f32x2(w.wsrow + 2 * s);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      if (j < w.nb) {
+        st.xs[j][0] = ld_f32(w.xsrow[j][0] + s * w.p.xs_stride_kb);
+        st.xs[j][1] = ld_f32(w.xsrow[j][1] + s * w.p.xs_stride_kb);
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void gate_up_bulk_load_a(GateUpStage& st, const char* stage, int lane) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) st.a[i] = lds128(stage + i * 512 + lane * 16);
+}
+
+template <Format F>
+__global__ void __launch_bounds__(kThreads, gate_up_bulk_ctas_per_sm(F))
+    moe_gate_up_bulk_kernel(const GateUpParams p) {
+  extern __shared__ __align__(128) char gate_up_bulk_smem[];
+  constexpr int kSlots = gate_up_bulk_slots(F);
+  const int E = p.num_local_experts;
+  const int num_pairs = p.T * p.K;
+  char* ring_buf = gate_up_bulk_smem;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(gate_up_bulk_smem + gate_up_bulk_ring_bytes(F));  // [4][kSlots]
+  float* red = reinterpret_cast<float*>(bars + 4 * kSlots);                                     // [4][8][32]
+  const SmemIndex x = SmemIndex::carve(reinterpret_cast<int*>(red + 4 * 8 * 32), E);
+  const int tiles = p.I / 8;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+  if (threadIdx.x == 0) WarpRing::init_barriers(bars, 4 * kSlots);
+  if (p.ids_before_wait) {
+    build_index(x, p.topk_ids, p.ids_int64, 0, num_pairs, p.expert_start, E, tiles);  // syncs the init
+  } else {
+    hpc::pdl_wait();
+    build_index(x, p.topk_ids, p.ids_int64, 0, num_pairs, p.expert_start, E, tiles);
+  }
+
+  const int elem = F == Format::kFp8 ? 1 : 2;
+  const int num_stages = p.H * elem / 128;
+  const int s0 = warp * num_stages / 4, s1 = (warp + 1) * num_stages / 4;
+  const int mw = s1 - s0;
+  const int pieces = (mw + kGateUpBulkSlotStages - 1) / kGateUpBulkSlotStages;
+  const int64_t tile_bytes = int64_t(16) * p.H * elem;
+  const int kb_count = p.H / 128;
+  const int total = x.tstart[E];
+
+  WarpRing ring{ring_buf + size_t(warp) * kSlots * kGateUpBulkSlotBytes, bars + warp * kSlots, kSlots,
+                kGateUpBulkSlotBytes, 0, 0, sm90::l2_evict_first_policy()};
+  const char* wpart = static_cast<const char*>(p.w13) + int64_t(s0) * kGateUpBulkStageBytes;
+  GateUpBulkCursor cur;
+  cur.start(x, E, total, pieces);
+  auto src = [&]() {
+    return wpart + (int64_t(cur.e) * tiles + cur.t) * tile_bytes + int64_t(cur.q) * kGateUpBulkSlotBytes;
+  };
+  auto bytes = [&]() {
+    return static_cast<uint32_t>(min(kGateUpBulkSlotStages, mw - cur.q * kGateUpBulkSlotStages) *
+                                 kGateUpBulkStageBytes);
+  };
+  for (int s = 0; s < kSlots && cur.valid; ++s) {
+    if (lane == 0) ring.issue(s, src(), bytes());
+    cur.advance(x, E, total, pieces);
+  }
+  __syncwarp();
+  if (p.ids_before_wait) hpc::pdl_wait();  // x / xq (the quantiser) and inter's earlier readers
+  // The Down kernel may start now: it reads only topk_ids before its own wait.
+  hpc::pdl_launch_dependents();
+
+  for (int task = blockIdx.x; task < total; task += gridDim.x) {
+    const int e = task_expert(x, E, task);
+    const int cnt = x.cnt[e];
+    const int t = task - x.tstart[e];
+    for (int c0 = 0; c0 < cnt; c0 += kChunkPairs) {
+      const int* pairs = x.list + x.start[e] + c0;
+      const int n = min(kChunkPairs, cnt - c0);
+
+      GateUpWarp<F> w{p};
+      w.tile = nullptr;
+      w.lane = lane;
+      w.nb = n > 8 ? 2 : 1;
+      w.policy = 0;
+      const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int tok = pairs[min(j * 8 + g, n - 1)] / p.K;  // a column past n repeats a valid row
+        w.brow[j] = static_cast<const char*>(p.x) + tok * p.x_row_bytes;
+        if constexpr (F == Format::kFp8) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int tk = pairs[min(j * 8 + 2 * q + h, n - 1)] / p.K;
+            w.xsrow[j][h] = p.xs + tk * p.xs_stride_t;
+          }
+        }
+      }
+      if constexpr (F == Format::kFp8) w.wsrow = p.w13s + (int64_t(e) * tiles + t) * kb_count * 2;
+
+      float acc[2][4] = {};
+      GateUpStage st[2];
+      if (mw > 0) gate_up_bulk_load_b(w, st[0], s0);
+      if (mw > 1) gate_up_bulk_load_b(w, st[1], s0 + 1);
+      for (int k = 0; k < mw; k += kGateUpBulkSlotStages) {  // one slot (piece) per iteration
+        const char* a = ring.wait();
+        gate_up_bulk_load_a(st[0], a, lane);
+        w.compute(st[0], acc);
+        if (k + 2 < mw) gate_up_bulk_load_b(w, st[0], s0 + k + 2);
+        if (k + 1 < mw) {
+          gate_up_bulk_load_a(st[1], a + kGateUpBulkStageBytes, lane);
+          w.compute(st[1], acc);
+          if (k + 3 < mw) gate_up_bulk_load_b(w, st[1], s0 + k + 3);
+        }
+        ring.release(lane == 0, cur.valid, src(), bytes());
+        cur.advance(x, E, total, pieces);
+      }
+
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) red[(warp * 8 + j * 4 + v) * 32 + lane] = acc[j][v];
+      __syncthreads();
+      {  // thread -> (n-block, column parity, lane of the C fragment)
+        const int j = threadIdx.x >> 6, h = (threadIdx.x >> 5) & 1, l = threadIdx.x & 31;
+        const int col = j * 8 + 2 * (l & 3) + h;
+        if (col < n) {
+          float gate = 0.f, up = 0.f;
+#pragma unroll
+          for (int ww = 0; ww < 4; ++ww) {
+            gate += red[(ww * 8 + j * 4 + h) * 32 + l];
+            up += red[(ww * 8 + j * 4 + 2 + h) * 32 + l];
+          }
+          const int row = 8 * t + (l >> 2);
+          static_cast<__nv_bfloat16*>(p.inter)[int64_t(pairs[col]) * p.I + row] =
+              __float2bfloat16_rn(silu_mul(gate, up));
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+inline size_t gate_up_bulk_smem_bytes_impl(Format f, int num_pairs, int E) {
+  const size_t words = size_t(5) * E + 3 + num_pairs;
+  return gate_up_bulk_ring_bytes(f) + size_t(4) * gate_up_bulk_slots(f) * sizeof(uint64_t) +
+         4 * 8 * 32 * sizeof(float) + words * 4;
+}
+
+// grid: the caller's bound on the tasks, capped here at the CTAs resident at once.
+template <Format F>
+cudaError_t launch_moe_gate_up_bulk(const GateUpParams& p, int task_bound, int num_sms, cudaStream_t stream,
+                                    bool pdl) {
+  const size_t smem = gate_up_bulk_smem_bytes_impl(F, p.T * p.K, p.num_local_experts);
+  if (cudaError_t e = hpc::allow_dynamic_smem(moe_gate_up_bulk_kernel<F>, smem); e != cudaSuccess) return e;
+  int per_sm = 0;
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_gate_up_bulk_kernel<F>, kThreads,
+                                                                    smem);
+      e != cudaSuccess)
+    return e;
+  const long long resident = static_cast<long long>(num_sms) * (per_sm > 0 ? per_sm : 1);
+  const int grid = static_cast<int>(task_bound < resident ? task_bound : resident);
+  return hpc::launch_kernel(moe_gate_up_bulk_kernel<F>, dim3(grid > 0 ? grid : 1), dim3(kThreads), smem, stream,
+                            pdl, p);
+}
+
+}  // namespace hpc::moe
