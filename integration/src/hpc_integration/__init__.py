@@ -1,7 +1,13 @@
-"""hpc-integration: adapters that plug hpc-ops operators into SGLang and vLLM.
+"""hpc-integration: adapters that plug the hpc-ops operators into SGLang and vLLM.
 
-The adapters land with their operators; this release only reserves the package, its
-dependency pins and its plugin entry points.
+- `hpc_integration.sglang.register`: entry point `sglang.srt.plugins: hpc` (attention backend
+  "hpc", MoE runner "hpc", FP32 router hooks);
+- `hpc_integration.vllm.register`: entry point `vllm.general_plugins: hpc` (attention backend
+  CUSTOM, hpc_moe experts, FP32 GateLinear);
+- `hpc_integration.ops`: the operator calls both use (kernels on an SM90 GPU, references elsewhere);
+- `hpc_integration.support`: what the kernels serve, and the start-up messages.
+
+Importing this package imports no framework.
 """
 
 from ._version import __version__
