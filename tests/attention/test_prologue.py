@@ -678,3 +678,124 @@ def test_bench_unfused_sequence_is_the_prologue(fp8):
     for a, b in ((p.k_cache, kc), (p.v_cache, vc)):
         diff = (a.double() - b.double()).abs().max() / b.double().abs().max()
         assert float(diff) < (0.15 if fp8 else 0.02)
+
+
+# --------------------------------------------------------------------------------------------------
+# CPU: the real kernel source, run on the host (prologue_emu/harness.cpp: one fiber per thread)
+# --------------------------------------------------------------------------------------------------
+
+EMU = Path(__file__).resolve().parent / "prologue_emu"
+
+
+@pytest.fixture(scope="module")
+def emu_harness(tmp_path_factory):
+    import shutil
+    import subprocess
+
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++ (ucontext)")
+    from hpc_common.jit.build import COMMON_INCLUDE_DIR
+
+    exe = tmp_path_factory.mktemp("prologue_emu") / "harness"
+    cmd = ["g++", "-std=c++17", "-O1", "-w", f"-I{EMU}", f"-I{COMMON_INCLUDE_DIR}", f"-I{PKG / 'include'}", "-o",
+           str(exe), str(EMU / "harness.cpp"), "-x", "c++", str(PKG / "csrc" / "prologue.cu")]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    return exe
+
+
+def _raw(t: torch.Tensor) -> bytes:
+    import ctypes
+
+    t = t.contiguous()
+    return ctypes.string_at(t.data_ptr(), t.numel() * t.element_size())
+
+
+def emulate(exe, tmp, a, hq, hkv, **kw):
+    """qk_norm_rope_store through the Python layer with a stand-in extension that runs the harness on the
+    call's params and tensors, and copies the written tensors back."""
+    import ctypes
+    import subprocess
+
+    fp8_q = kw.get("q_out_dtype") == FP8
+    T = a["qkv"].shape[0]
+    out_q = torch.full((T, hq, D), float("nan")).to(kw.get("q_out_dtype", torch.bfloat16))
+    out_qs = torch.full((T, hq), float("nan")) if fp8_q else None
+    tensors = dict(qkv=a["qkv"], positions=a["positions"], cos_sin=a["cos_sin_cache"],
+                   q_norm_weight=a["q_norm_weight"], k_norm_weight=a["k_norm_weight"], slot_mapping=a["slot_mapping"],
+                   q_out=out_q, q_scale=out_qs, k_cache=a["k_cache"], v_cache=a["v_cache"],
+                   k_scale=kw.get("k_scale") if isinstance(kw.get("k_scale"), torch.Tensor) else None,
+                   v_scale=kw.get("v_scale") if isinstance(kw.get("v_scale"), torch.Tensor) else None)
+
+    class Ext:
+        PrologueParams = FakeParams
+
+        def qk_norm_rope_store(self, params, fp8_kv, fp8_q, pdl, stream):
+            vals = {**params.values, "fp8_kv": int(fp8_kv), "fp8_q": int(fp8_q)}
+            vals.setdefault("q_scale_stride_t", 0)
+            vals.setdefault("q_scale_stride_h", 0)
+            (tmp / "params.txt").write_text("".join(f"{k} {float(v)!r}\n" for k, v in vals.items()))
+            for name, t in tensors.items():
+                path = tmp / f"{name}.bin"
+                if t is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    field = {"k_scale": "k_scale_ptr", "v_scale": "v_scale_ptr"}.get(name, name)
+                    assert t.is_contiguous() and t.data_ptr() == vals[field], name
+                    path.write_bytes(_raw(t))
+            subprocess.run([str(exe), str(tmp)], check=True, timeout=600)
+            for name in ("q_out", "q_scale", "k_cache", "v_cache"):
+                t = tensors[name]
+                if t is not None:
+                    data = (tmp / f"{name}.bin").read_bytes()
+                    assert len(data) == t.numel() * t.element_size()
+                    ctypes.memmove(t.data_ptr(), data, len(data))
+
+    saved = (pro._ext.load, pro.require_hopper, pro.stream_ptr)
+    pro._ext.load, pro.require_hopper, pro.stream_ptr = (lambda: Ext()), (lambda *a, **k: None), (lambda d: 0)
+    try:
+        return _run(a, hq, hkv, out_q=out_q, out_q_scale=out_qs, **kw)
+    finally:
+        pro._ext.load, pro.require_hopper, pro.stream_ptr = saved
+
+
+EMU_CASES = [  # T, Hq, Hkv, rotary_dim, style, norm, kv, q dtype, cos/sin dtype, ids dtype, page
+    (1, 8, 1, 128, "neox", True, torch.bfloat16, torch.bfloat16, torch.float32, torch.int64, 64),
+    (5, 16, 2, 64, "gptj", True, FP8, FP8, torch.bfloat16, torch.int32, 16),
+    (9, 12, 3, 100, "gptj", False, FP8, torch.bfloat16, torch.float32, torch.int64, 4),
+    (6, 8, 2, 96, "neox", True, torch.bfloat16, FP8, torch.bfloat16, torch.int32, 8),
+    (7, 8, 8, 64, "neox", False, torch.bfloat16, FP8, torch.float32, torch.int32, 3),
+    (11, 40, 8, 128, "gptj", True, FP8, FP8, torch.float32, torch.int64, 64),
+    (4, 4, 1, 2, "neox", True, torch.bfloat16, torch.bfloat16, torch.float32, torch.int64, 16),
+]
+
+
+@pytest.mark.parametrize("case", EMU_CASES, ids=[f"{c[0]}x{c[1]}/{c[2]}-r{c[3]}-{c[4]}" for c in EMU_CASES])
+def test_emulated_kernel_matches_reference(emu_harness, tmp_path, case):
+    T, hq, hkv, rd, style, norm, kv, qd, csd, idx, page = case
+    a = make_inputs(T, hq, hkv, rotary_dim=rd, kv=kv, norm=norm, page=page, num_pages=2 * T + 1, seed=T,
+                    cs_dtype=csd, idx_dtype=idx, pad_every=3, max_pos=512)
+    for cache in (a["k_cache"], a["v_cache"]):
+        cache.view(torch.uint8).fill_(0xFF)
+    scales = dict(k_scale=0.04, v_scale=torch.tensor([0.03])) if kv == FP8 else {}
+    q, qs = emulate(emu_harness, tmp_path, a, hq, hkv, eps=1e-5, rope_style=style, q_out_dtype=qd, **scales)
+    check_against_reference(a, q, qs, hq, hkv, q_dtype=qd, kv_dtype=kv, k_scale=0.04 if kv == FP8 else None,
+                            v_scale=0.03 if kv == FP8 else None, eps=1e-5, rope_style=style)
+
+
+def test_emulated_kernel_skips_out_of_range_ids(emu_harness, tmp_path):
+    """With validation off, slots past the cache write nothing and positions past the cos / sin cache are
+    clamped to its last row: the kernel never reads or writes outside its tensors."""
+    a = make_inputs(4, 8, 1, page=4, num_pages=2, max_pos=64, pad_every=0)
+    for cache in (a["k_cache"], a["v_cache"]):
+        cache.view(torch.uint8).fill_(0xFF)
+    a["slot_mapping"] = torch.tensor([0, 8, 5, 1 << 40])  # 8 and 2^40 are past the 8 slots
+    a["positions"] = torch.tensor([3, 63, 64, 1 << 33])
+    q, _ = emulate(emu_harness, tmp_path, a, 8, 1, validate=False)
+    written = [s for s in a["slot_mapping"].tolist() if s < 8]
+    rows = a["k_cache"].reshape(8, -1)
+    for s in range(8):
+        assert rows[s].isnan().all() != (s in written), s
+    want = ref.prologue_reference(a["qkv"], a["positions"].clamp(max=63), a["cos_sin_cache"], num_qo_heads=8,
+                                  num_kv_heads=1, q_norm_weight=a["q_norm_weight"],
+                                  k_norm_weight=a["k_norm_weight"])[0]
+    within_one_rounding(q, want, bf16_ulp, "q")
