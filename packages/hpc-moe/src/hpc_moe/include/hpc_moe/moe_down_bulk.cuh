@@ -6,10 +6,10 @@
 // A warp's copy sequence is its passes' w2 tiles (16 x I contiguous bytes each: 3 KB FP8 / 6 KB
 // BF16 at I = 192), back to back across experts, each tile one copy or, when it is larger than
 // kDownBulkMaxSlotBytes, pieces of whole 64-wide K stages. The ring (moe_bulk_ring.cuh) has
-// `slots` slots of one piece each (host-chosen: up to 24 KB per warp), and its first copies are
-// issued before the PDL wait, so the Down weights stream while Gate-Up runs; at T = 1 every tile
-// of the CTA is in flight at once. B (rows of `inter`, written by Gate-Up) is read after the wait,
-// in registers two K stages ahead of its use.
+// `slots` slots of one piece each (host-chosen by down_bulk_slots: up to 24 KB per warp), and its
+// first copies are issued before the PDL wait, so the Down weights stream while Gate-Up runs; at
+// T = 1 every tile of the CTA is in flight at once. B (rows of `inter`, written by Gate-Up) is
+// read after the wait, in registers two K stages ahead of its use.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -183,15 +183,25 @@ inline size_t down_bulk_fixed_bytes(int num_pairs, int E) {
   return words * 4 + size_t(num_pairs) * 16 * sizeof(float);
 }
 
+// Slots per warp: what kDownBulkSmemTarget leaves after the index and y (at least 2), and no more
+// than a warp can ever fill: warp w takes active experts w, w + 4, ... of at most min(E, pairs), and
+// an expert's pairs add a pass per 16, so a warp has at most ceil(min(E, pairs) / 4) + ceil(pairs /
+// 16) passes. At T = 1 that keeps a CTA small enough to become resident next to the Gate-Up CTAs
+// and stream its w2 tiles while they run.
 inline int down_bulk_slots(Format f, int I, int num_pairs, int E) {
-  const size_t slot = size_t(down_bulk_slot_stages(f, I)) * down_bulk_stage_bytes(f);
+  const int kpp = down_bulk_slot_stages(f, I);
+  const size_t slot = size_t(kpp) * down_bulk_stage_bytes(f);
   const size_t fixed = down_bulk_fixed_bytes(num_pairs, E);
   size_t per_warp = fixed < kDownBulkSmemTarget ? (kDownBulkSmemTarget - fixed) / 4 : 0;
   if (per_warp > size_t(kDownBulkMaxWarpRingBytes)) per_warp = kDownBulkMaxWarpRingBytes;
-  size_t n = per_warp / slot;
+  long long n = static_cast<long long>(per_warp / slot);
   if (n < 2) n = 2;
-  if (n > size_t(kDownBulkMaxSlots)) n = kDownBulkMaxSlots;
-  return static_cast<int>(n);
+  if (n > kDownBulkMaxSlots) n = kDownBulkMaxSlots;
+  const long long experts = E < num_pairs ? E : num_pairs;
+  const long long passes = (experts + 3) / 4 + (num_pairs + kChunkPairs - 1) / kChunkPairs;
+  const long long stages = passes * ((I / 64 + kpp - 1) / kpp);
+  if (n > stages) n = stages;
+  return static_cast<int>(n > 0 ? n : 1);
 }
 
 inline size_t down_bulk_smem_bytes_impl(Format f, int I, int num_pairs, int E) {
