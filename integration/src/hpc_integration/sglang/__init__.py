@@ -105,8 +105,13 @@ def _register_router() -> tuple[str, ...]:
     from . import router
 
     targets = []
-    if importlib.util.find_spec(router.LINEAR_BF16_FP32.rsplit(".", 1)[0]) is not None:
-        targets.append((router.LINEAR_BF16_FP32, router.around_linear_bf16_fp32))
+    for target in router.LINEAR_BF16_FP32:
+        try:
+            found = importlib.util.find_spec(target.rsplit(".", 1)[0]) is not None
+        except ImportError:  # a parent package that does not exist in this release
+            found = False
+        if found:
+            targets.append((target, router.around_linear_bf16_fp32))
     targets.append((router.REPLICATED_LINEAR_FORWARD, router.around_replicated_forward))
     targets.append((router.REPLICATED_LINEAR_INIT, router.around_replicated_init))
     for target, hook in targets:

@@ -18,11 +18,15 @@ from .. import ops, support
 
 
 def _kv_write_loc(forward_batch, layer):
-    try:  # SGLang >= 0.5.23 hands the pool a KVWriteLoc; older releases take the bare locations
+    """The write location the pool expects: 0.5.23 a KVWriteLoc carrying the batch's physical
+    mark (KVWriteLoc.for_layer); older releases (0.5.17) take the bare out_cache_loc."""
+    try:
         from sglang.srt.mem_cache.memory_pool import KVWriteLoc
     except ImportError:
         return forward_batch.out_cache_loc
-    return KVWriteLoc.for_layer(forward_batch, layer)
+    if hasattr(KVWriteLoc, "for_layer"):
+        return KVWriteLoc.for_layer(forward_batch, layer)
+    return forward_batch.out_cache_loc
 
 
 def _framework_backend(runner):

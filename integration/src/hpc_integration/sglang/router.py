@@ -17,7 +17,9 @@ import torch
 
 from .. import ops, support
 
-LINEAR_BF16_FP32 = "sglang.kernels.ops.gemm.bf16_fp32.linear_bf16_fp32"
+# Where each release defines it (0.5.23, 0.5.17).
+LINEAR_BF16_FP32 = ("sglang.kernels.ops.gemm.bf16_fp32.linear_bf16_fp32",
+                    "sglang.kernels.ops.attention.dsv4.gemm.linear_bf16_fp32")
 REPLICATED_LINEAR_FORWARD = "sglang.srt.layers.linear.ReplicatedLinear.forward"
 REPLICATED_LINEAR_INIT = "sglang.srt.layers.linear.ReplicatedLinear.__init__"
 ENV_ROUTER_FP32 = "HPC_INTEGRATION_ROUTER_FP32"
