@@ -14,8 +14,8 @@
 //
 // Work split: a team of 16 lanes owns one (token, head) row, 8 consecutive values per lane, so
 // every row is one 256-byte coalesced read and the RMSNorm sum and the FP8 amax are 4 shuffles. Rows
-// are numbered token-major (the heads of a token share one CTA and its cos / sin row in L1); the
-// grid has one team per row. Neox pairs (i, i + rotary_dim / 2) cross lanes and go through 512
+// are numbered token-major (the heads of a token share one CTA and its cos / sin row in L1); each team
+// takes kPrologueRows rows and issues their loads together, the grid covers every row once. Neox pairs (i, i + rotary_dim / 2) cross lanes and go through 512
 // bytes of shared memory per team; GPT-J pairs sit in one lane.
 //
 // PDL: the kernel waits for the previous kernel (the QKV projection) before its first load and then
@@ -224,70 +224,86 @@ __device__ __forceinline__ float inverse_scale(const float* ptr, float value) {
 template <bool kFp8Kv, bool kFp8Q>
 __global__ void __launch_bounds__(kPrologueThreads) qk_norm_rope_store_kernel(const __grid_constant__ PrologueParams p) {
   using namespace prologue;
-  constexpr int kTeams = kPrologueThreads / kPrologueTeam;
-  __shared__ float s_rows[kTeams][kPrologueHeadDim];
+  constexpr int kTeams = kPrologueThreads / kPrologueTeam, R = kPrologueRows;
+  __shared__ float s_rows[R][kTeams][kPrologueHeadDim];  // one per row: no barrier between a team's rows
   const int team = threadIdx.x / kPrologueTeam, l = threadIdx.x % kPrologueTeam;
   const unsigned mask = 0xffffu << (threadIdx.x & 16);  // the 16 lanes of this team in its warp
   const int Hq = p.num_qo_heads, Hkv = p.num_kv_heads, heads = Hq + 2 * Hkv;
-  const long long unit = static_cast<long long>(blockIdx.x) * kTeams + team;
-  const long long t = unit / heads;
-  const int h = static_cast<int>(unit - t * heads);
 
   hpc::pdl_wait();  // qkv, positions and slot_mapping come from the kernels before this one
   hpc::pdl_launch_dependents();
-  if (t >= p.num_tokens) return;  // whole teams leave together: t is the team's
-  const int kind = h < Hq ? 0 : (h < Hq + Hkv ? 1 : 2);  // q, k, v
-  long long slot = 0;
-  if (kind != 0) {
-    slot = load_index(p.slot_mapping, t, p.slots_i64);
-    if (slot < 0 || slot >= p.num_slots) return;  // padding (or an id past the cache): nothing to write
-  }
-  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.qkv) +
-                                                         t * p.qkv_stride_t + h * kPrologueHeadDim + l * kVec));
-  if (kind == 2) {
-    const long long at = cache_offset(slot, p.page_size, p.v_stride_page, p.v_stride_tok, p.v_stride_head,
-                                      h - Hq - Hkv) + l * kVec;
-    if constexpr (kFp8Kv) {
-      float x[kVec];
-      bf16x8_to_f32(raw, x);
-      store_kv<true>(p.v_cache, at, x, inverse_scale(p.v_scale_ptr, p.v_scale));
-    } else {
-      *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.v_cache) + at) = raw;
-    }
-    return;
-  }
-  float c[kVec], s[kVec];
-  if (p.rotary_dim > 0) load_cos_sin(p, load_index(p.positions, t, p.positions_i64), l, c, s);
-  float x[kVec];
-  bf16x8_to_f32(raw, x);
-  norm_rope(x, p, kind == 0 ? p.q_norm_weight : p.k_norm_weight, c, s, l, mask, s_rows[team]);
 
-  if (kind == 1) {
-    const long long at = cache_offset(slot, p.page_size, p.k_stride_page, p.k_stride_tok, p.k_stride_head, h - Hq) +
-                         l * kVec;
-    store_kv<kFp8Kv>(p.k_cache, at, x, kFp8Kv ? inverse_scale(p.k_scale_ptr, p.k_scale) : 1.f);
-    return;
-  }
-  const long long at = t * p.q_stride_t + h * p.q_stride_h + l * kVec;
-  if constexpr (kFp8Q) {
-    // Per-(token, head) scale: finite amax of the rotated row / 448 (hpc_common.fp8's rule).
-    uint32_t a = 0;
+  // Row r of the team is unit (block * R + r) * kTeams + team: the block's teams read neighbouring rows. All
+  // loads of both rows are issued before either is processed (bytes in flight per SM: the grid is
+  // bandwidth-bound from a few thousand tokens up). Every branch below is uniform over the team.
+  long long t[R], slot[R], pos[R];
+  int h[R], kind[R];
+  uint4 raw[R];
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) a = max(a, fp8::finite_abs_bits(x[e]));
-    const float scale = fp8::scale_from_amax_bits(team_max(a, mask), false);
-    *reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.q_out) + at) = f32_to_e4m3x8(x, fp8::div_rn(1.f, scale));
-    if (l == 0) p.q_scale[t * p.q_scale_stride_t + h * p.q_scale_stride_h] = scale;
-  } else {
-    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.q_out) + at) = f32_to_bf16x8(x);
+  for (int r = 0; r < R; ++r) {
+    const long long unit = (static_cast<long long>(blockIdx.x) * R + r) * kTeams + team;
+    t[r] = unit / heads;
+    h[r] = static_cast<int>(unit - t[r] * heads);
+    kind[r] = t[r] >= p.num_tokens ? -1 : (h[r] < Hq ? 0 : (h[r] < Hq + Hkv ? 1 : 2));  // -1 none, q, k, v
+    slot[r] = 0;
+    pos[r] = 0;
+    if (kind[r] > 0) {
+      slot[r] = load_index(p.slot_mapping, t[r], p.slots_i64);
+      if (slot[r] < 0 || slot[r] >= p.num_slots) kind[r] = -1;  // padding (or an id past the cache): no write
+    }
+    if (kind[r] >= 0) {
+      raw[r] = __ldg(reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.qkv) +
+                                                    t[r] * p.qkv_stride_t + h[r] * kPrologueHeadDim + l * kVec));
+      if (kind[r] < 2 && p.rotary_dim > 0) pos[r] = load_index(p.positions, t[r], p.positions_i64);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (kind[r] < 0) continue;
+    if (kind[r] == 2) {
+      const long long at = cache_offset(slot[r], p.page_size, p.v_stride_page, p.v_stride_tok, p.v_stride_head,
+                                        h[r] - Hq - Hkv) + l * kVec;
+      if constexpr (kFp8Kv) {
+        float x[kVec];
+        bf16x8_to_f32(raw[r], x);
+        store_kv<true>(p.v_cache, at, x, inverse_scale(p.v_scale_ptr, p.v_scale));
+      } else {
+        *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.v_cache) + at) = raw[r];
+      }
+      continue;
+    }
+    float c[kVec], s[kVec];
+    if (p.rotary_dim > 0) load_cos_sin(p, pos[r], l, c, s);
+    float x[kVec];
+    bf16x8_to_f32(raw[r], x);
+    norm_rope(x, p, kind[r] == 0 ? p.q_norm_weight : p.k_norm_weight, c, s, l, mask, s_rows[r][team]);
+    if (kind[r] == 1) {
+      const long long at = cache_offset(slot[r], p.page_size, p.k_stride_page, p.k_stride_tok, p.k_stride_head,
+                                        h[r] - Hq) + l * kVec;
+      store_kv<kFp8Kv>(p.k_cache, at, x, kFp8Kv ? inverse_scale(p.k_scale_ptr, p.k_scale) : 1.f);
+      continue;
+    }
+    const long long at = t[r] * p.q_stride_t + h[r] * p.q_stride_h + l * kVec;
+    if constexpr (kFp8Q) {
+      // Per-(token, head) scale: finite amax of the rotated row / 448 (hpc_common.fp8's rule).
+      uint32_t a = 0;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) a = max(a, fp8::finite_abs_bits(x[e]));
+      const float scale = fp8::scale_from_amax_bits(team_max(a, mask), false);
+      *reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.q_out) + at) = f32_to_e4m3x8(x, fp8::div_rn(1.f, scale));
+      if (l == 0) p.q_scale[t[r] * p.q_scale_stride_t + h[r] * p.q_scale_stride_h] = scale;
+    } else {
+      *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.q_out) + at) = f32_to_bf16x8(x);
+    }
   }
 }
 
 template <bool kFp8Kv, bool kFp8Q>
 inline cudaError_t launch_qk_norm_rope_store(const PrologueParams& p, cudaStream_t stream, bool pdl) {
-  constexpr int kTeams = kPrologueThreads / kPrologueTeam;
+  constexpr int kRowsPerBlock = kPrologueThreads / kPrologueTeam * kPrologueRows;
   const long long units = p.num_tokens * (p.num_qo_heads + 2 * p.num_kv_heads);
   if (units <= 0) return cudaSuccess;
-  const long long blocks = (units + kTeams - 1) / kTeams;
+  const long long blocks = (units + kRowsPerBlock - 1) / kRowsPerBlock;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
   return hpc::launch_kernel(qk_norm_rope_store_kernel<kFp8Kv, kFp8Q>, dim3(static_cast<unsigned>(blocks)),
                             dim3(kPrologueThreads), 0, stream, pdl, p);

@@ -10,9 +10,10 @@ namespace hpc::attn {
 
 constexpr int kPrologueHeadDim = 128;
 constexpr int kPrologueThreads = 256;
-// A team of 16 lanes owns one (token, head) row of 128 values, 8 per lane (16-byte loads):
-// a warp holds two rows, a block 16.
+// A team of 16 lanes owns (token, head) rows of 128 values, 8 per lane (16-byte loads): a warp
+// holds two teams, a block 16, and each team kPrologueRows rows whose loads are issued together.
 constexpr int kPrologueTeam = 16;
+constexpr int kPrologueRows = 2;
 
 struct PrologueParams {
   // Inputs. qkv row t holds Hq query heads, then Hkv key heads, then Hkv value heads, 128 BF16 each.
