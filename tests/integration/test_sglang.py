@@ -125,6 +125,7 @@ d = StandardDispatchOutput(hidden_states=x, hidden_states_scale=None,
 q = TritonMoeQuantInfo(w13_weight=w13, w2_weight=w2)
 out = core.run_from_dispatch(d, q, cfg)
 core.run_from_dispatch(d, q, cfg)
+prepared = len(core._prepared)
 ref = fused_moe_reference(x, w13, w2, ids, wts)
 cos = torch.nn.functional.cosine_similarity(out.hidden_states.double().flatten(), ref.flatten(), dim=0).item()
 # the create_moe_runner hook, on a method whose runner SGLang built for triton
@@ -136,12 +137,26 @@ method = SimpleNamespace(runner=runner)
 layer = SimpleNamespace(w13_weight=w13, w2_weight=w2, quant_method=method)
 moe.after_create_moe_runner(None, method, layer, cfg)
 hooked = runner.run(d, q).hidden_states
+calls = ops.CALLS.get("moe.reference")
 bad_cfg = SimpleNamespace(**{**vars(cfg), "intermediate_size_per_partition": 96})
 runner2 = SimpleNamespace(runner_backend=SimpleNamespace(value="triton"), runner_core=None, fused_func=None)
 moe.after_create_moe_runner(None, SimpleNamespace(runner=runner2), layer, bad_cfg)
+# FP8 checkpoints as SGLang's Fp8MoEMethod hands them over (128x128 block scales, or per-expert scales)
+from hpc_moe.reference import fused_moe_reference_quant
+fp8 = torch.float8_e4m3fn
+w13q, w2q = (w13.float() * 8).to(fp8), (w2.float() * 8).to(fp8)
+fp8_cos = {}
+for quant, q8 in (("fp8_block", TritonMoeQuantInfo(w13_weight=w13q, w2_weight=w2q, use_fp8_w8a8=True,
+                                                    block_shape=[128, 128], w13_scale=torch.full((E, 2 * I // 128, H // 128), 0.125),
+                                                    w2_scale=torch.full((E, H // 128, I // 128), 0.125))),
+                  ("fp8_tensor", TritonMoeQuantInfo(w13_weight=w13q, w2_weight=w2q, use_fp8_w8a8=True,
+                                                     w13_scale=torch.full((E,), 0.125), w2_scale=torch.full((E,), 0.125)))):
+    got = core.run_from_dispatch(d, q8, cfg).hidden_states
+    ref8 = fused_moe_reference_quant(x, w13q, w2q, ids, wts, quant=quant, w13_scale=q8.w13_scale, w2_scale=q8.w2_scale)
+    fp8_cos[quant] = torch.nn.functional.cosine_similarity(got.double().flatten(), ref8.flatten(), dim=0).item()
 print("RESULT " + json.dumps(dict(
-    combine=isinstance(out, StandardCombineInput), is_core=isinstance(core, DispatchMoeRunnerCore),
-    backend=core.runner_backend.value, cos=cos, prepared=len(core._prepared), calls=ops.CALLS.get("moe.reference"),
+    fp8_cos=fp8_cos, combine=isinstance(out, StandardCombineInput), is_core=isinstance(core, DispatchMoeRunnerCore),
+    backend=core.runner_backend.value, cos=cos, prepared=prepared, calls=calls,
     hooked_same=bool(torch.equal(hooked, out.hidden_states)), hooked_core=type(runner.runner_core).__name__,
     fused_func=runner.fused_func is None, kept=runner2.runner_core is None)))
 """
@@ -151,7 +166,8 @@ def test_moe_runner_core_and_hook():
     r, p = run_snippet("sglang", MOE_CODE)
     assert r["combine"] and r["is_core"] and r["backend"] == "hpc"
     assert r["cos"] > 0.9999, r
-    assert r["prepared"] == 1  # the weights are prepared once per layer, not per call
+    assert all(c > 0.9999 for c in r["fp8_cos"].values()) and len(r["fp8_cos"]) == 2, r["fp8_cos"]
+    assert r["prepared"] == 1  # the weights are prepared once per layer, not per call (BF16 ones here)
     assert r["calls"] == 3
     assert r["hooked_same"] and r["hooked_core"] == "HpcMoeRunnerCore" and r["fused_func"]
     assert r["kept"]  # an unsupported layer keeps SGLang's runner ...

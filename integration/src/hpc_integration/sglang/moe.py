@@ -52,10 +52,12 @@ class HpcMoeRunnerCore:
 
     def weights_for(self, quant_info):
         w13, w2 = quant_info.w13_weight, quant_info.w2_weight
-        key = (w13.data_ptr(), w2.data_ptr(), tuple(w13.shape))
+        quant, scales = quant_of(quant_info)
+        # one layer = one set of weight and scale storages in one format
+        key = (quant, w13.data_ptr(), w2.data_ptr(), tuple(w13.shape),
+               *(t.data_ptr() if isinstance(t, torch.Tensor) else t for t in scales.values()))
         prepared = self._prepared.get(key)
         if prepared is None:
-            quant, scales = quant_of(quant_info)
             prepared = ops.prepare_experts(w13.data, w2.data, quant, **scales)
             self._prepared[key] = prepared
         return prepared
