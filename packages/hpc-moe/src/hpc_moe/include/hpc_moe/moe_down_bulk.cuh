@@ -9,7 +9,7 @@
 // `slots` slots of one piece each (host-chosen by down_bulk_slots: up to 24 KB per warp), and its
 // first copies are issued before the PDL wait, so the Down weights stream while Gate-Up runs; at
 // T = 1 every tile of the CTA is in flight at once. B (rows of `inter`, written by Gate-Up) is
-// read after the wait, in registers two K stages ahead of its use.
+// read after the wait, in registers two K stages ahead of its use (across passes).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -121,47 +121,67 @@ __global__ void __launch_bounds__(kThreads) moe_down_bulk_kernel(const DownParam
   __syncthreads();
 
   const int g = lane >> 2, q = lane & 3;
-  for (int ai = warp, c0 = 0; ai < nact;) {
-    const DownPass d = down_pass<F>(p, x, x.active[ai], c0, u, p0, lane);
-    float acc[2][4] = {};
-    DownStage st[2];
-    down_bulk_load_b<F>(st[0], d, 0, lane);
-    if (nk > 1) down_bulk_load_b<F>(st[1], d, 1, lane);
-    const char* a = nullptr;
-    int r = 0;  // K stage within the current slot
-    // One K stage from the slot: wait for the slot at its first stage, release it after its last.
-    auto step = [&](DownStage& s, int k) {
-      if (r == 0) a = ring.wait();
-      down_bulk_load_a<F>(s, a + r * kb, lane);
-      down_compute<F>(s, d.nb, acc);
-      if (++r == kpp || k == nk - 1) {
-        r = 0;
-        ring.release(lane == 0, cur.valid, src(), bytes());
-        cur.advance(x, nact, pieces);
-      }
-    };
-    for (int k = 0; k < nk; k += 2) {
-      step(st[0], k);
-      if (k + 2 < nk) down_bulk_load_b<F>(st[0], d, k + 2, lane);
-      if (k + 1 < nk) {
-        step(st[1], k + 1);
-        if (k + 3 < nk) down_bulk_load_b<F>(st[1], d, k + 3, lane);
-      }
-    }
-    // the pass is complete: its columns into y (unweighted)
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int col = j * 8 + 2 * q + h;
-        if (col < d.n) {
-          const int pl = x.list[d.base + col];
-          y[pl * 16 + g] = acc[j][h];
-          y[pl * 16 + g + 8] = acc[j][2 + h];
-        }
-      }
+  // Two cursors over the warp's (pass, K stage) units, as in moe_down.cuh: B of unit i + 2 is
+  // loaded while unit i computes, across passes, so a pass's first B rows are in flight before it
+  // starts. Passes are (active expert ai = warp, warp + 4, ..., pairs c0 = 0, 16, ...).
+  auto advance = [&](int& ai, int& c0, int& s) {  // true when a new pass starts
+    if (++s < nk) return false;
+    s = 0;
     c0 += kChunkPairs;
     if (c0 >= x.cnt[x.active[ai]]) c0 = 0, ai += 4;
+    return true;
+  };
+  int lai = warp, lc0 = 0, ls = 0;
+  int cai = warp, cc0 = 0, cs = 0;
+  DownPass L{}, C{};
+  if (lai < nact) L = C = down_pass<F>(p, x, x.active[lai], 0, u, p0, lane);
+  DownStage st[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (lai < nact) {
+      down_bulk_load_b<F>(st[i], L, ls, lane);
+      if (advance(lai, lc0, ls) && lai < nact) L = down_pass<F>(p, x, x.active[lai], lc0, u, p0, lane);
+    }
+  }
+  float acc[2][4] = {};
+  const char* a = nullptr;
+  int r = 0;  // K stage within the current slot: wait at its first, release after its last
+  while (cai < nact) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (cai < nact) {
+        if (r == 0) a = ring.wait();
+        down_bulk_load_a<F>(st[i], a + r * kb, lane);
+        down_compute<F>(st[i], C.nb, acc);
+        if (lai < nact) {
+          down_bulk_load_b<F>(st[i], L, ls, lane);
+          if (advance(lai, lc0, ls) && lai < nact) L = down_pass<F>(p, x, x.active[lai], lc0, u, p0, lane);
+        }
+        if (++r == kpp || cs == nk - 1) {
+          r = 0;
+          ring.release(lane == 0, cur.valid, src(), bytes());
+          cur.advance(x, nact, pieces);
+        }
+        if (cs == nk - 1) {  // the pass is complete: its columns into y (unweighted)
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int col = j * 8 + 2 * q + h;
+              if (col < C.n) {
+                const int pl = x.list[C.base + col];
+                y[pl * 16 + g] = acc[j][h];
+                y[pl * 16 + g + 8] = acc[j][2 + h];
+              }
+            }
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) acc[j][v] = 0.f;
+        }
+        if (advance(cai, cc0, cs) && cai < nact) C = down_pass<F>(p, x, x.active[cai], cc0, u, p0, lane);
+      }
+    }
   }
   __syncthreads();
 
