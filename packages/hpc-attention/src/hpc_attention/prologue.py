@@ -132,7 +132,8 @@ def qk_norm_rope_store(qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache
     checks on the host, synchronising, that every position is in [0, max_pos) and every non-negative
     slot is below num_pages * page_size and appears once; the kernel itself clamps positions and skips
     out-of-range slots, so it never faults. Pass validate=False in an eager serving loop to avoid
-    the host synchronisation.
+    the host synchronisation. Registered as the custom op hpc_attention::qk_norm_rope_store (outputs and
+    caches mutated in place), so torch.compile and CUDA graphs capture it.
     """
     op = "qk_norm_rope_store"
     check_tensor(qkv, "qkv", op, dtype=torch.bfloat16, ndim=2, last_dim_contiguous=True)
@@ -207,11 +208,15 @@ def qk_norm_rope_store(qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         if any((s * ke) % 16 for s in t.stride()[:3]):
             raise ValueError(f"{op}: {name} strides must be multiples of 16 bytes, got {t.stride()}")
+    # Under torch.compile the tensors are fake (no data, no address): the host validation, the capability
+    # query and the pointer checks run in eager calls only.
+    eager = not torch.compiler.is_compiling()
     if validate is None:
-        validate = not _capturing()
-    if validate:
+        validate = eager and not _capturing()
+    if validate and eager:
         _validate_ids(positions, slot_mapping, max_pos, num_pages * page_size, op)
-    require_hopper(qkv, "qkv", op)
+    if eager:
+        require_hopper(qkv, "qkv", op)
     dev = qkv.device
     if out_q is None:
         out_q = torch.empty(T, Hq, D, dtype=q_out_dtype, device=dev)
@@ -225,7 +230,7 @@ def qk_norm_rope_store(qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache
             raise ValueError(f"{op}: {name} must be on {dev} like qkv, got {t.device}")
     for name, t in (("qkv", qkv), ("k_cache", k_cache), ("v_cache", v_cache), ("out_q", out_q),
                     ("q_norm_weight", q_norm_weight), ("k_norm_weight", k_norm_weight)):
-        if t is not None and t.data_ptr() % 16:
+        if eager and t is not None and t.data_ptr() % 16:
             raise ValueError(f"{op}: {name} must be 16-byte aligned (data_ptr {t.data_ptr():#x})")
     if T > 0:
         prologue_op(qkv, positions, cos_sin_cache, q_norm_weight, k_norm_weight, slot_mapping, out_q, out_q_scale,
