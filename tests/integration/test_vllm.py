@@ -102,3 +102,5 @@ def test_generate_through_our_operators_matches_default_backends(tiny_model, tmp
     assert "Using HpcExperts MoE backend" in p.stdout + p.stderr
     assert ours["tokens"] == default["tokens"]
     assert all(len(t) == 8 for t in ours["tokens"])
+    diff = max(abs(a - b) for x, y in zip(ours["logprobs"], default["logprobs"]) for a, b in zip(x, y))
+    assert diff < 0.02, f"chosen-token logprobs differ by up to {diff}"

@@ -1,7 +1,8 @@
 """Greedy generation of the tiny Qwen3-MoE through vLLM's offline LLM, in-process.
 
 usage: python vllm_generate.py MODEL_DIR OUT_JSON [ATTENTION_BACKEND]
-Writes {"tokens": [[...], ...], "calls": hpc_integration.ops.CALLS, "classes": {...}}. Whether
+Writes {"tokens": [[...], ...], "logprobs": the chosen tokens' logprobs, "calls":
+hpc_integration.ops.CALLS, "oot": vLLM's out-of-tree registry names}. Whether
 our plugin loads is the environment's business (VLLM_PLUGINS, HPC_INTEGRATION_*).
 """
 
@@ -23,9 +24,11 @@ def main(model: str, out_json: str, backend: str | None) -> None:
     if backend:
         kw["attention_backend"] = backend
     llm = LLM(**kw)
-    params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, logprobs=1)
     outs = llm.generate(PROMPTS, params)
     tokens = [list(o.outputs[0].token_ids) for o in outs]
+    logprobs = [[float(step[t].logprob) for t, step in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]
+                for o in outs]
     calls = {}
     try:
         from hpc_integration import ops
@@ -35,7 +38,7 @@ def main(model: str, out_json: str, backend: str | None) -> None:
         pass
     from vllm.model_executor.custom_op import op_registry_oot
 
-    json.dump({"tokens": tokens, "calls": calls, "oot": sorted(op_registry_oot)}, open(out_json, "w"))
+    json.dump({"tokens": tokens, "logprobs": logprobs, "calls": calls, "oot": sorted(op_registry_oot)}, open(out_json, "w"))
     print("tokens", tokens, "calls", calls, flush=True)
 
 
