@@ -23,9 +23,9 @@ decode's bytes plus the prologue's.
     python benchmarks/bench_prologue.py [--out-dir DIR] [--method cold|rotation|both] [--part prologue,step]
         [--reps 100] [--rotation-reps 30] [--quick] [--dry-run]
 
-Results: DIR/prologue.json and DIR/prologue.md (DIR defaults to benchmarks/results/<gpu>). --quick: T = 1, 64,
-2048 and the step cases 64x4K, 1x128K+31x4K at 8/1 only (about a minute). --dry-run (no GPU needed): print the case
-table and the floors.
+Results: DIR/<gpu>/prologue.json and prologue.md (DIR defaults to benchmarks/results, as the other benchmarks).
+--quick: T = 1, 64, 2048 and the step cases 64x4K, 1x128K+31x4K at 8/1 only (about a minute). --dry-run (no GPU
+needed): print the case table and the floors.
 """
 
 from __future__ import annotations
@@ -270,7 +270,8 @@ def step_rows(res, name, hq, hkv, kv, rot_reps, cos_sin, gen) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out-dir", type=Path, default=None, help="default: benchmarks/results/<gpu>")
+    ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"),
+                    help="results go to OUT_DIR/<gpu>/prologue.{json,md}")
     ap.add_argument("--method", default="both", help="prologue rows: cold, rotation or both (step rows: rotation)")
     ap.add_argument("--part", default="prologue,step", help="comma list of prologue, step")
     ap.add_argument("--reps", type=int, default=100, help="cold: replays per row (at least 50)")
@@ -294,7 +295,7 @@ def main() -> None:
     from hpc_common.bench import BenchResults, gpu_slug, methods
 
     run_methods = methods(args.method)
-    res = BenchResults("prologue", args.out_dir or Path("benchmarks/results") / gpu_slug())
+    res = BenchResults("prologue", args.out_dir / gpu_slug())
     gen = torch.Generator(device="cuda").manual_seed(0)
     cos_sin = rope_cos_sin_cache(MAX_POS, ROTARY).cuda()
     if "prologue" in parts:
