@@ -15,8 +15,8 @@ floor_us: the bytes the call must move (qkv, ids and cos / sin rows read; Q, its
 written) over 4.27 TB/s.
 
 Step rows (part "step", `case` = a decode case of bench_decode.py; rotation only): per copy one decode step of one
-layer on that case's batch, each request's newest token written by the step, at 8/1 and 64/8, BF16 and FP8 KV. Providers:
-`ours` (the prologue, then decode(new_tokens=1) chained by PDL), `unfused` (the torch sequence, then the same
+layer on that case's batch, each request's newest token written by the step, at 8/1 and 64/8, BF16 and FP8 KV.
+Providers: `ours` (the prologue, then decode(new_tokens=1) chained by PDL), `unfused` (the torch sequence, then the same
 decode), `decode_only` (the decode alone: what the step would cost if the prologue were free). floor_us: the
 decode's bytes plus the prologue's.
 
