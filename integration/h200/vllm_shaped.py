@@ -104,12 +104,13 @@ def router_case(g):
 def main(out_json: str) -> None:
     g = torch.Generator(device=DEV).manual_seed(0)
     rows = []
-    for fn in ([lambda: attention_case(hq, hkv, bs, fp8, g) for hq, hkv in ((8, 1), (32, 4)) for bs in (16, 64)
-                for fp8 in (False, True)] + [lambda: moe_case(g), lambda: router_case(g)]):
+    cases = [(attention_case, (hq, hkv, bs, fp8, g)) for hq, hkv in ((8, 1), (32, 4)) for bs in (16, 64)
+             for fp8 in (False, True)] + [(moe_case, (g,)), (router_case, (g,))]
+    for fn, args in cases:
         try:
-            rows.append(fn())
+            rows.append(fn(*args))
         except Exception as e:  # one failing check must not hide the others
-            rows.append(dict(check=getattr(fn, "__name__", "?"), ok=False, error=f"{type(e).__name__}: {e}"[:500]))
+            rows.append(dict(check=f"{fn.__name__}{args[:-1]}", ok=False, error=f"{type(e).__name__}: {e}"[:500]))
         print(rows[-1], flush=True)
     json.dump({"rows": rows, "calls": dict(ops.CALLS)}, open(out_json, "w"), indent=1)
 
