@@ -18,7 +18,7 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __grid_constant__
-#define __shared__ static
+#define __shared__  // the kernel's only shared array is extern (dynamic): harness.cpp defines it
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -63,6 +63,20 @@ template <typename T> T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int w
   std::memcpy(&u, &v, sizeof(T));
   const int t = threadIdx.x, lane = t & 31, base = t - lane;
   const int src = (lane & ~(width - 1)) | ((lane ^ lane_mask) & (width - 1));
+  emu::xbuf[t] = u;
+  emu::mask_barrier(mask);
+  const unsigned long long r = emu::xbuf[base + src];
+  emu::mask_barrier(mask);
+  T o;
+  std::memcpy(&o, &r, sizeof(T));
+  return o;
+}
+template <typename T> T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
+  static_assert(sizeof(T) <= 8, "");
+  unsigned long long u = 0;
+  std::memcpy(&u, &v, sizeof(T));
+  const int t = threadIdx.x, lane = t & 31, base = t - lane;
+  const int src = (lane & ~(width - 1)) | (src_lane & (width - 1));
   emu::xbuf[t] = u;
   emu::mask_barrier(mask);
   const unsigned long long r = emu::xbuf[base + src];

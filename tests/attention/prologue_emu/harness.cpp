@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "hpc_attention/prologue_params.h"
+#include "hpc_attention/prologue.cuh"
 
 namespace emu {
 Fiber* cur;
@@ -95,6 +95,11 @@ void run_grid(dim3 g, dim3 b, const std::function<void()>& fn) {
   }
 }
 }  // namespace emu
+
+// The kernel's dynamic shared memory (extern __shared__ float prologue_rows[]): one block at a time runs.
+namespace hpc::attn {
+alignas(16) float prologue_rows[hpc::attn::prologue::smem_bytes(true) / 4];
+}
 
 static std::string dir;
 static std::map<std::string, std::vector<uint4>> blobs;  // 16-byte aligned storage of each tensor

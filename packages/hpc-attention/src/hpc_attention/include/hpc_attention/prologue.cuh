@@ -15,11 +15,14 @@
 // Work split: a team of 16 lanes owns one (token, head) row, 8 consecutive values per lane, so
 // every row is one 256-byte coalesced read and the RMSNorm sum and the FP8 amax are 4 shuffles. Rows
 // are numbered token-major (the heads of a token share one CTA and its cos / sin row in L1); each team
-// takes kPrologueRows rows and issues their loads together, the grid covers every row once. Neox pairs (i, i + rotary_dim / 2) cross lanes and go through 512
-// bytes of shared memory per team; GPT-J pairs sit in one lane.
+// takes kPrologueRows rows and issues their loads together, the grid covers every row once. GPT-J
+// pairs sit in one lane; neox pairs are one shuffle apart (rotary_dim a multiple of 16) or go through
+// shared memory (other rotary dims).
 //
 // PDL: the kernel waits for the previous kernel (the QKV projection) before its first load and then
-// lets the next kernel (decode) launch at once, so the decode's start-up overlaps this kernel.
+// lets the next kernel (decode) launch at once, so the decode's start-up overlaps this kernel. With no
+// shared memory (every rotary dim that is a multiple of 16) a decode CTA, which takes ~222 KB of the
+// SM's 228, still fits on an SM that runs prologue CTAs.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -157,8 +160,10 @@ __device__ __forceinline__ void load_cos_sin(const PrologueParams& p, long long 
   }
 }
 
-// RMSNorm (when `weight`) then RoPE of one q / k row held as 8 values per lane (lane `l` of the team;
-// `row`: the team's 128 floats of shared memory, used for the neox pairs).
+// RMSNorm (when `weight`) then RoPE of one q / k row held as 8 values per lane (lane `l` of the team).
+// Neox pairs (i, i + rotary_dim / 2) cross lanes: with cos_sin_vec (rotary_dim a multiple of 16) the partner
+// of a lane's 8 values is the 8 values of lane l +- rotary_dim / 16, one shuffle each; other rotary dims go
+// through `row`, the team's 128 floats of dynamic shared memory (the launch asks for it only then).
 __device__ __forceinline__ void norm_rope(float (&x)[kVec], const PrologueParams& p, const void* weight,
                                           const float (&c)[kVec], const float (&s)[kVec], int l, unsigned mask,
                                           float* row) {
@@ -175,17 +180,27 @@ __device__ __forceinline__ void norm_rope(float (&x)[kVec], const PrologueParams
   const int rot = p.rotary_dim, half = rot >> 1;
   if (rot == 0) return;
   if (p.neox) {
+    float other[kVec];
+    if (p.cos_sin_vec) {
+      const int lanes = half / kVec;  // lanes per half of the rotated span
+      const int src = l * kVec < half ? l + lanes : (l * kVec < rot ? l - lanes : l);
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) row[l * kVec + e] = x[e];
-    __syncwarp(mask);
+      for (int e = 0; e < kVec; ++e) other[e] = __shfl_sync(mask, x[e], src, kPrologueTeam);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) row[l * kVec + e] = x[e];
+      __syncwarp(mask);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        const int i = l * kVec + e;
+        other[e] = i < half ? row[i + half] : (i < rot ? row[i - half] : 0.f);
+      }
+    }
 #pragma unroll
     for (int e = 0; e < kVec; ++e) {
       const int i = l * kVec + e;
-      if (i < rot) {
-        // (x_i, x_{i+half}) -> (x_i cos - x_{i+half} sin, x_{i+half} cos + x_i sin)
-        const float other = i < half ? -row[i + half] : row[i - half];
-        x[e] = x[e] * c[e] + other * s[e];
-      }
+      // (x_i, x_{i+half}) -> (x_i cos - x_{i+half} sin, x_{i+half} cos + x_i sin)
+      if (i < rot) x[e] = x[e] * c[e] + (i < half ? -other[e] : other[e]) * s[e];
     }
   } else {
 #pragma unroll
@@ -197,6 +212,11 @@ __device__ __forceinline__ void norm_rope(float (&x)[kVec], const PrologueParams
       }
     }
   }
+}
+
+// Dynamic shared memory of the launch: kPrologueRows x teams x 128 floats for neox without cos_sin_vec, else none.
+__host__ __device__ constexpr int smem_bytes(bool neox_rows) {
+  return neox_rows ? kPrologueRows * (kPrologueThreads / kPrologueTeam) * kPrologueHeadDim * 4 : 0;
 }
 
 // Where slot `slot` of head `head` starts in a [num_pages, page_size, Hkv, 128] cache (elements).
@@ -221,11 +241,13 @@ __device__ __forceinline__ float inverse_scale(const float* ptr, float value) {
 
 }  // namespace prologue
 
+// At least 3 CTAs per SM: 67-70 registers, no spills (without the minimum, ptxas held the FP8-KV / BF16-Q
+// instantiation to 64 registers and spilled).
 template <bool kFp8Kv, bool kFp8Q>
-__global__ void __launch_bounds__(kPrologueThreads) qk_norm_rope_store_kernel(const __grid_constant__ PrologueParams p) {
+__global__ void __launch_bounds__(kPrologueThreads, 3) qk_norm_rope_store_kernel(const __grid_constant__ PrologueParams p) {
   using namespace prologue;
   constexpr int kTeams = kPrologueThreads / kPrologueTeam, R = kPrologueRows;
-  __shared__ float s_rows[R][kTeams][kPrologueHeadDim];  // one per row: no barrier between a team's rows
+  extern __shared__ float prologue_rows[];  // [R][kTeams][128], one per row: no barrier between a team's rows
   const int team = threadIdx.x / kPrologueTeam, l = threadIdx.x % kPrologueTeam;
   const unsigned mask = 0xffffu << (threadIdx.x & 16);  // the 16 lanes of this team in its warp
   const int Hq = p.num_qo_heads, Hkv = p.num_kv_heads, heads = Hq + 2 * Hkv;
@@ -276,7 +298,8 @@ __global__ void __launch_bounds__(kPrologueThreads) qk_norm_rope_store_kernel(co
     if (p.rotary_dim > 0) load_cos_sin(p, pos[r], l, c, s);
     float x[kVec];
     bf16x8_to_f32(raw[r], x);
-    norm_rope(x, p, kind[r] == 0 ? p.q_norm_weight : p.k_norm_weight, c, s, l, mask, s_rows[r][team]);
+    norm_rope(x, p, kind[r] == 0 ? p.q_norm_weight : p.k_norm_weight, c, s, l, mask,
+              prologue_rows + (r * kTeams + team) * kPrologueHeadDim);
     if (kind[r] == 1) {
       const long long at = cache_offset(slot[r], p.page_size, p.k_stride_page, p.k_stride_tok, p.k_stride_head,
                                         h[r] - Hq) + l * kVec;
@@ -305,8 +328,9 @@ inline cudaError_t launch_qk_norm_rope_store(const PrologueParams& p, cudaStream
   if (units <= 0) return cudaSuccess;
   const long long blocks = (units + kRowsPerBlock - 1) / kRowsPerBlock;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
+  const int smem = prologue::smem_bytes(p.neox && p.rotary_dim > 0 && !p.cos_sin_vec);
   return hpc::launch_kernel(qk_norm_rope_store_kernel<kFp8Kv, kFp8Q>, dim3(static_cast<unsigned>(blocks)),
-                            dim3(kPrologueThreads), 0, stream, pdl, p);
+                            dim3(kPrologueThreads), smem, stream, pdl, p);
 }
 
 
