@@ -21,8 +21,8 @@
 //
 // PDL: the kernel waits for the previous kernel (the QKV projection) before its first load and then
 // lets the next kernel (decode) launch at once, so the decode's start-up overlaps this kernel. With no
-// shared memory (every rotary dim that is a multiple of 16) a decode CTA, which takes ~222 KB of the
-// SM's 228, still fits on an SM that runs prologue CTAs.
+// shared memory (every rotary dim that is a multiple of 16), shared memory does not keep a decode CTA
+// (~222 KB of the SM's 228) off an SM that runs prologue CTAs.
 #pragma once
 
 #include <cuda_bf16.h>
