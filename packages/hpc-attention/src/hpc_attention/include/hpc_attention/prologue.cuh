@@ -269,19 +269,17 @@ __global__ void __launch_bounds__(kPrologueThreads, 3) qk_norm_rope_store_kernel
     kind[r] = t[r] >= p.num_tokens ? -1 : (h[r] < Hq ? 0 : (h[r] < Hq + Hkv ? 1 : 2));  // -1 none, q, k, v
     slot[r] = 0;
     pos[r] = 0;
-    if (kind[r] > 0) {
-      slot[r] = load_index(p.slot_mapping, t[r], p.slots_i64);
-      if (slot[r] < 0 || slot[r] >= p.num_slots) kind[r] = -1;  // padding (or an id past the cache): no write
-    }
-    if (kind[r] >= 0) {
+    if (kind[r] >= 0) {  // the row is read whatever its slot says: the K / V store waits on one load, not two
       raw[r] = __ldg(reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.qkv) +
                                                     t[r] * p.qkv_stride_t + h[r] * kPrologueHeadDim + l * kVec));
+      if (kind[r] > 0) slot[r] = load_index(p.slot_mapping, t[r], p.slots_i64);
       if (kind[r] < 2 && p.rotary_dim > 0) pos[r] = load_index(p.positions, t[r], p.positions_i64);
     }
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if (kind[r] < 0) continue;
+    if (kind[r] > 0 && (slot[r] < 0 || slot[r] >= p.num_slots)) continue;  // padding (or past the cache): no write
     if (kind[r] == 2) {
       const long long at = cache_offset(slot[r], p.page_size, p.v_stride_page, p.v_stride_tok, p.v_stride_head,
                                         h[r] - Hq - Hkv) + l * kVec;
