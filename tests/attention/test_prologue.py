@@ -490,11 +490,12 @@ def test_poisoned_outputs_are_overwritten_and_strided_views_work():
     check_against_reference(a, q, qs, hq, hkv, q_dtype=FP8, kv_dtype=FP8, k_scale=0.05, v_scale=0.05)
 
 
-def _fp8_decode_case(T, hq, hkv, page=64, ctx=300, seed=0):
-    """A decode step: T requests of `ctx` old tokens (random KV) plus the new token that the prologue writes."""
+def _fp8_decode_case(T, hq, hkv, kv, page=64, ctx=300, seed=0):
+    """A decode step: T requests of `ctx` old tokens (random KV) plus the new token that the prologue writes,
+    caches of dtype `kv`."""
     g = torch.Generator().manual_seed(seed)
     pages_per = -(-(ctx + 1) // page)
-    a = make_inputs(T, hq, hkv, num_pages=T * pages_per, page=page, seed=seed, device="cuda")
+    a = make_inputs(T, hq, hkv, kv=kv, num_pages=T * pages_per, page=page, seed=seed, device="cuda")
     pt = torch.randperm(T * pages_per, generator=g).int().view(T, pages_per)
     lens = torch.full((T,), ctx + 1, dtype=torch.int32)
     slots = pt[:, ctx // page].long() * page + ctx % page
@@ -521,7 +522,7 @@ def test_fp8_q_into_decode_matches_bf16_q(kv, hq, hkv):
     dequantised inputs stays within the brief's FP8 rule (<= 0.005 relative), and the output stays close to
     the BF16-Q path on the same caches (the difference is Q's E4M3 rounding alone)."""
     T = 16
-    a, pt, lens, old = _fp8_decode_case(T, hq, hkv)
+    a, pt, lens, old = _fp8_decode_case(T, hq, hkv, kv)
     scale = 0.02 if kv == FP8 else 1.0
     sc = dict(k_scale=scale, v_scale=scale) if kv == FP8 else {}
     plan = ha.plan_decode(lens, hkv, hq, max_kv_len=int(lens.max()), kv_dtype=kv)
@@ -546,7 +547,8 @@ def _graph_case(kv=FP8, qd=FP8, T=64, hq=32, hkv=4):
 
 
 def _snapshot(a, q, qs):
-    return [t.view(torch.uint8).clone() if t.dtype == FP8 else t.clone()
+    """The bytes of every output (NaN-poisoned slots compare equal as bytes, not as floats)."""
+    return [t.contiguous().view(torch.uint8).clone()
             for t in (q, a["k_cache"], a["v_cache"]) + ((qs,) if qs is not None else ())]
 
 
@@ -598,7 +600,7 @@ def test_prologue_then_decode_new_tokens_chained_by_pdl(kv):
     """prologue -> decode(new_tokens=1) in one CUDA graph with PDL on equals the same step with PDL off (the
     decode reads the older KV before its wait, the new token's after it)."""
     T, hq, hkv = 32, 8, 1
-    a, pt, lens, old = _fp8_decode_case(T, hq, hkv, ctx=1000, seed=5)
+    a, pt, lens, old = _fp8_decode_case(T, hq, hkv, kv, ctx=1000, seed=5)
     scales = dict(k_scale=0.02, v_scale=0.02) if kv == FP8 else {}
     ws = ha.DecodeWorkspace(T, hkv, hq, 1001, "cuda")
     results = []
