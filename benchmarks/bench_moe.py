@@ -21,8 +21,7 @@ routed local pair. The cosine compares each provider's first output with the flo
 from the same FP8 activations (hpc_common.fp8's reference) and dequantised weights.
 
 Providers: `ours` (hpc_moe.fused_moe with a workspace), `ours_unfused` (the same kernels, PDL off:
-hpc_moe.kernels.run_fused_moe(unfused=True)), `ours_ring` / `ours_bulk` (the pipeline with each GEMM
-weight-streaming path forced: the measurement behind hpc_moe.heuristics.gemm_path), `torch_grouped` (routing sort in torch, then
+hpc_moe.kernels.run_fused_moe(unfused=True)), `torch_grouped` (routing sort in torch, then
 torch._grouped_mm / torch._scaled_grouped_mm; where those do not run, every local expert in turn,
 field `impl`), `sglang_triton` (SGLang's `fused_experts`, run with PYTHONPATH at the bundle of
 ../shared/recipes/sglang-h200; FP8 block weights need I padded to 256 there, field `I_kernel`).
@@ -49,7 +48,7 @@ FP8 = torch.float8_e4m3fn
 BW = 4.27e12
 TFLOPS = {"bf16": 660e12, "fp8_block": 1000e12, "fp8_tensor": 1000e12}
 DTYPES = ("bf16", "fp8_block", "fp8_tensor")
-PROVIDERS = ("ours", "ours_unfused", "ours_ring", "ours_bulk", "torch_grouped", "sglang_triton")
+PROVIDERS = ("ours", "ours_unfused", "torch_grouped", "sglang_triton")
 T_ALL = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
@@ -338,8 +337,7 @@ class SglangTriton:
 class Ours:
     """hpc_moe.fused_moe on L copies of the prepared weights, one workspace for all calls."""
 
-    def __init__(self, m: Model, dtype: str, ck: dict, copies: int, max_tokens: int, unfused: bool = False,
-                 path: str | None = None):
+    def __init__(self, m: Model, dtype: str, ck: dict, copies: int, max_tokens: int, unfused: bool = False):
         from hpc_moe import MoEWeights
 
         w = MoEWeights.prepare(**ckpt_args(ck), quant=dtype, ep_rank=0, ep_size=m.ep, num_experts=m.num_experts)
@@ -348,8 +346,7 @@ class Ours:
                                                   w2_scale=clone(w.w2_scale)) for _ in range(copies - 1)]
         self.workspace = w.workspace(max_tokens, m.top_k)
         self.unfused = unfused
-        self.path = path  # None: hpc_moe.heuristics.gemm_path decides; "ring" / "bulk": that GEMM path forced
-        self.impl = "unfused_no_pdl" if unfused else ("fused_pdl" if path is None else f"fused_pdl_{path}")
+        self.impl = "unfused_no_pdl" if unfused else "fused_pdl"
 
     def bind(self, i: int, x: torch.Tensor, ids: torch.Tensor, wts: torch.Tensor):
         from hpc_moe import fused_moe, kernels
@@ -358,8 +355,6 @@ class Ours:
         out = torch.full_like(x, float("nan"))
         if self.unfused:
             return (lambda: kernels.run_fused_moe(w, x, ids, wts, None, out, ws, unfused=True)), (lambda: out)
-        if self.path is not None:
-            return (lambda: kernels.run_fused_moe(w, x, ids, wts, None, out, ws, path=self.path)), (lambda: out)
         return (lambda: fused_moe(x, w, ids, wts, out=out, workspace=ws)), (lambda: out)
 
 
@@ -384,8 +379,6 @@ def make_provider(name: str, m: Model, dtype: str, ck: dict, copies: int, max_to
         return Ours(m, dtype, ck, copies, max_tokens)
     if name == "ours_unfused":
         return Ours(m, dtype, ck, copies, max_tokens, unfused=True)
-    if name in ("ours_ring", "ours_bulk"):
-        return Ours(m, dtype, ck, copies, max_tokens, path=name.removeprefix("ours_"))
     if name == "torch_grouped":
         return TorchGroupedMoE(m.local_experts, m.inter, dtype, ck, copies)
     if name == "sglang_triton":

@@ -1,13 +1,10 @@
 """Probe: the fused MoE (hpc_moe.kernels.run_fused_moe) at Hy3 TP8 (E=192, top-8, H=4096, I=192),
-T = 1, 16, 256, FP8 block and BF16, on both GEMM paths ("ring", "bulk"), timed cold (whole call in
-a CUDA graph, a 128 MB written flush before each replay, events around the replay, median of 50).
-Prints one line per row and path with the byte floor (distinct experts' weights and scales plus
-activations over 4.27 TB/s), each kernel alone, and whether the two paths' outputs are bitwise
-equal. `python time_moe.py [ring|bulk]` times one path only."""
+T = 1, 16, 256, FP8 block and BF16, timed cold (whole call in a CUDA graph, a 128 MB written flush
+before each replay, events around the replay, median of 50). Prints one line per row with the byte
+floor (distinct experts' weights and scales plus activations over 4.27 TB/s) and each kernel alone."""
 
 from __future__ import annotations
 
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -67,30 +64,23 @@ def main():
     from hpc_moe import _ext, kernels
 
     real = _ext.load()
-    paths = sys.argv[1:] or ["ring", "bulk"]
     for quant in ("fp8_block", "bf16"):
         for T in (1, 16, 256):
             c = _setup(quant, T, 4096, 192, 192, 8, 1, 0, "uniform", 7)
             fl = floor_us(c, T)
-            outs = {}
-            for path in paths:
-                out = _run(c, path=path)
-                torch.cuda.synchronize()
-                _check_close(out, _reference(c), c.weights.quant, f"probe {quant} T={T} {path}")
-                outs[path] = out.clone()
-                ours = cold_us(lambda: _run(c, out=out, path=path))
-                unf = cold_us(lambda: _run(c, out=out, unfused=True, path=path))
-                parts = {}
-                for name, keep in (("quant", set()), ("gate_up", {"gate_up"}), ("down", {"down"})):
-                    kernels._ext.load = lambda keep=keep: _Only(real, keep)
-                    parts[name] = cold_us(lambda: _run(c, out=out, unfused=True, path=path))
-                kernels._ext.load = lambda: real
-                print(f"hy3_tp8 {quant:9s} T={T:4d} {path:4s} cold ours {ours:7.1f} us  unfused {unf:7.1f} us  "
-                      f"floor {fl:6.1f} us  target {1.25 * fl + 6:6.1f} us | alone: quant {parts['quant']:.1f} "
-                      f"+gate_up {parts['gate_up']:.1f} +down {parts['down']:.1f}", flush=True)
-            if len(outs) == 2:
-                same = torch.equal(outs["ring"].view(torch.int16), outs["bulk"].view(torch.int16))
-                print(f"hy3_tp8 {quant:9s} T={T:4d} ring and bulk outputs bitwise equal: {same}", flush=True)
+            out = _run(c)
+            torch.cuda.synchronize()
+            _check_close(out, _reference(c), c.weights.quant, f"probe {quant} T={T}")
+            ours = cold_us(lambda: _run(c, out=out))
+            unf = cold_us(lambda: _run(c, out=out, unfused=True))
+            parts = {}
+            for name, keep in (("quant", set()), ("gate_up", {"gate_up"}), ("down", {"down"})):
+                kernels._ext.load = lambda keep=keep: _Only(real, keep)
+                parts[name] = cold_us(lambda: _run(c, out=out, unfused=True))
+            kernels._ext.load = lambda: real
+            print(f"hy3_tp8 {quant:9s} T={T:4d} cold ours {ours:7.1f} us  unfused {unf:7.1f} us  "
+                  f"floor {fl:6.1f} us  target {1.25 * fl + 6:6.1f} us | alone: quant {parts['quant']:.1f} "
+                  f"+gate_up {parts['gate_up']:.1f} +down {parts['down']:.1f}", flush=True)
 
 
 if __name__ == "__main__":

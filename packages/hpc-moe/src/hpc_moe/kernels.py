@@ -13,10 +13,9 @@ import torch
 from hpc_common.fp8 import quantize_per_tensor, quantize_per_token, quantize_per_token_group
 from hpc_common.launch import get_num_sms, get_pdl, pdl_enabled, stream_ptr
 
-from . import _ext, heuristics
+from . import _ext
 
 FMT_BF16, FMT_FP8 = 0, 1  # hpc::moe::Format
-PATH_CODES = {"ring": 0, "bulk": 1}  # hpc::moe::Path
 
 # The Gate-Up kernel holds the index of every pair of its window in shared memory (4 bytes each):
 # 8192 pairs = 32 KB, which leaves room for its resident CTAs. Longer batches run the pipeline
@@ -60,16 +59,12 @@ def _quantize_input(weights, hidden: torch.Tensor, workspace) -> tuple[int, int,
 
 def run_fused_moe(weights, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                   shared_output: torch.Tensor | None, out: torch.Tensor, workspace, *, pdl: bool | None = None,
-                  unfused: bool = False, path: str | None = None) -> torch.Tensor:
+                  unfused: bool = False) -> torch.Tensor:
     """out[t] = sum_j topk_weights[t, j] * Down_e(silu(Gate_e x_t) * Up_e x_t) (+ shared_output[t]) over
     the pairs whose expert e = topk_ids[t, j] is local. hidden BF16 [T, H] (unit inner stride, rows
     16-byte aligned); topk_ids int32/int64 and topk_weights FP32, both contiguous [T, K]; out BF16
-    contiguous [T, H]. `unfused`: the same stages with PDL off (the benchmark's `ours_unfused`).
-    `path`: how both GEMMs stream their weights, "ring" or "bulk" (same output, bitwise); None takes
-    heuristics.gemm_path of the shape."""
+    contiguous [T, H]. `unfused`: the same stages with PDL off (the benchmark's `ours_unfused`)."""
     T, H = hidden.shape
-    if path is not None and path not in PATH_CODES:
-        raise ValueError(f"run_fused_moe: path must be one of {tuple(PATH_CODES)} or None, got {path!r}")
     if T == 0:
         return out
     K = topk_ids.shape[1]
@@ -81,9 +76,6 @@ def run_fused_moe(weights, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_we
     I, E = weights.intermediate_size, weights.num_local_experts
     fp8 = weights.quant != "bf16"
     fmt = FMT_FP8 if fp8 else FMT_BF16
-    if path is None:
-        path = heuristics.gemm_path(T, K, E, H, I, weights.quant, num_sms)
-    path_code = PATH_CODES[path]
 
     if fp8:
         with pdl_enabled(use_pdl):
@@ -108,10 +100,10 @@ def run_fused_moe(weights, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_we
         # previous window's Down), which passed its own wait, so the ids' producer has finished.
         ext.gate_up(fmt, x_ptr + t0 * x_row_bytes, x_row_bytes, xs_ptr + 4 * t0 * xs_st, xs_st, xs_skb,
                     weights.w13.data_ptr(), w13s, ids_ptr, ids64, workspace.inter.data_ptr(), nt, K, H, I,
-                    weights.expert_start, E, fp8 or t0 > 0, num_sms, use_pdl, stream, path_code)
+                    weights.expert_start, E, fp8 or t0 > 0, num_sms, use_pdl, stream)
         prefetch = min(E, nt * K) * H * I * (1 if fp8 else 2) <= MAX_PREFETCH_W2_BYTES
         ext.down(fmt, workspace.inter.data_ptr(), weights.w2.data_ptr(), w2s, ids_ptr, ids64,
                  topk_weights.data_ptr() + t0 * K * 4, shared_ptr + (t0 * shared_stride * 2 if shared_ptr else 0),
                  shared_stride, out.data_ptr() + t0 * out_stride * 2, out_stride, nt, K, H, I,
-                 weights.expert_start, E, min(nt, down_chunk_tokens(K)), prefetch, use_pdl, stream, path_code)
+                 weights.expert_start, E, min(nt, down_chunk_tokens(K)), prefetch, use_pdl, stream)
     return out

@@ -4,45 +4,25 @@
 #include <algorithm>
 
 #include "hpc_moe/moe_down.cuh"
-#include "hpc_moe/moe_down_bulk.cuh"
 #include "hpc_moe/moe_gate_up.cuh"
-#include "hpc_moe/moe_gate_up_bulk.cuh"
 #include "hpc_moe/moe_params.h"
 
 namespace hpc::moe {
-
-size_t gate_up_smem_bytes(int num_pairs, int num_local_experts) {
-  return gate_up_smem_bytes_impl(num_pairs, num_local_experts);
-}
 
 size_t down_smem_bytes(int num_pairs, int num_local_experts) {
   return down_smem_bytes_impl(num_pairs, num_local_experts);
 }
 
-// An upper bound on the tasks any routing can make (I/8 tiles per active expert), capped at the
-// CTAs that are resident at once.
-int gate_up_grid(Format f, int num_pairs, int num_local_experts, int intermediate, int num_sms) {
-  const long long tasks = static_cast<long long>(intermediate / 8) * std::min(num_local_experts, num_pairs);
-  return static_cast<int>(std::max(1LL, std::min(tasks, static_cast<long long>(num_sms) * gate_up_ctas_per_sm(f))));
+// The grid is an upper bound on the tasks any routing can make (I/8 tiles per active expert),
+// capped by the launcher at the CTAs resident at once.
+cudaError_t run_gate_up(Format f, const GateUpParams& p, int num_sms, cudaStream_t stream, bool pdl) {
+  const long long tasks = static_cast<long long>(p.I / 8) * std::min(p.num_local_experts, p.T * p.K);
+  const int bound = static_cast<int>(std::max(1LL, std::min(tasks, 1LL << 30)));
+  return f == Format::kFp8 ? launch_moe_gate_up<Format::kFp8>(p, bound, num_sms, stream, pdl)
+                           : launch_moe_gate_up<Format::kBf16>(p, bound, num_sms, stream, pdl);
 }
 
-cudaError_t run_gate_up(Format f, const GateUpParams& p, int num_sms, cudaStream_t stream, bool pdl, Path path) {
-  if (path == Path::kBulk) {
-    // The same task bound; the bulk kernel caps it at its own occupancy (shared memory decides).
-    const long long tasks = static_cast<long long>(p.I / 8) * std::min(p.num_local_experts, p.T * p.K);
-    const int bound = static_cast<int>(std::max(1LL, std::min(tasks, 1LL << 30)));
-    return f == Format::kFp8 ? launch_moe_gate_up_bulk<Format::kFp8>(p, bound, num_sms, stream, pdl)
-                             : launch_moe_gate_up_bulk<Format::kBf16>(p, bound, num_sms, stream, pdl);
-  }
-  const int grid = gate_up_grid(f, p.T * p.K, p.num_local_experts, p.I, num_sms);
-  return f == Format::kFp8 ? launch_moe_gate_up<Format::kFp8>(p, grid, stream, pdl)
-                           : launch_moe_gate_up<Format::kBf16>(p, grid, stream, pdl);
-}
-
-cudaError_t run_down(Format f, const DownParams& p, cudaStream_t stream, bool pdl, Path path) {
-  if (path == Path::kBulk)
-    return f == Format::kFp8 ? launch_moe_down_bulk<Format::kFp8>(p, stream, pdl)
-                             : launch_moe_down_bulk<Format::kBf16>(p, stream, pdl);
+cudaError_t run_down(Format f, const DownParams& p, cudaStream_t stream, bool pdl) {
   return f == Format::kFp8 ? launch_moe_down<Format::kFp8>(p, stream, pdl)
                            : launch_moe_down<Format::kBf16>(p, stream, pdl);
 }

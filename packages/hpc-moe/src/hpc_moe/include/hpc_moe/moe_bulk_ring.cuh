@@ -1,4 +1,4 @@
-// The weight stream of the bulk-copy GEMM kernels (moe_gate_up_bulk.cuh, moe_down_bulk.cuh): one
+// The weight stream of the Gate-Up kernel (moe_gate_up.cuh): one
 // ring of shared-memory slots per warp, filled by the bulk copy engine (cp.async.bulk with an L2
 // evict_first policy) and drained by the same warp.
 //
@@ -7,8 +7,7 @@
 // ld.shared (a warp reads 512 contiguous bytes per instruction: conflict-free), and once every lane
 // has used the values (__syncwarp) lane 0 refills the slot with the stage `slots` ahead. A slot is
 // only refilled by the warp that read it, so no empty barriers and no cross-warp hand-off are
-// needed, and the order in which a warp adds its K pieces is the same as in the register-ring
-// kernels (both paths give bitwise equal outputs).
+// needed.
 //
 // Protocol: stage i of a warp goes to slot i % slots; use n = i / slots of a slot completes phase n
 // of its barrier, which the warp waits for with parity n & 1. The warp issues stages 0 .. slots-1

@@ -3,151 +3,126 @@
 //
 // Persistent grid: every CTA builds the routing index in shared memory and enumerates the same
 // tasks (active local expert ascending, w13 tile of 8 gate + 8 up rows); CTA c takes tasks c,
-// c + gridDim.x, ... A task is one 16-row tile times all the expert's pairs, 16 columns at a time:
-// the 4 warps split K, each streaming its contiguous part of the tile (16-byte loads, one per lane
-// per MMA step, in the prepared fragment order) through a register ring kStages deep, with the
-// token rows (B) read straight from x through the index. The warps' partial sums meet in shared
-// memory and are added in warp order.
+// c + gridDim.x, ... A task is one 16-row tile times all the expert's pairs, 16 columns at a time.
+// Warp w owns bytes [s0 * 2 KB, s1 * 2 KB) of every w13 tile (its K quarter: 16 KB of a 64 KB FP8
+// tile, 32 KB of a 128 KB BF16 tile, contiguous in the prepared layout) and streams them through
+// its own shared-memory ring (moe_bulk_ring.cuh) in 4 KB bulk copies, across chunks and tasks: the
+// next task's part streams while the current chunk's epilogue runs, and the first copies are issued
+// before the PDL wait (weights are never written by an earlier kernel). The ring holds a warp's whole
+// quarter of an FP8 tile (4 slots, 64 KB per CTA, 3 CTAs per SM), 6 of 8 pieces for BF16 (96 KB, 2
+// per SM). B (token rows of x / xq through the index, L2-resident) stays in registers, loaded two K
+// stages ahead of its use. The warps' partial sums meet in shared memory and are added in warp
+// order. A chunk of more than 16 pairs streams the tile again (L2 hits).
+// Measured against per-lane 16-byte register loads of the same tiles (H200, cold, Hy3 TP8, Gate-Up
+// alone, us): FP8 T = 1 / 16 / 256: 15.4 / 54.1 / 135.2 against 15.7 / 69.5 / 154.6; BF16 15.6 / 86.6
+// / 169.8 against 17.0 / 88.4 / 180.8 (DESIGN.md, "Measured").
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "hpc_common/pdl.cuh"
+#include "hpc_common/sm90.cuh"
+#include "hpc_moe/moe_bulk_ring.cuh"
 #include "hpc_moe/moe_device.cuh"
+#include "hpc_moe/moe_gate_up_operands.cuh"
 #include "hpc_moe/moe_index.cuh"
 #include "hpc_moe/moe_params.h"
 
 namespace hpc::moe {
 
-// One stage is 128 bytes of every row along K (two 64-byte groups, four MMA steps): one 128-wide
-// scale block for FP8, 64 elements for BF16. Three stages in flight per warp: 6 KB per warp,
-// 24 KB per CTA.
-constexpr int kGateUpStages = 3;
+constexpr int kGateUpStageBytes = 2048;                     // 128 bytes of each of 16 rows
+constexpr int kGateUpSlotStages = 2;                        // K stages per copy
+constexpr int kGateUpSlotBytes = kGateUpSlotStages * kGateUpStageBytes;
+constexpr int gate_up_slots(Format f) { return f == Format::kFp8 ? 4 : 6; }  // per warp
+constexpr int gate_up_ctas_per_sm(Format f) { return f == Format::kFp8 ? 3 : 2; }
+constexpr size_t gate_up_ring_bytes(Format f) {
+  return size_t(4) * gate_up_slots(f) * kGateUpSlotBytes;
+}
 
-struct GateUpStage {
-  uint4 a[4];     // A fragments of steps (group 0, step 0), (0, 1), (1, 0), (1, 1)
-  uint4 b[2][2];  // B: [n-block][group], words 0-1 step 0, words 2-3 step 1
-  float2 ws;      // FP8: gate and up weight scale of this K block
-  float xs[2][2];  // FP8: activation scale of the lane's two C columns per n-block
-};
+// The warp's copy sequence (task, chunk, piece): the order in which the consumer loop below reads.
+struct GateUpCursor {
+  int task, e, t, cnt, c0, q;
+  bool valid;
 
-template <Format F>
-struct GateUpWarp {
-  const GateUpParams& p;
-  const char* tile;       // the task's w13 tile (16 rows, fragment order)
-  const char* brow[2];    // x row of the lane's B column per n-block
-  const float* xsrow[2][2];  // FP8: xs row of the lane's C columns
-  const float* wsrow;     // FP8: w13s of the tile: [kb][2]
-  int lane, nb;
-  uint64_t policy;
-
-  __device__ __forceinline__ void load(GateUpStage& st, int s) const {
-    const char* a = tile + s * 2048 + lane * 16;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) st.a[i] = ld_weight(a + i * 512, policy);
-    const int q = lane & 3;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      if (j < nb) {
-#pragma unroll
-        for (int g = 0; g < 2; ++g) st.b[j][g] = ld_act(brow[j] + s * 128 + g * 64 + q * 16);
-      }
-    }
-    if constexpr (F == Format::kFp8) {
-      st.ws = ld_f32x2(wsrow + 2 * s);
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        if (j < nb) {
-          st.xs[j][0] = ld_f32(xsrow[j][0] + s * p.xs_stride_kb);
-          st.xs[j][1] = ld_f32(xsrow[j][1] + s * p.xs_stride_kb);
-        }
-      }
-    }
+  __device__ __forceinline__ void set_task(const SmemIndex& x, int E) {
+    e = task_expert(x, E, task);
+    cnt = x.cnt[e];
+    t = task - x.tstart[e];
   }
-
-  __device__ __forceinline__ void compute(const GateUpStage& st, float (&acc)[2][4]) const {
-    float part[2][4];
-    float(&d)[2][4] = (F == Format::kFp8) ? part : acc;
-    if constexpr (F == Format::kFp8) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) part[j][c] = 0.f;
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint4 a = st.a[i];
-      const int g = i >> 1, step = i & 1;
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        if (j < nb) {
-          const uint32_t b0 = step ? st.b[j][g].z : st.b[j][g].x;
-          const uint32_t b1 = step ? st.b[j][g].w : st.b[j][g].y;
-          if constexpr (F == Format::kFp8) {
-            mma_e4m3(d[j], a.x, a.y, a.z, a.w, b0, b1);
-          } else {
-            mma_bf16(d[j], a.x, a.y, a.z, a.w, b0, b1);
-          }
-        }
-      }
-    }
-    if constexpr (F == Format::kFp8) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        acc[j][0] += part[j][0] * (st.ws.x * st.xs[j][0]);  // gate row, column 2q
-        acc[j][1] += part[j][1] * (st.ws.x * st.xs[j][1]);  // gate row, column 2q + 1
-        acc[j][2] += part[j][2] * (st.ws.y * st.xs[j][0]);  // up row, column 2q
-        acc[j][3] += part[j][3] * (st.ws.y * st.xs[j][1]);
-      }
-    }
+  __device__ __forceinline__ void start(const SmemIndex& x, int E, int total, int pieces) {
+    task = blockIdx.x, c0 = 0, q = 0;
+    valid = pieces > 0 && task < total;
+    if (valid) set_task(x, E);
   }
-
-  // Stages [s0, s1) through the register ring.
-  __device__ __forceinline__ void run(int s0, int s1, float (&acc)[2][4]) const {
-    GateUpStage ring[kGateUpStages];
-#pragma unroll
-    for (int d = 0; d < kGateUpStages; ++d)
-      if (s0 + d < s1) load(ring[d], s0 + d);
-    for (int s = s0; s < s1; s += kGateUpStages) {
-#pragma unroll
-      for (int d = 0; d < kGateUpStages; ++d) {
-        if (s + d < s1) {
-          compute(ring[d], acc);
-          if (s + d + kGateUpStages < s1) load(ring[d], s + d + kGateUpStages);
-        }
-      }
-    }
+  __device__ __forceinline__ void advance(const SmemIndex& x, int E, int total, int pieces) {
+    if (!valid || ++q < pieces) return;
+    q = 0;
+    c0 += kChunkPairs;
+    if (c0 < cnt) return;
+    c0 = 0;
+    task += gridDim.x;
+    valid = task < total;
+    if (valid) set_task(x, E);
   }
 };
 
+__device__ __forceinline__ void gate_up_load_a(GateUpStage& st, const char* stage, int lane) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) st.a[i] = lds128(stage + i * 512 + lane * 16);
+}
+
 template <Format F>
-__global__ void __launch_bounds__(kThreads, gate_up_ctas_per_sm(F)) moe_gate_up_kernel(const GateUpParams p) {
-  extern __shared__ __align__(16) int smem[];
+__global__ void __launch_bounds__(kThreads, gate_up_ctas_per_sm(F))
+    moe_gate_up_kernel(const GateUpParams p) {
+  extern __shared__ __align__(128) char gate_up_smem[];
+  constexpr int kSlots = gate_up_slots(F);
   const int E = p.num_local_experts;
   const int num_pairs = p.T * p.K;
-  const SmemIndex x = SmemIndex::carve(smem, E);
-  float* red = reinterpret_cast<float*>(smem + ((SmemIndex::words(E, num_pairs) + 3) & ~3));  // [4][8][32]
+  char* ring_buf = gate_up_smem;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(gate_up_smem + gate_up_ring_bytes(F));  // [4][kSlots]
+  float* red = reinterpret_cast<float*>(bars + 4 * kSlots);                                     // [4][8][32]
+  const SmemIndex x = SmemIndex::carve(reinterpret_cast<int*>(red + 4 * 8 * 32), E);
   const int tiles = p.I / 8;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
+  if (threadIdx.x == 0) WarpRing::init_barriers(bars, 4 * kSlots);
   if (p.ids_before_wait) {
-    build_index(x, p.topk_ids, p.ids_int64, 0, num_pairs, p.expert_start, E, tiles);
-    hpc::pdl_wait();
+    build_index(x, p.topk_ids, p.ids_int64, 0, num_pairs, p.expert_start, E, tiles);  // syncs the init
   } else {
     hpc::pdl_wait();
     build_index(x, p.topk_ids, p.ids_int64, 0, num_pairs, p.expert_start, E, tiles);
   }
-  // The Down kernel may start now: it reads only topk_ids before its own wait.
-  hpc::pdl_launch_dependents();
 
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int elem = F == Format::kFp8 ? 1 : 2;
   const int num_stages = p.H * elem / 128;
   const int s0 = warp * num_stages / 4, s1 = (warp + 1) * num_stages / 4;
+  const int mw = s1 - s0;
+  const int pieces = (mw + kGateUpSlotStages - 1) / kGateUpSlotStages;
   const int64_t tile_bytes = int64_t(16) * p.H * elem;
   const int kb_count = p.H / 128;
-  const uint64_t policy = evict_first_policy();
   const int total = x.tstart[E];
+
+  WarpRing ring{ring_buf + size_t(warp) * kSlots * kGateUpSlotBytes, bars + warp * kSlots, kSlots,
+                kGateUpSlotBytes, 0, 0, sm90::l2_evict_first_policy()};
+  const char* wpart = static_cast<const char*>(p.w13) + int64_t(s0) * kGateUpStageBytes;
+  GateUpCursor cur;
+  cur.start(x, E, total, pieces);
+  auto src = [&]() {
+    return wpart + (int64_t(cur.e) * tiles + cur.t) * tile_bytes + int64_t(cur.q) * kGateUpSlotBytes;
+  };
+  auto bytes = [&]() {
+    return static_cast<uint32_t>(min(kGateUpSlotStages, mw - cur.q * kGateUpSlotStages) *
+                                 kGateUpStageBytes);
+  };
+  for (int s = 0; s < kSlots && cur.valid; ++s) {
+    if (lane == 0) ring.issue(s, src(), bytes());
+    cur.advance(x, E, total, pieces);
+  }
+  __syncwarp();
+  if (p.ids_before_wait) hpc::pdl_wait();  // x / xq (the quantiser) and inter's earlier readers
+  // The Down kernel may start now: it reads only topk_ids before its own wait.
+  hpc::pdl_launch_dependents();
 
   for (int task = blockIdx.x; task < total; task += gridDim.x) {
     const int e = task_expert(x, E, task);
@@ -158,10 +133,8 @@ __global__ void __launch_bounds__(kThreads, gate_up_ctas_per_sm(F)) moe_gate_up_
       const int n = min(kChunkPairs, cnt - c0);
 
       GateUpWarp<F> w{p};
-      w.tile = static_cast<const char*>(p.w13) + (int64_t(e) * tiles + t) * tile_bytes;
       w.lane = lane;
       w.nb = n > 8 ? 2 : 1;
-      w.policy = policy;
       const int g = lane >> 2, q = lane & 3;
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
@@ -178,7 +151,22 @@ __global__ void __launch_bounds__(kThreads, gate_up_ctas_per_sm(F)) moe_gate_up_
       if constexpr (F == Format::kFp8) w.wsrow = p.w13s + (int64_t(e) * tiles + t) * kb_count * 2;
 
       float acc[2][4] = {};
-      w.run(s0, s1, acc);
+      GateUpStage st[2];
+      if (mw > 0) w.load_b(st[0], s0);
+      if (mw > 1) w.load_b(st[1], s0 + 1);
+      for (int k = 0; k < mw; k += kGateUpSlotStages) {  // one slot (piece) per iteration
+        const char* a = ring.wait();
+        gate_up_load_a(st[0], a, lane);
+        w.compute(st[0], acc);
+        if (k + 2 < mw) w.load_b(st[0], s0 + k + 2);
+        if (k + 1 < mw) {
+          gate_up_load_a(st[1], a + kGateUpStageBytes, lane);
+          w.compute(st[1], acc);
+          if (k + 3 < mw) w.load_b(st[1], s0 + k + 3);
+        }
+        ring.release(lane == 0, cur.valid, src(), bytes());
+        cur.advance(x, E, total, pieces);
+      }
 
 #pragma unroll
       for (int j = 0; j < 2; ++j)
@@ -205,15 +193,27 @@ __global__ void __launch_bounds__(kThreads, gate_up_ctas_per_sm(F)) moe_gate_up_
   }
 }
 
-inline size_t gate_up_smem_bytes_impl(int num_pairs, int E) {
-  const size_t words = ((size_t(5) * E + 3 + num_pairs) + 3) & ~size_t(3);
-  return words * 4 + 4 * 8 * 32 * sizeof(float);
+inline size_t gate_up_smem_bytes_impl(Format f, int num_pairs, int E) {
+  const size_t words = size_t(5) * E + 3 + num_pairs;
+  return gate_up_ring_bytes(f) + size_t(4) * gate_up_slots(f) * sizeof(uint64_t) +
+         4 * 8 * 32 * sizeof(float) + words * 4;
 }
 
+// grid: the caller's bound on the tasks, capped here at the CTAs resident at once.
 template <Format F>
-cudaError_t launch_moe_gate_up(const GateUpParams& p, int grid, cudaStream_t stream, bool pdl) {
-  const size_t smem = gate_up_smem_bytes_impl(p.T * p.K, p.num_local_experts);
-  return hpc::launch_kernel(moe_gate_up_kernel<F>, dim3(grid), dim3(kThreads), smem, stream, pdl, p);
+cudaError_t launch_moe_gate_up(const GateUpParams& p, int task_bound, int num_sms, cudaStream_t stream,
+                                    bool pdl) {
+  const size_t smem = gate_up_smem_bytes_impl(F, p.T * p.K, p.num_local_experts);
+  if (cudaError_t e = hpc::allow_dynamic_smem(moe_gate_up_kernel<F>, smem); e != cudaSuccess) return e;
+  int per_sm = 0;
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_gate_up_kernel<F>, kThreads,
+                                                                    smem);
+      e != cudaSuccess)
+    return e;
+  const long long resident = static_cast<long long>(num_sms) * (per_sm > 0 ? per_sm : 1);
+  const int grid = static_cast<int>(task_bound < resident ? task_bound : resident);
+  return hpc::launch_kernel(moe_gate_up_kernel<F>, dim3(grid > 0 ? grid : 1), dim3(kThreads), smem, stream,
+                            pdl, p);
 }
 
 }  // namespace hpc::moe

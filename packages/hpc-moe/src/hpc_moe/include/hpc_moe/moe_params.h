@@ -13,11 +13,6 @@ namespace hpc::moe {
 // scales are expanded into the block layout at prepare time, so both FP8 formats share kernels).
 enum class Format : int { kBf16 = 0, kFp8 = 1 };
 
-// How a GEMM kernel streams its weights: per-lane 16-byte loads through a register ring
-// (moe_gate_up.cuh, moe_down.cuh) or bulk copies into a shared-memory ring per warp
-// (moe_gate_up_bulk.cuh, moe_down_bulk.cuh). Same params, layouts and outputs (bitwise).
-enum class Path : int { kRing = 0, kBulk = 1 };
-
 // Pairs (t, j) of topk_ids [T, K] are numbered p = t * K + j; `inter` is indexed by p.
 struct GateUpParams {
   const void* x;            // BF16 hidden [T, H] or FP8 xq [T, H]
@@ -56,15 +51,9 @@ struct DownParams {
 
 constexpr int kThreads = 128;    // 4 warps split K (Gate-Up) or take experts in turn (Down)
 constexpr int kChunkPairs = 16;  // pairs (MMA columns) per Gate-Up task and per Down MMA pass
-// Gate-Up CTAs resident per SM (the __launch_bounds__ minimum): BF16 fits 3 (136 registers), the
-// FP8 kernel's scale loads need 194 registers, so 2 (at 3 it spilled).
-constexpr int gate_up_ctas_per_sm(Format f) { return f == Format::kFp8 ? 2 : 3; }
 
-cudaError_t run_gate_up(Format f, const GateUpParams& p, int num_sms, cudaStream_t stream, bool pdl,
-                        Path path = Path::kRing);
-cudaError_t run_down(Format f, const DownParams& p, cudaStream_t stream, bool pdl, Path path = Path::kRing);
-size_t gate_up_smem_bytes(int num_pairs, int num_local_experts);
+cudaError_t run_gate_up(Format f, const GateUpParams& p, int num_sms, cudaStream_t stream, bool pdl);
+cudaError_t run_down(Format f, const DownParams& p, cudaStream_t stream, bool pdl);
 size_t down_smem_bytes(int num_pairs, int num_local_experts);
-int gate_up_grid(Format f, int num_pairs, int num_local_experts, int intermediate, int num_sms);
 
 }  // namespace hpc::moe
