@@ -10,7 +10,10 @@ script under memcheck, racecheck and synccheck, one short run each):
 - router GEMM (hpc_router_gemm): the plan of every TABLE row of the three served shapes (every path the
   library dispatches to) and the rules' paths on a shape without a table;
 - decode attention (hpc_attention): plan_decode + decode (+ combine where the plan splits), BF16 and
-  FP8 KV, small batches with and without split requests, the static split-KV baseline, 8/1 and 64/8 heads;
+  FP8 KV, small batches with and without split requests, the static split-KV baseline, 8/1 and 64/8 heads,
+  the separate combine kernel and the cp.async producer;
+- the attention prologue (hpc_attention.qk_norm_rope_store): BF16 and FP8 KV and Q, both RoPE styles,
+  full and partial rotary dims (the shuffle and the shared-memory paths), norm on and off, padding;
 - fused MoE (hpc_moe): each weight format, when hpc_moe has a CUDA path.
 
 An operator whose package is not installed is skipped and named. Each op synchronises, so an error
@@ -117,7 +120,41 @@ def decode_ops(dev: torch.device) -> None:
                 plan = ha.plan_decode(kv_lens, hkv, hq, max_kv_len=max(lens), static_splits=splits,
                                       kv_dtype=kv_dtype, page_table=page_table, page_size=page)
                 ha.decode(q, k_cache, v_cache, page_table, kv_lens, plan, **kw)
-            _done(f"decode {str(kv_dtype).removeprefix('torch.')} {label} (dynamic, static split)")
+            # The kernels the default plan never launches at page 64: the combine kernel (merge in a
+            # pass of its own) and the cp.async producer.
+            for opts in (ha.DecodeOptions(merge="combine"), ha.DecodeOptions(producer="cp_async")):
+                plan = ha.plan_decode(kv_lens, hkv, hq, max_kv_len=max(lens), kv_dtype=kv_dtype,
+                                      page_table=page_table, page_size=page, options=opts)
+                ha.decode(q, k_cache, v_cache, page_table, kv_lens, plan, **kw)
+            _done(f"decode {str(kv_dtype).removeprefix('torch.')} {label} (dynamic, static split, combine, cp.async)")
+
+
+def prologue_ops(dev: torch.device) -> None:
+    import hpc_attention as ha
+    from hpc_attention import reference as ref
+
+    gen = torch.Generator(dev).manual_seed(5)
+    page, T = 16, 37
+    # (Hq, Hkv, rotary_dim, style, norm): the shuffle path (rotary % 16 == 0) and the shared-memory one.
+    cases = [(8, 1, 128, "neox", True), (32, 4, 64, "gptj", False), (16, 16, 100, "neox", True)]
+    for kv_dtype in (torch.bfloat16, torch.float8_e4m3fn):
+        for q_dtype in (torch.bfloat16, torch.float8_e4m3fn):
+            for hq, hkv, rot, style, norm in cases:
+                qkv = torch.randn(T, (hq + 2 * hkv) * 128, device=dev, generator=gen).to(torch.bfloat16)
+                positions = torch.randint(0, 4096, (T,), device=dev, generator=gen)
+                cs = ref.rope_cos_sin_cache(4096, rot).to(dev)
+                num_pages = -(-2 * T // page)
+                k_cache = torch.zeros(num_pages, page, hkv, 128, device=dev).to(kv_dtype)
+                v_cache = torch.zeros_like(k_cache)
+                slots = torch.randperm(num_pages * page, device=dev, generator=gen)[:T]
+                slots[::5] = -1  # padding tokens
+                wq = torch.rand(128, device=dev, generator=gen).to(torch.bfloat16) + 0.5 if norm else None
+                wk = torch.rand(128, device=dev, generator=gen).to(torch.bfloat16) + 0.5 if norm else None
+                kw = {} if kv_dtype == torch.bfloat16 else {"k_scale": 0.05, "v_scale": 0.05}
+                ha.qk_norm_rope_store(qkv, positions, cs, k_cache, v_cache, slots, num_qo_heads=hq,
+                                      num_kv_heads=hkv, q_norm_weight=wq, k_norm_weight=wk, eps=1e-5,
+                                      rope_style=style, rotary_dim=rot, q_out_dtype=q_dtype, **kw)
+            _done(f"prologue kv {str(kv_dtype).removeprefix('torch.')} q {str(q_dtype).removeprefix('torch.')}")
 
 
 def moe_ops(dev: torch.device) -> None:
@@ -148,7 +185,8 @@ def moe_ops(dev: torch.device) -> None:
 
 
 OPS = {"fp8": ("hpc_common.fp8", fp8_ops), "router": ("hpc_router_gemm", router_ops),
-       "decode": ("hpc_attention", decode_ops), "moe": ("hpc_moe.kernels", moe_ops)}
+       "decode": ("hpc_attention", decode_ops), "prologue": ("hpc_attention", prologue_ops),
+       "moe": ("hpc_moe.kernels", moe_ops)}
 
 
 def main(argv=None) -> int:
