@@ -125,7 +125,12 @@ def qk_norm_rope_store(qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache
     (token, head), amax / 448 (q = codes * q_scale). k_scale / v_scale: for FP8 caches (required there),
     the per-tensor scales, floats or one-element float32 CUDA tensors; stored = e4m3(value * (1 / scale)),
     RNE, saturating. out_q [T, Hq, 128] (q_out_dtype) and out_q_scale [T, Hq] float32: outputs to write
-    into (allocated when None). Arithmetic is float32.
+    into (allocated when None). Arithmetic is float32, bitwise deterministic.
+
+    With PDL on (hpc_common.set_pdl) the kernel waits for the previous kernel before it reads anything
+    (qkv, ids, scale tensors) and lets the next kernel launch at once: a following
+    `decode(..., new_tokens=1)` reads its older KV while this kernel runs (the prologue writes only the
+    newest token's K / V, and q).
 
     Returns (q [T, Hq, 128], q_scale [T, Hq] float32 or None for BF16 Q): pass them to
     `decode(q, ..., q_scale=q_scale)` unchanged. validate (default: when not capturing a CUDA graph)
