@@ -207,7 +207,8 @@ def table_prologue(found: dict[str, Source], rel: str) -> list[str]:
     for t in PROLOGUE_T:
         cells = [pair(found, cell, part="prologue", T=t, Hq=hq, Hkv=hkv, kv_dtype=dt, provider="ours")
                  for hq, hkv, dt in DECODE_COLUMNS]
-        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+        if any(c != "- / -" and c != "- / n/m" and c != "n/m / -" for c in cells):  # token counts not run: no row
+            lines.append(f"| {t} | " + " | ".join(cells) + " |")
     return lines + ["", sources_line(found, rel), ""]
 
 
