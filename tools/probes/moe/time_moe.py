@@ -1,11 +1,10 @@
 """Probe: the fused MoE (hpc_moe.kernels.run_fused_moe) at Hy3 TP8 (E=192, top-8, H=4096, I=192),
-T = 1, 16, 256, FP8 block and BF16, timed cold (whole call in a CUDA graph, a 128 MB written flush
-before each replay, events around the replay, median of 50). Prints one line per row with the byte
+T = 1, 16, 256, FP8 block and BF16, timed cold (whole call in a CUDA graph with a 128 MB written flush
+and two events, hpc_common.bench.cold_us). Prints one line per row with the byte
 floor (distinct experts' weights and scales plus activations over 4.27 TB/s) and each kernel alone."""
 
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
@@ -15,26 +14,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "moe"))
 from test_fused_moe_gpu import _check_close, _reference, _run, _setup  # noqa: E402
 
 
-def cold_us(fn, iters=50):
-    flush = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    ts = []
-    for _ in range(iters):
-        flush.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1000)
-    return statistics.median(ts)
+def cold_us(fn):
+    """hpc_common.bench's cold method (events inside the graph, after a written 128 MB flush)."""
+    from hpc_common.bench import cold_us as bench_cold_us
+
+    return bench_cold_us(fn, reps=50)
 
 
 def floor_us(c, T):
