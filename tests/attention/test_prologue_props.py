@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 import hpc_attention as ha
 
 from . import test_prologue as tp
-from .test_prologue import FP8, check_against_reference, emu_harness, make_inputs  # noqa: F401 (a fixture)
+from . import test_prologue_emulated as tpe
+from .test_prologue import FP8, check_against_reference, make_inputs
+from .test_prologue_emulated import emu_harness  # noqa: F401 (a fixture)
 
 TOKENS = [1, 3, 64, 257, 2048]
 HEADS = [(8, 1), (64, 8), (32, 4), (16, 16), (40, 8)]
@@ -87,7 +89,7 @@ def small_cases(draw):
 
 @pytest.fixture(scope="module")
 def emu_ext_module(emu_harness, tmp_path_factory):
-    ext = tp.EmuExt(emu_harness, tmp_path_factory.mktemp("prologue_emu_props"))
+    ext = tpe.EmuExt(emu_harness, tmp_path_factory.mktemp("prologue_emu_props"))
     mp = pytest.MonkeyPatch()
     mp.setattr(tp.pro._ext, "load", lambda: ext)
     mp.setattr(tp.pro, "require_hopper", lambda *a, **k: None)
@@ -111,7 +113,7 @@ def test_emulated_prologue_matches_reference(emu_ext_module, c):
     for cache in (a["k_cache"], a["v_cache"]):
         cache.view(torch.uint8).fill_(0xFF)
     scales = dict(k_scale=0.04, v_scale=0.03) if c["kv"] == FP8 else {}
-    q, qs = tp.emulate(a, hq, hkv, eps=1e-5, rope_style=c["style"], q_out_dtype=c["q"], **scales)
+    q, qs = tpe.emulate(a, hq, hkv, eps=1e-5, rope_style=c["style"], q_out_dtype=c["q"], **scales)
     try:
         check_against_reference(a, q, qs, hq, hkv, q_dtype=c["q"], kv_dtype=c["kv"], k_scale=scales.get("k_scale"),
                                 v_scale=scales.get("v_scale"), eps=1e-5, rope_style=c["style"])
