@@ -45,5 +45,4 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
         py::arg("T"), py::arg("K"), py::arg("H"), py::arg("I"), py::arg("expert_start"),
         py::arg("num_local_experts"), py::arg("chunk_tokens"), py::arg("prefetch_w2"), py::arg("pdl"),
         py::arg("stream"));
-  m.def("down_smem_bytes", &mo::down_smem_bytes, py::arg("num_pairs"), py::arg("num_local_experts"));
 }

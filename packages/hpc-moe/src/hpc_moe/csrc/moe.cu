@@ -9,10 +9,6 @@
 
 namespace hpc::moe {
 
-size_t down_smem_bytes(int num_pairs, int num_local_experts) {
-  return down_smem_bytes_impl(num_pairs, num_local_experts);
-}
-
 // The grid is an upper bound on the tasks any routing can make (I/8 tiles per active expert),
 // capped by the launcher at the CTAs resident at once.
 cudaError_t run_gate_up(Format f, const GateUpParams& p, int num_sms, cudaStream_t stream, bool pdl) {

@@ -54,6 +54,5 @@ constexpr int kChunkPairs = 16;  // pairs (MMA columns) per Gate-Up task and per
 
 cudaError_t run_gate_up(Format f, const GateUpParams& p, int num_sms, cudaStream_t stream, bool pdl);
 cudaError_t run_down(Format f, const DownParams& p, cudaStream_t stream, bool pdl);
-size_t down_smem_bytes(int num_pairs, int num_local_experts);
 
 }  // namespace hpc::moe
