@@ -114,6 +114,16 @@ def pct_of_floor(row: dict | None) -> str:
     return f" ({100.0 * row['floor_us'] / row['median_us']:.0f} %)"
 
 
+def us_and_pct(row: dict | None) -> str:
+    return us(row) + pct_of_floor(row)
+
+
+def decode_columns_header(first: str) -> list[str]:
+    """The header of a table with one column per decode head layout and KV dtype."""
+    head = " | ".join(f"{hq}/{hkv} {dt.upper()}" for hq, hkv, dt in DECODE_COLUMNS)
+    return [f"| {first} | {head} |", "|---" * (len(DECODE_COLUMNS) + 1) + "|"]
+
+
 def sources_line(found: dict[str, Source], results_rel: str) -> str:
     parts = []
     for method in METHODS:
@@ -173,13 +183,9 @@ def table_decode(found: dict[str, Source], rel: str) -> list[str]:
     if not found:
         return lines + [NOT_MEASURED, ""]
 
-    def cell(row):
-        return us(row) + pct_of_floor(row)
-
-    head = " | ".join(f"{hq}/{hkv} {dt.upper()}" for hq, hkv, dt in DECODE_COLUMNS)
-    lines += [f"| case | {head} |", "|---" * (len(DECODE_COLUMNS) + 1) + "|"]
+    lines += decode_columns_header("case")
     for case in DECODE_CASES:
-        cells = [pair(found, cell, case=case, Hq=hq, Hkv=hkv, kv_dtype=dt, provider="ours")
+        cells = [pair(found, us_and_pct, case=case, Hq=hq, Hkv=hkv, kv_dtype=dt, provider="ours")
                  for hq, hkv, dt in DECODE_COLUMNS]
         lines.append(f"| {case} | " + " | ".join(cells) + " |")
     plans = [(hq, hkv, pick(src, provider="ours_plan", case="256x4K", Hq=hq, Hkv=hkv))
@@ -199,13 +205,9 @@ def table_prologue(found: dict[str, Source], rel: str) -> list[str]:
     if not found:
         return lines + [NOT_MEASURED, ""]
 
-    def cell(row):
-        return us(row) + pct_of_floor(row)
-
-    head = " | ".join(f"{hq}/{hkv} {dt.upper()}" for hq, hkv, dt in DECODE_COLUMNS)
-    lines += [f"| tokens | {head} |", "|---" * (len(DECODE_COLUMNS) + 1) + "|"]
+    lines += decode_columns_header("tokens")
     for t in PROLOGUE_T:
-        cells = [pair(found, cell, part="prologue", T=t, Hq=hq, Hkv=hkv, kv_dtype=dt, provider="ours")
+        cells = [pair(found, us_and_pct, part="prologue", T=t, Hq=hq, Hkv=hkv, kv_dtype=dt, provider="ours")
                  for hq, hkv, dt in DECODE_COLUMNS]
         if any(c != "- / -" and c != "- / n/m" and c != "n/m / -" for c in cells):  # token counts not run: no row
             lines.append(f"| {t} | " + " | ".join(cells) + " |")
@@ -242,7 +244,7 @@ def table_moe(found: dict[str, Source], rel: str) -> list[str]:
                 continue
             row = next((r for r in ours[method] if r.get("T") == t and _field(r, "model", "shape") == model
                         and _field(r, "dtype", "quant") == quant), None)
-            out.append(us(row) + pct_of_floor(row))
+            out.append(us_and_pct(row))
         return " / ".join(out)
 
     for model, quant in configs:
