@@ -12,7 +12,8 @@ does `fused_moe` on CPU tensors). Importing builds nothing and touches no GPU.
 
 from ._version import __version__
 from .fused_moe import fused_moe
+from .sharding import MoEShard, shard_moe_weights
 from .weights import MoEWeights
 from .workspace import MoEWorkspace
 
-__all__ = ["MoEWeights", "MoEWorkspace", "__version__", "fused_moe"]
+__all__ = ["MoEShard", "MoEWeights", "MoEWorkspace", "__version__", "fused_moe", "shard_moe_weights"]
