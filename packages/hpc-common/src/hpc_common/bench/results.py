@@ -78,22 +78,48 @@ def dump_results(meta: dict, rows: list[dict]) -> str:
     return '{"meta": ' + json.dumps(meta, indent=1) + ',\n "rows": [\n' + body + "\n ]}\n"
 
 
-class BenchResults:
-    def __init__(self, op: str, out_dir: Path, **meta_extra):
-        self.op = op
-        self.out_dir = Path(out_dir)
-        self.meta = run_meta(**meta_extra)
+def make_row(provider: str, median_us: float, **fields) -> dict:
+    """One results row: the case fields, then provider and median_us, then the optional metrics present."""
+    row = {k: v for k, v in fields.items() if k not in OPTIONAL_FIELDS}
+    row["provider"] = provider
+    row["median_us"] = round(float(median_us), 3)
+    for k in OPTIONAL_FIELDS:
+        if fields.get(k) is not None:
+            row[k] = float(fields[k])
+    return row
+
+
+class Rows:
+    """Collects rows with BenchResults' `add` and nothing else (no meta, no files): what one hpc-bench
+    case fills and returns."""
+
+    def __init__(self):
         self.rows: list[dict] = []
 
     def add(self, provider: str, median_us: float, **fields) -> dict:
-        row = {k: v for k, v in fields.items() if k not in OPTIONAL_FIELDS}
-        row["provider"] = provider
-        row["median_us"] = round(float(median_us), 3)
-        for k in OPTIONAL_FIELDS:
-            if fields.get(k) is not None:
-                row[k] = float(fields[k])
+        row = make_row(provider, median_us, **fields)
         self.rows.append(row)
         return row
+
+
+def load_results(path: Path) -> tuple[dict, list[dict]]:
+    """(meta, rows) of a results file; ValueError naming the file when it is not one."""
+    try:
+        data = json.loads(Path(path).read_text())
+        meta, rows = data.get("meta", {}), data["rows"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: not a results file ({type(e).__name__}: {e})") from None
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: 'rows' is not a list")
+    return (meta if isinstance(meta, dict) else {}), [r for r in rows if isinstance(r, dict)]
+
+
+class BenchResults(Rows):
+    def __init__(self, op: str, out_dir: Path, **meta_extra):
+        super().__init__()
+        self.op = op
+        self.out_dir = Path(out_dir)
+        self.meta = run_meta(**meta_extra)
 
     def markdown(self) -> str:
         cols: list[str] = []

@@ -68,6 +68,22 @@ def check_row(check: str, max_err: float, tol: float, **fields) -> dict:
     return {"check": check, **fields, "max_err": max_err, "tol": float(tol), "ok": bool(max_err <= tol)}
 
 
+_SKIPPED: list[tuple[str, str]] = []
+
+
+def skip(what: str, why: str) -> None:
+    """Record that a provider or case was not run, and why (e.g. an optional baseline that cannot be
+    imported). A benchmark calls it where it leaves a row out; hpc-bench's summary lists every one."""
+    _SKIPPED.append((str(what), str(why)))
+
+
+def take_skipped() -> list[tuple[str, str]]:
+    """The (what, why) pairs recorded since the last call, deduplicated in order; clears them."""
+    out = list(dict.fromkeys(_SKIPPED))
+    _SKIPPED.clear()
+    return out
+
+
 def discover_suites() -> dict[str, BenchSuite]:
     """Every installed suite by op name, from the `hpc_ops.bench` entry points. An entry point that
     fails to load is returned as a suite whose `unavailable()` says why, so the report can name it."""

@@ -1,0 +1,1 @@
+"""The attention benchmarks (decode, prologue) and their hpc-bench suites; GPU only, except the case tables."""
