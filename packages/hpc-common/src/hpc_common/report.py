@@ -1,18 +1,14 @@
-"""The main job: a short report of what this machine can run (`python -m hpc_common.report`).
+"""The machine and kernel-build sections of the main job (`hpc-bench`, hpc_common.bench.cli), and the
+console demo of the references on machines without an SM90 GPU.
 
-1. What is here: Python, torch, GPU, nvcc.
-2. Builds every hpc-ops kernel for sm_90a (the JIT cache makes a second run instant).
-3. On an SM90 GPU: runs the FP8 quantisation benchmark. Elsewhere: runs the pure-torch
-   reference implementations on small shapes and says so plainly.
+`python -m hpc_common.report` (and `python -m hpc_common`) run hpc-bench with the same arguments.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import platform
 import re
-import subprocess
 import sys
 import time
 from importlib.metadata import entry_points
@@ -37,18 +33,22 @@ def _section(title: str) -> None:
     print(f"\n== {title}", flush=True)
 
 
-def machine() -> None:
+def machine() -> list[str]:
+    """Print and return what is here: hpc-common, Python, torch, the GPU, nvcc."""
     _section("machine")
-    print(f"hpc-common {__version__}, Python {platform.python_version()}, torch {torch.__version__}")
+    lines = [f"hpc-common {__version__}, Python {platform.python_version()}, torch {torch.__version__}"
+             + (f" (CUDA {torch.version.cuda})" if torch.version.cuda else " (CPU build)")]
     if torch.cuda.is_available():
         cap = torch.cuda.get_device_capability()
-        print(f"GPU: {torch.cuda.get_device_name()} (compute capability {cap[0]}.{cap[1]})")
+        lines.append(f"GPU: {torch.cuda.get_device_name()} (compute capability {cap[0]}.{cap[1]})")
     else:
-        print("GPU: none visible to torch")
+        lines.append("GPU: none visible to torch")
     try:
-        print(f"nvcc: {find_nvcc()} ({nvcc_version()})")
-    except JitError as e:
-        print(f"nvcc: not available: {e}")
+        lines.append(f"nvcc: {find_nvcc()} ({nvcc_version().strip().splitlines()[-1]})")
+    except (JitError, IndexError) as e:
+        lines.append(f"nvcc: not available: {e}")
+    print("\n".join(lines), flush=True)
+    return lines
 
 
 MIN_NVCC = (12, 4)  # the oldest CUDA toolkit the kernels are built and tested with (sm_90a, wgmma, TMA)
@@ -65,23 +65,29 @@ def _nvcc_release() -> tuple[int, int] | None:
 
 
 def build_all() -> list[str]:
-    """Build every registered extension; returns the names of those that failed, whose full error
-    goes to FAILURE_LOG."""
+    """Build every registered extension, with a progress bar; returns the names of those that failed,
+    whose full error goes to failure_log()."""
+    from .bench.progress import Progress
+
     _section("building the CUDA kernels for sm_90a")
     discover()
+    specs = sorted(registered().items())
     failed = []
     log = failure_log()
-    for name, spec in sorted(registered().items()):
-        t0 = time.time()
-        try:
-            path = spec.build()
-            print(f"  {name}: ok ({time.time() - t0:.1f}s) -> {path}")
-        except JitError as e:
-            failed.append(name)
-            print(f"  {name}: FAILED (full error in {log})\n{str(e)[-3000:]}")
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with open(log, "a") as fh:
-                fh.write(f"== {name} ({time.strftime('%Y-%m-%d %H:%M:%S')})\n{e}\n")
+    with Progress("kernel build", len(specs)) as bar:
+        for name, spec in specs:
+            bar.step(name)
+            t0 = time.time()
+            try:
+                path = spec.build()
+                print(f"  {name}: ok ({time.time() - t0:.1f}s) -> {path}", flush=True)
+            except JitError as e:
+                failed.append(name)
+                print(f"  {name}: FAILED (full error in {log})\n{str(e)[-3000:]}", flush=True)
+                log.parent.mkdir(parents=True, exist_ok=True)
+                with open(log, "a") as fh:
+                    fh.write(f"== {name} ({time.strftime('%Y-%m-%d %H:%M:%S')})\n{e}\n")
+            bar.advance(1)
     return failed
 
 
@@ -109,6 +115,7 @@ def build_summary(failed: list[str]) -> str:
 
 
 def references() -> None:
+    """Print each package's reference demo (`cpu_demo()` of its `hpc_ops.reference` module)."""
     _section("reference implementations (pure torch, CPU, small shapes)")
     for modname in dict.fromkeys(ep.value for ep in entry_points(group=REFERENCE_GROUP)):
         try:
@@ -123,39 +130,10 @@ def references() -> None:
         print(demo())
 
 
-def gpu_benchmarks(repo: Path) -> int:
-    _section("FP8 quantisation benchmark on this GPU")
-    bench = repo / "benchmarks" / "bench_fp8_quant.py"
-    if not bench.is_file():
-        print(f"{bench} not found (run from a checkout of the repository)")
-        return 1
-    return subprocess.call([sys.executable, str(bench), "--quick", "--out-dir", str(repo / "benchmarks" / "results")])
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--no-build", action="store_true", help="skip compiling the kernels")
-    ap.add_argument("--repo", type=Path, default=Path.cwd(), help="repository root (for benchmarks/)")
-    args = ap.parse_args(argv)
-    machine()
-    failed = [] if args.no_build else build_all()
-    if _hopper() and not failed:
-        rc = gpu_benchmarks(args.repo)
-        _section("summary")
-        print(build_summary(failed))
-    else:
-        if not _hopper():
-            references()
-        _section("summary")
-        if not args.no_build:
-            print(build_summary(failed))
-        if _hopper():
-            print("The benchmarks were skipped: they need every kernel built.")
-        else:
-            print("No SM90 (Hopper) GPU here: the hpc-ops CUDA kernels cannot run on this machine; they need an "
-                  "H100, H200 or H20. The numbers above come from the pure-torch references.")
-        rc = 0
-    return 1 if failed else rc
+    from .bench.cli import main as bench_main
+
+    return bench_main(argv)
 
 
 if __name__ == "__main__":
