@@ -72,8 +72,8 @@ def test_old_names_without_method(tmp_path):
     assert "| 64x0.5K | - / - | - / - | - / - | 20.0 (50 %) / 16.0 (50 %) |" in body
     assert "decode_attention_rotation.json" in body
     assert "| per_token | 30.0 (80 %) / 25.0 (93 %) | - / - |" in body
-    # Router, prologue and MoE have no files here.
-    assert body.splitlines().count(rr.NOT_MEASURED) == 3
+    # Router, prologue, MoE and the end-to-end step have no files here.
+    assert body.splitlines().count(rr.NOT_MEASURED) == 4
 
 
 def test_one_method_only(tmp_path):
@@ -129,6 +129,16 @@ def test_check_and_update(tmp_path):
     assert rr.main(args + ["--check"]) == 0
     text = readme.read_text()
     assert text.startswith("# x\n") and text.endswith(f"{rr.END}\n\ntail\n") and "stale" not in text
+
+
+def test_e2e_table(tmp_path):
+    rows = [dict(model="qwen3_30b_a3b", batch=b, Hq=32, Hkv=4, kv_dtype="fp8", provider=p, method=m, median_us=us,
+                 greedy_match=True) for b in (1, 4) for p, us in (("ours", 100.0), ("baseline", 150.0))
+            for m in ("cold", "rotation")]
+    _write(tmp_path, "e2e_h200", rows)
+    body = rr.render(tmp_path)
+    assert "| qwen3_30b_a3b | 4 | 32/4 | fp8 | 100.0 / 100.0 | 150.0 / 150.0 | 1.50x / 1.50x | yes |" in body
+    assert "e2e_h200.json" in body
 
 
 def test_missing_markers():

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create (or reuse) the virtual environment both README commands use and install every
-# package of the monorepo into it, editable. Sourced by tools/main.sh and tools/test.sh.
+# package of the monorepo into it, editable (hpc-common with its [bench] extra: hpc-bench's rich and matplotlib).
+# Sourced by tools/main.sh and tools/test.sh.
 # On a machine without an NVIDIA driver it takes torch's CPU build (torch==2.13.0, which
 # lies on disk on our CPU machines) so nothing downloads a multi-GB CUDA build.
 set -euo pipefail
@@ -18,7 +19,7 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     "${PIP[@]}" "torch==2.13.0"
   fi
 fi
-"${PIP[@]}" -e "$ROOT/packages/hpc-common" -e "$ROOT/packages/hpc-router-gemm" \
+"${PIP[@]}" -e "$ROOT/packages/hpc-common[bench]" -e "$ROOT/packages/hpc-router-gemm" \
   -e "$ROOT/packages/hpc-attention" -e "$ROOT/packages/hpc-moe" -e "$ROOT/integration" \
   "pytest>=8" "hypothesis>=6.100" "hatch>=1.12"
 export PATH="$VENV/bin:$PATH"
