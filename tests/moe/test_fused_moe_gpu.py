@@ -22,7 +22,7 @@ QUANTS = ("bf16", "fp8_block", "fp8_tensor", "fp8_tensor_static")
 
 
 def _setup(quant, T, H, I, E, K, ep_size, ep_rank, skew, seed, shared=False):
-    from hpc_moe import layout
+    from hpc_moe import heuristics, layout
 
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(seed)
@@ -69,10 +69,13 @@ def _setup(quant, T, H, I, E, K, ep_size, ep_rank, skew, seed, shared=False):
         w13_scale=layout.prepare_w13_scale(s13, kq, I, H), w2_scale=layout.prepare_w2_scale(s2, kq, H, I),
         a1_scale=a1, num_experts=E, num_local_experts=E_local, expert_start=start, hidden_size=H,
         intermediate_size=I, device=dev)
+    rows = heuristics.partial_rows(T, K)
     ws = SimpleNamespace(
         inter=torch.full((T * K, I), float("nan"), dtype=torch.bfloat16, device=dev),
         xq=torch.empty(T, H, dtype=FP8, device=dev) if kq != "bf16" else torch.empty(0, device=dev),
         xs=torch.full((T, H // 128), float("nan"), device=dev) if kq != "bf16" else torch.empty(0, device=dev),
+        y=torch.full((rows, H), float("nan"), dtype=torch.bfloat16, device=dev),
+        down_index=torch.full((heuristics.index_words(rows),), 0x7FFFFFFF, dtype=torch.int32, device=dev),
         max_tokens=T, top_k=K, hidden_size=H, intermediate_size=I)
     raw = SimpleNamespace(w13=w13, w2=w2, s13=s13, s2=s2)
     return SimpleNamespace(weights=weights, ws=ws, raw=raw, hidden=hidden, ids=ids, wts=wts, shared=shared_out)

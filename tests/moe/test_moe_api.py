@@ -132,8 +132,8 @@ def test_custom_op_opcheck(quant):
     w = MoEWeights.prepare(**_tensors(quant, E=2, inter=64), quant=quant)
     x, ids, wts = _routing(3, 2, 2)
     args = (x, w.w13, w.w2, w.w13_scale, w.w2_scale, None, ids, wts, None, torch.empty_like(x),
-            torch.empty(0, 64, dtype=torch.bfloat16), torch.empty(0, 256, dtype=FP8), torch.empty(0, 2), quant, 2, 0, 1,
-            64, 3, 2)
+            torch.empty(0, 64, dtype=torch.bfloat16), torch.empty(0, 256, dtype=FP8), torch.empty(0, 2),
+            torch.empty(0, 256, dtype=torch.bfloat16), torch.empty(0, dtype=torch.int32), quant, 2, 0, 1, 64, 3, 2)
     # Not test_schema: it compares every tensor argument before and after the call, which torch
     # cannot do for FP8 tensors (the workspace's xq) on the CPU.
     utils = ("test_faketensor", "test_aot_dispatch_static", "test_aot_dispatch_dynamic")
@@ -233,9 +233,15 @@ def test_fused_moe_errors_name_the_argument(moe, change, exc, match):
 def test_workspace_sizes():
     ws = MoEWorkspace(32, 8, 4096, 192)
     assert ws.inter.shape == (256, 192) and ws.xq.shape == (32, 4096) and ws.xs.shape == (32, 32)
-    assert ws.nbytes == 256 * 192 * 2 + 32 * 4096 + 32 * 32 * 4
+    # the expert-form Down's partials and index: one window's pairs (here all 256 of them)
+    assert ws.y.shape == (256, 4096) and ws.y.dtype == torch.bfloat16
+    assert ws.down_index.shape == (3 * 256 + 2,) and ws.down_index.dtype == torch.int32
+    assert ws.nbytes == 256 * 192 * 2 + 32 * 4096 + 32 * 32 * 4 + 256 * 4096 * 2 + (3 * 256 + 2) * 4
     bf = MoEWorkspace(32, 8, 4096, 192, fp8=False)
-    assert bf.xq.numel() == 0 and bf.xs.numel() == 0
+    assert bf.xq.numel() == 0 and bf.xs.numel() == 0 and bf.y.shape == (256, 4096)
+    # y never exceeds one window (8192 pairs), however large max_tokens
+    big = MoEWorkspace(4096, 8, 128, 64, fp8=False)
+    assert big.y.shape == (8192, 128) and big.down_index.numel() == 3 * 8192 + 2
     with pytest.raises(ValueError, match="top_k must be in 1..16"):
         MoEWorkspace(32, 17, 4096, 192)
     with pytest.raises(ValueError, match="hidden_size must be a multiple of 128"):

@@ -13,14 +13,11 @@ import torch
 from hpc_common.fp8 import quantize_per_tensor, quantize_per_token, quantize_per_token_group
 from hpc_common.launch import get_num_sms, get_pdl, pdl_enabled, stream_ptr
 
-from . import _ext
+from . import _ext, heuristics
+from .heuristics import DOWN_EXPERT, DOWN_TILE, window_tokens
 
 FMT_BF16, FMT_FP8 = 0, 1  # hpc::moe::Format
 
-# The Gate-Up kernel holds the index of every pair of its window in shared memory (4 bytes each):
-# 8192 pairs = 32 KB, which leaves room for its resident CTAs. Longer batches run the pipeline
-# window after window (same stream, so each window's Gate-Up waits for the previous Down).
-MAX_WINDOW_PAIRS = 8192
 # A Down CTA keeps 16 FP32 rows of output per pair of its token chunk: 1024 pairs = 64 KB.
 MAX_DOWN_CHUNK_PAIRS = 1024
 MAX_DOWN_CHUNK_TOKENS = 256
@@ -28,11 +25,6 @@ MAX_DOWN_CHUNK_TOKENS = 256
 # runs) only when all the w2 bytes the call can touch fit this well in the 60 MB L2; beyond it the
 # early prefetches of ~400 resident CTAs evict each other and the weights are read twice.
 MAX_PREFETCH_W2_BYTES = 24 << 20
-
-
-def window_tokens(top_k: int) -> int:
-    """Tokens per pipeline window."""
-    return max(1, MAX_WINDOW_PAIRS // top_k)
 
 
 def down_chunk_tokens(top_k: int) -> int:
@@ -57,13 +49,46 @@ def _quantize_input(weights, hidden: torch.Tensor, workspace) -> tuple[int, int,
     return weights.a1_scale.data_ptr(), 0, 0
 
 
+def window_down_form(weights, num_pairs: int, out: torch.Tensor, workspace, down: str | None = None) -> str:
+    """The Down form of one window of `num_pairs` pairs: `down` when given ("tile" / "expert", tests and
+    probes), else heuristics.down_form. The expert form also needs 16-byte aligned output rows (its
+    reduce stores 16 bytes) and a workspace holding the window's partials and index; a forced choice
+    that cannot run raises ValueError."""
+    fp8 = weights.quant != "bf16"
+    I, H = weights.intermediate_size, weights.hidden_size
+    if down is None:
+        form = heuristics.down_form(num_pairs, weights.num_experts, I, fp8)
+        if form == DOWN_EXPERT and out.data_ptr() % 16:
+            form = DOWN_TILE
+    elif down in (DOWN_TILE, DOWN_EXPERT):
+        form = down
+        if form == DOWN_EXPERT and not heuristics.expert_down_supported(I, fp8):
+            raise ValueError(f"run_fused_moe: down='expert' needs a w2 tile of at most "
+                             f"{heuristics.EXPERT_DOWN_MAX_TILE_BYTES} bytes, I = {I} gives "
+                             f"{heuristics.w2_tile_bytes(I, fp8)}")
+        if form == DOWN_EXPERT and out.data_ptr() % 16:
+            raise ValueError("run_fused_moe: down='expert' needs out 16-byte aligned")
+    else:
+        raise ValueError(f"run_fused_moe: down must be None, 'tile' or 'expert', got {down!r}")
+    if form == DOWN_EXPERT:
+        y, index = workspace.y, workspace.down_index
+        if y.dim() != 2 or y.shape[0] < num_pairs or y.shape[1] != H or y.dtype != torch.bfloat16:
+            raise ValueError(f"run_fused_moe: workspace.y {tuple(y.shape)} cannot hold the partials of "
+                             f"{num_pairs} pairs x H = {H} (BF16)")
+        if index.dtype != torch.int32 or index.numel() < heuristics.index_words(num_pairs):
+            raise ValueError(f"run_fused_moe: workspace.down_index holds {index.numel()} words, the window "
+                             f"needs {heuristics.index_words(num_pairs)} (int32)")
+    return form
+
+
 def run_fused_moe(weights, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                   shared_output: torch.Tensor | None, out: torch.Tensor, workspace, *, pdl: bool | None = None,
-                  unfused: bool = False) -> torch.Tensor:
+                  unfused: bool = False, down: str | None = None) -> torch.Tensor:
     """out[t] = sum_j topk_weights[t, j] * Down_e(silu(Gate_e x_t) * Up_e x_t) (+ shared_output[t]) over
     the pairs whose expert e = topk_ids[t, j] is local. hidden BF16 [T, H] (unit inner stride, rows
     16-byte aligned); topk_ids int32/int64 and topk_weights FP32, both contiguous [T, K]; out BF16
-    contiguous [T, H]. `unfused`: the same stages with PDL off (the benchmark's `ours_unfused`)."""
+    contiguous [T, H]. `unfused`: the same stages with PDL off (the benchmark's `ours_unfused`).
+    `down`: force the Down form of every window ("tile" or "expert"; None: heuristics.down_form)."""
     T, H = hidden.shape
     if T == 0:
         return out
@@ -95,15 +120,28 @@ def run_fused_moe(weights, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_we
     win = window_tokens(K)
     for t0 in range(0, T, win):
         nt = min(win, T - t0)
+        pairs = nt * K
+        form = window_down_form(weights, pairs, out, workspace, down)
         ids_ptr = topk_ids.data_ptr() + t0 * K * id_bytes
+        wts_ptr = topk_weights.data_ptr() + t0 * K * 4
+        shared_t0 = shared_ptr + (t0 * shared_stride * 2 if shared_ptr else 0)
+        out_t0 = out.data_ptr() + t0 * out_stride * 2
+        index_ptr = workspace.down_index.data_ptr() if form == DOWN_EXPERT else 0
         # topk_ids may be read before the PDL wait when the kernel ahead is ours (the quantiser or the
-        # previous window's Down), which passed its own wait, so the ids' producer has finished.
+        # previous window's last kernel), which passed its own wait, so the ids' producer has finished.
         ext.gate_up(fmt, x_ptr + t0 * x_row_bytes, x_row_bytes, xs_ptr + 4 * t0 * xs_st, xs_st, xs_skb,
                     weights.w13.data_ptr(), w13s, ids_ptr, ids64, workspace.inter.data_ptr(), nt, K, H, I,
-                    weights.expert_start, E, fp8 or t0 > 0, num_sms, use_pdl, stream)
-        prefetch = min(E, nt * K) * H * I * (1 if fp8 else 2) <= MAX_PREFETCH_W2_BYTES
-        ext.down(fmt, workspace.inter.data_ptr(), weights.w2.data_ptr(), w2s, ids_ptr, ids64,
-                 topk_weights.data_ptr() + t0 * K * 4, shared_ptr + (t0 * shared_stride * 2 if shared_ptr else 0),
-                 shared_stride, out.data_ptr() + t0 * out_stride * 2, out_stride, nt, K, H, I,
-                 weights.expert_start, E, min(nt, down_chunk_tokens(K)), prefetch, use_pdl, stream)
+                    weights.expert_start, E, fp8 or t0 > 0, index_ptr, num_sms, use_pdl, stream)
+        if form == DOWN_EXPERT:
+            ext.down_experts(fmt, workspace.inter.data_ptr(), weights.w2.data_ptr(), w2s, index_ptr,
+                             workspace.y.data_ptr(), pairs, H, I, E, heuristics.expert_down_tiles_per_warp(I, fp8),
+                             heuristics.EXPERT_DOWN_SLAB_PAIRS, heuristics.expert_down_task_bound(pairs, E),
+                             use_pdl, stream)
+            ext.topk_reduce(workspace.y.data_ptr(), ids_ptr, ids64, wts_ptr, shared_t0, shared_stride, out_t0,
+                            out_stride, nt, K, H, weights.expert_start, E, use_pdl, stream)
+        else:
+            prefetch = min(E, pairs) * H * I * (1 if fp8 else 2) <= MAX_PREFETCH_W2_BYTES
+            ext.down(fmt, workspace.inter.data_ptr(), weights.w2.data_ptr(), w2s, ids_ptr, ids64, wts_ptr,
+                     shared_t0, shared_stride, out_t0, out_stride, nt, K, H, I, weights.expert_start, E,
+                     min(nt, down_chunk_tokens(K)), prefetch, use_pdl, stream)
     return out

@@ -1,9 +1,16 @@
 """The scratch buffers of the fused MoE, sized once from a maximum token count (DESIGN.md,
 "Workspace"), so a call allocates nothing and can be captured in a CUDA graph.
 
-    inter [max_tokens * top_k, I] BF16   silu(gate) * up of every routed slot
-    xq    [max_tokens, H] FP8 E4M3       the quantised input (FP8 formats)
-    xs    [max_tokens, H / 128] FP32     its scales, per token and group of 128
+    inter      [max_tokens * top_k, I] BF16   silu(gate) * up of every routed slot
+    xq         [max_tokens, H] FP8 E4M3       the quantised input (FP8 formats)
+    xs         [max_tokens, H / 128] FP32     its scales, per token and group of 128
+    y          [rows, H] BF16                 the expert-form Down's per-pair partial rows
+    down_index [3 * rows + 2] int32           the routing index the Gate-Up kernel writes for it
+
+with rows = heuristics.partial_rows(max_tokens, top_k) = min(max_tokens * top_k, 8192): one pipeline
+window's pairs (y is 64 MB at 8192 pairs and H = 4096, what SGLang's Triton path allocates for its
+[T, top_k, H] intermediate). Both Down forms can run on any workspace, so the form a call takes never
+depends on how its workspace was made.
 
 A graph replays kernels with the addresses it captured, so a workspace used in a capture must
 live as long as the graph: keep a reference to it (the per-device cache below never frees one
@@ -13,6 +20,8 @@ that a capture used).
 from __future__ import annotations
 
 import torch
+
+from .heuristics import index_words, partial_rows
 
 FP8 = torch.float8_e4m3fn
 _OP = "MoEWorkspace"
@@ -24,7 +33,7 @@ class MoEWorkspace:
     weights never quantise the input; they become 0-element tensors)."""
 
     __slots__ = ("max_tokens", "top_k", "hidden_size", "intermediate_size", "device", "fp8", "inter", "xq", "xs",
-                 "captured")
+                 "y", "down_index", "captured")
 
     def __init__(self, max_tokens: int, top_k: int, hidden_size: int, intermediate_size: int,
                  device: torch.device | str | None = None, *, fp8: bool = True):
@@ -48,23 +57,32 @@ class MoEWorkspace:
         rows = max_tokens if fp8 else 0
         self.xq = torch.empty(rows, hidden_size, dtype=FP8, device=dev)
         self.xs = torch.empty(rows, hidden_size // 128, dtype=torch.float32, device=dev)
+        self.y, self.down_index = self.partials(max_tokens, top_k, hidden_size, dev)
         self.captured = False
 
+    @staticmethod
+    def partials(max_tokens: int, top_k: int, hidden_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The expert-form Down's buffers (y, down_index) for calls of up to max_tokens x top_k pairs."""
+        rows = partial_rows(max_tokens, top_k)
+        return (torch.empty(rows, hidden_size, dtype=torch.bfloat16, device=device),
+                torch.empty(index_words(rows), dtype=torch.int32, device=device))
+
     @classmethod
-    def view(cls, inter: torch.Tensor, xq: torch.Tensor, xs: torch.Tensor, max_tokens: int, top_k: int,
-             hidden_size: int) -> MoEWorkspace:
+    def view(cls, inter: torch.Tensor, xq: torch.Tensor, xs: torch.Tensor, y: torch.Tensor, down_index: torch.Tensor,
+             max_tokens: int, top_k: int, hidden_size: int) -> MoEWorkspace:
         """A workspace over existing buffers (what the custom op rebuilds from its tensor arguments)."""
         ws = cls.__new__(cls)
         ws.max_tokens, ws.top_k = max_tokens, top_k
         ws.hidden_size, ws.intermediate_size = hidden_size, inter.shape[1]
         ws.device, ws.fp8 = inter.device, xq.shape[0] > 0
         ws.inter, ws.xq, ws.xs = inter, xq, xs
+        ws.y, ws.down_index = y, down_index
         ws.captured = False
         return ws
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.inter, self.xq, self.xs))
+        return sum(t.numel() * t.element_size() for t in (self.inter, self.xq, self.xs, self.y, self.down_index))
 
     def fits(self, num_tokens: int, top_k: int, hidden_size: int, intermediate_size: int, fp8: bool,
              device: torch.device) -> bool:

@@ -4,8 +4,10 @@
 #include <algorithm>
 
 #include "hpc_moe/moe_down.cuh"
+#include "hpc_moe/moe_down_experts.cuh"
 #include "hpc_moe/moe_gate_up.cuh"
 #include "hpc_moe/moe_params.h"
+#include "hpc_moe/moe_topk_reduce.cuh"
 
 namespace hpc::moe {
 
@@ -21,6 +23,15 @@ cudaError_t run_gate_up(Format f, const GateUpParams& p, int num_sms, cudaStream
 cudaError_t run_down(Format f, const DownParams& p, cudaStream_t stream, bool pdl) {
   return f == Format::kFp8 ? launch_moe_down<Format::kFp8>(p, stream, pdl)
                            : launch_moe_down<Format::kBf16>(p, stream, pdl);
+}
+
+cudaError_t run_down_experts(Format f, const DownExpertParams& p, cudaStream_t stream, bool pdl) {
+  return f == Format::kFp8 ? launch_moe_down_experts<Format::kFp8>(p, stream, pdl)
+                           : launch_moe_down_experts<Format::kBf16>(p, stream, pdl);
+}
+
+cudaError_t run_topk_reduce(const TopkReduceParams& p, cudaStream_t stream, bool pdl) {
+  return launch_moe_topk_reduce(p, stream, pdl);
 }
 
 }  // namespace hpc::moe

@@ -67,6 +67,22 @@ struct GateUpCursor {
   }
 };
 
+// The window's index for the expert-form Down kernel (moe_params.h, DownIndex), from this CTA's
+// shared-memory index. Called after the PDL wait, like every global write of the pipeline (an earlier
+// window's Down may still be reading the previous index until then).
+__device__ __forceinline__ void write_down_index(const SmemIndex& x, int E, int cap, int* w) {
+  const int nact = x.active_n[0];
+  if (threadIdx.x == 0) {
+    w[0] = nact;
+    w[1 + cap + nact] = x.start[E];
+  }
+  for (int a = threadIdx.x; a < nact; a += kThreads) {
+    w[1 + a] = x.active[a];
+    w[1 + cap + a] = x.start[x.active[a]];
+  }
+  for (int s = threadIdx.x; s < x.start[E]; s += kThreads) w[2 + 2 * cap + s] = x.list[s];
+}
+
 __device__ __forceinline__ void gate_up_load_a(GateUpStage& st, const char* stage, int lane) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) st.a[i] = lds128(stage + i * 512 + lane * 16);
@@ -121,6 +137,7 @@ __global__ void __launch_bounds__(kThreads, gate_up_ctas_per_sm(F))
   }
   __syncwarp();
   if (p.ids_before_wait) hpc::pdl_wait();  // x / xq (the quantiser) and inter's earlier readers
+  if (p.down_index != nullptr && blockIdx.x == 0) write_down_index(x, E, num_pairs, p.down_index);
   // The Down kernel may start now: it reads only topk_ids before its own wait.
   hpc::pdl_launch_dependents();
 

@@ -29,6 +29,7 @@ struct GateUpParams {
   int expert_start;         // global id of local expert 0
   int num_local_experts;
   int ids_before_wait;      // 1: the previous kernel on the stream has passed its PDL wait
+  int* down_index;          // or null: CTA 0 writes the window's index here for the expert-form Down
 };
 
 struct DownParams {
@@ -49,10 +50,58 @@ struct DownParams {
   int prefetch_w2;          // 1: prefetch the active experts' w2 tiles to L2 before the PDL wait
 };
 
+// The routing index of one window as the Gate-Up kernel's CTA 0 writes it for the expert-form Down
+// (int32 words, `cap` = the window's pairs): [0] the number of active local experts n; [1, 1 + n) the
+// active experts ascending; [1 + cap, 2 + cap + n) the start of each one's range in the list and, last,
+// the pairs kept; [2 + 2 cap, ...) the list of pair indices (relative to the window), each expert's
+// range contiguous. Inside a range the order is CTA 0's (shared atomics): every Down CTA reads this one
+// copy, so slabs of a range taken by different CTAs never overlap or miss a pair.
+struct DownIndex {
+  const int* w;
+  int cap;
+  __host__ __device__ int num_active() const { return w[0]; }
+  __host__ __device__ int expert(int a) const { return w[1 + a]; }
+  __host__ __device__ int start(int a) const { return w[1 + cap + a]; }
+  __host__ __device__ int pair(int slot) const { return w[2 + 2 * cap + slot]; }
+};
+
+// Expert-form Down GEMM (moe_down_experts.cuh): per-pair partial rows, no reduce.
+struct DownExpertParams {
+  const void* inter;        // BF16 [cap, I] (the window's pairs)
+  const void* w2;           // prepared [E_local, H/16, 16*I]
+  const float* w2s;         // FP8: [E_local, H/128, ceil(I/128)]
+  const int* index;         // DownIndex words of the window (written by the Gate-Up kernel ahead)
+  void* y;                  // BF16 [cap, H]: y[p] = W2[e_p] inter[p] for the pairs routed here
+  int cap;                  // the window's pairs (T * K)
+  int H, I;
+  int num_local_experts;
+  int tiles_per_warp;       // 16-row tiles per warp and CTA (heuristics.expert_down_tiles_per_warp)
+  int slab_pairs;           // pairs per task at most (heuristics.EXPERT_DOWN_SLAB_PAIRS)
+  int task_bound;           // gridDim.y: an upper bound on the (expert, slab) tasks of any routing
+};
+
+// The top-k weighted reduce of the expert form (moe_topk_reduce.cuh):
+// out[t] = sum_j topk_weights[t, j] * y[t * K + j] over the local pairs in j order (+ shared[t]).
+struct TopkReduceParams {
+  const void* y;            // BF16 [T*K, H]
+  const void* topk_ids;
+  int ids_int64;
+  const float* topk_weights;
+  const void* shared;       // BF16 [T, H] rows `shared_stride` elements apart, or null
+  int64_t shared_stride;
+  void* out;                // BF16 [T, H] rows `out_stride` elements apart, 16-byte aligned rows
+  int64_t out_stride;
+  int T, K, H;
+  int expert_start;
+  int num_local_experts;
+};
+
 constexpr int kThreads = 128;    // 4 warps split K (Gate-Up) or take experts in turn (Down)
 constexpr int kChunkPairs = 16;  // pairs (MMA columns) per Gate-Up task and per Down MMA pass
 
 cudaError_t run_gate_up(Format f, const GateUpParams& p, int num_sms, cudaStream_t stream, bool pdl);
 cudaError_t run_down(Format f, const DownParams& p, cudaStream_t stream, bool pdl);
+cudaError_t run_down_experts(Format f, const DownExpertParams& p, cudaStream_t stream, bool pdl);
+cudaError_t run_topk_reduce(const TopkReduceParams& p, cudaStream_t stream, bool pdl);
 
 }  // namespace hpc::moe
