@@ -121,6 +121,9 @@ EMU_CASES = [  # T, Hq, Hkv, rotary_dim, style, norm, kv, q dtype, cos/sin dtype
     (7, 8, 8, 64, "neox", False, torch.bfloat16, FP8, torch.float32, torch.int32, 3),
     (11, 40, 8, 128, "gptj", True, FP8, FP8, torch.float32, torch.int64, 64),
     (4, 4, 1, 2, "neox", True, torch.bfloat16, torch.bfloat16, torch.float32, torch.int64, 16),
+    # Hq + 2 Hkv odd: a team's two rows (a V row, then the next token's first q row) straddle tokens
+    (5, 5, 1, 128, "neox", True, FP8, torch.bfloat16, torch.float32, torch.int32, 16),
+    (6, 1, 1, 64, "gptj", True, torch.bfloat16, FP8, torch.bfloat16, torch.int64, 8),
 ]
 
 

@@ -22,6 +22,9 @@ GPU_CASES = [  # T, Hq, Hkv, rotary_dim, style, norm, kv, q dtype
     (2048, 40, 8, 128, "neox", False, FP8, FP8),
     (113, 8, 1, 96, "neox", True, torch.bfloat16, torch.bfloat16),
     (239, 12, 3, 100, "gptj", True, FP8, FP8),
+    # Hq + 2 Hkv odd: a team's two rows (a V row, then the next token's first q row) straddle tokens
+    (77, 5, 1, 128, "neox", True, FP8, FP8),
+    (33, 1, 1, 64, "gptj", True, torch.bfloat16, torch.bfloat16),
 ]
 
 

@@ -15,9 +15,11 @@
 // Work split: a team of 16 lanes owns one (token, head) row, 8 consecutive values per lane, so
 // every row is one 256-byte coalesced read and the RMSNorm sum and the FP8 amax are 4 shuffles. Rows
 // are numbered token-major (the heads of a token share one CTA and its cos / sin row in L1); each team
-// takes kPrologueRows rows and issues their loads together, the grid covers every row once. GPT-J
-// pairs sit in one lane; neox pairs are one shuffle apart (rotary_dim a multiple of 16) or go through
-// shared memory (other rotary dims).
+// takes kPrologueRows consecutive rows and issues their loads together, the grid covers every row once.
+// A team loads a token's cos / sin once for all its rows of that token; with two rows per team its q / k
+// rows are always of one token (a pair crosses a token boundary only after the last head, a V row), so
+// one dependent cos / sin load per team. GPT-J pairs sit in one lane; neox pairs are one shuffle apart
+// (rotary_dim a multiple of 16) or go through shared memory (other rotary dims).
 //
 // PDL: the kernel waits for the previous kernel (the QKV projection) before its first load and then
 // lets the next kernel (decode) launch at once, so the decode's start-up overlaps this kernel. With no
@@ -226,12 +228,25 @@ __device__ __forceinline__ long long cache_offset(long long slot, int page_size,
   return page * s_page + (slot - page * page_size) * s_tok + head * s_head;
 }
 
+// One 16-byte store of 8 BF16 values at element `at`, spelled out: written as a uint4 assignment, nvcc 13.0
+// split these stores into four 4-byte ones (st.global.u32 x 4 in the PTX: four times the store instructions
+// and L2 write requests per row), and __stwb makes them strong (STG.E.128.STRONG.SM). The 8-byte FP8
+// stores compile to single weak vector stores as written.
+__device__ __forceinline__ void store_bf16x8(void* base, long long at, const uint4& v) {
+  uint4* ptr = reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(base) + at);
+#if defined(__CUDA_ARCH__)
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+#else
+  *ptr = v;  // host emulation (tests/attention/prologue_emu)
+#endif
+}
+
 template <bool kFp8>
 __device__ __forceinline__ void store_kv(void* cache, long long at, const float (&x)[kVec], float inv) {
   if constexpr (kFp8) {
     *reinterpret_cast<uint2*>(static_cast<uint8_t*>(cache) + at) = f32_to_e4m3x8(x, inv);
   } else {
-    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(cache) + at) = f32_to_bf16x8(x);
+    store_bf16x8(cache, at, f32_to_bf16x8(x));
   }
 }
 
@@ -255,15 +270,16 @@ __global__ void __launch_bounds__(kPrologueThreads, 3) qk_norm_rope_store_kernel
   hpc::pdl_wait();  // qkv, positions and slot_mapping come from the kernels before this one
   hpc::pdl_launch_dependents();
 
-  // Row r of the team is unit (block * R + r) * kTeams + team: the block's teams read neighbouring rows. All
-  // loads of both rows are issued before either is processed (bytes in flight per SM: the grid is
-  // bandwidth-bound from a few thousand tokens up). Every branch below is uniform over the team.
+  // Row r of the team is unit (block * kTeams + team) * R + r: the team's rows are neighbouring heads, so its
+  // q / k rows share one cos / sin row (see the top of the file). All loads of all rows are issued before any
+  // is processed (bytes in flight per SM: the grid is bandwidth-bound from a few thousand tokens up). Every
+  // branch below is uniform over the team.
   long long t[R], slot[R], pos[R];
   int h[R], kind[R];
   uint4 raw[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const long long unit = (static_cast<long long>(blockIdx.x) * R + r) * kTeams + team;
+    const long long unit = (static_cast<long long>(blockIdx.x) * kTeams + team) * R + r;
     t[r] = unit / heads;
     h[r] = static_cast<int>(unit - t[r] * heads);
     kind[r] = t[r] >= p.num_tokens ? -1 : (h[r] < Hq ? 0 : (h[r] < Hq + Hkv ? 1 : 2));  // -1 none, q, k, v
@@ -276,6 +292,8 @@ __global__ void __launch_bounds__(kPrologueThreads, 3) qk_norm_rope_store_kernel
       if (kind[r] < 2 && p.rotary_dim > 0) pos[r] = load_index(p.positions, t[r], p.positions_i64);
     }
   }
+  float c[kVec], s[kVec];
+  long long cs_token = -1;  // the token whose cos / sin are in c, s
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if (kind[r] < 0) continue;
@@ -288,12 +306,14 @@ __global__ void __launch_bounds__(kPrologueThreads, 3) qk_norm_rope_store_kernel
         bf16x8_to_f32(raw[r], x);
         store_kv<true>(p.v_cache, at, x, inverse_scale(p.v_scale_ptr, p.v_scale));
       } else {
-        *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.v_cache) + at) = raw[r];
+        store_bf16x8(p.v_cache, at, raw[r]);
       }
       continue;
     }
-    float c[kVec], s[kVec];
-    if (p.rotary_dim > 0) load_cos_sin(p, pos[r], l, c, s);
+    if (p.rotary_dim > 0 && t[r] != cs_token) {
+      load_cos_sin(p, pos[r], l, c, s);
+      cs_token = t[r];
+    }
     float x[kVec];
     bf16x8_to_f32(raw[r], x);
     norm_rope(x, p, kind[r] == 0 ? p.q_norm_weight : p.k_norm_weight, c, s, l, mask,
@@ -314,7 +334,7 @@ __global__ void __launch_bounds__(kPrologueThreads, 3) qk_norm_rope_store_kernel
       *reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.q_out) + at) = f32_to_e4m3x8(x, fp8::div_rn(1.f, scale));
       if (l == 0) p.q_scale[t[r] * p.q_scale_stride_t + h[r] * p.q_scale_stride_h] = scale;
     } else {
-      *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.q_out) + at) = f32_to_bf16x8(x);
+      store_bf16x8(p.q_out, at, f32_to_bf16x8(x));
     }
   }
 }
