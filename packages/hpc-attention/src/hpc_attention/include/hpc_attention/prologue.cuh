@@ -250,10 +250,6 @@ __device__ __forceinline__ void store_kv(void* cache, long long at, const float 
   }
 }
 
-__device__ __forceinline__ float inverse_scale(const float* ptr, float value) {
-  return fp8::div_rn(1.f, ptr != nullptr ? *ptr : value);
-}
-
 }  // namespace prologue
 
 // At least 3 CTAs per SM: 67-70 registers, no spills (without the minimum, ptxas held the FP8-KV / BF16-Q
@@ -267,8 +263,16 @@ __global__ void __launch_bounds__(kPrologueThreads, 3) qk_norm_rope_store_kernel
   const unsigned mask = 0xffffu << (threadIdx.x & 16);  // the 16 lanes of this team in its warp
   const int Hq = p.num_qo_heads, Hkv = p.num_kv_heads, heads = Hq + 2 * Hkv;
 
-  hpc::pdl_wait();  // qkv, positions and slot_mapping come from the kernels before this one
+  hpc::pdl_wait();  // qkv, positions, slot_mapping and scale tensors come from the kernels before this one
   hpc::pdl_launch_dependents();
+
+  // FP8 caches: the per-tensor scales (device scalars when given) are loaded here, with the rows, not at the
+  // first K / V store (there they were a further dependent load after the row's math).
+  float k_scale = p.k_scale, v_scale = p.v_scale;
+  if constexpr (kFp8Kv) {
+    if (p.k_scale_ptr != nullptr) k_scale = __ldg(p.k_scale_ptr);
+    if (p.v_scale_ptr != nullptr) v_scale = __ldg(p.v_scale_ptr);
+  }
 
   // Row r of the team is unit (block * kTeams + team) * R + r: the team's rows are neighbouring heads, so its
   // q / k rows share one cos / sin row (see the top of the file). All loads of all rows are issued before any
@@ -304,7 +308,7 @@ __global__ void __launch_bounds__(kPrologueThreads, 3) qk_norm_rope_store_kernel
       if constexpr (kFp8Kv) {
         float x[kVec];
         bf16x8_to_f32(raw[r], x);
-        store_kv<true>(p.v_cache, at, x, inverse_scale(p.v_scale_ptr, p.v_scale));
+        store_kv<true>(p.v_cache, at, x, fp8::div_rn(1.f, v_scale));
       } else {
         store_bf16x8(p.v_cache, at, raw[r]);
       }
@@ -321,7 +325,7 @@ __global__ void __launch_bounds__(kPrologueThreads, 3) qk_norm_rope_store_kernel
     if (kind[r] == 1) {
       const long long at = cache_offset(slot[r], p.page_size, p.k_stride_page, p.k_stride_tok, p.k_stride_head,
                                         h[r] - Hq) + l * kVec;
-      store_kv<kFp8Kv>(p.k_cache, at, x, kFp8Kv ? inverse_scale(p.k_scale_ptr, p.k_scale) : 1.f);
+      store_kv<kFp8Kv>(p.k_cache, at, x, kFp8Kv ? fp8::div_rn(1.f, k_scale) : 1.f);
       continue;
     }
     const long long at = t[r] * p.q_stride_t + h[r] * p.q_stride_h + l * kVec;
