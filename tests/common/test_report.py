@@ -9,10 +9,11 @@ import torch
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of machines without a GPU")
-def test_report_runs_references_and_says_kernels_need_sm90(capsys):
+def test_report_runs_references_and_says_kernels_need_sm90(capsys, tmp_path):
     from hpc_common.report import main
 
-    assert main(["--no-build"]) == 0
+    assert main(["--no-build", "--out", str(tmp_path)]) == 0
+    assert "No SM90 (Hopper) GPU here" in (tmp_path / "report.md").read_text()
     out = capsys.readouterr().out
     assert "No SM90 (Hopper) GPU here" in out
     assert "per-token-group-128" in out  # the FP8 reference demo ran
@@ -55,7 +56,8 @@ def test_report_says_a_kernel_build_failed(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(report, "registered", lambda: {"_hpc_demo_C": Broken()})
     monkeypatch.setattr(report, "references", lambda: None)
     monkeypatch.setattr(report, "_hopper", lambda: False)
-    assert report.main([]) == 1
+    assert report.main(["--out", str(tmp_path / "report")]) == 1
     out = capsys.readouterr().out
     assert "_hpc_demo_C: FAILED" in out and "Kernel build FAILED for _hpc_demo_C" in out and "Next step" in out
     assert "error: demo" in (tmp_path / "build_failures.log").read_text()
+    assert "Kernel build FAILED for _hpc_demo_C" in (tmp_path / "report" / "report.md").read_text()

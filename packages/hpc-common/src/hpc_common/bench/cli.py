@@ -76,8 +76,12 @@ def from_results(args) -> int:
     ops = parse_ops(args.ops, known)
     out = Path(args.out)
     (out / "results").mkdir(parents=True, exist_ok=True)
-    data = ReportData(origin=f"Built by `hpc-bench --from-results {args.from_results}` from recorded results: no "
-                             "benchmark ran for this report; each section names the file and commit of its rows.",
+    import torch
+
+    where = f"a machine with {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "a machine without a GPU"
+    data = ReportData(origin=f"Built by `hpc-bench --from-results {args.from_results}` on {where}, from recorded "
+                             "results: no benchmark ran for this report; each section names the file and commit of "
+                             "its rows." + (f" {args.note}" if args.note else ""),
                       machine=[])
     for path in sorted(folder.glob("*.json")):
         op = path.stem if path.stem in known else "e2e" if "e2e" in path.stem else None
@@ -130,7 +134,8 @@ def _run_cases(op: str, suite, cases, bar, log, data: ReportData) -> tuple[list[
             with contextlib.redirect_stdout(log):
                 print(f"== {op}: {case.label}", flush=True)
                 got = case.run()
-                torch.cuda.synchronize()
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()  # an asynchronous fault belongs to this case
             rows += got
         except Exception as e:  # one failing case must not lose the others
             ok = False
@@ -160,7 +165,7 @@ def run_here(args) -> int:
     command = f"hpc-bench{' --quick' if args.quick else ''}{f' --ops {args.ops}' if args.ops else ''}"
     commit = _git_commit(Path(__file__).resolve().parent)
     if hopper:
-        origin = f"Measured on this machine by `{command}`, commit {commit}."
+        origin = f"Measured on this machine by `{command}`, commit {commit}." + (f" {args.note}" if args.note else "")
     else:
         origin = (f"Run on this machine by `{command}`, commit {commit}, without an SM90 (Hopper) GPU: no kernel and "
                   "no benchmark ran; the references were checked against each other on small shapes instead.")
@@ -245,6 +250,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="hpc-bench-report", help="the report folder (default: ./hpc-bench-report)")
     ap.add_argument("--from-results", default=None, metavar="DIR",
                     help="build the report from a recorded results folder (e.g. benchmarks/results/h200); runs nothing")
+    ap.add_argument("--note", default=None, help="a sentence added to the report's header")
     ap.add_argument("--no-build", action="store_true", help="do not compile the kernels first (they JIT-build on use)")
     ap.add_argument("--no-plots", action="store_true", help="tables only")
     ap.add_argument("--list", action="store_true", help="list the installed suites and whether they can run here")
