@@ -53,6 +53,12 @@ def _setup(quant, T, H, I, E, K, ep_size, ep_rank, skew, seed, shared=False):
         ids = ids.topk(K, dim=1).indices
         is_local = (ids >= start) & (ids < start + E_local)
         ids = torch.where(is_local, torch.full_like(ids, -1), ids)
+    elif skew == "hot":  # a router's top-k with one expert in nearly every row: > 64 pairs there, 0 on many
+        logits = torch.randn(T, E, generator=g, device=dev)
+        logits[:, start] += 4.0
+        ids = logits.topk(K, dim=1).indices
+        drop = torch.rand(T, K, generator=g, device=dev) < 0.05
+        ids = torch.where(drop, torch.full_like(ids, -1), ids)
     else:
         ids = torch.rand(T, E, generator=g, device=dev).topk(K, dim=1).indices
         drop = torch.rand(T, K, generator=g, device=dev) < 0.05
@@ -146,53 +152,63 @@ _SHAPES = st.sampled_from([(128, 64), (256, 192), (4096, 192), (128, 1536), (409
 @given(quant=st.sampled_from(QUANTS), T=st.sampled_from([1, 2, 31, 33, 255, 256, 257, 1000]), shape=_SHAPES,
        ek=st.sampled_from([(8, 2), (16, 8), (64, 8), (192, 8), (32, 16), (4, 1), (128, 6)]),
        ep=st.sampled_from([(1, 0), (2, 1), (4, 2), (8, 7)]),
-       skew=st.sampled_from(["uniform", "uniform", "one_expert", "none_local"]), shared=st.booleans(),
-       seed=st.integers(0, 2**20))
-@example(quant="fp8_block", T=1, shape=(4096, 192), ek=(192, 8), ep=(1, 0), skew="uniform", shared=False, seed=1)
-@example(quant="bf16", T=1000, shape=(256, 192), ek=(32, 16), ep=(1, 0), skew="uniform", shared=True, seed=2)
-@example(quant="fp8_tensor", T=257, shape=(128, 1536), ek=(8, 2), ep=(2, 1), skew="one_expert", shared=False, seed=3)
-def test_matches_reference(quant, T, shape, ek, ep, skew, shared, seed):
+       skew=st.sampled_from(["uniform", "uniform", "one_expert", "none_local", "hot"]), shared=st.booleans(),
+       down=st.sampled_from([None, "tile", "expert"]), seed=st.integers(0, 2**20))
+@example(quant="fp8_block", T=1, shape=(4096, 192), ek=(192, 8), ep=(1, 0), skew="uniform", shared=False, down=None,
+         seed=1)
+@example(quant="bf16", T=1000, shape=(256, 192), ek=(32, 16), ep=(1, 0), skew="uniform", shared=True, down=None,
+         seed=2)
+@example(quant="fp8_tensor", T=257, shape=(128, 1536), ek=(8, 2), ep=(2, 1), skew="one_expert", shared=False,
+         down=None, seed=3)
+@example(quant="fp8_block", T=255, shape=(4096, 192), ek=(192, 8), ep=(8, 7), skew="hot", shared=True,
+         down="expert", seed=4)
+def test_matches_reference(quant, T, shape, ek, ep, skew, shared, down, seed):
+    from hpc_moe import heuristics
+
     H, I = shape
     E, K = ek
     ep_size, ep_rank = ep
     if E % ep_size or E // ep_size < 1:
         ep_size, ep_rank = 1, 0
+    if down == "expert" and not heuristics.expert_down_supported(I, quant != "bf16"):
+        down = None
     c = _setup(quant, T, H, I, E, K, ep_size, ep_rank, skew, seed, shared)
     tag = (f"repro: quant={quant} T={T} H={H} I={I} E={E} K={K} ep={ep_size}/{ep_rank} skew={skew} "
-           f"seed={seed}")
-    out = _run(c)
+           f"down={down} seed={seed}")
+    out = _run(c, down=down)
     torch.cuda.synchronize()
     _check_close(out, _reference(c), c.weights.quant, tag)
 
 
+@pytest.mark.parametrize("down", ["tile", "expert"])
 @pytest.mark.parametrize("quant", QUANTS)
-def test_deterministic_pdl_unfused_and_graph(quant):
+def test_deterministic_pdl_unfused_and_graph(quant, down):
     T, H, I, E, K = 100, 512, 192, 64, 8
     c = _setup(quant, T, H, I, E, K, 2, 1, "uniform", 11, shared=True)
-    first = _run(c, pdl=True)
+    first = _run(c, pdl=True, down=down)
     for kw in ({"pdl": True}, {"pdl": False}, {"unfused": True}):
-        again = _run(c, **kw)
-        assert torch.equal(first.view(torch.int16), again.view(torch.int16)), f"{quant} {kw}: not bitwise"
+        again = _run(c, down=down, **kw)
+        assert torch.equal(first.view(torch.int16), again.view(torch.int16)), f"{quant} {down} {kw}: not bitwise"
 
     # graph: capture with this routing, replay with a new one copied into the captured buffers
     out = torch.empty_like(c.hidden)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        _run(c, out=out)
+        _run(c, out=out, down=down)
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        _run(c, out=out)
+        _run(c, out=out, down=down)
     new = _setup(quant, T, H, I, E, K, 2, 1, "uniform", 12, shared=True)
     c.ids.copy_(new.ids.to(c.ids.dtype))
     c.wts.copy_(new.wts)
     out.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()
-    eager = _run(c)
-    assert torch.equal(out.view(torch.int16), eager.view(torch.int16)), f"{quant}: graph replay != eager"
-    _check_close(eager, _reference(c), c.weights.quant, f"{quant} graph routing")
+    eager = _run(c, down=down)
+    assert torch.equal(out.view(torch.int16), eager.view(torch.int16)), f"{quant} {down}: graph replay != eager"
+    _check_close(eager, _reference(c), c.weights.quant, f"{quant} {down} graph routing")
 
 
 # The kernels' edge shapes: H = 128 (FP8: one K stage, three Gate-Up warps without weights), I = 1536
@@ -209,6 +225,28 @@ def test_edge_shapes(quant, case):
     _check_close(out, _reference(c), c.weights.quant, f"{quant} {case}")
 
 
+# The expert-form Down against the reference, each case in both forms: Hy3 TP8 (E = 192, top-8, H = 4096,
+# I = 192) at T = 256 and 1024 (about 11 and 43 pairs per expert: one and three 16-pair chunks per slab);
+# T * K = 917 (not a multiple of 16) with EP and ids of -1; one hot expert with > 128 pairs (several
+# slabs) and many experts with none; H = 640 (a partial block of H tiles in both formats) with every
+# token on one expert.
+@pytest.mark.parametrize("quant", QUANTS)
+@pytest.mark.parametrize("case", [(256, 4096, 192, 192, 8, 1, 0, "uniform"), (1024, 4096, 192, 192, 8, 1, 0, "uniform"),
+                                  (131, 512, 192, 24, 7, 2, 1, "uniform"), (300, 256, 64, 16, 8, 1, 0, "hot"),
+                                  (257, 640, 128, 8, 2, 4, 3, "one_expert")])
+def test_expert_down_form(quant, case):
+    T, H, I, E, K, ep_size, ep_rank, skew = case
+    c = _setup(quant, T, H, I, E, K, ep_size, ep_rank, skew, 31, shared=T % 2 == 1)
+    ref = None
+    for down in ("expert", "tile"):
+        out = _run(c, down=down)
+        again = _run(c, down=down)
+        torch.cuda.synchronize()
+        ref = _reference(c) if ref is None else ref
+        _check_close(out, ref, c.weights.quant, f"{quant} {case} down={down}")
+        assert torch.equal(out.view(torch.int16), again.view(torch.int16)), f"{quant} {case} {down}: not bitwise"
+
+
 @pytest.mark.parametrize("quant", ["bf16", "fp8_block"])
 def test_duplicate_and_foreign_ids(quant):
     T, H, I, E, K = 40, 256, 64, 16, 4
@@ -218,6 +256,7 @@ def test_duplicate_and_foreign_ids(quant):
     ids[::3, 2] = 1000             # outside every rank
     ids[::5, 3] = -7               # negative
     c.ids.copy_(ids.to(c.ids.dtype))
-    out = _run(c)
-    torch.cuda.synchronize()
-    _check_close(out, _reference(c), c.weights.quant, f"{quant} duplicates")
+    for down in ("tile", "expert"):
+        out = _run(c, down=down)
+        torch.cuda.synchronize()
+        _check_close(out, _reference(c), c.weights.quant, f"{quant} duplicates down={down}")

@@ -33,6 +33,9 @@ EXPERT_DOWN_MIN_PAIRS_PER_EXPERT = 4
 # = 48 KB per CTA, 3 CTAs per SM with the B chunk and the output staging (144 KB of weights in flight
 # per SM, above the ~32 KB per SM that 4.27 TB/s needs at ~1 us latency).
 EXPERT_DOWN_WARP_BYTES = 12 << 10
+# and at most 4 tiles (a CTA's block at most 256 rows of H), which bounds the output staging (16 pairs x
+# 256 rows BF16) for small I.
+EXPERT_DOWN_MAX_TILES_PER_WARP = 4
 # Larger tiles (FP8 I > 768, BF16 I > 384, e.g. Hy3 EP8's I = 1536) stay on the tile form: one tile per
 # warp would leave too little shared memory for two CTAs per SM, and the tile form's passes are
 # already 24-48 KB there.
@@ -69,7 +72,7 @@ def down_form(num_pairs: int, num_experts: int, intermediate_size: int, fp8: boo
 
 
 def expert_down_tiles_per_warp(intermediate_size: int, fp8: bool) -> int:
-    return max(1, EXPERT_DOWN_WARP_BYTES // w2_tile_bytes(intermediate_size, fp8))
+    return max(1, min(EXPERT_DOWN_MAX_TILES_PER_WARP, EXPERT_DOWN_WARP_BYTES // w2_tile_bytes(intermediate_size, fp8)))
 
 
 def expert_down_block_tiles(intermediate_size: int, fp8: bool) -> int:
