@@ -264,7 +264,7 @@ def table_e2e(found: dict[str, Source], rel: str) -> list[str]:
     lines = ["### End-to-end decode step (`hpc_integration.runner`): step time in us, ours / the baseline runner, "
              "cold / rotation", ""]
     if not found:
-        return lines + [NOT_MEASURED, ""]
+        return []  # no end-to-end rows yet: no table (the operators' tables say "not measured")
     keys = list(dict.fromkeys(tuple(r.get(k) for k in E2E_KEY) for s in found.values() for r in s.rows
                               if provider(r) == "ours"))
     lines += ["| model | batch | heads | KV | ours | baseline | speed-up | greedy match |", "|---|---|---|---|---|---|---|---|"]
@@ -298,8 +298,7 @@ def render(results: Path = DEFAULT_RESULTS) -> str:
         rel = results.resolve().relative_to(REPO).as_posix()
     except ValueError:
         rel = results.name
-    out = ["Each cell is `cold / rotation` (the two timing methods of [docs/benchmarking.md]"
-           "(docs/benchmarking.md)); n/m = not measured by that method, - = no such row.", ""]
+    out = []  # the README's own text, above the markers, says how to read a cell
     for operator, table in TABLES:
         out += table(load_sources(results, operator), rel)
     return "\n".join(out).rstrip() + "\n"
