@@ -496,3 +496,29 @@ def test_bench_unfused_sequence_is_the_prologue(fp8):
     for a, b in ((p.k_cache, kc), (p.v_cache, vc)):
         diff = (a.double() - b.double()).abs().max() / b.double().abs().max()
         assert float(diff) < (0.15 if fp8 else 0.02)
+
+
+def test_bound_probe_extension_builds():
+    """tools/probes/prologue (bound_kernels.cu + bindings.cpp) still builds against the real prologue headers
+    as the extension its script loads (tools/probes/build.py compiles the .cu alone, without the bindings)."""
+    import shutil
+    import sys
+
+    from hpc_common.jit import toolchain
+
+    try:
+        toolchain.find_nvcc()
+    except Exception:
+        pytest.skip("needs nvcc")
+    if shutil.which("ninja") is None and shutil.which("ninja", path=str(Path(sys.executable).parent)) is None:
+        pytest.skip("needs ninja")
+    probe_dir = Path(__file__).resolve().parents[2] / "tools" / "probes" / "prologue"
+    sys.path.insert(0, str(probe_dir))
+    try:
+        bound = importlib.import_module("prologue_bound")
+    finally:
+        sys.path.remove(str(probe_dir))
+    ext = bound.load_probe_ext()
+    assert {"bare_copy", "bare_copy_registers", "empty"} <= set(dir(ext))
+    assert ext.bare_copy_registers(3, False) == -1  # a variant the probe does not build
+    assert bound.prologue_blocks(2048, 8, 1) == 640 and bound.prologue_blocks(1, 8, 1, 4) == 1
