@@ -49,6 +49,7 @@ def test_down_form_needs_min_pairs_and_small_tiles():
                                          (768, True, 4), (320, False, 4), (448, True, 4)])
 def test_block_tiles(I, fp8, tiles):
     assert heuristics.expert_down_supported(I, fp8)
+    assert tiles <= 16 and -(-I // 128) <= 8  # the kernel's kExpertDownMaxBlockTiles, kExpertDownScaleWords / 4
     assert heuristics.expert_down_block_tiles(I, fp8) == tiles
     # a block's weights stay within the 48 KB per CTA the shared-memory budget assumes
     assert heuristics.expert_down_block_tiles(I, fp8) * heuristics.w2_tile_bytes(I, fp8) <= 48 << 10
@@ -59,7 +60,7 @@ def _smem_bytes(I, fp8, max_active):
     tiles = heuristics.expert_down_block_tiles(I, fp8)
     weights = tiles * heuristics.w2_tile_bytes(I, fp8)
     stage_stride = (tiles * 16 + 8) * 2
-    return weights + 32 * I + 16 * stage_stride + 4 * 8 + 16 * 4 + 2 * (max_active + 1) * 4
+    return weights + 32 * I + 16 * stage_stride + 4 * 8 + 16 * 4 + 32 * 4 + 2 * (max_active + 1) * 4
 
 
 @pytest.mark.parametrize("fp8", [True, False])
@@ -260,10 +261,10 @@ def test_expert_form_emulated(T, K, E, ep, skew, shape, fp8, seed):
     # float64 reference from the same BF16 intermediate
     ref = torch.zeros(T, H, dtype=torch.float64)
     loc = c.ids.long() - c.start
-    for t in range(T):
-        for j in range(K):
-            if 0 <= loc[t, j] < c.E_local:
-                ref[t] += c.wts[t, j].double() * (c.w2[loc[t, j]].double() @ c.inter[t * K + j].double())
+    for e in range(c.E_local):
+        t, j = (loc == e).nonzero(as_tuple=True)
+        part = c.inter[t * K + j].double() @ c.w2[e].double().T
+        ref.index_add_(0, t, part * c.wts[t, j].double()[:, None])
     if c.shared is not None:
         ref += c.shared.double()
     assert not got.isnan().any(), repro

@@ -33,13 +33,18 @@
 namespace hpc::moe {
 
 constexpr int kExpertDownWarps = kThreads / 32;
+// FP8: the w2 block scales of a CTA's rows, [128-row blocks][ceil(I/128)]: a block of <= 16 tiles touches
+// at most 4 blocks of 128 rows, and the expert form takes I <= 768 (6 scales per row block).
+constexpr int kExpertDownMaxBlockTiles = 16;
+constexpr int kExpertDownScaleWords = 4 * 8;
 
 // Shared memory of one CTA (bytes, 16-byte aligned pieces): the weight block, the B chunk
 // [2 n-blocks][I/32 groups][32 lanes] x 16 bytes, the output staging [16 pairs][rows + 8] BF16 (the pad
 // spreads the fragment stores over the banks and keeps rows 16-byte aligned), the warps' barriers,
-// the chunk's pair ids and the task table (range starts and slab prefix of every active expert).
+// the chunk's pair ids, the FP8 scales of the block and the task table (range starts and slab prefix
+// of every active expert).
 struct ExpertDownSmem {
-  size_t weights, bchunk, staging, bars, pairs, table, total;
+  size_t weights, bchunk, staging, bars, pairs, scales, table, total;
   int stage_stride;  // bytes per staging row
 
   __host__ __device__ static ExpertDownSmem layout(int I, int elem, int block_tiles, int max_active) {
@@ -51,7 +56,8 @@ struct ExpertDownSmem {
     s.staging = s.bchunk + size_t(32) * I;
     s.bars = s.staging + size_t(kChunkPairs) * s.stage_stride;
     s.pairs = s.bars + kExpertDownWarps * sizeof(uint64_t);
-    s.table = s.pairs + kChunkPairs * sizeof(int);
+    s.scales = s.pairs + kChunkPairs * sizeof(int);
+    s.table = s.scales + kExpertDownScaleWords * sizeof(float);
     s.total = s.table + size_t(2) * (max_active + 1) * sizeof(int);
     return s;
   }
@@ -63,7 +69,8 @@ __device__ __forceinline__ void warp_tiles(int nt, int warp, int& lo, int& hi) {
   hi = (warp + 1) * nt / kExpertDownWarps;
 }
 
-// One 16-row tile of the block times the chunk's B columns, K = I, into acc.
+// One 16-row tile of the block times the chunk's B columns, K = I, into acc. `scale`: FP8, the tile's
+// row-block scales in shared memory (one per 128 of I).
 template <Format F>
 __device__ __forceinline__ void expert_down_tile(const char* tile, const char* bchunk, const float* scale, int I,
                                                  int nb, int lane, float (&acc)[2][4]) {
@@ -74,7 +81,7 @@ __device__ __forceinline__ void expert_down_tile(const char* tile, const char* b
       const char* a = tile + s * 1024 + lane * 16;
       st.a[0] = lds128(a);
       st.a[1] = lds128(a + 512);
-      st.sc = ld_f32(scale + s / 2);
+      st.sc = scale[s / 2];
     } else {
       const char* a = tile + s * 2048 + lane * 16;
 #pragma unroll
@@ -102,6 +109,7 @@ __global__ void __launch_bounds__(kThreads) moe_down_experts_kernel(const DownEx
   char* staging = xd_smem + L.staging;
   uint64_t* bars = reinterpret_cast<uint64_t*>(xd_smem + L.bars);
   int* chunk_pairs = reinterpret_cast<int*>(xd_smem + L.pairs);
+  float* block_scales = reinterpret_cast<float*>(xd_smem + L.scales);
   int* range_start = reinterpret_cast<int*>(xd_smem + L.table);  // [nact + 1]
   int* task_start = range_start + max_active + 1;                // [nact + 1]
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -163,7 +171,12 @@ __global__ void __launch_bounds__(kThreads) moe_down_experts_kernel(const DownEx
   const int g = lane >> 2, q = lane & 3;
   const int rows = nt * 16;
   const int kb = (p.I + 127) / 128;
-  const float* scales = F == Format::kFp8 ? p.w2s + int64_t(e) * (p.H / 128) * kb : nullptr;
+  const int blk0 = tile0 / 8;  // the first 128-row block of the CTA's rows
+  if constexpr (F == Format::kFp8) {  // published by the first chunk's __syncthreads
+    const int nblk = (tile0 + nt - 1) / 8 - blk0 + 1;
+    for (int i = tid; i < nblk * kb; i += kThreads)
+      block_scales[i] = ld_f32(p.w2s + (int64_t(e) * (p.H / 128) + blk0) * kb + i);
+  }
   bool landed = false;
   for (int c0 = b0; c0 < b1; c0 += kChunkPairs) {
     const int n = min(kChunkPairs, b1 - c0);
@@ -186,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) moe_down_experts_kernel(const DownEx
       landed = true;
       for (int t = wlo; t < whi; ++t) {
         float acc[2][4] = {};
-        const float* sc = F == Format::kFp8 ? scales + ((tile0 + t) / 8) * kb : nullptr;
+        const float* sc = block_scales + ((tile0 + t) / 8 - blk0) * kb;
         expert_down_tile<F>(wsm + t * tile_bytes, bchunk, sc, p.I, nb, lane, acc);
 #pragma unroll
         for (int j = 0; j < 2; ++j)
@@ -214,7 +227,8 @@ template <Format F>
 cudaError_t launch_moe_down_experts(const DownExpertParams& p, cudaStream_t stream, bool pdl) {
   const int block_tiles = kExpertDownWarps * p.tiles_per_warp;
   const int h_tiles = p.H / 16;
-  if (p.I % 64 || p.H % 128 || p.tiles_per_warp < 1 || p.slab_pairs < 1 || p.task_bound < 1 || p.cap < 1)
+  if (p.I % 64 || p.H % 128 || p.tiles_per_warp < 1 || block_tiles > kExpertDownMaxBlockTiles ||
+      (p.I + 127) / 128 * 4 > kExpertDownScaleWords || p.slab_pairs < 1 || p.task_bound < 1 || p.cap < 1)
     return cudaErrorInvalidValue;
   const ExpertDownSmem L = ExpertDownSmem::layout(p.I, F == Format::kFp8 ? 1 : 2, block_tiles,
                                                   p.num_local_experts < p.cap ? p.num_local_experts : p.cap);
