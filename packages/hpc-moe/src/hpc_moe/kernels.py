@@ -1,5 +1,7 @@
 """Launch of the fused-MoE pipeline (DESIGN.md, "Pipeline"): FP8 input quantisation (FP8 formats),
-Gate-Up with SiLU*up, Down with the top-k reduce, on torch's current stream, chained with PDL.
+Gate-Up with SiLU*up, Down with the top-k reduce (the tile form, one kernel, or the expert form, a
+GEMM kernel writing per-pair partials and a reduce kernel; heuristics.down_form picks one per window),
+on torch's current stream, chained with PDL.
 
 `run_fused_moe` allocates nothing and reads no device value on the host: every grid size comes
 from T, top_k, E_local, I and the SM count, so a captured CUDA graph replays with new routing

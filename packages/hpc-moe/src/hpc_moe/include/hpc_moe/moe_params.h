@@ -96,7 +96,7 @@ struct TopkReduceParams {
   int num_local_experts;
 };
 
-constexpr int kThreads = 128;    // 4 warps split K (Gate-Up) or take experts in turn (Down)
+constexpr int kThreads = 128;    // 4 warps split K (Gate-Up), take experts in turn (tile-form Down) or tiles (expert form)
 constexpr int kChunkPairs = 16;  // pairs (MMA columns) per Gate-Up task and per Down MMA pass
 
 cudaError_t run_gate_up(Format f, const GateUpParams& p, int num_sms, cudaStream_t stream, bool pdl);
