@@ -33,6 +33,7 @@ import torch
 
 RAN: list[str] = []
 SKIPPED: list[str] = []
+LIGHT = False  # --light: fewer, smaller launches where an op has many (for racecheck)
 
 
 def _done(name: str) -> None:
@@ -85,7 +86,13 @@ def router_ops(dev: torch.device) -> None:
     from hpc_router_gemm.heuristics import TABLE
 
     gen = torch.Generator(dev).manual_seed(2)
-    cases = [((k, n), [1] + [min(r[0], 4096) for r in rows]) for (k, n), rows in TABLE.items()]
+    if LIGHT:
+        # Each TABLE row's path at the smallest M that takes it (the row before it ends one lower): every
+        # path once, with as few tiles as it runs (racecheck instruments each shared-memory access; the
+        # largest M of every row took > 7 minutes there).
+        cases = [((k, n), [1] + [rows[i - 1][0] + 1 for i in range(1, len(rows))]) for (k, n), rows in TABLE.items()]
+    else:
+        cases = [((k, n), [1] + [min(r[0], 4096) for r in rows]) for (k, n), rows in TABLE.items()]
     cases.append(((1024, 320), [1, 8, 64, 600]))  # no table: the rules (fp32, narrow, wide96)
     for (K, N), ms in cases:
         rw = RouterWeight(torch.randn(N, K, device=dev, generator=gen) * 0.02)
@@ -192,7 +199,13 @@ OPS = {"fp8": ("hpc_common.fp8", fp8_ops), "router": ("hpc_router_gemm", router_
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated subset of: " + ", ".join(OPS))
+    ap.add_argument("--light", action="store_true",
+                    help="the router's paths at their smallest M only (every path once; for racecheck)")
+    ap.add_argument("--require-all", action="store_true",
+                    help="fail when an op is skipped (its package not installed): tools/gpu_check.sh sets it")
     args = ap.parse_args(argv)
+    global LIGHT
+    LIGHT = args.light
     names = [n for n in args.only.split(",") if n] or list(OPS)
     if not torch.cuda.is_available():
         print("sanitize_ops: no CUDA device", file=sys.stderr)
@@ -214,6 +227,9 @@ def main(argv=None) -> int:
             print(f"FAILED {name}", flush=True)
     print(f"sanitize_ops: {len(RAN)} ops ran, {len(SKIPPED)} skipped ({', '.join(SKIPPED) or 'none'})"
           f"{', with errors' if failed else ''}", flush=True)
+    if args.require_all and SKIPPED:
+        print(f"sanitize_ops: --require-all and {', '.join(SKIPPED)} skipped", flush=True)
+        return 1
     return 1 if failed else 0
 
 
