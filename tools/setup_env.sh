@@ -22,5 +22,7 @@ fi
 "${PIP[@]}" -e "$ROOT/packages/hpc-common[bench]" -e "$ROOT/packages/hpc-router-gemm" \
   -e "$ROOT/packages/hpc-attention" -e "$ROOT/packages/hpc-moe" -e "$ROOT/integration" \
   "pytest>=8" "hypothesis>=6.100" "hatch>=1.12"
+# transformers: the runner tests compare against its Qwen3MoeForCausalLM (hpc-integration[runner]).
+"${PIP[@]}" "transformers>=4.51"
 export PATH="$VENV/bin:$PATH"
 export HPC_VENV_PY="$VENV/bin/python"
