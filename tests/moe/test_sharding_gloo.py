@@ -14,6 +14,7 @@ import torch.multiprocessing as mp
 from _sharding_cases import full_layer, layer_reference, routing
 from hpc_moe import shard_moe_weights
 
+pytestmark = pytest.mark.slow  # two spawned processes: about 10 s each on two cores
 WORLD = 2
 # (quant, E, H, I, parallel mode, unaligned): TP slices I, EP the experts
 CASES = [
