@@ -17,8 +17,8 @@ import torch.multiprocessing as mp
 WORLD = 2
 STEPS = 32
 PROMPTS = (2, 8)  # requests, prompt tokens
-# (attention TP, MoE EP) of each two-rank split; the MoE is TP-split when EP is 1
 pytestmark = pytest.mark.slow  # two spawned processes: about 10 s each on two cores
+# (attention TP, MoE EP) of each two-rank split; the MoE is TP-split when EP is 1
 SPLITS = {"tp2": (2, 1), "tp2_ep2": (2, 2)}
 
 
