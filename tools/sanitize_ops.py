@@ -14,7 +14,8 @@ script under memcheck, racecheck and synccheck, one short run each):
   the separate combine kernel and the cp.async producer;
 - the attention prologue (hpc_attention.qk_norm_rope_store): BF16 and FP8 KV and Q, both RoPE styles,
   full and partial rotary dims (the shuffle and the shared-memory paths), norm on and off, padding;
-- fused MoE (hpc_moe): each weight format, when hpc_moe has a CUDA path.
+- fused MoE (hpc_moe): each weight format at T = 5 (the tile-form Down) and T = 300 (the expert form and
+  its reduce kernel), when hpc_moe has a CUDA path.
 
 An operator whose package is not installed is skipped and named. Each op synchronises, so an error
 is attributed to the op that caused it; the last line is `sanitize_ops: N ops ran, M skipped`.
@@ -167,9 +168,12 @@ def prologue_ops(dev: torch.device) -> None:
 def moe_ops(dev: torch.device) -> None:
     from hpc_moe import MoEWeights, fused_moe
 
+    from hpc_moe import heuristics
+
     gen = torch.Generator(dev).manual_seed(4)
-    T, H, inter, E, k = 5, 256, 128, 8, 2
-    for quant in ("bf16", "fp8_tensor", "fp8_block"):
+    H, inter, E, k = 256, 128, 8, 2
+    # T = 5: the tile-form Down; T = 300 (600 pairs, 75 per expert): the expert form and its reduce kernel.
+    for T, quant in [(t, q) for t in (5, 300) for q in ("bf16", "fp8_tensor", "fp8_block")]:
         w13 = torch.randn(E, 2 * inter, H, device=dev, generator=gen) * 0.05
         w2 = torch.randn(E, H, inter, device=dev, generator=gen) * 0.05
         kw = {}
@@ -188,7 +192,8 @@ def moe_ops(dev: torch.device) -> None:
         ids = torch.randint(-1, E, (T, k), device=dev, generator=gen, dtype=torch.int32)
         topw = torch.rand(T, k, device=dev, generator=gen)
         fused_moe(hidden, weights, ids, topw)
-        _done(f"moe {quant} T={T} E={E} top-{k}")
+        form = heuristics.down_form(T * k, E, inter, quant != "bf16")
+        _done(f"moe {quant} T={T} E={E} top-{k} (Down form: {form})")
 
 
 OPS = {"fp8": ("hpc_common.fp8", fp8_ops), "router": ("hpc_router_gemm", router_ops),
