@@ -96,3 +96,63 @@ def test_two_ranks_give_the_one_process_tokens_and_logits(split, one_process):
         # float32 partial sums added in another order; the greedy margins are ~0.7 sqrt(H) = 11 logits
         assert err <= 1e-4 * scale, f"{split} rank {rank}: max |logit diff| {err:.3e} (max |logit| {scale:.3e})"
     torch.testing.assert_close(results[0][1], results[1][1], rtol=0, atol=0)  # both ranks hold the all-reduced sum
+
+
+# --- hpc_integration.runner.two_gpu (the torchrun entry of the H200 x2 machine) on the CPU ---
+
+def _two_gpu_worker(rank: int, port: int, results) -> None:
+    from hpc_integration.runner import RunOptions, preset, two_gpu
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        cfg = preset("tiny", num_layers=2, vocab_size=512, max_position=1024)
+        opts = RunOptions(kv_dtype="fp32", max_batch=3, max_kv_len=64, page_size=16)
+        results[rank] = two_gpu.run(cfg, opts, (1, 3), 8, backend="reference", context=20, timed=False,
+                                    log=lambda *_: None)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_gpu_entry_flow_on_two_gloo_ranks():
+    """two_gpu.run's checks (the one-GPU cache's K / V heads copied into each rank's cache, greedy
+    tokens and logits of both splits against the one-process run) with the reference backend."""
+    with mp.Manager() as manager:
+        results = manager.dict()
+        ctx = mp.start_processes(_two_gpu_worker, args=(_free_port(), results), nprocs=WORLD, join=False,
+                                 start_method="spawn")
+        deadline = time.monotonic() + 60
+        try:
+            while not ctx.join(timeout=1.0):
+                if time.monotonic() > deadline:
+                    pytest.fail("the two_gpu gloo ranks did not finish within 60 s")
+        finally:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.terminate()
+        results = dict(results)
+    rows, ok = results[0]
+    assert ok and results[1][1]
+    assert {(r["world_size"], r["split"], r["batch"]) for r in rows} == {
+        (1, "one_gpu", 1), (1, "one_gpu", 3), (2, "tp2", 1), (2, "tp2", 3), (2, "tp2_ep2", 1), (2, "tp2_ep2", 3)}
+    for r in rows:
+        if r["world_size"] == 2:
+            assert r["greedy_match"] is True and r["logit_err"] <= 1e-5, r
+            assert (r["tp"], r["ep"]) == {"tp2": (2, 1), "tp2_ep2": (2, 2)}[r["split"]]
+
+
+@pytest.mark.parametrize("num_kv_heads,tp_size", [(4, 2), (4, 4), (2, 4), (1, 8), (8, 2)])
+def test_kv_heads_of_rank_are_the_runners_kv_slices(num_kv_heads, tp_size):
+    from hpc_integration.runner import ModelConfig, ParallelConfig, random_weights
+    from hpc_integration.runner.sharding import shard_layer
+    from hpc_integration.runner.two_gpu import kv_heads_of_rank
+
+    cfg = ModelConfig(vocab_size=64, hidden_size=128, num_layers=1, num_qo_heads=8, num_kv_heads=num_kv_heads,
+                      head_dim=16, num_experts=4, top_k=2, moe_intermediate_size=64)
+    lw = random_weights(cfg, seed=3).layers[0]
+    D = cfg.head_dim
+    for r in range(tp_size):
+        heads = kv_heads_of_rank(num_kv_heads, r, tp_size)
+        want = torch.cat([lw.wk[h * D:(h + 1) * D] for h in heads])
+        assert torch.equal(shard_layer(lw, cfg, ParallelConfig(tp_rank=r, tp_size=tp_size)).wk, want)
