@@ -40,10 +40,11 @@ def hf_state_dict(weights: ModelWeights, moe_quant: str, keys, dtype=torch.float
 
 
 def build_hf_model(hf_cfg, weights: ModelWeights, moe_quant: str = "bf16", device="cpu", dtype=torch.float32):
-    """Qwen3MoeForCausalLM of `hf_cfg` holding `weights`, in `dtype`, eager attention, eval mode."""
+    """Qwen3MoeForCausalLM of `hf_cfg` holding `weights`, in `dtype`, eager attention and experts, eval mode."""
     from transformers import Qwen3MoeForCausalLM
 
     hf_cfg._attn_implementation = "eager"
+    hf_cfg._experts_implementation = "eager"  # its plain per-expert loop (grouped_mm kernels are BF16-only)
     with torch.device(device):
         model = Qwen3MoeForCausalLM(hf_cfg)
     sd = hf_state_dict(weights, moe_quant, model.state_dict().keys(), dtype)

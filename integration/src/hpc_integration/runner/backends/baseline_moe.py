@@ -47,7 +47,7 @@ def sglang_fused_experts():
 def pick_impl(device: torch.device, world: int) -> str:
     """"sglang_triton" where SGLang imports (CUDA, one process: its init makes its own TP group), else
     "torch_grouped_mm" where torch._grouped_mm runs on `device`, else "torch_per_expert"."""
-    if device.type == "cuda" and world == 1 and os.environ.get("HPC_RUNNER_BASELINE_MOE", "") != "torch":
+    if device.type == "cuda" and world == 1:
         try:
             sglang_fused_experts()
             return "sglang_triton"
