@@ -31,12 +31,15 @@ def test_kernels_on_the_shards_sum_to_the_full_moe(quant, E, H, inter, tp, ep, u
     # "requantize" changes weights on purpose: its reference is the sum of its shards' references
     ref = layer_reference(layer, x, ids, wts) if unaligned != "requantize" else 0
     total = torch.zeros(x.shape, dtype=torch.float64, device=dev)
+    on_dev = _to(layer, dev)
     for t in range(tp):
         for e in range(ep):
-            shard = shard_moe_weights(**layer, tp_rank=t, tp_size=tp, ep_rank=e, ep_size=ep, unaligned=unaligned)
+            # sharded where the checkpoint lies (on the GPU here)
+            shard = shard_moe_weights(**on_dev, tp_rank=t, tp_size=tp, ep_rank=e, ep_size=ep, unaligned=unaligned)
             if unaligned == "requantize":
-                ref = ref + layer_reference(shard.prepare_kwargs(), x, ids, wts, expert_offset=e * (E // ep))
-            weights = MoEWeights.prepare(**_to(shard.prepare_kwargs(), dev))
+                ref = ref + layer_reference(_to(shard.prepare_kwargs(), "cpu"), x, ids, wts,
+                                            expert_offset=e * (E // ep))
+            weights = MoEWeights.prepare(**shard.prepare_kwargs())
             out = fused_moe(x.to(dev), weights, ids.to(dev), wts.to(dev))
             total += out.double()
     got, r = total.cpu().flatten(), ref.flatten()
