@@ -1,6 +1,7 @@
 """SGLang 0.5.23 (CPU venv of tools/test_integration.sh): the plugin through its entry point,
-the CLI names, SGLang's attention test kit against backend "hpc", the MoE runner core and its
-hook, the router hook, and the start-up messages."""
+the CLI names, SGLang's attention test kit against backend "hpc", the fused prologue inside SGLang's
+own Qwen3-MoE / Qwen3 attention layers, the MoE runner core and its hook, the router hook, and the
+start-up messages."""
 
 from __future__ import annotations
 
@@ -30,11 +31,14 @@ print("RESULT " + json.dumps(dict(
     loaded=sorted(loaded), again=sorted(again), again2=sorted(again2),
     backend="hpc" in ATTENTION_BACKENDS, choices=ATTENTION_BACKEND_CHOICES.count("hpc"),
     moe_choices=MOE_RUNNER_BACKEND_CHOICES.count("hpc"), core="hpc" in runner._CUSTOM_RUNNER_CORE_FACTORIES,
-    hooks={t: len(HookRegistry._hooks.get(t, [])) for t in plugin.MOE_METHODS + plugin._REGISTERED["router"]},
+    hooks={t: len(HookRegistry._hooks.get(t, [])) for t in
+           plugin.MOE_METHODS + plugin._REGISTERED["router"] + plugin._REGISTERED["prologue"]},
+    prologue=list(plugin._REGISTERED["prologue"]),
     patched=UnquantizedFusedMoEMethod.create_moe_runner.__qualname__)))
 """
     r, _ = run_snippet("sglang", code)
-    assert r["loaded"] == ["attention", "moe", "router"], "the entry point did not run the plugin"
+    assert r["loaded"] == ["attention", "moe", "prologue", "router"], "the entry point did not run the plugin"
+    assert len(r["prologue"]) == 2  # Qwen3-MoE's apply_qk_norm_rope and Qwen3's attention forward
     assert r["again"] == r["again2"] == r["loaded"]
     assert r["backend"] and r["choices"] == 1 and r["moe_choices"] == 1 and r["core"]
     assert all(n == 1 for n in r["hooks"].values()), r["hooks"]  # registered once, however often called
@@ -201,3 +205,51 @@ def test_router_hooks_serve_fp32_gates():
     r, _ = run_snippet("sglang", ROUTER_CODE, env=REF)
     assert r["err"] < 1e-5 and r["gate_err"] < 1e-5 and r["dtype"] == "torch.float32" and r["bias"]
     assert r["calls"] == 2  # linear_bf16_fp32 and the FP32 gate; the BF16 linear kept its own path
+
+
+def test_plugin_without_prologue_registers_no_layer_hooks():
+    code = """
+import json
+from sglang.srt.plugins import load_plugins
+load_plugins()
+import hpc_integration.sglang as plugin
+from hpc_integration.sglang import prologue
+from sglang.srt.plugins.hook_registry import HookRegistry
+print("RESULT " + json.dumps(dict(loaded=sorted(plugin._REGISTERED),
+                                  hooks=sum(len(HookRegistry._hooks.get(t, [])) for t, _ in prologue.hooks()))))
+"""
+    r, _ = run_snippet("sglang", code, env={"HPC_SGLANG_PROLOGUE": "0"})
+    assert r == {"loaded": ["attention", "moe", "router"], "hooks": 0}
+
+
+# ours' error against float64 at most twice the framework's plus this floor (the brief's rule)
+def _within(rec, name, floor=1e-3):
+    return rec[f"{name}_err_ours"] <= 2 * rec[f"{name}_err_framework"] + floor
+
+
+def test_fused_prologue_in_sglang_attention_layers(tmp_path):
+    out = tmp_path / "prologue.json"
+    run_in("sglang", [str(SCRIPTS / "sglang_prologue_layer.py"), str(out)], env=REF)
+    res = json.loads(out.read_text())
+    cases = {c["case"]: c for c in res["cases"]}
+    fused = ("moe_bf16", "moe_fp8", "dense_bf16", "dense_fp8", "moe_yarn_bf16")
+    for name in fused:
+        c = cases[name]
+        assert c["prologue_layers"] == 1 and c["calls_ours"].get("prologue.reference") == 1, c
+        assert c["k_given_ours"] is False and c["k_given_framework"] is True, c  # KV written by the prologue only
+        assert c["untouched_same"], c  # no slot outside out_cache_loc changed, on either path
+        assert c["v_rows_equal"] and c["v_err_ours"] == c["v_err_framework"], c
+        assert all(_within(c, n) for n in ("q", "k", "out")), c
+        assert c["out_err_ours"] < 0.05 * c["out_ref_max"], c
+    assert cases["moe_bf16"]["q_err_ours"] < cases["moe_bf16"]["q_err_framework"]  # one rounding, not three
+    for name in ("moe_extend", "moe_mrope_off", "moe_eps_off", "other_model_off"):
+        c = cases[name]
+        assert "prologue.reference" not in c["calls_ours"] and c["out_equal_paths"] and c["untouched_same"], c
+    assert cases["moe_extend"]["prologue_layers"] == 1  # a fused layer, but extend keeps SGLang's path
+    msgs = "\n".join(res["messages"])
+    for words in ("fused prologue on: 1 of 1 Qwen3MoeAttention layers", "fused prologue on: 1 of 1 Qwen3Attention",
+                  "fused prologue off (SGLang's QK-Norm, RoPE and KV write run): HPC_SGLANG_PROLOGUE=0",
+                  "rope MRotaryEmbedding has its own forward", "q / k norm eps 1e-06 / 1e-05",
+                  "Linear has no Qwen3 / Qwen3-MoE attention layers",
+                  "fused prologue ran: decode QK-Norm, RoPE and KV write by hpc_attention.qk_norm_rope_store"):
+        assert words in msgs, (words, msgs)

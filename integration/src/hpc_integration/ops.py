@@ -93,6 +93,36 @@ class DecodeState:
         return out
 
 
+def qk_norm_rope_store(qkv: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
+                       k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor, *,
+                       num_qo_heads: int, num_kv_heads: int, q_norm_weight: torch.Tensor | None,
+                       k_norm_weight: torch.Tensor | None, eps: float, rope_style: str, rotary_dim: int,
+                       k_scale=None, v_scale=None) -> torch.Tensor:
+    """The fused attention prologue of one layer (hpc_attention.qk_norm_rope_store): QK-Norm and RoPE
+    of qkv [T, (Hq + 2 Hkv) * 128] BF16, K / V written at slot_mapping into the paged caches
+    [pages, page_size, Hkv, 128] (FP8 caches: stored = value / scale). Returns q [T, Hq, 128] BF16.
+    Never validates on the host (no synchronisation, graph-safe): the adapters pass the framework's
+    own positions and write locations."""
+    if on_kernels(qkv):
+        import hpc_attention
+
+        _count("prologue.kernel")
+        q, _ = hpc_attention.qk_norm_rope_store(
+            qkv, positions, cos_sin_cache, k_cache, v_cache, slot_mapping, num_qo_heads=num_qo_heads,
+            num_kv_heads=num_kv_heads, q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps,
+            rope_style=rope_style, rotary_dim=rotary_dim, k_scale=k_scale, v_scale=v_scale, validate=False)
+        return q
+    from hpc_attention.reference import qk_norm_rope_store_reference
+
+    _count("prologue.reference")
+    # float32 like the kernel; the reference rounds once, to the output and cache dtypes
+    q, _ = qk_norm_rope_store_reference(
+        qkv, positions, cos_sin_cache, k_cache, v_cache, slot_mapping, num_qo_heads=num_qo_heads,
+        num_kv_heads=num_kv_heads, q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps,
+        rope_style=rope_style, rotary_dim=rotary_dim, k_scale=k_scale, v_scale=v_scale, dtype=torch.float32)
+    return q
+
+
 def paged_prefill_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             page_table: torch.Tensor, kv_lens: list[int], q_lens: list[int], *, sm_scale: float,
                             k_scale=1.0, v_scale=1.0, causal: bool = True) -> torch.Tensor:

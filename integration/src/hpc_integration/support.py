@@ -26,6 +26,7 @@ ROUTER_MULTIPLE = 64  # router weight [N, K]: N and K multiples of 64
 OPS = ("attention", "moe", "router")
 ENV_OPS = "HPC_INTEGRATION_OPS"
 ENV_CPU_REFERENCE = "HPC_INTEGRATION_CPU_REFERENCE"
+ENV_SGLANG_PROLOGUE = "HPC_SGLANG_PROLOGUE"
 
 _said: set[str] = set()
 
@@ -95,6 +96,40 @@ def attention_reason(*, head_dim: int, num_qo_heads: int, num_kv_heads: int, pag
         return f"logit soft cap {logit_cap}: not supported by the decode kernel"
     if is_cross:
         return "cross attention: not supported by the decode kernel"
+    return None
+
+
+def prologue_enabled() -> bool:
+    """HPC_SGLANG_PROLOGUE=0 keeps the framework's QK-Norm, RoPE and KV write (default 1: fused)."""
+    raw = os.environ.get(ENV_SGLANG_PROLOGUE, "1").strip()
+    if raw not in ("0", "1"):
+        raise ValueError(f"{ENV_SGLANG_PROLOGUE}={raw!r}: use 1 (fused prologue, the default) or 0 (off)")
+    return raw == "1"
+
+
+def prologue_reason(*, head_dim: int, rotary_dim: int, cos_sin_shape: tuple[int, ...], max_positions: int,
+                    q_norm_eps: float | None, k_norm_eps: float | None, norm_dtypes: tuple[torch.dtype, ...],
+                    act_dtype: torch.dtype, kv_dtype: torch.dtype) -> str | None:
+    """None when hpc_attention.qk_norm_rope_store computes what this attention layer's QK-Norm, RoPE
+    and KV write compute, else why not. cos_sin_shape: the layer's [max_pos, rotary_dim] cache;
+    max_positions: the longest context the server admits (the kernel clamps positions past the cache)."""
+    if head_dim != HEAD_DIM:
+        return f"head dim {head_dim}: the fused prologue needs head_dim={HEAD_DIM}"
+    if rotary_dim < 2 or rotary_dim > head_dim or rotary_dim % 2:
+        return f"rotary dim {rotary_dim}: the fused prologue rotates an even number of dims in 2..{head_dim}"
+    if len(cos_sin_shape) != 2 or cos_sin_shape[1] != rotary_dim:
+        return f"cos/sin cache of shape {list(cos_sin_shape)}: the fused prologue reads [max_pos, {rotary_dim}]"
+    if cos_sin_shape[0] < max_positions:
+        return (f"the rope cache holds {cos_sin_shape[0]} positions, fewer than the context length {max_positions}: "
+                "lower --context-length")
+    if (q_norm_eps is None) != (k_norm_eps is None) or q_norm_eps != k_norm_eps:
+        return f"q / k norm eps {q_norm_eps} / {k_norm_eps}: the fused prologue takes one eps for both"
+    if len(set(norm_dtypes)) > 1 or not set(norm_dtypes) <= {torch.bfloat16, torch.float32}:
+        return f"q / k norm weights of dtypes {[str(d) for d in norm_dtypes]}: one of bfloat16 or float32 needed"
+    if act_dtype != torch.bfloat16:
+        return f"activations {str(act_dtype).replace('torch.', '')}: the fused prologue reads BF16 q / k / v"
+    if kv_dtype not in KV_DTYPES:
+        return f"KV cache dtype {str(kv_dtype).replace('torch.', '')}: the fused prologue writes bfloat16 or fp8_e4m3"
     return None
 
 

@@ -4,7 +4,9 @@ SGLang loads general plugins once per process, before it builds the CLI parser a
 `register` is idempotent and registers, each switched by HPC_INTEGRATION_OPS (default all):
 
 - attention: backend "hpc" (`--attention-backend hpc`, or per phase `--decode-attention-backend
-  hpc`), its name added to the CLI choices;
+  hpc`), its name added to the CLI choices; and, unless HPC_SGLANG_PROLOGUE=0, AROUND hooks on the
+  Qwen3-MoE / Qwen3 attention layers that fuse QK-Norm, RoPE and the KV write of decode steps into
+  one hpc_attention call (prologue.py);
 - moe: runner "hpc" (`--moe-runner-backend hpc`): `register_moe_runner_core` where the release
   has it, and a hook after the unquantised / FP8 MoE methods' `create_moe_runner` (their runner
   is chosen by hard-coded names), through `srt/plugins/hook_registry.py`;
@@ -29,6 +31,8 @@ def register() -> dict[str, object]:
     ops = support.enabled_ops()
     if "attention" in ops and "attention" not in _REGISTERED:
         _REGISTERED["attention"] = _register_attention()
+    if "attention" in ops and "prologue" not in _REGISTERED and support.prologue_enabled():
+        _REGISTERED["prologue"] = _register_prologue()
     if "moe" in ops and "moe" not in _REGISTERED:
         _REGISTERED["moe"] = _register_moe()
     if "router" in ops and "router" not in _REGISTERED:
@@ -73,6 +77,29 @@ def _register_attention() -> str:
     return "hpc"
 
 
+def _register_prologue() -> tuple[str, ...]:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    from . import prologue
+
+    targets = []
+    for target, hook in prologue.hooks():
+        if _module_exists(target.rsplit(".", 2)[0]):
+            targets.append(target)
+            if not any(h is hook for _, h, _ in HookRegistry._hooks.get(target, ())):
+                HookRegistry.register(target, hook, HookType.AROUND)
+    return tuple(targets)
+
+
+def _module_exists(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:  # a parent package that does not exist in this release
+        return False
+
+
 def _register_moe() -> str:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
@@ -98,19 +125,13 @@ def _register_moe() -> str:
 
 
 def _register_router() -> tuple[str, ...]:
-    import importlib.util
-
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     from . import router
 
     targets = []
     for target in router.LINEAR_BF16_FP32:
-        try:
-            found = importlib.util.find_spec(target.rsplit(".", 1)[0]) is not None
-        except ImportError:  # a parent package that does not exist in this release
-            found = False
-        if found:
+        if _module_exists(target.rsplit(".", 1)[0]):
             targets.append((target, router.around_linear_bf16_fp32))
     targets.append((router.REPLICATED_LINEAR_FORWARD, router.around_replicated_forward))
     targets.append((router.REPLICATED_LINEAR_INIT, router.around_replicated_init))

@@ -62,6 +62,8 @@ class HpcAttnBackend(AttentionBackend):
         self.forward_metadata = None
         self._step = None  # (page_table, kv_lens) of the current decode step
         self._layer_reasons: dict[int, str | None] = {}
+        self.prologue_layers: dict = {}  # id(attention module) -> prologue.PrologueLayer (see plan_prologue)
+        self.prologue_ran = False
 
     # ---- buffers ------------------------------------------------------------------------------
 
@@ -146,6 +148,52 @@ class HpcAttnBackend(AttentionBackend):
                           k_scale=k_scale, v_scale=v_scale, out=out.view(-1, hq, d)[:bs])
         return out
 
+    # ---- fused prologue (prologue.py's hooks call these) --------------------------------------------
+
+    def plan_prologue(self, runner) -> str:
+        """Decide once which attention layers take the fused prologue; returns the start-up message."""
+        from . import prologue
+
+        self.prologue_layers, message = prologue.plan(runner, self.kv_dtype)
+        return message
+
+    def prologue_layer(self, module, forward_batch):
+        """The layer's plan when this step's decode runs here (planned by this backend), else None."""
+        spec = self.prologue_layers.get(id(module))
+        if spec is None or self._step is None or not forward_batch.forward_mode.is_decode():
+            return None
+        return spec
+
+    def run_prologue(self, module, spec, qkv: torch.Tensor, positions: torch.Tensor, forward_batch) -> torch.Tensor:
+        """QK-Norm, RoPE and the KV write of one decode step of `module` (one call); returns q
+        [T, Hq * D] BF16 for `attn(q, None, None, ...)`, which then decodes without writing."""
+        layer = module.attn
+        hq, hkv, d = spec.num_qo_heads, spec.num_kv_heads, layer.head_dim
+        loc = forward_batch.out_cache_loc
+        T = qkv.shape[0]
+        if qkv.dtype != torch.bfloat16 or qkv.dim() != 2 or qkv.shape[1] != (hq + 2 * hkv) * d \
+                or loc is None or loc.shape[0] != T:
+            raise ValueError(f"hpc-integration: fused prologue of layer {layer.layer_id}: qkv {list(qkv.shape)} "
+                             f"{qkv.dtype} / out_cache_loc {None if loc is None else list(loc.shape)} do not match "
+                             f"{hq}/{hkv} heads of dim {d}; set HPC_SGLANG_PROLOGUE=0 and report this")
+        k_cache, v_cache = self._caches(layer.layer_id, hkv, d)
+        scales = {}
+        if self.kv_dtype == torch.float8_e4m3fn:  # the scales our decode reads back with (forward_decode)
+            scales = dict(k_scale=layer.k_scale_float if layer.k_scale_float is not None else 1.0,
+                          v_scale=layer.v_scale_float if layer.v_scale_float is not None else 1.0)
+        pos = positions.reshape(-1)
+        q = ops.qk_norm_rope_store(
+            qkv, pos if pos.is_contiguous() else pos.contiguous(), module.rotary_emb.cos_sin_cache, k_cache, v_cache,
+            loc if loc.is_contiguous() else loc.contiguous(), num_qo_heads=hq, num_kv_heads=hkv,
+            q_norm_weight=module.q_norm.weight, k_norm_weight=module.k_norm.weight, eps=spec.eps,
+            rope_style=spec.rope_style, rotary_dim=spec.rotary_dim, **scales)
+        if not self.prologue_ran:
+            self.prologue_ran = True
+            where = "kernels" if ops.on_kernels(qkv) else "reference, no SM90 GPU"
+            support.say(f"fused prologue ran: decode QK-Norm, RoPE and KV write by hpc_attention.qk_norm_rope_store "
+                        f"({where})")
+        return q.view(T, hq * d)
+
     def _caches(self, layer_id: int, hkv: int, d: int):
         k = self.kv_pool.get_key_buffer(layer_id)
         v = self.kv_pool.get_value_buffer(layer_id)
@@ -200,7 +248,10 @@ def create_backend(runner):
             "hpc_attention's reference (no SM90 GPU)"
         support.say(f"--attention-backend hpc: decode on {where}; extend on SGLang's {fallback_name} backend "
                     "(hpc-attention has no prefill kernel yet)")
-    return HpcAttnBackend(runner, fallback, fallback_name, reason)
+    backend = HpcAttnBackend(runner, fallback, fallback_name, reason)
+    if reason is None:
+        support.say(f"--attention-backend hpc: {backend.plan_prologue(runner)}")
+    return backend
 
 
 def _runner_reason(runner) -> str | None:
