@@ -19,7 +19,7 @@ STEPS = 32
 PROMPTS = (2, 8)  # requests, prompt tokens
 pytestmark = pytest.mark.slow  # two spawned processes: about 10 s each on two cores
 # (attention TP, MoE EP) of each two-rank split; the MoE is TP-split when EP is 1
-SPLITS = {"tp2": (2, 1), "tp2_ep2": (2, 2)}
+SPLITS = {"tp2": (2, 1), "tp2_ep2": (2, 2), "ep2": (1, 2)}  # ep2: every head on both ranks, experts split
 
 
 def _runner(par=None):

@@ -93,8 +93,10 @@ class DecodeRunner:
 
     # ---- the layers --------------------------------------------------------------------------------
 
-    def _all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        if self.par.world > 1:
+    def _all_reduce(self, x: torch.Tensor, ranks: int) -> torch.Tensor:
+        """Sum x over the group when `ranks` ranks hold a part of it (the O projection: tp_size; the MoE:
+        world). EP-only splits keep every head on every rank, so their O projection is whole already."""
+        if ranks > 1:
             torch.distributed.all_reduce(x, group=self.par.group)
         return x
 
@@ -107,10 +109,10 @@ class DecodeRunner:
             qkv = rms_norm(h, layer.input_norm, eps) @ layer.wqkv.T
             q = be.prologue(self, i, layer.backend, qkv, positions, slots)
             a = attend(i, q).reshape(h.shape[0], -1).to(self.act)
-            h = h + self._all_reduce(a @ layer.wo.T)
+            h = h + self._all_reduce(a @ layer.wo.T, self.par.tp_size)
             x = rms_norm(h, layer.post_norm, eps)
             ids_k, w_k = topk_softmax(be.router(self, layer.backend, x), cfg.top_k, cfg.norm_topk_prob)
-            h = h + self._all_reduce(be.moe(self, layer.backend, x, ids_k, w_k).to(self.act))
+            h = h + self._all_reduce(be.moe(self, layer.backend, x, ids_k, w_k).to(self.act), self.par.world)
         return rms_norm(h, self.final_norm, eps)
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
