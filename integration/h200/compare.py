@@ -9,6 +9,10 @@ import sys
 from pathlib import Path
 
 LOGPROB_ATOL = 0.05  # BF16 forward passes through different kernels; greedy ids must be equal
+# The start-up and first-call lines of hpc_integration.sglang (attention.py / prologue.py)
+PROLOGUE_ON = "fused prologue on: 2 of 2 Qwen3MoeAttention layers"
+PROLOGUE_RAN = "fused prologue ran: decode QK-Norm, RoPE and KV write by hpc_attention.qk_norm_rope_store (kernels)"
+PROLOGUE_OFF = "fused prologue off (SGLang's QK-Norm, RoPE and KV write run): HPC_SGLANG_PROLOGUE=0"
 
 
 def main(out: str) -> None:
@@ -40,6 +44,16 @@ def main(out: str) -> None:
     else:
         for r in ops["rows"]:
             check(f"ops {r['check']}", r["ok"], json.dumps({k: v for k, v in r.items() if k not in ("check", "ok")}))
+    layer = load("layer.json")
+    if layer is None:
+        check("layer", False, "no layer.json")
+    else:
+        for c in layer["cases"]:
+            check(f"layer {c['case']} ({c['expect']})", not c["failures"], "; ".join(c["failures"]))
+        fused = [c for c in layer["cases"] if c["expect"] == "fused"]
+        check("layer prologue on the kernel", layer["device"] == "cuda" and bool(fused)
+              and all(c["calls_ours"].get("prologue.kernel") == 1 for c in fused),
+              str([c["calls_ours"] for c in fused]))
     runs = {n: load(f"engine_{n}.json") for n in ("default_graph", "ours_nograph", "ours_graph",
                                                   "ours_fp32router_graph")}
     base = runs["default_graph"]
@@ -59,6 +73,9 @@ def main(out: str) -> None:
             check(f"engine {n} same tokens as default", all(same), str(same))
             check(f"engine {n} logprobs within {LOGPROB_ATOL}", diff <= LOGPROB_ATOL, f"max {diff:.3g}")
     for n, words in (("ours_graph", "decode on hpc_attention kernels"), ("ours_graph", "MoE layers run hpc_moe"),
+                     ("ours_nograph", PROLOGUE_ON), ("ours_nograph", PROLOGUE_RAN),
+                     ("ours_graph", PROLOGUE_ON), ("ours_graph", PROLOGUE_RAN),
+                     ("ours_fp32router_graph", PROLOGUE_OFF),
                      ("ours_fp32router_graph", "scored by hpc_router_gemm (kernels)")):
         log = d / f"engine_{n}.log"
         check(f"engine {n} log says '{words}'", log.exists() and words in log.read_text())

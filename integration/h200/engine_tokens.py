@@ -1,12 +1,14 @@
 """The tiny Qwen3-MoE through SGLang's offline Engine, 8 greedy tokens for three prompts.
 
 usage: engine_tokens.py MODEL_DIR default|ours|ours_fp32router nograph|graph OUT_JSON
-"default": SGLang's triton attention and MoE, BF16 gates; "ours": --attention-backend hpc and our
-MoE runner (HPC_INTEGRATION_OPS names it: SGLang 0.5.17 has no register_moe_runner_core; on
+"default": SGLang's triton attention and MoE, BF16 gates; "ours": --attention-backend hpc (decode
+steps through the fused prologue: QK-Norm, RoPE and KV write in one qk_norm_rope_store call) and
+our MoE runner (HPC_INTEGRATION_OPS names it: SGLang 0.5.17 has no register_moe_runner_core; on
 releases that have it --moe-runner-backend hpc does the same), BF16 gates as in "default";
 "ours_fp32router": the same plus the gates held in FP32 and scored by hpc_router_gemm
 (HPC_INTEGRATION_ROUTER_FP32=1: SGLang's own gate cannot take FP32 weights with BF16
-activations, so this run has no default twin, and its dummy gate weights are drawn in FP32).
+activations, so this run has no default twin, and its dummy gate weights are drawn in FP32), with
+the prologue switched off (HPC_SGLANG_PROLOGUE=0: SGLang's norm / rope / KV write before our decode).
 Writes tokens and per-token logprobs.
 """
 
@@ -21,6 +23,7 @@ PROMPTS = ["t5 t6 t7 t8 t9", "t100 t200 t300", "t42"]
 def main(model: str, mode: str, graph: str, out_json: str) -> None:
     os.environ["HPC_INTEGRATION_OPS"] = {"default": "none", "ours": "attention,moe",
                                          "ours_fp32router": "attention,moe,router"}[mode]
+    os.environ["HPC_SGLANG_PROLOGUE"] = "0" if mode == "ours_fp32router" else "1"
     if mode == "ours_fp32router":
         os.environ["HPC_INTEGRATION_ROUTER_FP32"] = "1"
     import sglang as sgl

@@ -9,12 +9,17 @@
 #           "triton", eager, and the kit's CUDA-graph decode mode (capture + replay) for both;
 #   ops     the vLLM adapter's cache view and decode / MoE / router calls on vLLM-shaped inputs,
 #           kernels against the operators' references (vLLM itself does not fit the machine);
+#   layer   SGLang's own Qwen3-MoE / Qwen3 attention layers, one decode step with the fused prologue
+#           (qk_norm_rope_store kernel + decode) and with SGLang's norm / rope / KV write, BF16 and
+#           FP8 KV, against float64 (tests/integration/scripts/sglang_prologue_layer.py);
 #   engine  the tiny Qwen3-MoE (head dim 128) through sglang.Engine: default backends (CUDA graphs),
-#           ours (attention hpc + MoE runner) without and with CUDA graphs, and ours with the
-#           gates in FP32 through the router GEMM (CUDA graphs);
+#           ours (attention hpc with the fused prologue + MoE runner) without and with CUDA graphs,
+#           and ours with the gates in FP32 through the router GEMM and the prologue switched off
+#           (HPC_SGLANG_PROLOGUE=0; CUDA graphs);
 #   compare same greedy tokens ours vs default, per-token logprobs within tolerance, every
-#           run repeatable, and the operator calls seen in the logs.
-# STEPS="kit ops engine" (default) picks steps; T_KIT / T_OPS / T_ENGINE are per-step timeouts (s).
+#           run repeatable, and the operator calls and prologue path seen in the logs.
+# STEPS="kit ops layer engine" (default) picks steps; T_KIT / T_OPS / T_LAYER / T_ENGINE are
+# per-step timeouts (s).
 # The last line printed is the verdict ("h200 integration: PASS" or "FAIL: ...").
 set -uo pipefail
 B=$(cd "${1:?usage: run_h200.sh BUNDLE_DIR}" && pwd)
@@ -41,11 +46,12 @@ step() { # name timeout cmd...
   tail -n 4 "$OUT/$n.log" | cut -c1-300
   return $rc
 }
-STEPS=${STEPS:-"kit ops engine"}
+STEPS=${STEPS:-"kit ops layer engine"}
 for s in $STEPS; do
   case $s in
     kit) step kit ${T_KIT:-240} python3 tests/integration/scripts/sglang_attention_kit.py "$OUT/kit.json" cuda 128 hpc,triton 1 ;;
     ops) step ops ${T_OPS:-240} python3 $H/vllm_shaped.py "$OUT/ops.json" ;;
+    layer) step layer ${T_LAYER:-150} python3 tests/integration/scripts/sglang_prologue_layer.py "$OUT/layer.json" cuda ;;
     engine)
       for run in default:graph ours:nograph ours:graph ours_fp32router:graph; do
         mode=${run%%:*}; g=${run##*:}

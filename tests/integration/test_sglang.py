@@ -36,7 +36,7 @@ print("RESULT " + json.dumps(dict(
     prologue=list(plugin._REGISTERED["prologue"]),
     patched=UnquantizedFusedMoEMethod.create_moe_runner.__qualname__)))
 """
-    r, _ = run_snippet("sglang", code)
+    r, _ = run_snippet("sglang", code, env={"HPC_SGLANG_PROLOGUE": "1"})
     assert r["loaded"] == ["attention", "moe", "prologue", "router"], "the entry point did not run the plugin"
     assert len(r["prologue"]) == 2  # Qwen3-MoE's apply_qk_norm_rope and Qwen3's attention forward
     assert r["again"] == r["again2"] == r["loaded"]
@@ -222,29 +222,19 @@ print("RESULT " + json.dumps(dict(loaded=sorted(plugin._REGISTERED),
     assert r == {"loaded": ["attention", "moe", "router"], "hooks": 0}
 
 
-# ours' error against float64 at most twice the framework's plus this floor (the brief's rule)
-def _within(rec, name, floor=1e-3):
-    return rec[f"{name}_err_ours"] <= 2 * rec[f"{name}_err_framework"] + floor
-
-
 def test_fused_prologue_in_sglang_attention_layers(tmp_path):
+    """SGLang's own Qwen3-MoE / Qwen3 attention layers, one decode step with and without the fused
+    prologue, against float64 (scripts/sglang_prologue_layer.py: `verdict` lists each case's checks)."""
     out = tmp_path / "prologue.json"
-    run_in("sglang", [str(SCRIPTS / "sglang_prologue_layer.py"), str(out)], env=REF)
+    run_in("sglang", [str(SCRIPTS / "sglang_prologue_layer.py"), str(out), "cpu"], env=REF)
     res = json.loads(out.read_text())
     cases = {c["case"]: c for c in res["cases"]}
-    fused = ("moe_bf16", "moe_fp8", "dense_bf16", "dense_fp8", "moe_yarn_bf16")
-    for name in fused:
-        c = cases[name]
-        assert c["prologue_layers"] == 1 and c["calls_ours"].get("prologue.reference") == 1, c
-        assert c["k_given_ours"] is False and c["k_given_framework"] is True, c  # KV written by the prologue only
-        assert c["untouched_same"], c  # no slot outside out_cache_loc changed, on either path
-        assert c["v_rows_equal"] and c["v_err_ours"] == c["v_err_framework"], c
-        assert all(_within(c, n) for n in ("q", "k", "out")), c
-        assert c["out_err_ours"] < 0.05 * c["out_ref_max"], c
+    assert {n for n, c in cases.items() if c["expect"] == "fused"} == \
+        {"moe_bf16", "moe_fp8", "dense_bf16", "dense_fp8", "moe_yarn_bf16"}
+    bad = {n: c["failures"] for n, c in cases.items() if c["failures"]}
+    assert not bad, json.dumps(bad, indent=1)
+    assert all(c["calls_ours"].get("prologue.reference") == 1 for c in cases.values() if c["expect"] == "fused")
     assert cases["moe_bf16"]["q_err_ours"] < cases["moe_bf16"]["q_err_framework"]  # one rounding, not three
-    for name in ("moe_extend", "moe_mrope_off", "moe_eps_off", "other_model_off"):
-        c = cases[name]
-        assert "prologue.reference" not in c["calls_ours"] and c["out_equal_paths"] and c["untouched_same"], c
     assert cases["moe_extend"]["prologue_layers"] == 1  # a fused layer, but extend keeps SGLang's path
     msgs = "\n".join(res["messages"])
     for words in ("fused prologue on: 1 of 1 Qwen3MoeAttention layers", "fused prologue on: 1 of 1 Qwen3Attention",

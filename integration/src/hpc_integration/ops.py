@@ -72,8 +72,10 @@ class DecodeState:
 
     def decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
                kv_lens: torch.Tensor, *, sm_scale: float, k_scale=1.0, v_scale=1.0,
-               out: torch.Tensor | None = None) -> torch.Tensor:
-        """q [B, Hq, D] -> [B, Hq, D] in q's dtype (BF16 on the kernels)."""
+               out: torch.Tensor | None = None, new_tokens: int | None = None) -> torch.Tensor:
+        """q [B, Hq, D] -> [B, Hq, D] in q's dtype (BF16 on the kernels). new_tokens=1 right after
+        the fused prologue (the kernel before this one writes only each request's newest KV row):
+        the decode starts streaming older KV before its PDL wait (hpc_attention.decode)."""
         if self.workspace is not None:
             import hpc_attention
 
@@ -81,7 +83,7 @@ class DecodeState:
                 raise RuntimeError("hpc-integration: decode called before the step was planned")
             _count("attention.kernel")
             return hpc_attention.decode(q, k_cache, v_cache, page_table, kv_lens, self.plan_, sm_scale=sm_scale,
-                                        k_scale=k_scale, v_scale=v_scale, out=out)
+                                        k_scale=k_scale, v_scale=v_scale, out=out, new_tokens=new_tokens)
         from hpc_attention.reference import decode_reference
 
         _count("attention.reference")

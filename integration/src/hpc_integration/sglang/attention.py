@@ -64,6 +64,7 @@ class HpcAttnBackend(AttentionBackend):
         self._layer_reasons: dict[int, str | None] = {}
         self.prologue_layers: dict = {}  # id(attention module) -> prologue.PrologueLayer (see plan_prologue)
         self.prologue_ran = False
+        self._prologue_wrote = None  # layer id whose KV the prologue wrote by the last kernel launched
 
     # ---- buffers ------------------------------------------------------------------------------
 
@@ -136,6 +137,10 @@ class HpcAttnBackend(AttentionBackend):
             return self.fallback.forward_decode(q, k, v, layer, forward_batch, save_kv_cache=save_kv_cache, **kwargs)
         if save_kv_cache and k is not None and v is not None:
             self.kv_pool.set_kv_buffer(layer, _kv_write_loc(forward_batch, layer), k, v, layer.k_scale, layer.v_scale)
+        # Right after this layer's prologue (k = v = None, nothing launched in between) the decode may
+        # read the older KV before its PDL wait: the prologue writes only each request's newest row.
+        fresh = k is None and self._prologue_wrote == layer.layer_id
+        self._prologue_wrote = None
         self._layer_reason(layer)
         hq, hkv, d = layer.tp_q_head_num, layer.tp_k_head_num, layer.head_dim
         k_cache, v_cache = self._caches(layer.layer_id, hkv, d)
@@ -145,7 +150,8 @@ class HpcAttnBackend(AttentionBackend):
         k_scale = layer.k_scale_float if layer.k_scale_float is not None else 1.0
         v_scale = layer.v_scale_float if layer.v_scale_float is not None else 1.0
         self.state.decode(q.reshape(-1, hq, d)[:bs], k_cache, v_cache, pt, lens, sm_scale=layer.scaling,
-                          k_scale=k_scale, v_scale=v_scale, out=out.view(-1, hq, d)[:bs])
+                          k_scale=k_scale, v_scale=v_scale, out=out.view(-1, hq, d)[:bs],
+                          new_tokens=1 if fresh else None)
         return out
 
     # ---- fused prologue (prologue.py's hooks call these) --------------------------------------------
@@ -187,6 +193,7 @@ class HpcAttnBackend(AttentionBackend):
             loc if loc.is_contiguous() else loc.contiguous(), num_qo_heads=hq, num_kv_heads=hkv,
             q_norm_weight=module.q_norm.weight, k_norm_weight=module.k_norm.weight, eps=spec.eps,
             rope_style=spec.rope_style, rotary_dim=spec.rotary_dim, **scales)
+        self._prologue_wrote = layer.layer_id
         if not self.prologue_ran:
             self.prologue_ran = True
             where = "kernels" if ops.on_kernels(qkv) else "reference, no SM90 GPU"
