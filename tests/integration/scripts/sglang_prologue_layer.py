@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import sys
+import traceback
 import unittest
 
 import torch
@@ -284,21 +285,30 @@ def main(out_json, device="cpu"):
         print(c["case"], "ok" if not c["failures"] else f"FAIL {c['failures']}", flush=True)
 
 
+def _guarded(name, kind, kv, expect, device, **kw):
+    """run_case, with an exception recorded as the case's failure (the other cases still run)."""
+    try:
+        return run_case(name, kind, kv, expect, device, **kw)
+    except Exception as e:
+        return {"case": name, "kind": kind, "kv": kv, "expect": expect, "calls_ours": {},
+                "failures": [f"{type(e).__name__}: {e}"[:500]], "traceback": traceback.format_exc()[-3000:]}
+
+
 def _cases(device):
     """One layer per case (layer id 0 of a fresh one-layer pool)."""
     d = device
     return [
-        run_case("moe_bf16", "qwen3_moe", "bf16", "fused", d),
-        run_case("moe_fp8", "qwen3_moe", "fp8", "fused", d, heads=(4, 4), page_size=1, prefix_lens=(3, 9, 1), seed=1),
-        run_case("dense_bf16", "qwen3", "bf16", "fused", d, heads=(16, 1), page_size=32, prefix_lens=(31, 62), seed=2),
-        run_case("dense_fp8", "qwen3", "fp8", "fused", d, seed=3),
-        run_case("moe_yarn_bf16", "qwen3_moe", "bf16", "fused", d, seed=4,
+        _guarded("moe_bf16", "qwen3_moe", "bf16", "fused", d),
+        _guarded("moe_fp8", "qwen3_moe", "fp8", "fused", d, heads=(4, 4), page_size=1, prefix_lens=(3, 9, 1), seed=1),
+        _guarded("dense_bf16", "qwen3", "bf16", "fused", d, heads=(16, 1), page_size=32, prefix_lens=(31, 62), seed=2),
+        _guarded("dense_fp8", "qwen3", "fp8", "fused", d, seed=3),
+        _guarded("moe_yarn_bf16", "qwen3_moe", "bf16", "fused", d, seed=4,
                  rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}),
-        run_case("moe_extend", "qwen3_moe", "bf16", "framework", d, mode="extend", prefix_lens=(5, 0), seed=5),
-        run_case("moe_mrope_off", "qwen3_moe", "bf16", "framework", d, seed=6,
+        _guarded("moe_extend", "qwen3_moe", "bf16", "framework", d, mode="extend", prefix_lens=(5, 0), seed=5),
+        _guarded("moe_mrope_off", "qwen3_moe", "bf16", "framework", d, seed=6,
                  rope_scaling={"rope_type": "default", "mrope_section": [16, 24, 24]}),
-        run_case("moe_eps_off", "qwen3_moe", "bf16", "framework", d, tweak="k_norm_eps", seed=7),
-        run_case("other_model_off", "qwen3_moe", "bf16", "framework", d, tweak="other_model", seed=8),
+        _guarded("moe_eps_off", "qwen3_moe", "bf16", "framework", d, tweak="k_norm_eps", seed=7),
+        _guarded("other_model_off", "qwen3_moe", "bf16", "framework", d, tweak="other_model", seed=8),
     ]
 
 

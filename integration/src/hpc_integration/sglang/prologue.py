@@ -31,6 +31,7 @@ DENSE_FORWARD = "sglang.srt.models.qwen3.Qwen3Attention.forward"
 # The attention classes whose layer shape the hooks know (qkv split Hq | Hkv | Hkv, q_norm / k_norm
 # RMSNorm per head, rotary_emb, attn = RadixAttention); subclasses are not assumed to keep it.
 LAYER_CLASSES = {"Qwen3MoeAttention": "sglang.srt.models.qwen3_moe", "Qwen3Attention": "sglang.srt.models.qwen3"}
+LAYER_HOOK = {"Qwen3MoeAttention": MOE_APPLY, "Qwen3Attention": DENSE_FORWARD}
 # Pools whose per-layer key / value buffers are [slots, Hkv, D] rows the prologue writes in place.
 POOLS = ("MHATokenToKVPool",)
 
@@ -94,6 +95,9 @@ def layer_reason(module, *, kv_dtype: torch.dtype, act_dtype: torch.dtype, conte
         return f"rope head size {rope.head_size} != head dim {module.head_dim}"
     if _rl_on_policy():
         return "--rl-on-policy-target is set (the layer casts q / k itself)"
+    if not _hook_applied(LAYER_HOOK[name]):
+        return (f"the hook on {LAYER_HOOK[name]} is not applied (the plugin loaded with "
+                f"{support.ENV_SGLANG_PROLOGUE}=0, or SGLang's HookRegistry.apply_hooks has not run)")
     return support.prologue_reason(
         head_dim=module.head_dim, rotary_dim=rope.rotary_dim, cos_sin_shape=tuple(rope.cos_sin_cache.shape),
         max_positions=context_len, q_norm_eps=q_norm.variance_epsilon, k_norm_eps=k_norm.variance_epsilon,
@@ -141,6 +145,12 @@ def plan(runner, kv_dtype: torch.dtype) -> tuple[dict[int, PrologueLayer], str]:
     msg = (f"fused prologue on: {len(chosen)} of {len(layers)} {'/'.join(names)} layers run QK-Norm, RoPE and the "
            "KV write as one hpc_attention.qk_norm_rope_store call per decode step (extend keeps SGLang's path)")
     return chosen, msg + (f"; the others keep SGLang's path ({first_off})" if first_off else "")
+
+
+def _hook_applied(target: str) -> bool:
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    return target in HookRegistry._patched
 
 
 def _rl_on_policy() -> bool:
