@@ -135,7 +135,7 @@ def plan(runner, kv_dtype: torch.dtype) -> tuple[dict[int, PrologueLayer], str]:
     for m in layers:
         reason = layer_reason(m, kv_dtype=kv_dtype, act_dtype=act_dtype, context_len=context_len)
         if reason is not None:
-            first_off = first_off or f"layer {m.attn.layer_id}: {reason}"
+            first_off = first_off or f"layer {getattr(getattr(m, 'attn', None), 'layer_id', '?')}: {reason}"
             continue
         chosen[id(m)] = PrologueLayer(m.num_heads, m.num_kv_heads, "neox" if m.rotary_emb.is_neox_style else "gptj",
                                       int(m.rotary_emb.rotary_dim), float(m.q_norm.variance_epsilon))
