@@ -4,7 +4,9 @@ error against precision. matplotlib is imported here only (hpc-common[bench]); t
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sys
 from pathlib import Path
 
 from .layouts import METHODS, Layout, baselines, groups, layouts_for, row_method, select, split_label
@@ -116,9 +118,26 @@ def _error_figure(plt, layout: Layout, rows: list[dict], title: str, path: Path)
     return True
 
 
+@contextlib.contextmanager
+def _without_broken_ipython():
+    """matplotlib's canvas reads sys.modules["IPython"].version_info whenever IPython was imported; an
+    IPython without it (SGLang's trimmed H200 bundle ships one, imported with SGLang) made every figure
+    raise AttributeError. Hide such a module while plotting."""
+    mod = sys.modules.get("IPython")
+    broken = mod is not None and not hasattr(mod, "version_info")
+    if broken:
+        del sys.modules["IPython"]
+    try:
+        yield
+    finally:
+        if broken:
+            sys.modules["IPython"] = mod
+
+
 def write_plots(ops: dict, folder: Path, report_root: Path) -> tuple[dict[tuple, str], str | None]:
     """Every plot of `ops` (op -> OpResults) into `folder`; ({(op, layout title, split | "error"): path
-    relative to report_root}, None), or ({}, why) when matplotlib is missing."""
+    relative to report_root}, None), ({}, why) when matplotlib is missing, or (the plots made, why) when a
+    figure failed: a plot never fails the report."""
     try:
         import matplotlib
 
@@ -128,17 +147,28 @@ def write_plots(ops: dict, folder: Path, report_root: Path) -> tuple[dict[tuple,
         return {}, MISSING
     folder.mkdir(parents=True, exist_ok=True)
     out: dict[tuple, str] = {}
-    for op, res in ops.items():
-        for n, layout in enumerate(layouts_for(op, res.rows)):
-            chosen = [r for r in select(layout, res.rows) if isinstance(r.get("median_us"), (int, float))]
-            for values, rows in groups(layout, chosen):
-                label = split_label(layout, values)
-                path = folder / f"{_slug(op, n, label or 'all')}.png"
-                if _group_figure(plt, layout, rows, f"{res.title}: {layout.title}" + (f", {label}" if label else ""),
-                                 path):
-                    out[(op, layout.title, values)] = path.relative_to(report_root).as_posix()
-            if layout.error:
-                path = folder / f"{_slug(op, n, 'error')}.png"
-                if _error_figure(plt, layout, chosen, f"{res.title}: error against precision", path):
-                    out[(op, layout.title, "error")] = path.relative_to(report_root).as_posix()
+    failed: list[str] = []
+
+    def figure(key, make, path, *args):
+        try:
+            if make(plt, *args, path):
+                out[key] = path.relative_to(report_root).as_posix()
+        except Exception as e:  # noqa: BLE001 -- named in the summary, the tables still stand
+            plt.close("all")
+            failed.append(f"{path.name}: {type(e).__name__}: {e}")
+
+    with _without_broken_ipython():
+        for op, res in ops.items():
+            for n, layout in enumerate(layouts_for(op, res.rows)):
+                chosen = [r for r in select(layout, res.rows) if isinstance(r.get("median_us"), (int, float))]
+                for values, rows in groups(layout, chosen):
+                    label = split_label(layout, values)
+                    title = f"{res.title}: {layout.title}" + (f", {label}" if label else "")
+                    figure((op, layout.title, values), _group_figure, folder / f"{_slug(op, n, label or 'all')}.png",
+                           layout, rows, title)
+                if layout.error:
+                    figure((op, layout.title, "error"), _error_figure, folder / f"{_slug(op, n, 'error')}.png",
+                           layout, chosen, f"{res.title}: error against precision")
+    if failed:
+        return out, f"{len(failed)} plot(s) failed, first: {failed[0]}"
     return out, None
