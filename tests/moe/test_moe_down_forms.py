@@ -24,14 +24,22 @@ from hpc_moe.index import build_index
 
 
 def test_down_form_hy3_tp8():
-    # E = 192, top-8, I = 192: expert form from 4 pairs per expert (T = 96) on, both formats
+    # E = 192, top-8, I = 192: the H200's crossover (heuristics.py): FP8 from T = 64 (512 pairs, 2.67 per
+    # expert), BF16 from T = 96 (4 per expert)
+    assert heuristics.down_form(63 * 8, 192, 192, True) == DOWN_TILE  # under 512 pairs
+    assert heuristics.down_form(64 * 8, 192, 192, True) == DOWN_EXPERT
+    assert heuristics.down_form(64 * 8, 192, 192, False) == DOWN_TILE
+    assert heuristics.down_form(95 * 8, 192, 192, False) == DOWN_TILE
+    assert heuristics.down_form(96 * 8, 192, 192, False) == DOWN_EXPERT
     for fp8 in (True, False):
-        assert heuristics.down_form(95 * 8, 192, 192, fp8) == DOWN_TILE
-        assert heuristics.down_form(96 * 8, 192, 192, fp8) == DOWN_EXPERT
+        assert heuristics.down_form(128 * 8, 192, 192, fp8) == DOWN_EXPERT
         assert heuristics.down_form(256 * 8, 192, 192, fp8) == DOWN_EXPERT
         assert heuristics.down_form(8192, 192, 192, fp8) == DOWN_EXPERT
     assert heuristics.down_form(1 * 8, 192, 192, True) == DOWN_TILE
     assert heuristics.down_form(16 * 8, 192, 192, True) == DOWN_TILE
+    # FP8 needs 2.5 pairs per expert: 600 pairs over 256 experts (2.34) stay on the tile form
+    assert heuristics.down_form(600, 256, 192, True) == DOWN_TILE
+    assert heuristics.down_form(640, 256, 192, True) == DOWN_EXPERT
 
 
 def test_down_form_needs_min_pairs_and_small_tiles():

@@ -23,12 +23,16 @@ MAX_WINDOW_PAIRS = 8192
 
 DOWN_TILE, DOWN_EXPERT = "tile", "expert"
 
-# Guesses until the H200 run of tools/probes/moe/time_down_forms.py measures the crossover: the
-# expert form when the window has at least 512 pairs and at least 4 pairs per expert on average
-# (uniform routing over all `num_experts`; Hy3 TP8, E = 192, top-8: T >= 96). Below that most of its
-# CTAs would multiply a 48 KB weight block by one or two pairs and the partials buy nothing.
+# Measured (H200, tools/probes/moe/time_down_forms.py at bbc6769, Hy3 TP8: E = 192, top-8, I = 192, whole
+# call cold, us, tile / expert form): FP8 block T = 64 182.4 / 167.8, T = 128 215.0 / 194.4, T = 256 327.8 /
+# 226.1, T = 1024 898.4 / 570.9; BF16 T = 64 235.8 / 245.0, T = 128 278.0 / 268.5, T = 256 340.3 / 294.4,
+# T = 1024 1063.1 / 843.4. So the expert form from 512 pairs on, with on average (uniform routing over all
+# `num_experts`) at least 2.5 pairs per expert for FP8 weights (T = 64 gives 2.67 and wins) and 4 for BF16
+# (2.67 loses, 5.33 wins; in between not measured). T = 32 (256 pairs) was not measured: tile form.
+# Below that most CTAs would multiply a weight block by one or two pairs and the partials buy nothing.
 EXPERT_DOWN_MIN_PAIRS = 512
-EXPERT_DOWN_MIN_PAIRS_PER_EXPERT = 4
+# pairs per expert, as (numerator, denominator): FP8 2.5, BF16 4
+EXPERT_DOWN_MIN_PAIRS_PER_EXPERT = {True: (5, 2), False: (4, 1)}
 # A warp streams this many weight bytes per CTA (whole 16-row tiles, at least one): 4 warps x 12 KB
 # = 48 KB per CTA, 3 CTAs per SM with the B chunk and the output staging (144 KB of weights in flight
 # per SM, above the ~32 KB per SM that 4.27 TB/s needs at ~1 us latency).
@@ -66,7 +70,8 @@ def down_form(num_pairs: int, num_experts: int, intermediate_size: int, fp8: boo
     global experts (all ranks: the expected pairs per expert do not depend on EP)."""
     if not expert_down_supported(intermediate_size, fp8):
         return DOWN_TILE
-    if num_pairs >= EXPERT_DOWN_MIN_PAIRS and num_pairs >= EXPERT_DOWN_MIN_PAIRS_PER_EXPERT * num_experts:
+    num, den = EXPERT_DOWN_MIN_PAIRS_PER_EXPERT[bool(fp8)]
+    if num_pairs >= EXPERT_DOWN_MIN_PAIRS and den * num_pairs >= num * num_experts:
         return DOWN_EXPERT
     return DOWN_TILE
 
