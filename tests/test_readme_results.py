@@ -138,8 +138,12 @@ def test_e2e_table(tmp_path):
             for m in ("cold", "rotation")]
     _write(tmp_path, "e2e_h200", rows)
     body = rr.render(tmp_path)
-    assert "| qwen3_30b_a3b | 4 | 32/4 | fp8 | 100.0 / 100.0 | 150.0 / 150.0 | 1.50x / 1.50x | yes |" in body
+    assert "| model | heads | KV | batch 1 | batch 4 | greedy match |" in body
+    assert "| qwen3_30b_a3b | 32/4 | fp8 | 100.0 / 100.0 (1.50x / 1.50x) | 100.0 / 100.0 (1.50x / 1.50x) | yes |" in body
     assert "e2e_h200.json" in body
+    rows[0]["greedy_match"] = False  # one mismatching step shows as "no"
+    _write(tmp_path, "e2e_h200", rows)
+    assert "| 100.0 / 100.0 (1.50x / 1.50x) | no |" in rr.render(tmp_path)
 
 
 def test_missing_markers():

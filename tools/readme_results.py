@@ -261,29 +261,42 @@ E2E_KEY = ("model", "batch", "Hq", "Hkv", "kv_dtype")
 
 
 def table_e2e(found: dict[str, Source], rel: str) -> list[str]:
-    lines = ["### End-to-end decode step (`hpc_integration.runner`): step time in us, ours / the baseline runner, "
-             "cold / rotation", ""]
+    """One row per (model, heads, KV): per batch, ours' step time and the baseline runner's time over ours."""
     if not found:
         return []  # no end-to-end rows yet: no table (the operators' tables say "not measured")
     keys = list(dict.fromkeys(tuple(r.get(k) for k in E2E_KEY) for s in found.values() for r in s.rows
                               if provider(r) == "ours"))
-    lines += ["| model | batch | heads | KV | ours | baseline | speed-up | greedy match |", "|---|---|---|---|---|---|---|---|"]
+    models = list(dict.fromkeys((k[0], k[2], k[3], k[4]) for k in keys))
+    batches = sorted({k[1] for k in keys})
+    lines = ["### End-to-end decode step (`hpc_integration.runner`): ours in us, and the baseline runner's time over "
+             "ours, cold / rotation", "",
+             "| model | heads | KV | " + " | ".join(f"batch {b}" for b in batches) + " | greedy match |",
+             "|---|---|---|" + "---|" * len(batches) + "---|"]
 
-    def speedup(want):
-        cells = []
-        for method in METHODS:
-            src = found.get(method)
-            ours, base = pick(src, provider="ours", **want), pick(src, provider="baseline", **want)
-            ok = src and ours and base and ours.get("median_us") and isinstance(base.get("median_us"), (int, float))
-            cells.append("n/m" if src is None else f"{base['median_us'] / ours['median_us']:.2f}x" if ok else "-")
-        return " / ".join(cells)
+    def speedup(src, want):
+        ours, base = pick(src, provider="ours", **want), pick(src, provider="baseline", **want)
+        if src is None:
+            return "n/m"
+        ok = ours and base and ours.get("median_us") and isinstance(base.get("median_us"), (int, float))
+        return f"{base['median_us'] / ours['median_us']:.2f}x" if ok else "-"
 
-    for key in keys:
-        want = dict(zip(E2E_KEY, key))
-        row = pick(found.get("cold") or found.get("rotation"), provider="ours", **want) or {}
-        match = {True: "yes", False: "no"}.get(row.get("greedy_match"), "-")
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]}/{key[3]} | {key[4]} | {pair(found, us, provider='ours', **want)} | "
-                     f"{pair(found, us, provider='baseline', **want)} | {speedup(want)} | {match} |")
+    for model, hq, hkv, kv in models:
+        cells, matches = [], set()
+        for b in batches:
+            want = dict(zip(E2E_KEY, (model, b, hq, hkv, kv)))
+            row = pick(found.get("cold") or found.get("rotation"), provider="ours", **want)
+            if row is None:
+                cells.append("-")
+                continue
+            matches.add(row.get("greedy_match"))
+            ratio = " / ".join(speedup(found.get(m), want) for m in METHODS)
+            cells.append(f"{pair(found, us, provider='ours', **want)} ({ratio})")
+        match = "yes" if matches == {True} else "no" if False in matches else "-"
+        lines.append(f"| {model} | {hq}/{hkv} | {kv} | " + " | ".join(cells) + f" | {match} |")
+    impls = sorted({r["baseline_impl"] for s in found.values() for r in s.rows
+                    if provider(r) == "baseline" and r.get("baseline_impl")})
+    if impls:
+        lines += ["", "Baseline runner: " + "; ".join(f"`{i}`" for i in impls) + "."]
     return lines + ["", sources_line(found, rel), ""]
 
 

@@ -30,7 +30,9 @@ def test_report_from_the_recorded_h200_results(tmp_path):
     for title in ("## Decode attention", "## Fused attention prologue", "## Router GEMM", "## FP8 quantisation",
                   "## Fused MoE"):
         assert title in md
-    assert "| e2e | no results |" in md
+    e2e = json.loads((RECORDED / "e2e.json").read_text())["rows"]
+    assert f"| e2e | recorded | {len(e2e)} rows from `results/e2e.json`" in md
+    assert "## End-to-end decode step" in md
     # A row of each of three operators, with the value the recorded file holds.
     decode = json.loads((RECORDED / "decode.json").read_text())["rows"]
     r = _ours(decode, case="1x128K+31x4K", Hq=8, Hkv=1, kv_dtype="fp8", method="cold")
