@@ -6,7 +6,8 @@
 # benchmark JSON/Markdown under OUT_DIR/results/<gpu>/.
 # Sanitizer step (HPC_SANITIZE=1, or "only": nothing but prebuild and this step): tools/sanitize_ops.py (every
 # production kernel once on small shapes) under `compute-sanitizer --tool memcheck`, `racecheck` and `synccheck`,
-# one short run each, logs OUT_DIR/sanitizer_<tool>.log and one line per tool: "sanitizer <tool>: PASS|FAIL ...".
+# one run each (racecheck: one process per op group at once, the router at its smallest M), logs
+# OUT_DIR/sanitizer_<tool>.log and one line per tool: "sanitizer <tool>: PASS|FAIL ...".
 # HPC_SANITIZE_TOOLS="memcheck racecheck" picks tools. The same: HPC_GPU_TESTS=none HPC_BENCH_GLOB=none HPC_SANITIZE=1.
 # Targeted runs (save device time): HPC_GPU_TESTS="tests/router_gemm" limits the test paths, HPC_PYTEST_ARGS adds
 # pytest flags (e.g. "-n 8" with pytest-xdist, after the prebuild),
@@ -71,21 +72,46 @@ SANITIZE_RC=0
 if [ "$SANITIZE" != 0 ]; then
   echo "== compute-sanitizer (tools/sanitize_ops.py)"
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  # sanitize LOG ARGS...: one compute-sanitizer run of tools/sanitize_ops.py; exit code of the run.
+  sanitize() {
+    local log=$1 tool=$2; shift 2
+    # torch's own kernels (at::native) are left out: only ours are instrumented, which keeps each run short.
+    step "$SAN" --tool "$tool" --error-exitcode 9 --print-limit 50 --kernel-name-exclude kns=at::native \
+      python3 tools/sanitize_ops.py --require-all "$@" > "$log" 2>&1
+    local rc=$?
+    if [ "$rc" != 0 ] && ! grep -q "^sanitize_ops:" "$log" && grep -qi "kernel-name-exclude" "$log"; then
+      # an older compute-sanitizer without the filter: every kernel instrumented (slower, same checks)
+      step "$SAN" --tool "$tool" --error-exitcode 9 --print-limit 50 python3 tools/sanitize_ops.py --require-all "$@" \
+        > "$log" 2>&1
+      rc=$?
+    fi
+    return $rc
+  }
   for tool in ${HPC_SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
     log="$OUT/sanitizer_$tool.log"
     t0=$(date +%s)
-    # torch's own kernels (at::native) are left out: only ours are instrumented, which keeps each run short.
-    step "$SAN" --tool "$tool" --error-exitcode 9 --print-limit 50 --kernel-name-exclude kns=at::native \
-      python3 tools/sanitize_ops.py > "$log" 2>&1
-    rc=$?
-    if [ "$rc" != 0 ] && ! grep -q "^sanitize_ops:" "$log" && grep -qi "kernel-name-exclude" "$log"; then
-      # an older compute-sanitizer without the filter: every kernel instrumented (slower, same checks)
-      step "$SAN" --tool "$tool" --error-exitcode 9 --print-limit 50 python3 tools/sanitize_ops.py > "$log" 2>&1
+    if [ "$tool" = racecheck ]; then
+      # racecheck runs 10-100x slower than memcheck: one process per op group, all at once (independent
+      # launches; the GPU is shared), with the router's paths at their smallest M (--light).
+      for g in fp8 router decode prologue moe; do
+        ( sanitize "$OUT/sanitizer_racecheck_$g.log" racecheck --only "$g" --light; echo $? > "$OUT/.racecheck_$g.rc" ) &
+      done
+      wait
+      rc=0; errors=""; ran="per group in the log"
+      for g in fp8 router decode prologue moe; do
+        r=$(cat "$OUT/.racecheck_$g.rc"); rm -f "$OUT/.racecheck_$g.rc"
+        [ "$r" != 0 ] && rc=$r
+        h=$(grep -Eo "RACECHECK SUMMARY: [0-9]+ hazard" "$OUT/sanitizer_racecheck_$g.log" | grep -Eo "[0-9]+" | tail -1)
+        errors="$errors$g exit $r ${h:-no summary} hazards; "
+        { echo "#### racecheck --only $g: exit $r"; cat "$OUT/sanitizer_racecheck_$g.log"; } >> "$log"
+        rm -f "$OUT/sanitizer_racecheck_$g.log"
+      done
+    else
+      sanitize "$log" "$tool"
       rc=$?
+      errors=$(grep -Eo "ERROR SUMMARY: [0-9]+ error" "$log" | tail -1)
+      ran=$(grep -E "^sanitize_ops:" "$log" | tail -1)
     fi
-    errors=$(grep -Eo "ERROR SUMMARY: [0-9]+ error|RACECHECK SUMMARY: [0-9]+ hazard[s]? displayed \([0-9]+ error" "$log" \
-      | tail -1)
-    ran=$(grep -E "^sanitize_ops:" "$log" | tail -1)
     if [ "$rc" = 0 ]; then verdict=PASS; else verdict=FAIL; SANITIZE_RC=1; fi
     echo "sanitizer $tool: $verdict (exit $rc, $(( $(date +%s) - t0 ))s; ${errors:-no summary}; ${ran:-driver did not finish}) -> $(basename "$log")" \
       | tee -a "$OUT/sanitizer_summary.log"
