@@ -18,8 +18,12 @@
 #           (HPC_SGLANG_PROLOGUE=0; CUDA graphs);
 #   compare same greedy tokens ours vs default, per-token logprobs within tolerance, every
 #           run repeatable, and the operator calls and prologue path seen in the logs.
-# STEPS="kit ops layer engine" (default) picks steps; T_KIT / T_OPS / T_LAYER / T_ENGINE are
-# per-step timeouts (s).
+#   sglstep (not in the default STEPS) the decode-step table through SGLang's own model runner
+#           (integration/h200/decode_step_sglang.py): one process per model (SGL_MODELS, default
+#           "qwen3_30b_a3b hy3_tp8") and provider (sglang_triton, ours), then its combine into
+#           $OUT/sglang_step.json / .md and the line "sglstep: PASS|FAIL" ($OUT/sglstep.txt);
+# STEPS="kit ops layer engine" (default) picks steps; T_KIT / T_OPS / T_LAYER / T_ENGINE / T_SGLSTEP
+# are per-step timeouts (s).
 # The last line printed is the verdict ("h200 integration: PASS" or "FAIL: ...").
 set -uo pipefail
 B=$(cd "${1:?usage: run_h200.sh BUNDLE_DIR}" && pwd)
@@ -57,6 +61,13 @@ for s in $STEPS; do
         mode=${run%%:*}; g=${run##*:}
         step "engine_${mode}_$g" ${T_ENGINE:-150} python3 $H/engine_tokens.py /tmp/tinymoe "$mode" "$g" "$OUT/engine_${mode}_$g.json"
       done ;;
+    sglstep)
+      for m in ${SGL_MODELS:-qwen3_30b_a3b hy3_tp8}; do
+        for p in sglang_triton ours; do
+          step "sglstep_${m}_$p" ${T_SGLSTEP:-120} python3 $H/decode_step_sglang.py run --provider $p --model $m --out "$OUT/sglstep/${m}_$p.json"
+        done
+      done
+      python3 $H/decode_step_sglang.py combine "$OUT/sglstep" --out "$OUT" 2>&1 | tee "$OUT/sglstep.txt" ;;
   esac
 done
 python3 $H/compare.py "$OUT" | tee "$OUT/verdict.txt"
