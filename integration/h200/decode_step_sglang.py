@@ -355,6 +355,8 @@ def run(provider: str, model: str, out_json: str, layers: int = LAYERS, batches=
     except ImportError:
         pass
     ob._set_envs_and_config(sa)
+    if hasattr(ob, "configure_logger"):  # as latency_test: SGLang's (and our plugin's) start-up lines shown
+        ob.configure_logger(sa, prefix=" TP0")
     for init in ("initialize_moe_config", "initialize_fp8_gemm_config", "initialize_fp4_gemm_config"):
         if hasattr(ob, init):
             getattr(ob, init)(sa)
