@@ -101,3 +101,68 @@ def index_words(rows: int) -> int:
     """int32 words of the Down index the Gate-Up kernel writes for the expert form (moe_params.h,
     DownIndex): the active count, the active experts, their range starts (+1) and the pair list."""
     return 3 * rows + 2
+
+
+# ---- Gate-Up split-K (moe_gate_up_split.cuh; DESIGN.md, "Gate-Up split-K") -------------------------------
+# A Gate-Up task is one (active expert, 16-row w13 tile); split-K cuts its K stages (128 bytes of every row:
+# H / 128 stages FP8, H / 64 BF16) into S equal parts, each a CTA task, the last part to arrive summing them.
+GATE_UP_MAX_SPLITS = 8
+# Windows of at most this many pairs may split (T = 16 at top-8); the workspace's partials are sized for
+# GATE_UP_MAX_SPLITS parts of this many pairs (1.5 MB at I = 192, 12 MB at I = 1536).
+GATE_UP_SPLIT_MAX_PAIRS = 128
+GATE_UP_CTAS_PER_SM = {True: 3, False: 2}  # moe_gate_up.cuh, gate_up_ctas_per_sm (shared-memory bound)
+
+
+def gate_up_k_stages(hidden_size: int, fp8: bool) -> int:
+    """128-byte K stages of a w13 tile row (the unit a split part holds a whole number of)."""
+    return hidden_size * (1 if fp8 else 2) // 128
+
+
+def gate_up_split_problem(splits: int, num_pairs: int, hidden_size: int, fp8: bool) -> str | None:
+    """Why a window of `num_pairs` pairs cannot run the Gate-Up in `splits` parts, or None when it can."""
+    if not isinstance(splits, int) or isinstance(splits, bool) or not 1 <= splits <= GATE_UP_MAX_SPLITS:
+        return f"must be an int in 1..{GATE_UP_MAX_SPLITS}, got {splits!r}"
+    stages = gate_up_k_stages(hidden_size, fp8)
+    if stages % splits:
+        return f"{splits} must divide the {stages} K stages of a w13 tile (H = {hidden_size}, fp8 = {fp8})"
+    if splits > 1 and num_pairs > GATE_UP_SPLIT_MAX_PAIRS:
+        return f"a window of {num_pairs} pairs cannot split (at most {GATE_UP_SPLIT_MAX_PAIRS} pairs)"
+    return None
+
+
+def gate_up_splits(num_pairs: int, num_local_experts: int, intermediate_size: int, hidden_size: int,
+                   num_sms: int, fp8: bool) -> int:
+    """The Gate-Up split-K parts of a window. 1 (no split) until the H200 measures the split
+    (tools/probes/moe/time_gate_up_splits.py); predicted_gate_up_splits is the rule it is to confirm."""
+    return 1
+
+
+def predicted_gate_up_splits(num_pairs: int, num_local_experts: int, intermediate_size: int, hidden_size: int,
+                             num_sms: int, fp8: bool) -> int:
+    """PREDICTION, not measured: the fewest parts (a power of two dividing the K stages, at most
+    GATE_UP_MAX_SPLITS, each part at least 4 K stages so every warp keeps one) that give every resident
+    Gate-Up CTA a task, for windows of at most GATE_UP_SPLIT_MAX_PAIRS pairs. The (expert, tile) tasks are
+    bounded by I/8 x min(E_local, pairs) like the grid. Hy3 TP8 on 132 SMs: FP8 T = 1 (192 tasks, 396
+    resident) -> 4, T = 2 -> 2, T >= 3 -> 1; BF16 (264 resident) T = 1 -> 2, T >= 2 -> 1."""
+    if num_pairs > GATE_UP_SPLIT_MAX_PAIRS:
+        return 1
+    tasks = intermediate_size // 8 * min(num_local_experts, num_pairs)
+    resident = num_sms * GATE_UP_CTAS_PER_SM[bool(fp8)]
+    stages = gate_up_k_stages(hidden_size, fp8)
+    s = 1
+    while (tasks * s < resident and 2 * s <= GATE_UP_MAX_SPLITS and stages % (2 * s) == 0
+           and stages // (2 * s) >= 4):
+        s *= 2
+    return s
+
+
+def split_partial_rows(max_tokens: int, top_k: int) -> int:
+    """Rows (of 2I FP32 values) of the workspace's split-K partials: GATE_UP_MAX_SPLITS parts of the pairs
+    of the largest window that may split."""
+    return GATE_UP_MAX_SPLITS * min(max_tokens * top_k, GATE_UP_SPLIT_MAX_PAIRS)
+
+
+def split_counter_words(max_tokens: int, top_k: int, intermediate_size: int) -> int:
+    """int32 counters of the split-K arrivals: one per (active expert, tile) task, at most
+    min(E_local, pairs) x I/8 <= pairs x I/8."""
+    return min(max_tokens * top_k, GATE_UP_SPLIT_MAX_PAIRS) * max(1, intermediate_size // 8)
