@@ -121,10 +121,10 @@ def gate_up_k_stages(hidden_size: int, fp8: bool) -> int:
 def gate_up_split_problem(splits: int, num_pairs: int, hidden_size: int, fp8: bool) -> str | None:
     """Why a window of `num_pairs` pairs cannot run the Gate-Up in `splits` parts, or None when it can."""
     if not isinstance(splits, int) or isinstance(splits, bool) or not 1 <= splits <= GATE_UP_MAX_SPLITS:
-        return f"must be an int in 1..{GATE_UP_MAX_SPLITS}, got {splits!r}"
+        return f"must be an int in 1..{GATE_UP_MAX_SPLITS}"
     stages = gate_up_k_stages(hidden_size, fp8)
     if stages % splits:
-        return f"{splits} must divide the {stages} K stages of a w13 tile (H = {hidden_size}, fp8 = {fp8})"
+        return f"must divide the {stages} K stages of a w13 tile (H = {hidden_size}, fp8 = {fp8})"
     if splits > 1 and num_pairs > GATE_UP_SPLIT_MAX_PAIRS:
         return f"a window of {num_pairs} pairs cannot split (at most {GATE_UP_SPLIT_MAX_PAIRS} pairs)"
     return None

@@ -93,7 +93,7 @@ def window_gate_up_splits(weights, num_pairs: int, workspace, num_sms: int, spli
         splits = heuristics.gate_up_splits(num_pairs, weights.num_local_experts, I, H, num_sms, fp8)
     problem = heuristics.gate_up_split_problem(splits, num_pairs, H, fp8)
     if problem is not None:
-        raise ValueError(f"run_fused_moe: gate_up_splits {problem}")
+        raise ValueError(f"run_fused_moe: gate_up_splits = {splits!r}: {problem}")
     if splits > 1:
         parts, counters = workspace.split_partials, workspace.split_counters
         if (parts.dim() != 2 or parts.dtype != torch.float32 or parts.shape[1] != 2 * I
