@@ -163,10 +163,10 @@ __global__ void __launch_bounds__(kThreads, gate_up_ctas_per_sm(F))
   hpc::pdl_launch_dependents();
 
   for (int task = blockIdx.x; task < total; task += gridDim.x) {
-    const GateUpTask tk = GateUpTask::of(x, E, splits, task);
-    const int e = tk.e, t = tk.t;
+    const GateUpTask job = GateUpTask::of(x, E, splits, task);
+    const int e = job.e, t = job.t;
     const int cnt = x.cnt[e];
-    const int sb = tk.part * part_stages + s0;  // the warp's first K stage in the tile
+    const int sb = job.part * part_stages + s0;  // the warp's first K stage in the tile
     for (int c0 = 0; c0 < cnt; c0 += kChunkPairs) {
       const int* pairs = x.list + x.start[e] + c0;
       const int n = min(kChunkPairs, cnt - c0);
@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(kThreads, gate_up_ctas_per_sm(F))
             static_cast<__nv_bfloat16*>(p.inter)[int64_t(pairs[col]) * p.I + 8 * t + (l >> 2)] =
                 __float2bfloat16_rn(silu_mul(gate, up));
           } else {
-            float* row = split_partial_row(p, tk.part, pairs[col], t);
+            float* row = split_partial_row(p, job.part, pairs[col], t);
             __stcg(row + (l >> 2), gate);
             __stcg(row + 8 + (l >> 2), up);
           }
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, gate_up_ctas_per_sm(F))
       }
       __syncthreads();
     }
-    if (splits > 1 && split_arrive(p, tk.base, split_flag)) split_finish(p, x, e, t);
+    if (splits > 1 && split_arrive(p, job.base, split_flag)) split_finish(p, x, e, t);
   }
 }
 
