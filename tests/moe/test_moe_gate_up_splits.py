@@ -32,13 +32,20 @@ def test_gate_up_splits_is_off_until_measured():
 def test_predicted_splits_hy3_tp8():
     # E = 192, top-8, I = 192, H = 4096 on 132 SMs: FP8 3 CTAs per SM (396), BF16 2 (264)
     pred = heuristics.predicted_gate_up_splits
-    assert [pred(8 * T, 192, 192, 4096, 132, True) for T in (1, 2, 3, 5, 16)] == [4, 2, 1, 1, 1]
-    assert [pred(8 * T, 192, 192, 4096, 132, False) for T in (1, 2, 16)] == [2, 1, 1]
+    assert [pred(8 * T, 192, 192, 4096, 132, True) for T in (1, 2, 3, 4, 5, 16)] == [2, 1, 2, 1, 1, 1]
+    assert [pred(8 * T, 192, 192, 4096, 132, False) for T in (1, 2, 3, 4, 5, 16)] == [4, 2, 4, 1, 1, 1]
     assert pred(129, 192, 192, 4096, 132, True) == 1  # above GATE_UP_SPLIT_MAX_PAIRS
-    # few K stages: each part keeps at least 4 (one per warp); H = 512 FP8 has 4 stages, 1024 has 8
-    assert pred(1, 1, 64, 512, 132, True) == 1
-    assert pred(1, 1, 64, 1024, 132, True) == 2
+    assert pred(1, 1, 64, 128, 132, True) == 1  # one K stage: nothing to split
     assert pred(1, 1, 64, 1 << 16, 132, True) == heuristics.GATE_UP_MAX_SPLITS
+
+
+def test_busiest_sm_bytes_model():
+    # the table of DESIGN.md: Hy3 TP8 T = 1, 192 tasks of 64 KB FP8 / 128 KB BF16 tiles on 132 SMs
+    fp8 = [heuristics.gate_up_busiest_sm_bytes(192, s, 64 << 10, 132, 3) >> 10 for s in (1, 2, 4, 8)]
+    bf16 = [heuristics.gate_up_busiest_sm_bytes(192, s, 128 << 10, 132, 2) >> 10 for s in (1, 2, 4, 8)]
+    assert fp8 == [128, 96, 96, 96] and bf16 == [256, 256, 192, 192]
+    # grid capped at the resident CTAs: 3 per SM, each of 1000 tasks' CTAs taking ceil(1000 / 396) = 3
+    assert heuristics.gate_up_busiest_sm_bytes(1000, 1, 64, 132, 3) == 3 * 3 * 64
 
 
 @pytest.mark.parametrize("splits,pairs,H,fp8,match", [

@@ -137,23 +137,36 @@ def gate_up_splits(num_pairs: int, num_local_experts: int, intermediate_size: in
     return 1
 
 
+def gate_up_busiest_sm_bytes(tasks: int, splits: int, tile_bytes: int, num_sms: int, ctas_per_sm: int) -> int:
+    """Weight bytes the busiest SM streams in a Gate-Up launch of `tasks` (expert, tile) tasks cut into `splits`
+    parts, CTAs spread evenly over the SMs (grid = min(parts, resident CTAs), CTA c takes parts c, c + grid, ...)."""
+    parts = tasks * splits
+    grid = max(1, min(parts, num_sms * ctas_per_sm))
+    return -(-grid // num_sms) * -(-parts // grid) * (tile_bytes // splits)
+
+
+# A split must cut the busiest SM's bytes by at least this much to pay for its added L2 round trip (the last
+# part reads the other parts' sums) and one atomic per part: a PREDICTION, to be replaced by the H200's numbers.
+GATE_UP_SPLIT_MIN_GAIN = 0.8
+
+
 def predicted_gate_up_splits(num_pairs: int, num_local_experts: int, intermediate_size: int, hidden_size: int,
                              num_sms: int, fp8: bool) -> int:
-    """PREDICTION, not measured: the fewest parts (a power of two dividing the K stages, at most
-    GATE_UP_MAX_SPLITS, each part at least 4 K stages so every warp keeps one) that give every resident
-    Gate-Up CTA a task, for windows of at most GATE_UP_SPLIT_MAX_PAIRS pairs. The (expert, tile) tasks are
-    bounded by I/8 x min(E_local, pairs) like the grid. Hy3 TP8 on 132 SMs: FP8 T = 1 (192 tasks, 396
-    resident) -> 4, T = 2 -> 2, T >= 3 -> 1; BF16 (264 resident) T = 1 -> 2, T >= 2 -> 1."""
+    """PREDICTION, not measured: the fewest parts S (dividing the K stages, at most GATE_UP_MAX_SPLITS) that
+    minimise gate_up_busiest_sm_bytes, when that is at most GATE_UP_SPLIT_MIN_GAIN of the unsplit launch's;
+    windows of at most GATE_UP_SPLIT_MAX_PAIRS pairs. The (expert, tile) tasks are bounded by
+    I/8 x min(E_local, pairs) like the grid. Hy3 TP8 on 132 SMs: FP8 T = 1 -> 2 (busiest SM 128 -> 96 KB),
+    T >= 2 -> 1; BF16 T = 1 -> 4 (256 -> 192 KB), T = 2 -> 2, T = 3 -> 4, T >= 5 -> 1."""
     if num_pairs > GATE_UP_SPLIT_MAX_PAIRS:
         return 1
     tasks = intermediate_size // 8 * min(num_local_experts, num_pairs)
-    resident = num_sms * GATE_UP_CTAS_PER_SM[bool(fp8)]
+    per_sm = GATE_UP_CTAS_PER_SM[bool(fp8)]
     stages = gate_up_k_stages(hidden_size, fp8)
-    s = 1
-    while (tasks * s < resident and 2 * s <= GATE_UP_MAX_SPLITS and stages % (2 * s) == 0
-           and stages // (2 * s) >= 4):
-        s *= 2
-    return s
+    tile = 16 * hidden_size * (1 if fp8 else 2)
+    cost = {s: gate_up_busiest_sm_bytes(tasks, s, tile, num_sms, per_sm)
+            for s in range(1, GATE_UP_MAX_SPLITS + 1) if stages % s == 0}
+    best = min(cost, key=lambda s: (cost[s], s))
+    return best if cost[best] <= GATE_UP_SPLIT_MIN_GAIN * cost[1] else 1
 
 
 def split_partial_rows(max_tokens: int, top_k: int) -> int:
