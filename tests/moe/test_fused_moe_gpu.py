@@ -82,8 +82,6 @@ def _setup(quant, T, H, I, E, K, ep_size, ep_rank, skew, seed, shared=False):
         xs=torch.full((T, H // 128), float("nan"), device=dev) if kq != "bf16" else torch.empty(0, device=dev),
         y=torch.full((rows, H), float("nan"), dtype=torch.bfloat16, device=dev),
         down_index=torch.full((heuristics.index_words(rows),), 0x7FFFFFFF, dtype=torch.int32, device=dev),
-        split_partials=torch.full((heuristics.split_partial_rows(T, K), 2 * I), float("nan"), device=dev),
-        split_counters=torch.zeros(heuristics.split_counter_words(T, K, I), dtype=torch.int32, device=dev),
         max_tokens=T, top_k=K, hidden_size=H, intermediate_size=I)
     raw = SimpleNamespace(w13=w13, w2=w2, s13=s13, s2=s2)
     return SimpleNamespace(weights=weights, ws=ws, raw=raw, hidden=hidden, ids=ids, wts=wts, shared=shared_out)

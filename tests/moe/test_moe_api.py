@@ -133,8 +133,7 @@ def test_custom_op_opcheck(quant):
     x, ids, wts = _routing(3, 2, 2)
     args = (x, w.w13, w.w2, w.w13_scale, w.w2_scale, None, ids, wts, None, torch.empty_like(x),
             torch.empty(0, 64, dtype=torch.bfloat16), torch.empty(0, 256, dtype=FP8), torch.empty(0, 2),
-            torch.empty(0, 256, dtype=torch.bfloat16), torch.empty(0, dtype=torch.int32), torch.empty(0, 128),
-            torch.empty(0, dtype=torch.int32), quant, 2, 0, 1, 64, 3, 2)
+            torch.empty(0, 256, dtype=torch.bfloat16), torch.empty(0, dtype=torch.int32), quant, 2, 0, 1, 64, 3, 2)
     # Not test_schema: it compares every tensor argument before and after the call, which torch
     # cannot do for FP8 tensors (the workspace's xq) on the CPU.
     utils = ("test_faketensor", "test_aot_dispatch_static", "test_aot_dispatch_dynamic")
@@ -237,14 +236,7 @@ def test_workspace_sizes():
     # the expert-form Down's partials and index: one window's pairs (here all 256 of them)
     assert ws.y.shape == (256, 4096) and ws.y.dtype == torch.bfloat16
     assert ws.down_index.shape == (3 * 256 + 2,) and ws.down_index.dtype == torch.int32
-    # the Gate-Up split-K buffers: 8 parts of at most 128 pairs x 2I FP32, one zeroed counter per (pair, tile)
-    assert ws.split_partials.shape == (8 * 128, 384) and ws.split_partials.dtype == torch.float32
-    assert ws.split_counters.shape == (128 * 24,) and ws.split_counters.dtype == torch.int32
-    assert not ws.split_counters.any()
-    assert ws.nbytes == (256 * 192 * 2 + 32 * 4096 + 32 * 32 * 4 + 256 * 4096 * 2 + (3 * 256 + 2) * 4
-                         + 8 * 128 * 384 * 4 + 128 * 24 * 4)
-    small = MoEWorkspace(1, 8, 4096, 192)
-    assert small.split_partials.shape == (64, 384) and small.split_counters.numel() == 8 * 24
+    assert ws.nbytes == 256 * 192 * 2 + 32 * 4096 + 32 * 32 * 4 + 256 * 4096 * 2 + (3 * 256 + 2) * 4
     bf = MoEWorkspace(32, 8, 4096, 192, fp8=False)
     assert bf.xq.numel() == 0 and bf.xs.numel() == 0 and bf.y.shape == (256, 4096)
     # y never exceeds one window (8192 pairs), however large max_tokens

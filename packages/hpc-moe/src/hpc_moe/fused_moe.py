@@ -23,13 +23,12 @@ def _capturing(t: torch.Tensor) -> bool:
     return t.is_cuda and not torch.compiler.is_compiling() and torch.cuda.is_current_stream_capturing()
 
 
-@torch.library.custom_op("hpc_moe::fused_moe", mutates_args=("out", "inter", "xq", "xs", "y", "down_index",
-                                                           "split_partials", "split_counters"))
+@torch.library.custom_op("hpc_moe::fused_moe", mutates_args=("out", "inter", "xq", "xs", "y", "down_index"))
 def _fused_moe_op(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, w13_scale: torch.Tensor | None,
                   w2_scale: torch.Tensor | None, a1_scale: torch.Tensor | None, topk_ids: torch.Tensor,
                   topk_weights: torch.Tensor, shared_output: torch.Tensor | None, out: torch.Tensor,
                   inter: torch.Tensor, xq: torch.Tensor, xs: torch.Tensor, y: torch.Tensor, down_index: torch.Tensor,
-                  split_partials: torch.Tensor, split_counters: torch.Tensor, quant: str, num_experts: int,
+                  quant: str, num_experts: int,
                   ep_rank: int, ep_size: int, intermediate_size: int, max_tokens: int, max_top_k: int) -> None:
     weights = MoEWeights(quant=quant, w13=w13, w2=w2, w13_scale=w13_scale, w2_scale=w2_scale, a1_scale=a1_scale,
                          num_experts=num_experts, num_local_experts=w13.shape[0], ep_rank=ep_rank, ep_size=ep_size,
@@ -45,15 +44,13 @@ def _fused_moe_op(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, w13
         return
     from . import kernels
 
-    workspace = MoEWorkspace.view(inter, xq, xs, y, down_index, split_partials, split_counters, max_tokens, max_top_k,
-                                  hidden.shape[1])
+    workspace = MoEWorkspace.view(inter, xq, xs, y, down_index, max_tokens, max_top_k, hidden.shape[1])
     kernels.run_fused_moe(weights, hidden, topk_ids, topk_weights, shared_output, out, workspace)
 
 
 @_fused_moe_op.register_fake
 def _(hidden, w13, w2, w13_scale, w2_scale, a1_scale, topk_ids, topk_weights, shared_output, out, inter, xq, xs, y,
-      down_index, split_partials, split_counters, quant, num_experts, ep_rank, ep_size, intermediate_size, max_tokens,
-      max_top_k):
+      down_index, quant, num_experts, ep_rank, ep_size, intermediate_size, max_tokens, max_top_k):
     return None
 
 
@@ -102,8 +99,7 @@ def fused_moe(hidden: torch.Tensor, weights: MoEWeights, topk_ids: torch.Tensor,
         workspace = MoEWorkspace.view(torch.empty(T * k, inter, dtype=torch.bfloat16, device=device),
                                       torch.empty(T if fp8 else 0, H, dtype=checks.FP8, device=device),
                                       torch.empty(T if fp8 else 0, H // 128, dtype=torch.float32, device=device),
-                                      *MoEWorkspace.partials(T, k, H, device),
-                                      *MoEWorkspace.split_buffers(T, k, inter, device), T, k, H)
+                                      *MoEWorkspace.partials(T, k, H, device), T, k, H)
     elif hidden.is_cuda:
         workspace = cached_workspace(T, k, H, inter, fp8, device, capturing, _OP)
     if out is None:
@@ -115,12 +111,12 @@ def fused_moe(hidden: torch.Tensor, weights: MoEWeights, topk_ids: torch.Tensor,
             from hpc_common.launch import require_hopper
 
             require_hopper(hidden, "hidden", _OP)
-        bufs = workspace.buffers
+        bufs = (workspace.inter, workspace.xq, workspace.xs, workspace.y, workspace.down_index)
         max_tokens, max_top_k = workspace.max_tokens, workspace.top_k
     else:  # the reference path needs no scratch
         empty = hidden.new_empty(0)
         bufs = (hidden.new_empty(0, inter), empty.to(checks.FP8), empty.float(), hidden.new_empty(0, H),
-                empty.to(torch.int32), hidden.new_empty(0, 2 * inter).float(), empty.to(torch.int32))
+                empty.to(torch.int32))
         max_tokens, max_top_k = T, k
     _fused_moe_op(hidden, weights.w13, weights.w2, weights.w13_scale, weights.w2_scale, weights.a1_scale, topk_ids,
                   topk_weights, shared_output, out, *bufs, weights.quant, weights.num_experts, weights.ep_rank,

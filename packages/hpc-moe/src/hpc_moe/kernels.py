@@ -1,5 +1,5 @@
 """Launch of the fused-MoE pipeline (DESIGN.md, "Pipeline"): FP8 input quantisation (FP8 formats),
-Gate-Up with SiLU*up (its tasks split along K in heuristics.gate_up_splits parts at small T), Down with the top-k reduce (the tile form, one kernel, or the expert form, a
+Gate-Up with SiLU*up, Down with the top-k reduce (the tile form, one kernel, or the expert form, a
 GEMM kernel writing per-pair partials and a reduce kernel; heuristics.down_form picks one per window),
 on torch's current stream, chained with PDL.
 
@@ -83,39 +83,14 @@ def window_down_form(weights, num_pairs: int, out: torch.Tensor, workspace, down
     return form
 
 
-def window_gate_up_splits(weights, num_pairs: int, workspace, num_sms: int, splits: int | None = None) -> int:
-    """The Gate-Up split-K parts of one window of `num_pairs` pairs: `splits` when given (tests and
-    probes), else heuristics.gate_up_splits. A split also needs the workspace's partials and counters
-    (MoEWorkspace holds them for any split a window may take); one that cannot run raises ValueError."""
-    fp8 = weights.quant != "bf16"
-    I, H = weights.intermediate_size, weights.hidden_size
-    if splits is None:
-        splits = heuristics.gate_up_splits(num_pairs, weights.num_local_experts, I, H, num_sms, fp8)
-    problem = heuristics.gate_up_split_problem(splits, num_pairs, H, fp8)
-    if problem is not None:
-        raise ValueError(f"run_fused_moe: gate_up_splits = {splits!r}: {problem}")
-    if splits > 1:
-        parts, counters = workspace.split_partials, workspace.split_counters
-        if (parts.dim() != 2 or parts.dtype != torch.float32 or parts.shape[1] != 2 * I
-                or parts.shape[0] < splits * num_pairs):
-            raise ValueError(f"run_fused_moe: workspace.split_partials {tuple(parts.shape)} cannot hold {splits} "
-                             f"parts of {num_pairs} pairs x 2I = {2 * I} (FP32)")
-        need = min(weights.num_local_experts, num_pairs) * (I // 8)
-        if counters.dtype != torch.int32 or counters.numel() < need:
-            raise ValueError(f"run_fused_moe: workspace.split_counters holds {counters.numel()} words, the window "
-                             f"needs {need} (int32)")
-    return splits
-
-
 def run_fused_moe(weights, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                   shared_output: torch.Tensor | None, out: torch.Tensor, workspace, *, pdl: bool | None = None,
-                  unfused: bool = False, down: str | None = None, gate_up_splits: int | None = None) -> torch.Tensor:
+                  unfused: bool = False, down: str | None = None) -> torch.Tensor:
     """out[t] = sum_j topk_weights[t, j] * Down_e(silu(Gate_e x_t) * Up_e x_t) (+ shared_output[t]) over
     the pairs whose expert e = topk_ids[t, j] is local. hidden BF16 [T, H] (unit inner stride, rows
     16-byte aligned); topk_ids int32/int64 and topk_weights FP32, both contiguous [T, K]; out BF16
     contiguous [T, H]. `unfused`: the same stages with PDL off (the benchmark's `ours_unfused`).
-    `down`: force the Down form of every window ("tile" or "expert"; None: heuristics.down_form).
-    `gate_up_splits`: force the Gate-Up split-K parts of every window (None: heuristics.gate_up_splits)."""
+    `down`: force the Down form of every window ("tile" or "expert"; None: heuristics.down_form)."""
     T, H = hidden.shape
     if T == 0:
         return out
@@ -149,9 +124,6 @@ def run_fused_moe(weights, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_we
         nt = min(win, T - t0)
         pairs = nt * K
         form = window_down_form(weights, pairs, out, workspace, down)
-        splits = window_gate_up_splits(weights, pairs, workspace, num_sms, gate_up_splits)
-        split_ptrs = ((workspace.split_partials.data_ptr(), workspace.split_counters.data_ptr()) if splits > 1
-                      else (0, 0))
         ids_ptr = topk_ids.data_ptr() + t0 * K * id_bytes
         wts_ptr = topk_weights.data_ptr() + t0 * K * 4
         shared_t0 = shared_ptr + (t0 * shared_stride * 2 if shared_ptr else 0)
@@ -161,7 +133,7 @@ def run_fused_moe(weights, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_we
         # previous window's last kernel), which passed its own wait, so the ids' producer has finished.
         ext.gate_up(fmt, x_ptr + t0 * x_row_bytes, x_row_bytes, xs_ptr + 4 * t0 * xs_st, xs_st, xs_skb,
                     weights.w13.data_ptr(), w13s, ids_ptr, ids64, workspace.inter.data_ptr(), nt, K, H, I,
-                    weights.expert_start, E, fp8 or t0 > 0, index_ptr, splits, *split_ptrs, num_sms, use_pdl, stream)
+                    weights.expert_start, E, fp8 or t0 > 0, index_ptr, num_sms, use_pdl, stream)
         if form == DOWN_EXPERT:
             ext.down_experts(fmt, workspace.inter.data_ptr(), weights.w2.data_ptr(), w2s, index_ptr,
                              workspace.y.data_ptr(), pairs, H, I, E, heuristics.expert_down_tiles_per_warp(I, fp8),

@@ -6,15 +6,11 @@
     xs         [max_tokens, H / 128] FP32     its scales, per token and group of 128
     y          [rows, H] BF16                 the expert-form Down's per-pair partial rows
     down_index [3 * rows + 2] int32           the routing index the Gate-Up kernel writes for it
-    split_partials [srows, 2I] FP32           the Gate-Up split-K parts' sums (moe_gate_up_split.cuh)
-    split_counters [spairs * I / 8] int32     their arrival counters: zero here, and the kernel leaves them zero
 
 with rows = heuristics.partial_rows(max_tokens, top_k) = min(max_tokens * top_k, 8192): one pipeline
 window's pairs (y is 64 MB at 8192 pairs and H = 4096, what SGLang's Triton path allocates for its
 [T, top_k, H] intermediate). Both Down forms can run on any workspace, so the form a call takes never
-depends on how its workspace was made. spairs = min(max_tokens * top_k, GATE_UP_SPLIT_MAX_PAIRS) and
-srows = GATE_UP_MAX_SPLITS * spairs (heuristics.split_partial_rows): any split a window may take fits
-(1.5 MB at 128 pairs and I = 192).
+depends on how its workspace was made.
 
 A graph replays kernels with the addresses it captured, so a workspace used in a capture must
 live as long as the graph: keep a reference to it (the per-device cache below never frees one
@@ -25,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from .heuristics import index_words, partial_rows, split_counter_words, split_partial_rows
+from .heuristics import index_words, partial_rows
 
 FP8 = torch.float8_e4m3fn
 _OP = "MoEWorkspace"
@@ -37,7 +33,7 @@ class MoEWorkspace:
     weights never quantise the input; they become 0-element tensors)."""
 
     __slots__ = ("max_tokens", "top_k", "hidden_size", "intermediate_size", "device", "fp8", "inter", "xq", "xs",
-                 "y", "down_index", "split_partials", "split_counters", "captured")
+                 "y", "down_index", "captured")
 
     def __init__(self, max_tokens: int, top_k: int, hidden_size: int, intermediate_size: int,
                  device: torch.device | str | None = None, *, fp8: bool = True):
@@ -62,7 +58,6 @@ class MoEWorkspace:
         self.xq = torch.empty(rows, hidden_size, dtype=FP8, device=dev)
         self.xs = torch.empty(rows, hidden_size // 128, dtype=torch.float32, device=dev)
         self.y, self.down_index = self.partials(max_tokens, top_k, hidden_size, dev)
-        self.split_partials, self.split_counters = self.split_buffers(max_tokens, top_k, intermediate_size, dev)
         self.captured = False
 
     @staticmethod
@@ -72,18 +67,9 @@ class MoEWorkspace:
         return (torch.empty(rows, hidden_size, dtype=torch.bfloat16, device=device),
                 torch.empty(index_words(rows), dtype=torch.int32, device=device))
 
-    @staticmethod
-    def split_buffers(max_tokens: int, top_k: int, intermediate_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """The Gate-Up split-K buffers (split_partials, split_counters); the counters start at zero."""
-        return (torch.empty(split_partial_rows(max_tokens, top_k), 2 * intermediate_size, dtype=torch.float32,
-                            device=device),
-                torch.zeros(split_counter_words(max_tokens, top_k, intermediate_size), dtype=torch.int32,
-                            device=device))
-
     @classmethod
     def view(cls, inter: torch.Tensor, xq: torch.Tensor, xs: torch.Tensor, y: torch.Tensor, down_index: torch.Tensor,
-             split_partials: torch.Tensor, split_counters: torch.Tensor, max_tokens: int, top_k: int,
-             hidden_size: int) -> MoEWorkspace:
+             max_tokens: int, top_k: int, hidden_size: int) -> MoEWorkspace:
         """A workspace over existing buffers (what the custom op rebuilds from its tensor arguments)."""
         ws = cls.__new__(cls)
         ws.max_tokens, ws.top_k = max_tokens, top_k
@@ -91,18 +77,12 @@ class MoEWorkspace:
         ws.device, ws.fp8 = inter.device, xq.shape[0] > 0
         ws.inter, ws.xq, ws.xs = inter, xq, xs
         ws.y, ws.down_index = y, down_index
-        ws.split_partials, ws.split_counters = split_partials, split_counters
         ws.captured = False
         return ws
 
     @property
-    def buffers(self) -> tuple[torch.Tensor, ...]:
-        """Every buffer, in the custom op's argument order."""
-        return (self.inter, self.xq, self.xs, self.y, self.down_index, self.split_partials, self.split_counters)
-
-    @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.buffers)
+        return sum(t.numel() * t.element_size() for t in (self.inter, self.xq, self.xs, self.y, self.down_index))
 
     def fits(self, num_tokens: int, top_k: int, hidden_size: int, intermediate_size: int, fp8: bool,
              device: torch.device) -> bool:

@@ -17,21 +17,20 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
   m.def("gate_up",
         [](int fmt, uintptr_t x, int64_t x_row_bytes, uintptr_t xs, int64_t xs_stride_t, int64_t xs_stride_kb,
            uintptr_t w13, uintptr_t w13s, uintptr_t ids, bool ids_int64, uintptr_t inter, int T, int K, int H, int I,
-           int expert_start, int num_local_experts, bool ids_before_wait, uintptr_t down_index, int splits,
-           uintptr_t split_partials, uintptr_t split_counters, int num_sms, bool pdl, uintptr_t stream) {
+           int expert_start, int num_local_experts, bool ids_before_wait, uintptr_t down_index, int num_sms, bool pdl,
+           uintptr_t stream) {
           mo::GateUpParams p{hpc::as_ptr<const void>(x), x_row_bytes, hpc::as_ptr<const float>(xs), xs_stride_t,
                              xs_stride_kb, hpc::as_ptr<const void>(w13), hpc::as_ptr<const float>(w13s),
                              hpc::as_ptr<const void>(ids), ids_int64 ? 1 : 0, hpc::as_ptr<void>(inter), T, K, H, I,
-                             expert_start, num_local_experts, ids_before_wait ? 1 : 0, hpc::as_ptr<int>(down_index),
-                             splits, hpc::as_ptr<float>(split_partials), hpc::as_ptr<int>(split_counters)};
+                             expert_start, num_local_experts, ids_before_wait ? 1 : 0, hpc::as_ptr<int>(down_index)};
           HPC_CUDA_CHECK(mo::run_gate_up(static_cast<mo::Format>(fmt), p, num_sms, hpc::as_stream(stream), pdl),
                          "moe_gate_up");
         },
         py::arg("fmt"), py::arg("x"), py::arg("x_row_bytes"), py::arg("xs"), py::arg("xs_stride_t"),
         py::arg("xs_stride_kb"), py::arg("w13"), py::arg("w13s"), py::arg("ids"), py::arg("ids_int64"),
         py::arg("inter"), py::arg("T"), py::arg("K"), py::arg("H"), py::arg("I"), py::arg("expert_start"),
-        py::arg("num_local_experts"), py::arg("ids_before_wait"), py::arg("down_index"), py::arg("splits"),
-        py::arg("split_partials"), py::arg("split_counters"), py::arg("num_sms"), py::arg("pdl"), py::arg("stream"));
+        py::arg("num_local_experts"), py::arg("ids_before_wait"), py::arg("down_index"), py::arg("num_sms"),
+        py::arg("pdl"), py::arg("stream"));
   m.def("down",
         [](int fmt, uintptr_t inter, uintptr_t w2, uintptr_t w2s, uintptr_t ids, bool ids_int64, uintptr_t weights,
            uintptr_t shared, int64_t shared_stride, uintptr_t out, int64_t out_stride, int T, int K, int H, int I,

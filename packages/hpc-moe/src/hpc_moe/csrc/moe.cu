@@ -11,14 +11,10 @@
 
 namespace hpc::moe {
 
-// The grid is an upper bound on the tasks any routing can make (I/8 tiles per active expert, times the
-// split-K parts), capped by the launcher at the CTAs resident at once.
+// The grid is an upper bound on the tasks any routing can make (I/8 tiles per active expert),
+// capped by the launcher at the CTAs resident at once.
 cudaError_t run_gate_up(Format f, const GateUpParams& p, int num_sms, cudaStream_t stream, bool pdl) {
-  const int stages = p.H * (f == Format::kFp8 ? 1 : 2) / 128;
-  if (p.splits < 1 || stages % p.splits != 0 || (p.splits > 1 && (!p.split_partials || !p.split_counters)))
-    return cudaErrorInvalidValue;
-  const long long tasks =
-      static_cast<long long>(p.I / 8) * std::min(p.num_local_experts, p.T * p.K) * std::max(1, p.splits);
+  const long long tasks = static_cast<long long>(p.I / 8) * std::min(p.num_local_experts, p.T * p.K);
   const int bound = static_cast<int>(std::max(1LL, std::min(tasks, 1LL << 30)));
   return f == Format::kFp8 ? launch_moe_gate_up<Format::kFp8>(p, bound, num_sms, stream, pdl)
                            : launch_moe_gate_up<Format::kBf16>(p, bound, num_sms, stream, pdl);

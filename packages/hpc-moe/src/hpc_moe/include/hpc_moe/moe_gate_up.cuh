@@ -13,8 +13,6 @@
 // per SM). B (token rows of x / xq through the index, L2-resident) stays in registers, loaded two K
 // stages ahead of its use. The warps' partial sums meet in shared memory and are added in warp
 // order. A chunk of more than 16 pairs streams the tile again (L2 hits).
-// Split-K (p.splits > 1, moe_gate_up_split.cuh): task = (active expert, tile, part), the part's K stages
-// cut among the warps the same way; its sums go to the workspace and the last part to arrive stores inter.
 // Measured against per-lane 16-byte register loads of the same tiles (H200, cold, Hy3 TP8, Gate-Up
 // alone, us): FP8 T = 1 / 16 / 256: 15.4 / 54.1 / 135.2 against 15.7 / 69.5 / 154.6; BF16 15.6 / 86.6
 // / 169.8 against 17.0 / 88.4 / 180.8 (DESIGN.md, "Measured").
@@ -28,7 +26,6 @@
 #include "hpc_moe/moe_bulk_ring.cuh"
 #include "hpc_moe/moe_device.cuh"
 #include "hpc_moe/moe_gate_up_operands.cuh"
-#include "hpc_moe/moe_gate_up_split.cuh"
 #include "hpc_moe/moe_index.cuh"
 #include "hpc_moe/moe_params.h"
 
@@ -43,37 +40,22 @@ constexpr size_t gate_up_ring_bytes(Format f) {
   return size_t(4) * gate_up_slots(f) * kGateUpSlotBytes;
 }
 
-// A CTA task of the Gate-Up grid: task = (expert, tile) task number `base` (SmemIndex::tstart order)
-// times `splits` + part (the parts of one (expert, tile) are consecutive CTA tasks).
-struct GateUpTask {
-  int base, part, e, t;
-
-  __device__ __forceinline__ static GateUpTask of(const SmemIndex& x, int E, int splits, int task) {
-    GateUpTask k;
-    k.base = task / splits;
-    k.part = task - k.base * splits;
-    k.e = task_expert(x, E, k.base);
-    k.t = k.base - x.tstart[k.e];
-    return k;
-  }
-};
-
 // The warp's copy sequence (task, chunk, piece): the order in which the consumer loop below reads.
 struct GateUpCursor {
-  int task, cnt, c0, q;
-  GateUpTask k;
+  int task, e, t, cnt, c0, q;
   bool valid;
 
-  __device__ __forceinline__ void set_task(const SmemIndex& x, int E, int splits) {
-    k = GateUpTask::of(x, E, splits, task);
-    cnt = x.cnt[k.e];
+  __device__ __forceinline__ void set_task(const SmemIndex& x, int E) {
+    e = task_expert(x, E, task);
+    cnt = x.cnt[e];
+    t = task - x.tstart[e];
   }
-  __device__ __forceinline__ void start(const SmemIndex& x, int E, int splits, int total, int pieces) {
+  __device__ __forceinline__ void start(const SmemIndex& x, int E, int total, int pieces) {
     task = blockIdx.x, c0 = 0, q = 0;
     valid = pieces > 0 && task < total;
-    if (valid) set_task(x, E, splits);
+    if (valid) set_task(x, E);
   }
-  __device__ __forceinline__ void advance(const SmemIndex& x, int E, int splits, int total, int pieces) {
+  __device__ __forceinline__ void advance(const SmemIndex& x, int E, int total, int pieces) {
     if (!valid || ++q < pieces) return;
     q = 0;
     c0 += kChunkPairs;
@@ -81,7 +63,7 @@ struct GateUpCursor {
     c0 = 0;
     task += gridDim.x;
     valid = task < total;
-    if (valid) set_task(x, E, splits);
+    if (valid) set_task(x, E);
   }
 };
 
@@ -116,8 +98,7 @@ __global__ void __launch_bounds__(kThreads, gate_up_ctas_per_sm(F))
   char* ring_buf = gate_up_smem;
   uint64_t* bars = reinterpret_cast<uint64_t*>(gate_up_smem + gate_up_ring_bytes(F));  // [4][kSlots]
   float* red = reinterpret_cast<float*>(bars + 4 * kSlots);                                     // [4][8][32]
-  int* split_flag = reinterpret_cast<int*>(red + 4 * 8 * 32);
-  const SmemIndex x = SmemIndex::carve(split_flag + 1, E);
+  const SmemIndex x = SmemIndex::carve(reinterpret_cast<int*>(red + 4 * 8 * 32), E);
   const int tiles = p.I / 8;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
@@ -130,23 +111,21 @@ __global__ void __launch_bounds__(kThreads, gate_up_ctas_per_sm(F))
   }
 
   const int elem = F == Format::kFp8 ? 1 : 2;
-  const int splits = p.splits;
-  const int part_stages = p.H * elem / 128 / splits;  // the host checks that splits divides the K stages
-  const int s0 = warp * part_stages / 4, s1 = (warp + 1) * part_stages / 4;  // the warp's stages in a part
+  const int num_stages = p.H * elem / 128;
+  const int s0 = warp * num_stages / 4, s1 = (warp + 1) * num_stages / 4;
   const int mw = s1 - s0;
   const int pieces = (mw + kGateUpSlotStages - 1) / kGateUpSlotStages;
   const int64_t tile_bytes = int64_t(16) * p.H * elem;
   const int kb_count = p.H / 128;
-  const int total = x.tstart[E] * splits;
+  const int total = x.tstart[E];
 
   WarpRing ring{ring_buf + size_t(warp) * kSlots * kGateUpSlotBytes, bars + warp * kSlots, kSlots,
                 kGateUpSlotBytes, 0, 0, sm90::l2_evict_first_policy()};
   const char* wpart = static_cast<const char*>(p.w13) + int64_t(s0) * kGateUpStageBytes;
   GateUpCursor cur;
-  cur.start(x, E, splits, total, pieces);
+  cur.start(x, E, total, pieces);
   auto src = [&]() {
-    return wpart + (int64_t(cur.k.e) * tiles + cur.k.t) * tile_bytes +
-           int64_t(cur.k.part) * part_stages * kGateUpStageBytes + int64_t(cur.q) * kGateUpSlotBytes;
+    return wpart + (int64_t(cur.e) * tiles + cur.t) * tile_bytes + int64_t(cur.q) * kGateUpSlotBytes;
   };
   auto bytes = [&]() {
     return static_cast<uint32_t>(min(kGateUpSlotStages, mw - cur.q * kGateUpSlotStages) *
@@ -154,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, gate_up_ctas_per_sm(F))
   };
   for (int s = 0; s < kSlots && cur.valid; ++s) {
     if (lane == 0) ring.issue(s, src(), bytes());
-    cur.advance(x, E, splits, total, pieces);
+    cur.advance(x, E, total, pieces);
   }
   __syncwarp();
   if (p.ids_before_wait) hpc::pdl_wait();  // x / xq (the quantiser) and inter's earlier readers
@@ -163,10 +142,9 @@ __global__ void __launch_bounds__(kThreads, gate_up_ctas_per_sm(F))
   hpc::pdl_launch_dependents();
 
   for (int task = blockIdx.x; task < total; task += gridDim.x) {
-    const GateUpTask job = GateUpTask::of(x, E, splits, task);
-    const int e = job.e, t = job.t;
+    const int e = task_expert(x, E, task);
     const int cnt = x.cnt[e];
-    const int sb = job.part * part_stages + s0;  // the warp's first K stage in the tile
+    const int t = task - x.tstart[e];
     for (int c0 = 0; c0 < cnt; c0 += kChunkPairs) {
       const int* pairs = x.list + x.start[e] + c0;
       const int n = min(kChunkPairs, cnt - c0);
@@ -191,20 +169,20 @@ __global__ void __launch_bounds__(kThreads, gate_up_ctas_per_sm(F))
 
       float acc[2][4] = {};
       GateUpStage st[2];
-      if (mw > 0) w.load_b(st[0], sb);
-      if (mw > 1) w.load_b(st[1], sb + 1);
+      if (mw > 0) w.load_b(st[0], s0);
+      if (mw > 1) w.load_b(st[1], s0 + 1);
       for (int k = 0; k < mw; k += kGateUpSlotStages) {  // one slot (piece) per iteration
         const char* a = ring.wait();
         gate_up_load_a(st[0], a, lane);
         w.compute(st[0], acc);
-        if (k + 2 < mw) w.load_b(st[0], sb + k + 2);
+        if (k + 2 < mw) w.load_b(st[0], s0 + k + 2);
         if (k + 1 < mw) {
           gate_up_load_a(st[1], a + kGateUpStageBytes, lane);
           w.compute(st[1], acc);
-          if (k + 3 < mw) w.load_b(st[1], sb + k + 3);
+          if (k + 3 < mw) w.load_b(st[1], s0 + k + 3);
         }
         ring.release(lane == 0, cur.valid, src(), bytes());
-        cur.advance(x, E, splits, total, pieces);
+        cur.advance(x, E, total, pieces);
       }
 
 #pragma unroll
@@ -222,24 +200,18 @@ __global__ void __launch_bounds__(kThreads, gate_up_ctas_per_sm(F))
             gate += red[(ww * 8 + j * 4 + h) * 32 + l];
             up += red[(ww * 8 + j * 4 + 2 + h) * 32 + l];
           }
-          if (splits == 1) {
-            static_cast<__nv_bfloat16*>(p.inter)[int64_t(pairs[col]) * p.I + 8 * t + (l >> 2)] =
-                __float2bfloat16_rn(silu_mul(gate, up));
-          } else {
-            float* row = split_partial_row(p, job.part, pairs[col], t);
-            __stcg(row + (l >> 2), gate);
-            __stcg(row + 8 + (l >> 2), up);
-          }
+          const int row = 8 * t + (l >> 2);
+          static_cast<__nv_bfloat16*>(p.inter)[int64_t(pairs[col]) * p.I + row] =
+              __float2bfloat16_rn(silu_mul(gate, up));
         }
       }
       __syncthreads();
     }
-    if (splits > 1 && split_arrive(p, job.base, split_flag)) split_finish(p, x, e, t);
   }
 }
 
 inline size_t gate_up_smem_bytes_impl(Format f, int num_pairs, int E) {
-  const size_t words = 1 + size_t(5) * E + 3 + num_pairs;  // the split flag, then the index
+  const size_t words = size_t(5) * E + 3 + num_pairs;
   return gate_up_ring_bytes(f) + size_t(4) * gate_up_slots(f) * sizeof(uint64_t) +
          4 * 8 * 32 * sizeof(float) + words * 4;
 }

@@ -30,14 +30,6 @@ struct GateUpParams {
   int num_local_experts;
   int ids_before_wait;      // 1: the previous kernel on the stream has passed its PDL wait
   int* down_index;          // or null: CTA 0 writes the window's index here for the expert-form Down
-  // Split-K of the Gate-Up task (moe_gate_up_split.cuh): each (expert, tile) task's K stages cut into
-  // `splits` equal parts, one CTA task each (splits divides H * elem / 128; 1 = no split, the two
-  // buffers unused). A part writes FP32 partials [splits][T*K][I/8][16] (per part, pair, tile: 8 gate
-  // then 8 up rows); the last of a task's parts to arrive on split_counters[task] (zero between
-  // launches: that CTA resets it) sums them in part order and stores inter.
-  int splits;
-  float* split_partials;
-  int* split_counters;      // [>= active experts * I/8], all zero at launch
 };
 
 struct DownParams {
