@@ -1,6 +1,6 @@
 """End-to-end decode step on the H200: hpc_integration.runner with our kernels against the baseline
-runner (torch SDPA attention, FP32 torch router, SGLang's Triton fused_experts when SGLang imports,
-else a torch grouped MoE), both as CUDA-graph replays of the whole step, by both timing methods.
+runner (SGLang's Triton decode attention and QK-Norm / RoPE kernels when SGLang imports, else torch SDPA and
+torch ops; FP32 torch router; SGLang's Triton fused_experts, else a torch grouped MoE), both as CUDA-graph replays of the whole step, by both timing methods.
 What is measured: hpc_integration/runner/bench.py's docstring (and integration/README.md).
 
     python benchmarks/bench_e2e.py [--out-dir benchmarks/results] [--quick] [--models hy3_tp8,...]
