@@ -20,12 +20,10 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+from hpc_moe.reference import quantize_blocks
 
 from .config import ModelConfig
 
-FP8 = torch.float8_e4m3fn
-FP8_MAX = 448.0
-BLOCK = 128
 
 # Gains of the random weights (std = gain / sqrt(fan_in)). A router gain of 5 makes the softmax peaked
 # enough that a top-k set change between BF16 and float32 activations (a near tie) moves the output
@@ -84,19 +82,6 @@ def random_weights(cfg: ModelConfig, seed: int = 0, device: torch.device | str =
             w13=randn(E, 2 * inter, H, std=GAINS["w13"] / math.sqrt(H)),
             w2=randn(E, H, inter, std=GAINS["w2"] / math.sqrt(inter))))
     return ModelWeights(embed=embed, lm_head=lm_head, final_norm=norm(H), layers=layers, successor=succ)
-
-
-def quantize_blocks(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """[E, R, C] -> (FP8 E4M3 [E, R, C], FP32 scales [E, ceil(R/128), ceil(C/128)]): one scale per
-    128 x 128 block, amax / 448 (the checkpoints' weight_scale_inv), partial blocks zero-padded."""
-    E, R, C = w.shape
-    rb, cb = -(-R // BLOCK), -(-C // BLOCK)
-    wp = torch.zeros(E, rb * BLOCK, cb * BLOCK, device=w.device, dtype=torch.float32)
-    wp[:, :R, :C] = w.float()
-    blocks = wp.view(E, rb, BLOCK, cb, BLOCK)
-    s = (blocks.abs().amax(dim=(2, 4)) / FP8_MAX).clamp(min=1e-12)
-    q = (blocks / s[:, :, None, :, None]).clamp(-FP8_MAX, FP8_MAX).view(E, rb * BLOCK, cb * BLOCK)[:, :R, :C]
-    return q.to(FP8).contiguous(), s.contiguous()
 
 
 def moe_checkpoint(w13: torch.Tensor, w2: torch.Tensor, quant: str) -> dict:

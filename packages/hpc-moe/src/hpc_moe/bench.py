@@ -46,6 +46,9 @@ from pathlib import Path
 import torch
 from hpc_common.bench.suite import skip
 
+from .reference import quantize_blocks
+from .sglang_triton import block_fp8_weights, fused_experts_api
+
 FP8 = torch.float8_e4m3fn
 BW = 4.27e12
 TFLOPS = {"bf16": 660e12, "fp8_block": 1000e12, "fp8_tensor": 1000e12}
@@ -156,19 +159,6 @@ def ckpt_args(ck: dict) -> dict:
     return {k: v for k, v in ck.items() if k in ("w13", "w2", "w13_scale", "w2_scale")}
 
 
-def quantize_blocks(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """[E, R, C] -> (FP8 [E, R, C], FP32 [E, ceil(R/128), ceil(C/128)]): one scale per 128 x 128 block
-    (amax / 448, the checkpoints' weight_scale_inv), partial blocks padded with zeros."""
-    E, R, C = w.shape
-    rb, cb = math.ceil(R / 128), math.ceil(C / 128)
-    wp = torch.zeros(E, rb * 128, cb * 128, device=w.device, dtype=torch.float32)
-    wp[:, :R, :C] = w
-    blocks = wp.view(E, rb, 128, cb, 128)
-    s = (blocks.abs().amax(dim=(2, 4)) / 448).clamp(min=1e-12)
-    q = (blocks / s[:, :, None, :, None]).clamp(-448, 448).view(E, rb * 128, cb * 128)[:, :R, :C]
-    return q.to(FP8).contiguous(), s.contiguous()
-
-
 def dequantize(w: torch.Tensor, s: torch.Tensor | None) -> torch.Tensor:
     """One expert's [R, C] weight as BF16: as is, times a per-expert scale, or times 128 x 128 block scales."""
     if s is None:
@@ -267,30 +257,6 @@ class TorchGroupedMoE:
         return fn, (lambda: box[0])
 
 
-_SGLANG: dict = {}
-
-
-def _sglang():
-    """SGLang's fused_experts made callable outside an Engine (a dummy ServerArgs and a one-rank
-    TP group), once per process; raises ImportError when SGLang is not importable."""
-    if not _SGLANG:
-        import os
-
-        from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
-        from sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe import fused_experts
-        from sglang.srt.runtime_context import get_context
-
-        get_context().override_server_args().install()
-        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-        from sglang.srt.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
-
-        init_distributed_environment(world_size=1, rank=0, local_rank=0,
-                                     distributed_init_method="tcp://127.0.0.1:29531", backend="nccl")
-        initialize_model_parallel(1, 1)
-        _SGLANG.update(fused_experts=fused_experts, config=MoeRunnerConfig)
-    return _SGLANG
-
-
 class SglangTriton:
     """SGLang's Triton fused_experts. FP8 block: its 128-block path needs I % 128 == 0, so I is
     padded (zero gate/up rows and Down columns) to the next multiple of 128 (192 -> 256) and the
@@ -298,21 +264,13 @@ class SglangTriton:
     point has no -1 skip)."""
 
     def __init__(self, E: int, inter: int, dtype: str, ck: dict, copies: int):
-        self.api = _sglang()
+        self.fused_experts, self.runner_config = fused_experts_api()
         self.dtype, self.E = dtype, E
         self.i_kernel = inter
         s13, s2 = ck.get("w13_scale"), ck.get("w2_scale")
         w13, w2 = ck["w13"], ck["w2"]
         if dtype == "fp8_block" and inter % 128:
-            b13, b2 = ck["base"]
-            ip = math.ceil(inter / 128) * 128
-            H = b13.shape[2]
-            p13 = torch.zeros(E, 2 * ip, H, dtype=b13.dtype, device=b13.device)
-            p13[:, :inter], p13[:, ip:ip + inter] = b13[:, :inter], b13[:, inter:]
-            p2 = torch.zeros(E, H, ip, dtype=b2.dtype, device=b2.device)
-            p2[:, :, :inter] = b2
-            (w13, s13), (w2, s2) = quantize_blocks(p13), quantize_blocks(p2)
-            self.i_kernel = ip
+            w13, s13, w2, s2, self.i_kernel = block_fp8_weights(*ck["base"])
         self.s13, self.s2 = s13, s2
         self.sets = [(w13, w2)] + [(w13.clone(), w2.clone()) for _ in range(copies - 1)]
         self.impl = f"sglang_fused_experts_I{self.i_kernel}"
@@ -322,13 +280,13 @@ class SglangTriton:
         keep = (ids >= 0) & (ids < self.E)  # all pairs at EP1
         wts = torch.where(keep, wts, torch.zeros_like(wts))
         ids = torch.where(keep, ids, torch.zeros_like(ids)).to(torch.int32)
-        kw = {"moe_runner_config": self.api["config"](inplace=False)}
+        kw = {"moe_runner_config": self.runner_config(inplace=False)}
         if self.dtype != "bf16":
             kw.update(use_fp8_w8a8=True, w1_scale=self.s13, w2_scale=self.s2)
             if self.dtype == "fp8_block":
                 kw["block_shape"] = [128, 128]
         box = [None]
-        fe = self.api["fused_experts"]
+        fe = self.fused_experts
 
         def fn():
             box[0] = fe(x, w13, w2, (wts, ids, None), **kw)

@@ -61,6 +61,20 @@ def expand_block_scale(scale: torch.Tensor, rows: int, cols: int) -> torch.Tenso
     return s.repeat_interleave(BLOCK, dim=2)[:, :, :cols]
 
 
+def quantize_blocks(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The checkpoints' 128 x 128 block format (Qwen3-FP8 / DeepSeek `weight_scale_inv`) of `w` [E, R, C]:
+    (FP8 E4M3 [E, R, C], FP32 scales [E, ceil(R/128), ceil(C/128)]), one scale per block = amax / 448, partial
+    blocks zero-padded. Benchmarks and the end-to-end runner make their FP8 block weights with it."""
+    E, R, C = w.shape
+    rb, cb = -(-R // BLOCK), -(-C // BLOCK)
+    wp = torch.zeros(E, rb * BLOCK, cb * BLOCK, device=w.device, dtype=torch.float32)
+    wp[:, :R, :C] = w.float()
+    blocks = wp.view(E, rb, BLOCK, cb, BLOCK)
+    s = (blocks.abs().amax(dim=(2, 4)) / 448).clamp(min=1e-12)
+    q = (blocks / s[:, :, None, :, None]).clamp(-448, 448).view(E, rb * BLOCK, cb * BLOCK)[:, :R, :C]
+    return q.to(torch.float8_e4m3fn).contiguous(), s.contiguous()
+
+
 def dequantize_w13(w13: torch.Tensor, w13_scale: torch.Tensor | None, quant: str,
                    dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """w13 [E, 2I, H] as `dtype` values: BF16 as is, FP8 times its per-expert or block scales."""

@@ -8,48 +8,17 @@ BF16 at load time (`impl` says which)."""
 
 from __future__ import annotations
 
-import os
-
 import torch
+from hpc_moe.sglang_triton import block_fp8_weights, fused_experts_api
 
-from ..weights import effective_experts, quantize_blocks
-
-_SGLANG: dict = {}
-
-
-def sglang_fused_experts():
-    """(fused_experts, MoeRunnerConfig) of SGLang, made callable outside an Engine once per process (a
-    default ServerArgs and a one-rank model-parallel group); raises ImportError without SGLang."""
-    if not _SGLANG:
-        from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
-        from sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe import fused_experts
-        from sglang.srt.runtime_context import get_context
-
-        try:  # another benchmark of this process may have set SGLang up already
-            get_context().override_server_args().install()
-        except Exception:  # noqa: BLE001
-            pass
-        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-        from sglang.srt.distributed import parallel_state as ps
-
-        if not torch.distributed.is_initialized():
-            ps.init_distributed_environment(world_size=1, rank=0, local_rank=0,
-                                            distributed_init_method="tcp://127.0.0.1:29533", backend="nccl")
-        if not getattr(ps, "model_parallel_is_initialized", lambda: False)():
-            try:
-                ps.initialize_model_parallel(1, 1)
-            except AssertionError:  # already made by another caller in this process
-                pass
-        _SGLANG.update(fused_experts=fused_experts, config=MoeRunnerConfig)
-    return _SGLANG["fused_experts"], _SGLANG["config"]
-
+from ..weights import effective_experts
 
 def pick_impl(device: torch.device, world: int) -> str:
     """"sglang_triton" where SGLang imports (CUDA, one process: its init makes its own TP group), else
     "torch_grouped_mm" where torch._grouped_mm runs on `device`, else "torch_per_expert"."""
     if device.type == "cuda" and world == 1:
         try:
-            sglang_fused_experts()
+            fused_experts_api()
             return "sglang_triton"
         except Exception:  # noqa: BLE001 - no SGLang here: the torch MoE
             pass
@@ -66,7 +35,7 @@ class BaselineMoE:
     def __init__(self, impl: str, ckpt: dict, quant: str, expert_start: int, device):
         self.impl, self.start = impl, expert_start
         if impl == "sglang_triton":
-            self.fe, cfg_cls = sglang_fused_experts()
+            self.fe, cfg_cls = fused_experts_api()
             self.kw = {"moe_runner_config": cfg_cls(inplace=False)}
             w13, w2 = ckpt["w13"].to(device), ckpt["w2"].to(device)
             self.E = w13.shape[0]
@@ -75,12 +44,7 @@ class BaselineMoE:
                 s13, s2 = ckpt["w13_scale"].to(device), ckpt["w2_scale"].to(device)
                 if inter % 128:
                     e13, e2 = effective_experts({"w13": w13, "w2": w2, "w13_scale": s13, "w2_scale": s2}, quant)
-                    ip = -(-inter // 128) * 128
-                    p13 = torch.zeros(self.E, 2 * ip, e13.shape[2], device=device)
-                    p13[:, :inter], p13[:, ip:ip + inter] = e13[:, :inter], e13[:, inter:]
-                    p2 = torch.zeros(self.E, e2.shape[1], ip, device=device)
-                    p2[:, :, :inter] = e2
-                    (w13, s13), (w2, s2) = quantize_blocks(p13), quantize_blocks(p2)
+                    w13, s13, w2, s2, ip = block_fp8_weights(e13, e2)
                     self.impl = f"sglang_triton_I{ip}"
                 self.kw.update(use_fp8_w8a8=True, w1_scale=s13, w2_scale=s2, block_shape=[128, 128])
             self.w13, self.w2 = w13, w2
