@@ -5,14 +5,11 @@ float32 rounding, on the tiny config from the same prompts."""
 
 from __future__ import annotations
 
-import datetime
-import socket
-import time
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from hpc_common.testing.gloo import init_gloo, run_gloo_ranks
 
 WORLD = 2
 STEPS = 32
@@ -40,18 +37,11 @@ def _generate(runner) -> tuple[torch.Tensor, torch.Tensor]:
     return runner.generate(st, STEPS, logits0=logits0)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _worker(rank: int, port: int, results, split: str) -> None:
     from hpc_integration.runner import ParallelConfig
 
     torch.set_num_threads(1)  # two ranks on a two-core CI machine
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=60))
+    init_gloo(rank, port, WORLD)
     try:
         tp, ep = SPLITS[split]
         par = ParallelConfig(tp_rank=rank % tp, tp_size=tp, ep_rank=rank % ep, ep_size=ep, group=dist.group.WORLD)
@@ -61,20 +51,7 @@ def _worker(rank: int, port: int, results, split: str) -> None:
 
 
 def _run_ranks(split: str, timeout_s: float = 60.0) -> dict:
-    with mp.Manager() as manager:
-        results = manager.dict()
-        ctx = mp.start_processes(_worker, args=(_free_port(), results, split), nprocs=WORLD, join=False,
-                                 start_method="spawn")
-        deadline = time.monotonic() + timeout_s
-        try:
-            while not ctx.join(timeout=1.0):
-                if time.monotonic() > deadline:
-                    pytest.fail(f"the {WORLD} gloo ranks of {split} did not finish within {timeout_s:.0f} s")
-        finally:
-            for p in ctx.processes:  # only the processes this test started
-                if p.is_alive():
-                    p.terminate()
-        return dict(results)
+    return run_gloo_ranks(_worker, split, world=WORLD, timeout_s=timeout_s, what=f"gloo ranks of {split}")
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +81,7 @@ def _two_gpu_worker(rank: int, port: int, results) -> None:
     from hpc_integration.runner import RunOptions, preset, two_gpu
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=60))
+    init_gloo(rank, port, WORLD)
     try:
         cfg = preset("tiny", num_layers=2, vocab_size=512, max_position=1024)
         opts = RunOptions(kv_dtype="fp32", max_batch=3, max_kv_len=64, page_size=16)
@@ -118,20 +94,7 @@ def _two_gpu_worker(rank: int, port: int, results) -> None:
 def test_two_gpu_entry_flow_on_two_gloo_ranks():
     """two_gpu.run's checks (the one-GPU cache's K / V heads copied into each rank's cache, greedy
     tokens and logits of both splits against the one-process run) with the reference backend."""
-    with mp.Manager() as manager:
-        results = manager.dict()
-        ctx = mp.start_processes(_two_gpu_worker, args=(_free_port(), results), nprocs=WORLD, join=False,
-                                 start_method="spawn")
-        deadline = time.monotonic() + 60
-        try:
-            while not ctx.join(timeout=1.0):
-                if time.monotonic() > deadline:
-                    pytest.fail("the two_gpu gloo ranks did not finish within 60 s")
-        finally:
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.terminate()
-        results = dict(results)
+    results = run_gloo_ranks(_two_gpu_worker, world=WORLD, what="two_gpu gloo ranks")
     rows, ok = results[0]
     assert ok and results[1][1]
     assert {(r["world_size"], r["split"], r["batch"]) for r in rows} == {
