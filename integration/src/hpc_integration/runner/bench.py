@@ -124,11 +124,17 @@ def cpu_parity(steps: int = 8) -> dict:
 
 
 def _suite():
+    from hpc_common.bench.layouts import Layout
     from hpc_common.bench.suite import BenchCase, BenchSuite, check_row
 
     class E2ESuite(BenchSuite):
         op = "e2e"
         title = "End-to-end decode step (hpc_integration.runner): ours vs the baseline runner, CUDA graphs"
+        order = 60
+        layouts = (
+            Layout("End-to-end decode step (TPOT proxy)", case=("batch", "Hq", "Hkv", "kv_dtype"), split=("model",),
+                   ours="ours", show=("greedy_match", "logit_max_abs_err")),
+        )
 
         def cases(self, quick: bool) -> list[BenchCase]:
             models = QUICK["models"] if quick else tuple(MODELS)

@@ -4,6 +4,7 @@ per model and weight format, and without a GPU the references checked against a 
 from __future__ import annotations
 
 import torch
+from hpc_common.bench.layouts import Layout
 from hpc_common.bench.suite import BenchCase, BenchSuite, check_row
 
 # --quick: Hy3 TP8 in both formats of the README at T = 1, 16, 256, ours against the baselines.
@@ -15,6 +16,11 @@ QUICK_PROVIDERS = ("ours", "torch_grouped", "sglang_triton")
 class MoESuite(BenchSuite):
     op = "moe"
     title = "Fused MoE (hpc_moe.fused_moe)"
+    order = 50
+    layouts = (
+        Layout("Fused MoE", case=("T",), split=("model", "dtype"), show=("cosine",), error="cosine",
+               precision="dtype"),
+    )
 
     def cases(self, quick: bool) -> list[BenchCase]:
         from . import bench

@@ -4,6 +4,7 @@ hpc_router_gemm.bench, and without a GPU the split-weight product checked agains
 from __future__ import annotations
 
 import torch
+from hpc_common.bench.layouts import Layout
 from hpc_common.bench.suite import BenchCase, BenchSuite, check_row
 
 QUICK = {"generic": (1, 16, 64, 256, 1024, 4096)}  # the README's sweep
@@ -12,6 +13,11 @@ QUICK = {"generic": (1, 16, 64, 256, 1024, 4096)}  # the README's sweep
 class RouterGemmSuite(BenchSuite):
     op = "router_gemm"
     title = "Router GEMM (hpc_router_gemm)"
+    order, aliases = 30, ("router",)
+    layouts = (
+        Layout("Router GEMM, FP32 out", case=("M",), split=("shape", "K", "N"), show=("max_abs_err", "top8_agree"),
+               error="max_abs_err", precision="provider"),
+    )
 
     def __init__(self):
         self._gen = None

@@ -5,6 +5,7 @@ formulas written out here (softmax(q k^T) v per request; RMSNorm then neox RoPE)
 from __future__ import annotations
 
 import torch
+from hpc_common.bench.layouts import Layout
 from hpc_common.bench.suite import BenchCase, BenchSuite, check_row
 
 # --quick: both KV dtypes at 8/1 (Hy3 TP8) on the smallest, a mid and the longest case.
@@ -21,6 +22,13 @@ def _rows():
 class DecodeSuite(BenchSuite):
     op = "decode"
     title = "Decode attention (hpc_attention.decode)"
+    order, aliases = 10, ("attention",)
+    layouts = (
+        Layout("Decode attention, page 64, head dim 128", case=("case",), split=("Hq", "Hkv", "kv_dtype"),
+               hide=("ours_plan",), show=("rel_err",), error="rel_err", precision="kv_dtype"),
+        Layout("Decode planner (`plan_decode`, once per step for all layers)", case=("case", "Hq", "Hkv", "kv_dtype"),
+               providers=("ours_plan",), ours="ours_plan"),
+    )
 
     def __init__(self):
         self._gen = None
@@ -109,6 +117,13 @@ class DecodeSuite(BenchSuite):
 class PrologueSuite(BenchSuite):
     op = "prologue"
     title = "Fused attention prologue (hpc_attention.qk_norm_rope_store)"
+    order, aliases = 20, ("attention",)
+    layouts = (
+        Layout("Fused prologue alone (QK-Norm, RoPE, Q out, paged KV write)", case=("T",),
+               split=("Hq", "Hkv", "kv_dtype"), where={"part": "prologue"}),
+        Layout("A decode layer's attention step (prologue, then decode)", case=("case",),
+               split=("Hq", "Hkv", "kv_dtype"), where={"part": "step"}),
+    )
 
     def __init__(self):
         self._state = None

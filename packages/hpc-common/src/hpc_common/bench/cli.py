@@ -22,7 +22,6 @@ import sys
 import time
 from pathlib import Path
 
-from .layouts import LAYOUTS, TITLES
 from .report_md import OpResults, ReportData, render
 from .results import BenchResults, dump_results, load_results
 from .suite import discover_suites, take_skipped
@@ -30,24 +29,35 @@ from .suite import discover_suites, take_skipped
 NO_HOPPER = ("No SM90 (Hopper) GPU here: the hpc-ops CUDA kernels cannot run on this machine; they need an H100, "
              "H200 or H20. The checks ran the pure-torch references only.")
 
-# --ops accepts an operator's results stem or one of these names.
-ALIASES = {"attention": ("decode", "prologue"), "router": ("router_gemm",), "router_gemm": ("router_gemm",),
-           "fp8": ("fp8_quant",), "quant": ("fp8_quant",)}
+def known_ops(suites: dict, *extra: str) -> list[str]:
+    """The installed suites' operators in report order (BenchSuite.order), then `extra` ones not installed."""
+    ordered = sorted(suites, key=lambda op: getattr(suites[op], "order", 100))
+    return list(dict.fromkeys([*ordered, *extra]))
 
 
-def parse_ops(text: str | None, known: list[str]) -> list[str]:
+def aliases_of(suites: dict) -> dict[str, tuple[str, ...]]:
+    """The other names `--ops` accepts (BenchSuite.aliases), each for every suite that declares it."""
+    out: dict[str, tuple[str, ...]] = {}
+    for op in known_ops(suites):
+        for a in getattr(suites[op], "aliases", ()):
+            out[a] = out.get(a, ()) + (op,)
+    return out
+
+
+def parse_ops(text: str | None, known: list[str], aliases: dict[str, tuple[str, ...]] | None = None) -> list[str]:
     """The operators `--ops` names (all known ones when None), in `known`'s order; SystemExit naming --ops
     on an unknown name."""
     if text is None:
         return list(known)
+    aliases = aliases or {}
     want: list[str] = []
     for name in (t.strip() for t in text.split(",")):
         if not name:
             continue
-        ops = ALIASES.get(name, (name,))
+        ops = aliases.get(name, (name,))
         bad = [op for op in ops if op not in known]
         if bad:
-            choices = ", ".join(sorted(set(known) | {a for a, ops in ALIASES.items() if set(ops) <= set(known)}))
+            choices = ", ".join(sorted(set(known) | {a for a, ops in aliases.items() if set(ops) <= set(known)}))
             raise SystemExit(f"hpc-bench: --ops: unknown operator {name!r} (choose from {choices})")
         want += ops
     return [op for op in known if op in want]
@@ -72,8 +82,8 @@ def from_results(args) -> int:
     if not folder.is_dir():
         raise SystemExit(f"hpc-bench: --from-results: {folder} is not a folder")
     suites = discover_suites()
-    known = list(dict.fromkeys([*LAYOUTS, *suites]))
-    ops = parse_ops(args.ops, known)
+    known = known_ops(suites, "e2e")  # every e2e* file is one section, whether or not the runner is installed
+    ops = parse_ops(args.ops, known, aliases_of(suites))
     out = Path(args.out)
     (out / "results").mkdir(parents=True, exist_ok=True)
     import torch
@@ -98,8 +108,9 @@ def from_results(args) -> int:
             data.ops[op].rows += rows
             data.ops[op].source += f"`, `{source}"
         else:
-            title = getattr(suites.get(op), "title", "") or TITLES.get(op, op)
-            data.ops[op] = OpResults(op, title, rows, meta, source)
+            suite = suites.get(op)
+            data.ops[op] = OpResults(op, getattr(suite, "title", "") or op, rows, meta, source,
+                                     tuple(getattr(suite, "layouts", ())))
     for op in ops:
         res = data.ops.get(op)
         if res is None:
@@ -160,7 +171,7 @@ def run_here(args) -> int:
     suites = discover_suites()
     # The known operators in the report's order, then any other installed suite; e2e is listed even when not
     # installed, so the summary says so.
-    ops = parse_ops(args.ops, list(dict.fromkeys([*(op for op in LAYOUTS if op in suites), *suites, "e2e"])))
+    ops = parse_ops(args.ops, known_ops(suites, "e2e"), aliases_of(suites))
     hopper = report._hopper()
     command = f"hpc-bench{' --quick' if args.quick else ''}{f' --ops {args.ops}' if args.ops else ''}"
     commit = _git_commit(Path(__file__).resolve().parent)
@@ -223,7 +234,8 @@ def run_here(args) -> int:
                 rc |= 0 if ok else 1
                 if rows:
                     res.write()
-                    data.ops[op] = OpResults(op, suite.title or op, rows, res.meta, f"results/{op}.json")
+                    data.ops[op] = OpResults(op, suite.title or op, rows, res.meta, f"results/{op}.json",
+                                             tuple(getattr(suite, "layouts", ())))
                 data.status.append((op, "measured" if ok else "measured, with failures",
                                     f"{len(rows)} rows, {len(cases)} cases"))
     print("\n== summary", flush=True)

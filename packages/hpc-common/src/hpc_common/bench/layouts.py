@@ -1,8 +1,9 @@
 """How hpc-bench lays out each operator's results rows as tables and plots.
 
-A layout is data about the shared results format (field names of the rows), keyed by the results file
-stem; hpc-common imports none of the operator packages for it. A stem with no layout gets one built
-from its rows (`generic_layout`), so a new suite's rows are still tabulated.
+A layout is data about the shared results format (field names of the rows). Each operator's suite declares
+its own (`BenchSuite.layouts`, found through the `hpc_ops.bench` entry points), so hpc-common names none of
+its dependents; a results file whose suite is not installed, or declares none, gets a layout built from its
+rows (`generic_layout`), so any rows are still tabulated.
 """
 
 from __future__ import annotations
@@ -36,46 +37,15 @@ class Layout:
         return self.case[-1]
 
 
-LAYOUTS: dict[str, tuple[Layout, ...]] = {
-    "decode": (
-        Layout("Decode attention, page 64, head dim 128", case=("case",), split=("Hq", "Hkv", "kv_dtype"),
-               hide=("ours_plan",), show=("rel_err",), error="rel_err", precision="kv_dtype"),
-        Layout("Decode planner (`plan_decode`, once per step for all layers)", case=("case", "Hq", "Hkv", "kv_dtype"),
-               providers=("ours_plan",), ours="ours_plan"),
-    ),
-    "prologue": (
-        Layout("Fused prologue alone (QK-Norm, RoPE, Q out, paged KV write)", case=("T",),
-               split=("Hq", "Hkv", "kv_dtype"), where={"part": "prologue"}),
-        Layout("A decode layer's attention step (prologue, then decode)", case=("case",),
-               split=("Hq", "Hkv", "kv_dtype"), where={"part": "step"}),
-    ),
-    "router_gemm": (
-        Layout("Router GEMM, FP32 out", case=("M",), split=("shape", "K", "N"), show=("max_abs_err", "top8_agree"),
-               error="max_abs_err", precision="provider"),
-    ),
-    "fp8_quant": (
-        Layout("FP8 quantisation", case=("input_mb", "M", "N", "dtype"), split=("mode",),
-               show=("pct_of_copy", "bitwise")),
-    ),
-    "moe": (
-        Layout("Fused MoE", case=("T",), split=("model", "dtype"), show=("cosine",), error="cosine",
-               precision="dtype"),
-    ),
-    "e2e": (
-        Layout("End-to-end decode step (TPOT proxy)", case=("batch", "Hq", "Hkv", "kv_dtype"), split=("model",),
-               ours="ours", show=("greedy_match", "logit_max_abs_err")),
-    ),
-}
-
-
 def generic_layout(op: str, rows: list[dict]) -> tuple[Layout, ...]:
-    """A layout for rows no entry of LAYOUTS describes: every field that is not a measurement names the case."""
+    """A layout for rows no installed suite describes: every field that is not a measurement names the case."""
     case = tuple(dict.fromkeys(k for r in rows for k in r if k not in NOT_CASE_FIELDS)) or ("provider",)
     return (Layout(op, case=case),)
 
 
-def layouts_for(op: str, rows: list[dict]) -> tuple[Layout, ...]:
-    return LAYOUTS.get(op) or generic_layout(op, rows)
+def layouts_for(op: str, rows: list[dict], declared: tuple = ()) -> tuple[Layout, ...]:
+    """The suite's declared layouts of `op`, else one built from the rows."""
+    return tuple(declared) or generic_layout(op, rows)
 
 
 def row_method(row: dict) -> str:
@@ -119,14 +89,3 @@ def split_label(layout: Layout, values: tuple) -> str:
 def baselines(layout: Layout, rows: list[dict]) -> list[str]:
     """Every provider of the rows other than ours, in first-seen order."""
     return [p for p in dict.fromkeys(r.get("provider") for r in rows) if p is not None and p != layout.ours]
-
-
-# Section titles of the known operators when no installed suite gives one (a report built from files).
-TITLES = {
-    "decode": "Decode attention (hpc_attention.decode)",
-    "prologue": "Fused attention prologue (hpc_attention.qk_norm_rope_store)",
-    "router_gemm": "Router GEMM (hpc_router_gemm)",
-    "fp8_quant": "FP8 quantisation (hpc_common.fp8)",
-    "moe": "Fused MoE (hpc_moe.fused_moe)",
-    "e2e": "End-to-end decode step (hpc_integration.runner)",
-}

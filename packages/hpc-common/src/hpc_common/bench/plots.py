@@ -159,7 +159,7 @@ def write_plots(ops: dict, folder: Path, report_root: Path) -> tuple[dict[tuple,
 
     with _without_broken_ipython():
         for op, res in ops.items():
-            for n, layout in enumerate(layouts_for(op, res.rows)):
+            for n, layout in enumerate(layouts_for(op, res.rows, res.layouts)):
                 chosen = [r for r in select(layout, res.rows) if isinstance(r.get("median_us"), (int, float))]
                 for values, rows in groups(layout, chosen):
                     label = split_label(layout, values)

@@ -16,6 +16,7 @@ class OpResults:
     rows: list[dict]
     meta: dict
     source: str                                  # the results file, relative to the report folder
+    layouts: tuple = ()                          # the suite's (BenchSuite.layouts); none: built from the rows
 
 
 @dataclass
@@ -98,7 +99,7 @@ def op_section(res: OpResults, plots: dict[tuple, str]) -> list[str]:
     src = f"`{res.source}`" + (f", commit {str(m.get('commit'))[:12]}" if m.get("commit") else "") + \
         (f", {m.get('gpu')}" if m.get("gpu") else "") + (f", {m.get('date')}" if m.get("date") else "")
     out = [f"## {res.title}", "", f"Rows: {src}.", ""]
-    for layout in layouts_for(res.op, res.rows):
+    for layout in layouts_for(res.op, res.rows, res.layouts):
         chosen = select(layout, res.rows)
         if not chosen:
             continue

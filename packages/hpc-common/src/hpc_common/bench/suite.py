@@ -31,6 +31,11 @@ class BenchSuite:
 
     op: str = ""
     title: str = ""
+    # How the report lays out the rows (hpc_common.bench.layouts.Layout; none: one built from the rows),
+    # where its section goes (lower first) and other names `--ops` accepts for it.
+    layouts: tuple = ()
+    order: int = 100
+    aliases: tuple[str, ...] = ()
 
     def unavailable(self) -> str | None:
         """Why this suite cannot run its GPU cases on this machine; None when it can."""

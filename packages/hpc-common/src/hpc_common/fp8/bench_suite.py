@@ -7,6 +7,7 @@ import types
 
 import torch
 
+from ..bench.layouts import Layout
 from ..bench.suite import BenchCase, BenchSuite, check_row
 
 # The README's modes, at 64 MB (BF16 [8192, 4096]): the quick run.
@@ -20,6 +21,11 @@ E4M3_REL_BOUND = 16.0 / 448.0
 class Fp8QuantSuite(BenchSuite):
     op = "fp8_quant"
     title = "FP8 quantisation (hpc_common.fp8)"
+    order, aliases = 40, ("fp8", "quant")
+    layouts = (
+        Layout("FP8 quantisation", case=("input_mb", "M", "N", "dtype"), split=("mode",),
+               show=("pct_of_copy", "bitwise")),
+    )
 
     def __init__(self):
         self._state = None
