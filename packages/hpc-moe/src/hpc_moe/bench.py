@@ -48,6 +48,7 @@ from hpc_common.bench.suite import skip
 
 from .reference import quantize_blocks
 from .sglang_triton import block_fp8_weights, fused_experts_api
+from .torch_grouped import combine_pairs, grouped_mm_moe, sort_pairs
 
 FP8 = torch.float8_e4m3fn
 BW = 4.27e12
@@ -207,32 +208,17 @@ class TorchGroupedMoE:
 
     def _grouped(self, i: int, x, ids, wts) -> torch.Tensor:
         w13, w2 = self.sets[i]
-        T, k = ids.shape
-        E, inter = self.E, self.inter
-        flat = ids.reshape(-1).long()
-        local = (flat >= 0) & (flat < E)
-        key = torch.where(local, flat, E)  # other ranks' experts and -1 sort to the end
-        order = torch.sort(key, stable=True).indices
-        counts = torch.zeros(E + 1, dtype=torch.int64, device=x.device).scatter_add_(0, key, torch.ones_like(key))
-        offs = torch.cumsum(counts[:E], 0).to(torch.int32)
-        tok = order // k
-        wsorted = torch.where(local[order], wts.reshape(-1)[order], 0.0)
+        inter = self.inter
         if self.dtype == "bf16":
-            h = torch._grouped_mm(x[tok], w13.transpose(-2, -1), offs=offs)
-        else:
-            xq, xs = self._quant_rows(x)
-            h = torch._scaled_grouped_mm(xq[tok], w13.transpose(-2, -1), xs[tok], self.rows13, offs=offs,
-                                         out_dtype=torch.bfloat16)
+            return grouped_mm_moe(x, w13, w2, ids, wts)
+        order, offs, tok, local = sort_pairs(ids, self.E)
+        xq, xs = self._quant_rows(x)
+        h = torch._scaled_grouped_mm(xq[tok], w13.transpose(-2, -1), xs[tok], self.rows13, offs=offs,
+                                     out_dtype=torch.bfloat16)
         act = (torch.nn.functional.silu(h[:, :inter].float()) * h[:, inter:].float()).to(torch.bfloat16)
-        if self.dtype == "bf16":
-            y = torch._grouped_mm(act, w2.transpose(-2, -1), offs=offs)
-        else:
-            aq, as_ = self._quant_rows(act)
-            y = torch._scaled_grouped_mm(aq, w2.transpose(-2, -1), as_, self.rows2, offs=offs,
-                                         out_dtype=torch.bfloat16)
-        # Rows past offs[-1] (pairs routed elsewhere) are not written by the GEMM: masked, not weighted.
-        y = torch.where(local[order][:, None], y.float() * wsorted[:, None], 0.0)
-        return torch.zeros(T, x.shape[1], device=x.device).index_add_(0, tok, y).to(torch.bfloat16)
+        aq, as_ = self._quant_rows(act)
+        y = torch._scaled_grouped_mm(aq, w2.transpose(-2, -1), as_, self.rows2, offs=offs, out_dtype=torch.bfloat16)
+        return combine_pairs(y, order, tok, local, wts, x.shape[0])
 
     def _per_expert(self, i: int, x, ids, wts) -> torch.Tensor:
         w13, w2 = self.sets[i]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 from hpc_moe.sglang_triton import block_fp8_weights, fused_experts_api
+from hpc_moe.torch_grouped import grouped_mm_moe
 
 from ..weights import effective_experts
 
@@ -67,21 +68,7 @@ class BaselineMoE:
         return self._per_expert(x, ids, weights)
 
     def _grouped(self, x, ids, weights):
-        T, k = ids.shape
-        E, inter = self.E, self.inter
-        flat = ids.reshape(-1).long() - self.start
-        local = (flat >= 0) & (flat < E)
-        key = torch.where(local, flat, E)  # other ranks' experts and -1 sort to the end
-        order = torch.sort(key, stable=True).indices
-        counts = torch.zeros(E + 1, dtype=torch.int64, device=x.device).scatter_add_(0, key, torch.ones_like(key))
-        offs = torch.cumsum(counts[:E], 0).to(torch.int32)
-        tok = order // k
-        h = torch._grouped_mm(x[tok], self.w13.transpose(-2, -1), offs=offs)
-        act = (torch.nn.functional.silu(h[:, :inter].float()) * h[:, inter:].float()).to(torch.bfloat16)
-        y = torch._grouped_mm(act, self.w2.transpose(-2, -1), offs=offs)
-        # Rows past offs[-1] (pairs routed elsewhere) are not written by the GEMM: masked, not weighted.
-        y = torch.where(local[order][:, None], y.float() * weights.reshape(-1)[order][:, None], 0.0)
-        return torch.zeros(T, x.shape[1], device=x.device).index_add_(0, tok, y).to(torch.bfloat16)
+        return grouped_mm_moe(x, self.w13, self.w2, ids, weights, self.start)
 
     def _per_expert(self, x, ids, weights):
         acc = torch.zeros(x.shape, device=x.device)
