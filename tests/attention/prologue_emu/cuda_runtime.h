@@ -57,31 +57,27 @@ inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); retu
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline void __syncwarp(unsigned mask) { emu::mask_barrier(mask); }
-template <typename T> T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+namespace emu {
+// Every lane of `mask` publishes v, then reads the value of lane `src` of its width-segment.
+template <typename T> T shfl_from(unsigned mask, T v, int src) {
   static_assert(sizeof(T) <= 8, "");
   unsigned long long u = 0;
   std::memcpy(&u, &v, sizeof(T));
-  const int t = threadIdx.x, lane = t & 31, base = t - lane;
-  const int src = (lane & ~(width - 1)) | ((lane ^ lane_mask) & (width - 1));
-  emu::xbuf[t] = u;
-  emu::mask_barrier(mask);
-  const unsigned long long r = emu::xbuf[base + src];
-  emu::mask_barrier(mask);
+  const int t = threadIdx.x, base = t - (t & 31);
+  xbuf[t] = u;
+  mask_barrier(mask);
+  const unsigned long long r = xbuf[base + src];
+  mask_barrier(mask);
   T o;
   std::memcpy(&o, &r, sizeof(T));
   return o;
 }
+}  // namespace emu
+template <typename T> T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  const int lane = threadIdx.x & 31;
+  return emu::shfl_from(mask, v, (lane & ~(width - 1)) | ((lane ^ lane_mask) & (width - 1)));
+}
 template <typename T> T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
-  static_assert(sizeof(T) <= 8, "");
-  unsigned long long u = 0;
-  std::memcpy(&u, &v, sizeof(T));
-  const int t = threadIdx.x, lane = t & 31, base = t - lane;
-  const int src = (lane & ~(width - 1)) | (src_lane & (width - 1));
-  emu::xbuf[t] = u;
-  emu::mask_barrier(mask);
-  const unsigned long long r = emu::xbuf[base + src];
-  emu::mask_barrier(mask);
-  T o;
-  std::memcpy(&o, &r, sizeof(T));
-  return o;
+  const int lane = threadIdx.x & 31;
+  return emu::shfl_from(mask, v, (lane & ~(width - 1)) | (src_lane & (width - 1)));
 }
