@@ -8,7 +8,7 @@
 # production kernel once on small shapes) under `compute-sanitizer --tool memcheck`, `racecheck` and `synccheck`,
 # one run each (racecheck: one process per op group at once, the router at its smallest M), logs
 # OUT_DIR/sanitizer_<tool>.log and one line per tool: "sanitizer <tool>: PASS|FAIL ...".
-# HPC_SANITIZE_TOOLS="memcheck racecheck" picks tools. The same: HPC_GPU_TESTS=none HPC_BENCH_GLOB=none HPC_SANITIZE=1.
+# HPC_SANITIZE_TOOLS="memcheck racecheck" picks tools, HPC_SANITIZE_GROUPS="decode moe" racecheck's op groups. The same: HPC_GPU_TESTS=none HPC_BENCH_GLOB=none HPC_SANITIZE=1.
 # Targeted runs (save device time): HPC_GPU_TESTS="tests/router_gemm" limits the test paths, HPC_PYTEST_ARGS adds
 # pytest flags (e.g. "-n 8" with pytest-xdist, after the prebuild),
 # ("none" skips the tests), HPC_BENCH_GLOB (or the third argument; "none" skips the benchmarks),
@@ -93,12 +93,13 @@ if [ "$SANITIZE" != 0 ]; then
     if [ "$tool" = racecheck ]; then
       # racecheck runs 10-100x slower than memcheck: one process per op group, all at once (independent
       # launches; the GPU is shared), with the router's paths at their smallest M (--light).
-      for g in fp8 router decode prologue moe; do
+      groups=${HPC_SANITIZE_GROUPS:-fp8 router decode prologue moe}
+      for g in $groups; do
         ( sanitize "$OUT/sanitizer_racecheck_$g.log" racecheck --only "$g" --light; echo $? > "$OUT/.racecheck_$g.rc" ) &
       done
       wait
       rc=0; errors=""; ran="per group in the log"
-      for g in fp8 router decode prologue moe; do
+      for g in $groups; do
         r=$(cat "$OUT/.racecheck_$g.rc"); rm -f "$OUT/.racecheck_$g.rc"
         [ "$r" != 0 ] && rc=$r
         h=$(grep -Eo "RACECHECK SUMMARY: [0-9]+ hazard" "$OUT/sanitizer_racecheck_$g.log" | grep -Eo "[0-9]+" | tail -1)

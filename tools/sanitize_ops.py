@@ -109,13 +109,16 @@ def router_ops(dev: torch.device) -> None:
 
 def decode_ops(dev: torch.device) -> None:
     import hpc_attention as ha
+    from hpc_common import launch
 
     gen = torch.Generator(dev).manual_seed(3)
     page = 64
-    # (label, lengths, Hq, Hkv): one CTA's work each (no split), and a long request among short ones
-    # (split across CTAs, merged).
-    cases = [("no split", [64, 100, 1, 0], 8, 1), ("split", [8192, 100, 3000, 64], 8, 1),
-             ("split 64/8", [4096, 700], 64, 8)]
+    # (label, lengths, Hq, Hkv): one CTA's work each (no split; the row plan, one row warp), 40 requests
+    # with an empty one (the row plan's two row warps), and a long request among short ones (split across
+    # CTAs, merged).
+    rows2 = [0] + [(37 * k) % 300 + 1 for k in range(39)]
+    cases = [("no split", [64, 100, 1, 0], 8, 1), ("rows x2", rows2, 8, 1),
+             ("split", [8192, 100, 3000, 64], 8, 1), ("split 64/8", [4096, 700], 64, 8)]
     for kv_dtype in (torch.bfloat16, torch.float8_e4m3fn):
         for label, lens, hq, hkv in cases:
             b = len(lens)
@@ -128,17 +131,33 @@ def decode_ops(dev: torch.device) -> None:
             kv_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
             q = torch.randn(b, hq, 128, device=dev, generator=gen).to(torch.bfloat16)
             kw = {} if kv_dtype == torch.bfloat16 else {"k_scale": 0.5, "v_scale": 0.25}
-            for splits in (None, "auto"):
-                plan = ha.plan_decode(kv_lens, hkv, hq, max_kv_len=max(lens), static_splits=splits,
-                                      kv_dtype=kv_dtype, page_table=page_table, page_size=page)
-                ha.decode(q, k_cache, v_cache, page_table, kv_lens, plan, **kw)
+            name = f"decode {str(kv_dtype).removeprefix('torch.')} {label}"
+
+            # Each plan and each decode synchronised and named on its own, so a sanitizer report
+            # (printed when the kernel completes) follows the name of the step that caused it.
+            def step(what, opts=None, splits=None, pdl=True):
+                launch.set_pdl(pdl)
+                try:
+                    plan = ha.plan_decode(kv_lens, hkv, hq, max_kv_len=max(lens), static_splits=splits,
+                                          kv_dtype=kv_dtype, page_table=page_table, page_size=page,
+                                          options=opts)
+                    torch.cuda.synchronize()
+                    print(f"  planned {name} {what}", flush=True)
+                    ha.decode(q, k_cache, v_cache, page_table, kv_lens, plan, **kw)
+                    torch.cuda.synchronize()
+                    print(f"  decoded {name} {what}", flush=True)
+                finally:
+                    launch.set_pdl(None)
+
+            step("dynamic")
+            step("static split", splits="auto")
             # The kernels the default plan never launches at page 64: the combine kernel (merge in a
             # pass of its own) and the cp.async producer.
-            for opts in (ha.DecodeOptions(merge="combine"), ha.DecodeOptions(producer="cp_async")):
-                plan = ha.plan_decode(kv_lens, hkv, hq, max_kv_len=max(lens), kv_dtype=kv_dtype,
-                                      page_table=page_table, page_size=page, options=opts)
-                ha.decode(q, k_cache, v_cache, page_table, kv_lens, plan, **kw)
-            _done(f"decode {str(kv_dtype).removeprefix('torch.')} {label} (dynamic, static split, combine, cp.async)")
+            step("combine", ha.DecodeOptions(merge="combine"))
+            step("cp.async", ha.DecodeOptions(producer="cp_async"))
+            if kv_dtype == torch.bfloat16:
+                step("dynamic, PDL off", pdl=False)  # a report here too is not an overlap of launches
+            _done(f"{name} (dynamic, static split, combine, cp.async)")
 
 
 def prologue_ops(dev: torch.device) -> None:
