@@ -245,13 +245,12 @@ __device__ __forceinline__ void consumer_warp(const DecodeParams& p, uint8_t* sm
 #pragma unroll
         for (int nt = 0; nt < 16; ++nt) mma_16816<kF16>(o[nt], pa, vf[nt][0], vf[nt][1]);
       }
-      // cp.async kernel: every lane arrives (the barrier counts 32 per warp), so each lane's
-      // ldmatrix reads of the stage are released to the producer threads' next cp.async writes
-      // by its own arrive. A __syncwarp + lane-0 arrive compiles to a lone arrive (the warp is
-      // converged), which orders nothing for lanes 1-31 in the memory model: compute-sanitizer
-      // racecheck reported their reads against the producer's LDGSTS (H200, bbc6769).
-      // TMA kernel: the producer's copies are async-proxy writes behind its wait; one arrive per warp.
-      if (!kTma || lane == 0) mbar_arrive(&empty[stage]);
+      // Every lane arrives (the barrier counts 32 per consumer warp), so each lane's ldmatrix reads
+      // of the stage are released to the producer's next writes into it by its own arrive. A
+      // __syncwarp + lane-0 arrive compiles to a lone arrive (the warp is converged), which orders
+      // nothing for lanes 1-31 in the memory model: compute-sanitizer racecheck reported their reads
+      // against the cp.async producer's LDGSTS and the TMA producer's 1-D bulk copies (H200, 451a2cd).
+      mbar_arrive(&empty[stage]);
       stage = nstage;
       phase = nphase;
       sb = smem + stage * Cfg::kStageBytes;
@@ -409,7 +408,7 @@ __global__ void __launch_bounds__(DecodeConfig<kFp8Kv, kFp8Q, kTma>::kThreads, 1
     for (int s = 0; s < Cfg::kStages; ++s) {
       // cp.async: one arrival per producer thread; TMA: the producer's one expect_tx arrival.
       mbar_init(&full[s], kTma ? 1 : Cfg::kProducerThreads);
-      mbar_init(&empty[s], kTma ? Cfg::kConsumerWarps : 32 * Cfg::kConsumerWarps);
+      mbar_init(&empty[s], 32 * Cfg::kConsumerWarps);  // every consumer lane arrives
     }
     for (int s = 0; s < kRingSlots; ++s) {  // TMA kernel: read by the 4 consumer warps + the producer warp
       mbar_init(&ring.full[s], 1);

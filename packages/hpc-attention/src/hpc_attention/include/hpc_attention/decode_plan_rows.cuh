@@ -163,7 +163,13 @@ __device__ __forceinline__ bool plan_fast_rows(const DecodePlanParams& p, const 
   if (lane == 0) row_sums[w] = make_int4(r_tasks, r_slots, r_comb, 0);
   const int e_tasks = warp_exclusive_scan(cnt[0]), e_slots = warp_exclusive_scan(cnt[1]),
             e_comb = warp_exclusive_scan(cnt[2]);
-  hpc::sm90::named_barrier(1, rows * 32);
+  // One row warp: __syncwarp orders its lanes' row_sums writes (a one-warp bar.sync 1, 32 made
+  // compute-sanitizer racecheck report the later first[] hand-off across the CTA barrier, H200 451a2cd).
+  if (rows == 1) {
+    __syncwarp();
+  } else {
+    hpc::sm90::named_barrier(1, rows * 32);
+  }
   const int4 r = lane < rows ? row_sums[lane] : make_int4(0, 0, 0, 0);
   const bool before = lane < w;
   const int task = warp_sum(before ? r.x : 0) + e_tasks, slot = warp_sum(before ? r.y : 0) + e_slots,
