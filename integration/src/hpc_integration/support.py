@@ -21,6 +21,7 @@ KV_DTYPES = (torch.bfloat16, torch.float8_e4m3fn)
 MOE_HIDDEN_MULTIPLE = 128
 MOE_INTER_MULTIPLE = 64
 MOE_MAX_TOP_K = 16
+MOE_FP8_BLOCK = (128, 128)  # the block-scaled format's [block_n, block_k] (hpc_moe "fp8_block")
 ROUTER_MULTIPLE = 64  # router weight [N, K]: N and K multiples of 64
 
 OPS = ("attention", "moe", "router")
@@ -150,6 +151,23 @@ def moe_reason(*, hidden_size: int, intermediate_size: int, top_k: int, activati
                 f"{MOE_INTER_MULTIPLE} (change the tensor-parallel size)")
     if not 1 <= top_k <= MOE_MAX_TOP_K:
         return f"top-k {top_k}: the fused MoE supports 1..{MOE_MAX_TOP_K}"
+    return None
+
+
+def fp8_moe_reason(*, block_shape=None, weight_dtype: torch.dtype = torch.float8_e4m3fn,
+                   scale_dtype: torch.dtype = torch.float32) -> str | None:
+    """None when hpc_moe's FP8 formats hold this FP8 MoE layer's weights, else the setting to change.
+    block_shape: None for per-tensor weight scales ("fp8_tensor"), else the weight block [n, k]
+    ("fp8_block" needs 128 x 128); weight_dtype / scale_dtype: the checkpoint's."""
+    if weight_dtype != torch.float8_e4m3fn:
+        name = str(weight_dtype).replace("torch.", "")
+        return f"FP8 weights of dtype {name}: the fused MoE reads float8_e4m3fn (OCP E4M3)"
+    if scale_dtype != torch.float32:
+        name = str(scale_dtype).replace("torch.", "")
+        return f"FP8 weight scales of dtype {name}: the fused MoE reads float32 scales"
+    if block_shape is not None and tuple(block_shape) != MOE_FP8_BLOCK:
+        return (f"FP8 weight block size {list(block_shape)}: the fused MoE's block format is "
+                f"weight_block_size={list(MOE_FP8_BLOCK)}")
     return None
 
 

@@ -5,7 +5,9 @@ each switched by HPC_INTEGRATION_OPS (default: all three):
 
 - attention: `HpcAttentionBackend` as AttentionBackendEnum.CUSTOM; select it with
   `--attention-backend CUSTOM` (`LLM(..., attention_backend="CUSTOM")`);
-- moe: the unquantised MoE method with hpc_moe's experts (CustomOp.register_oot);
+- moe: the unquantised MoE method with hpc_moe's experts (CustomOp.register_oot), and the
+  quantisation config `hpc_fp8` (register_quantization_config, key "moe_fp8"): FP8 checkpoints'
+  MoE layers on hpc_moe, claimed automatically for `quant_method: "fp8"` (fp8_moe.py says why);
 - router: the FP32 gate through hpc_router_gemm (PluggableLayer.register_oot on GateLinear).
 
 Without an SM90 GPU nothing is registered (one start-up message says why), unless
@@ -39,6 +41,10 @@ def register() -> dict[str, object]:
         _REGISTERED["attention"] = BACKEND_PATH
     if "moe" in ops and "moe" not in _REGISTERED:
         _REGISTERED["moe"] = _register_oot_op("UnquantizedFusedMoEMethod")
+    if "moe" in ops and "moe_fp8" not in _REGISTERED:
+        from .fp8_moe import register as register_fp8
+
+        _REGISTERED["moe_fp8"] = register_fp8()
     if "router" in ops and "router" not in _REGISTERED:
         _REGISTERED["router"] = _register_oot_layer("GateLinear")
     if cpu:

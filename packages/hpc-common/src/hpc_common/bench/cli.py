@@ -20,6 +20,7 @@ import contextlib
 import shutil
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from .report_md import OpResults, ReportData, render
@@ -152,6 +153,7 @@ def _run_cases(op: str, suite, cases, bar, log, data: ReportData) -> tuple[list[
             ok = False
             data.skipped.append((f"{op}: {case.label}", f"failed: {type(e).__name__}: {str(e)[:300]}"))
             print(f"  {op}: {case.label} FAILED: {type(e).__name__}: {e}", file=log, flush=True)
+            traceback.print_exc(file=log)  # where it failed, for the bug report
         for what, why in take_skipped():
             data.skipped.append((f"{op}: {what}", why))
         log.write(f"   ({time.time() - t0:.1f} s)\n")
