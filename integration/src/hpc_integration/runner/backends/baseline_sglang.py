@@ -51,7 +51,7 @@ def token_kv_indices(page_table: torch.Tensor, kv_lens: torch.Tensor, page_size:
     if kv_indptr.shape[0] < B + 1 or kv_indices.shape[0] < B * L + 1:
         raise ValueError(f"token_kv_indices: kv_indptr needs >= {B + 1} entries and kv_indices >= {B * L + 1}, "
                          f"got {kv_indptr.shape[0]} and {kv_indices.shape[0]}")
-    kv_indptr[0] = 0
+    kv_indptr[:1].zero_()  # (kv_indptr[0] = 0 copies a host scalar: refused inside graph capture)
     kv_indptr[1:B + 1] = torch.cumsum(kv_lens, 0)
     t = torch.arange(L, device=page_table.device)
     slots = (page_table.to(kv_indices.dtype)[:, :, None] * page_size
