@@ -220,6 +220,7 @@ def table_prologue(found: dict[str, Source], rel: str) -> list[str]:
 
 
 MOE_T = (1, 4, 16, 64, 256)
+MOE_README_WEIGHTS = ("bf16", "fp8_block")
 
 
 def _field(row: dict, *names: str):
@@ -231,12 +232,15 @@ def _field(row: dict, *names: str):
 
 
 def table_moe(found: dict[str, Source], rel: str) -> list[str]:
-    lines = ["### Fused MoE (`hpc_moe.fused_moe`): us per call (% of the floor), cold / rotation", ""]
+    lines = ["### Fused MoE (`hpc_moe.fused_moe`): us per call (% of the floor), cold / rotation "
+             "(FP8 per-tensor and SGLang's Triton MoE: the report)", ""]
     if not found:
         return lines + [NOT_MEASURED, ""]
     ours = {m: [r for r in s.rows if provider(r) == "ours"] for m, s in found.items()}
+    # BF16 and block-scaled FP8 (what the served checkpoints use); FP8 per-tensor rows are in the report.
     configs = list(dict.fromkeys((_field(r, "model", "shape"), _field(r, "dtype", "quant"))
-                                 for rows in ours.values() for r in rows))
+                                 for rows in ours.values() for r in rows
+                                 if _field(r, "dtype", "quant") in MOE_README_WEIGHTS))
     tokens = [t for t in MOE_T if any(r.get("T") == t for rows in ours.values() for r in rows)]
     lines += ["| model | weights | " + " | ".join(f"T={t}" for t in tokens) + " |",
               "|---|---" + "|---" * len(tokens) + "|"]
