@@ -7,7 +7,8 @@ usage: vllm_shaped.py OUT_JSON
   plan per step (ops.DecodeState) and decode per layer, BF16 and FP8 KV, blocks of 16 and 64;
   then the same plan + decode captured in a CUDA graph and replayed with new lengths;
 - MoE: vLLM's expert weights [E, 2I, H] / [E, H, I] and top-k from softmax routing, through
-  ops.prepare_experts / ops.fused_moe;
+  ops.prepare_experts / ops.fused_moe: BF16, and FP8 with vLLM's per-tensor ([E, 2] / [E], dynamic
+  and static activation scale) and 128 x 128 block scales, against the float64 reference of the format;
 - router: an FP32 gate through ops.RouterState.
 """
 
@@ -90,6 +91,39 @@ def moe_case(g):
     return dict(check="moe bf16 T=16 H=2048 I=192 E=32 top-8", cosine=cos, ok=cos >= 0.99999)
 
 
+def moe_fp8_case(quant, static, g):
+    """vLLM's FP8 MoE parameters as its Fp8MoEMethod loads them (the layout HpcFp8MoEMethod hands to
+    ops.prepare_experts): E4M3 w13 [E, 2I, H] / w2 [E, H, I] with per-tensor scales w13_weight_scale
+    [E, 2] (gate, up shards) / w2_weight_scale [E], or 128 x 128 block scales w13_weight_scale_inv
+    [E, 2I/128, H/128] / w2_weight_scale_inv [E, H/128, I/128]; a static activation scale is the
+    largest of the experts' w13_input_scale, as the adapter takes it."""
+    from hpc_moe.reference import fused_moe_reference_quant
+
+    T, H, inter, E, k = 16, 2048, 256, 32, 8
+    x = torch.randn(T, H, generator=g, device=DEV).to(torch.bfloat16)
+    w13 = (torch.randn(E, 2 * inter, H, generator=g, device=DEV) * 8).to(FP8)
+    w2 = (torch.randn(E, H, inter, generator=g, device=DEV) * 8).to(FP8)
+    if quant == "fp8_block":
+        s13 = torch.rand(E, 2 * inter // 128, H // 128, generator=g, device=DEV) * 2e-3 + 1e-3
+        s2 = torch.rand(E, H // 128, inter // 128, generator=g, device=DEV) * 2e-3 + 1e-3
+    else:
+        s13 = torch.rand(E, 2, generator=g, device=DEV) * 2e-3 + 1e-3
+        s2 = torch.rand(E, generator=g, device=DEV) * 2e-3 + 1e-3
+    a1 = (torch.rand(E, generator=g, device=DEV) * 0.01 + 0.005).max().reshape(1) if static else None
+    logits = torch.randn(T, E, generator=g, device=DEV)
+    wts, ids = torch.topk(torch.softmax(logits, -1), k)
+    wts = wts / wts.sum(-1, keepdim=True)
+    weights = ops.prepare_experts(w13, w2, quant, w13_scale=s13, w2_scale=s2, a1_scale=a1, num_experts=E)
+    out = ops.fused_moe(x, weights, ids.int(), wts)
+    ref = fused_moe_reference_quant(x.cpu(), w13.cpu(), w2.cpu(), ids.cpu(), wts.cpu(), quant=quant,
+                                    w13_scale=s13.cpu(), w2_scale=s2.cpu(),
+                                    a1_scale=None if a1 is None else a1.cpu())
+    cos = torch.nn.functional.cosine_similarity(out.double().cpu().flatten(), ref.flatten(), dim=0).item()
+    act = "static" if static else "dynamic"
+    return dict(check=f"moe {quant} ({act} activations) vLLM layout T=16 H=2048 I=256 E=32 top-8", cosine=cos,
+                ok=cos >= 0.9999)
+
+
 def router_case(g):
     w = torch.randn(192, 4096, generator=g, device=DEV) * 0.02
     x = torch.randn(64, 4096, generator=g, device=DEV).to(torch.bfloat16)
@@ -105,7 +139,9 @@ def main(out_json: str) -> None:
     g = torch.Generator(device=DEV).manual_seed(0)
     rows = []
     cases = [(attention_case, (hq, hkv, bs, fp8, g)) for hq, hkv in ((8, 1), (32, 4)) for bs in (16, 64)
-             for fp8 in (False, True)] + [(moe_case, (g,)), (router_case, (g,))]
+             for fp8 in (False, True)] + [(moe_case, (g,))]
+    cases += [(moe_fp8_case, (q, st, g)) for q, st in (("fp8_tensor", False), ("fp8_tensor", True), ("fp8_block", False))]
+    cases += [(router_case, (g,))]
     for fn, args in cases:
         try:
             rows.append(fn(*args))
