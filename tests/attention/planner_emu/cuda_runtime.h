@@ -47,6 +47,7 @@ using std::max;
 inline long long min(long long a, int b) { return a < b ? a : b; }
 inline long long min(int a, long long b) { return a < b ? a : b; }
 inline void __syncthreads() { emu::block_barrier(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_barrier(); }  // every lane of the warp calls it
 inline int __syncthreads_count(int pred) {
   static int cnt[2]; static int ph = 0;
   int my = ph; emu::block_barrier(); if (threadIdx.x == 0) cnt[my] = 0; emu::block_barrier();
