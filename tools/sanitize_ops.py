@@ -83,7 +83,7 @@ def fp8_ops(dev: torch.device) -> None:
 
 
 def router_ops(dev: torch.device) -> None:
-    from hpc_router_gemm import RouterWeight, router_gemm
+    from hpc_router_gemm import RouterWeight, plan_for, router_gemm
     from hpc_router_gemm.heuristics import TABLE
 
     gen = torch.Generator(dev).manual_seed(2)
@@ -103,7 +103,11 @@ def router_ops(dev: torch.device) -> None:
         rw = RouterWeight(torch.randn(N, K, device=dev, generator=gen) * 0.02)
         for M in sorted(set(ms)):
             x = torch.randn(M, K, device=dev, generator=gen).to(torch.bfloat16)
+            plan = plan_for(M, N, K, dev)
+            # named before it runs, so a run that never finishes shows the path it is in
+            print(f"  router K={K} N={N} M={M}: {plan.path}, {plan.splits} splits", flush=True)
             router_gemm(x, rw)
+            torch.cuda.synchronize()
         _done(f"router K={K} N={N} M={sorted(set(ms))}")
 
 
