@@ -83,32 +83,40 @@ def fp8_ops(dev: torch.device) -> None:
 
 
 def router_ops(dev: torch.device) -> None:
-    from hpc_router_gemm import RouterWeight, plan_for, router_gemm
-    from hpc_router_gemm.heuristics import TABLE
+    from hpc_router_gemm import RouterWeight, plan_for
+    from hpc_router_gemm.heuristics import TABLE, Plan
+    from hpc_router_gemm.router_gemm import launch
 
     gen = torch.Generator(dev).manual_seed(2)
     if LIGHT:
-        # Each TABLE row's path at the smallest M that takes it (the row before it ends one lower): every
-        # path once, with as few tiles as it runs (racecheck instruments each shared-memory access; the
-        # largest M of every row took > 7 minutes there). Except the `_wsp` paths: their S CTAs of a tile
-        # spin until all S have arrived, which needs them resident together, and racecheck's runs of
-        # those never finished (no op of the first shape in 440 s); memcheck and synccheck cover them.
-        cases = [((k, n), [1] + [rows[i - 1][0] + 1 for i in range(1, len(rows)) if "_wsp" not in rows[i][1]])
-                 for (k, n), rows in TABLE.items()]
-        print("  --light: the router's _wsp paths are left out (cross-CTA spin)", flush=True)
+        # racecheck: every path of the table once, at the smallest M its row serves (at most 128, one M
+        # tile of every tile shape), with K unsplit (one CTA per tile): racecheck instruments every
+        # shared-memory access, so its run time grows with the CTAs. It checks each CTA's shared
+        # memory; a split over a cluster (DSMEM partials, cluster barriers) or a spinning workspace
+        # split (`_wsp`) needs its CTAs resident together, and racecheck's run of the table's own plans
+        # never finished the first shape (230 s, 67b4dee). memcheck and synccheck run the table's own
+        # plans, splits included.
+        cases = []
+        for (k, n), rows in TABLE.items():
+            firsts = {}
+            for i, (_, path, *_rest) in enumerate(rows):
+                firsts.setdefault(path, 1 if i == 0 else min(rows[i - 1][0] + 1, 128))
+            cases.append(((k, n), [(m, Plan(path, 1)) for path, m in firsts.items()]))
+        print("  --light: each path with K unsplit (no cluster or workspace split)", flush=True)
     else:
-        cases = [((k, n), [1] + [min(r[0], 4096) for r in rows]) for (k, n), rows in TABLE.items()]
-    cases.append(((1024, 320), [1, 8, 64, 600]))  # no table: the rules (fp32, narrow, wide96)
-    for (K, N), ms in cases:
+        cases = [((k, n), [(m, None) for m in sorted({1, *(min(r[0], 4096) for r in rows)})])
+                 for (k, n), rows in TABLE.items()]
+        cases.append(((1024, 320), [(m, None) for m in (1, 8, 64, 600)]))  # no table: the rules
+    for (K, N), runs in cases:
         rw = RouterWeight(torch.randn(N, K, device=dev, generator=gen) * 0.02)
-        for M in sorted(set(ms)):
+        for M, plan in runs:
             x = torch.randn(M, K, device=dev, generator=gen).to(torch.bfloat16)
-            plan = plan_for(M, N, K, dev)
+            plan = plan or plan_for(M, N, K, dev)
             # named before it runs, so a run that never finishes shows the path it is in
             print(f"  router K={K} N={N} M={M}: {plan.path}, {plan.splits} splits", flush=True)
-            router_gemm(x, rw)
+            launch(x, rw, torch.empty(M, N, device=dev), plan)
             torch.cuda.synchronize()
-        _done(f"router K={K} N={N} M={sorted(set(ms))}")
+        _done(f"router K={K} N={N} M={sorted({m for m, _ in runs})}")
 
 
 def decode_ops(dev: torch.device) -> None:
@@ -232,7 +240,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated subset of: " + ", ".join(OPS))
     ap.add_argument("--light", action="store_true",
-                    help="the router's paths at their smallest M only (every path once; for racecheck)")
+                    help="every router path once, at one M tile with K unsplit (for racecheck)")
     ap.add_argument("--require-all", action="store_true",
                     help="fail when an op is skipped (its package not installed): tools/gpu_check.sh sets it")
     args = ap.parse_args(argv)
