@@ -281,7 +281,7 @@ def test_bench_moe_case_table_builds_on_the_cpu():
     sys.modules["bench_moe"] = bench  # dataclasses look their module up there
     spec.loader.exec_module(bench)
     table = bench.case_table(list(bench.MODELS.values()), bench.DTYPES, (), quick=False)
-    assert len(table) == (9 + 7 + 9) * 3
+    assert len(table) == (9 + 7 + 9 + 9) * 3
     ep8 = [r for r in table if r["model"] == "hy3_ep8"]
     assert sorted({r["T"] for r in ep8}) == [4, 8, 16, 32, 64, 128, 256] and all(r["ep"] == 8 for r in ep8)
     t1 = next(r for r in table if r["model"] == "hy3_tp8" and r["dtype"] == "fp8_block" and r["T"] == 1)

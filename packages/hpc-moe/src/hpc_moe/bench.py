@@ -78,6 +78,8 @@ MODELS = {m.name: m for m in (
     Model("hy3_tp8", 8, 1, 192, 8, 4096, 192, T_ALL),
     Model("hy3_ep8", 1, 8, 192, 8, 4096, 1536, tuple(t for t in T_ALL if t >= 4)),
     Model("qwen3_235b_tp8", 8, 1, 128, 8, 4096, 192, T_ALL),
+    # the MoE of the end-to-end table's Qwen3-30B-A3B layers (hpc_integration.runner, TP1)
+    Model("qwen3_30b_a3b", 1, 1, 128, 8, 2048, 768, T_ALL),
 )}
 QUICK = {"hy3_tp8": ((1, 16, 256), ("bf16", "fp8_block", "fp8_tensor")), "hy3_ep8": ((4, 64), ("fp8_block",))}
 ROTATION_BYTES = 256 << 20
