@@ -59,6 +59,19 @@ def test_moe_reason_names_the_setting(kw, words):
     assert reason is not None and words in reason
 
 
+@pytest.mark.parametrize("kw, words", [
+    (dict(block_shape=[64, 64]), "block size [64, 64]"),
+    (dict(block_shape=(128, 64)), "block size [128, 64]"),
+    (dict(weight_dtype=torch.float8_e5m2), "float8_e5m2"),
+    (dict(scale_dtype=torch.bfloat16), "scales of dtype bfloat16"),
+])
+def test_fp8_moe_reason_names_the_setting(kw, words):
+    assert support.fp8_moe_reason() is None  # per-tensor scales
+    assert support.fp8_moe_reason(block_shape=[128, 128]) is None
+    reason = support.fp8_moe_reason(**kw)
+    assert reason is not None and words in reason, reason
+
+
 def test_router_reason():
     assert support.router_reason(num_experts=192, hidden_size=4096, weight_dtype=torch.float32) is None
     assert "FP32" in support.router_reason(num_experts=192, hidden_size=4096, weight_dtype=torch.bfloat16)
