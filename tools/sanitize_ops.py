@@ -11,7 +11,7 @@ script under memcheck, racecheck and synccheck, one short run each):
   library dispatches to) and the rules' paths on a shape without a table;
 - decode attention (hpc_attention): plan_decode + decode (+ combine where the plan splits), BF16 and
   FP8 KV, small batches with and without split requests, the static split-KV baseline, 8/1 and 64/8 heads,
-  the separate combine kernel and the cp.async producer;
+  the separate combine kernel and the cp.async producer, pages of 64 tokens and of 1 (the cp.async kernel);
 - the attention prologue (hpc_attention.qk_norm_rope_store): BF16 and FP8 KV and Q, both RoPE styles,
   full and partial rotary dims (the shuffle and the shared-memory paths), norm on and off, padding;
 - fused MoE (hpc_moe): each weight format at T = 5 (the tile-form Down) and T = 300 (the expert form and
@@ -124,15 +124,15 @@ def decode_ops(dev: torch.device) -> None:
     from hpc_common import launch
 
     gen = torch.Generator(dev).manual_seed(3)
-    page = 64
-    # (label, lengths, Hq, Hkv): one CTA's work each (no split; the row plan, one row warp), 40 requests
-    # with an empty one (the row plan's two row warps), and a long request among short ones (split across
-    # CTAs, merged).
+    # (label, lengths, Hq, Hkv, page size): one CTA's work each (no split; the row plan, one row warp), 40
+    # requests with an empty one (the row plan's two row warps), a long request among short ones (split across
+    # CTAs, merged), and pages of one token (SGLang's default), which always take the cp.async producer.
     rows2 = [0] + [(37 * k) % 300 + 1 for k in range(39)]
-    cases = [("no split", [64, 100, 1, 0], 8, 1), ("rows x2", rows2, 8, 1),
-             ("split", [8192, 100, 3000, 64], 8, 1), ("split 64/8", [4096, 700], 64, 8)]
+    cases = [("no split", [64, 100, 1, 0], 8, 1, 64), ("rows x2", rows2, 8, 1, 64),
+             ("split", [8192, 100, 3000, 64], 8, 1, 64), ("split 64/8", [4096, 700], 64, 8, 64),
+             ("page 1", [64, 100, 1, 0], 8, 1, 1), ("page 1 split", [2048, 100, 300, 64], 8, 1, 1)]
     for kv_dtype in (torch.bfloat16, torch.float8_e4m3fn):
-        for label, lens, hq, hkv in cases:
+        for label, lens, hq, hkv, page in cases:
             b = len(lens)
             max_pages = max(1, -(-max(lens) // page))
             num_pages = b * max_pages + 3
