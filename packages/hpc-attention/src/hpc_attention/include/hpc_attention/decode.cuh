@@ -249,7 +249,7 @@ __device__ __forceinline__ void consumer_warp(const DecodeParams& p, uint8_t* sm
       // of the stage are released to the producer's next writes into it by its own arrive. A
       // __syncwarp + lane-0 arrive compiles to a lone arrive (the warp is converged), which orders
       // nothing for lanes 1-31 in the memory model: compute-sanitizer racecheck reported their reads
-      // against the cp.async producer's LDGSTS and the TMA producer's 1-D bulk copies (H200, 451a2cd).
+      // against the cp.async producer's LDGSTS (H200, bbc6769) and the TMA producer's 1-D bulk copies (451a2cd).
       mbar_arrive(&empty[stage]);
       stage = nstage;
       phase = nphase;
