@@ -8,7 +8,8 @@ script under memcheck, racecheck and synccheck, one short run each):
   take each kernel family (tile, column tile, flat, row tile, cover, odd rows, long and wide rows,
   short-segment and generic register kernels, the scalar path);
 - router GEMM (hpc_router_gemm): the plan of every TABLE row of the three served shapes (every path the
-  library dispatches to) and the rules' paths on a shape without a table;
+  library dispatches to) and the rules' paths on a shape without a table (--light, for racecheck: every
+  path once at one M tile with K unsplit);
 - decode attention (hpc_attention): plan_decode + decode (+ combine where the plan splits), BF16 and
   FP8 KV, small batches with and without split requests, the static split-KV baseline, 8/1 and 64/8 heads,
   the separate combine kernel and the cp.async producer, pages of 64 tokens and of 1 (the cp.async kernel);
