@@ -148,8 +148,9 @@ def decode_ops(dev: torch.device) -> None:
 
             # Each plan and each decode synchronised and named on its own, so a sanitizer report
             # (printed when the kernel completes) follows the name of the step that caused it.
-            def step(what, opts=None, splits=None, pdl=True):
-                launch.set_pdl(pdl)
+            def step(what, opts=None, splits=None, pdl_off=False):
+                if pdl_off:
+                    launch.set_pdl(False)
                 try:
                     plan = ha.plan_decode(kv_lens, hkv, hq, max_kv_len=max(lens), static_splits=splits,
                                           kv_dtype=kv_dtype, page_table=page_table, page_size=page,
@@ -169,7 +170,7 @@ def decode_ops(dev: torch.device) -> None:
             step("combine", ha.DecodeOptions(merge="combine"))
             step("cp.async", ha.DecodeOptions(producer="cp_async"))
             if kv_dtype == torch.bfloat16:
-                step("dynamic, PDL off", pdl=False)  # a report here too is not an overlap of launches
+                step("dynamic, PDL off", pdl_off=True)  # a report here too is not an overlap of launches
             _done(f"{name} (dynamic, static split, combine, cp.async)")
 
 

@@ -75,6 +75,16 @@ def attention_case(hq, hkv, bs, fp8, g):
                 graph_equals_eager=same, ok=rel < tol and same)
 
 
+def routing(T, E, k, g):
+    """(weights [T, k] renormalised, ids [T, k]) of softmax top-k over random logits, as vLLM routes."""
+    wts, ids = torch.topk(torch.softmax(torch.randn(T, E, generator=g, device=DEV), -1), k)
+    return wts / wts.sum(-1, keepdim=True), ids
+
+
+def cosine(out, ref):
+    return torch.nn.functional.cosine_similarity(out.double().cpu().flatten(), ref.flatten(), dim=0).item()
+
+
 def moe_case(g):
     from hpc_moe.reference import fused_moe_reference
 
@@ -82,12 +92,10 @@ def moe_case(g):
     x = torch.randn(T, H, generator=g, device=DEV).to(torch.bfloat16)
     w13 = (torch.randn(E, 2 * inter, H, generator=g, device=DEV) * 0.02).to(torch.bfloat16)
     w2 = (torch.randn(E, H, inter, generator=g, device=DEV) * 0.02).to(torch.bfloat16)
-    logits = torch.randn(T, E, generator=g, device=DEV)
-    wts, ids = torch.topk(torch.softmax(logits, -1), k)
-    wts = wts / wts.sum(-1, keepdim=True)
+    wts, ids = routing(T, E, k, g)
     out = ops.fused_moe(x, ops.prepare_experts(w13, w2), ids.int(), wts)
     ref = fused_moe_reference(x.cpu(), w13.cpu(), w2.cpu(), ids.cpu(), wts.cpu())
-    cos = torch.nn.functional.cosine_similarity(out.double().cpu().flatten(), ref.flatten(), dim=0).item()
+    cos = cosine(out, ref)
     return dict(check="moe bf16 T=16 H=2048 I=192 E=32 top-8", cosine=cos, ok=cos >= 0.99999)
 
 
@@ -110,15 +118,13 @@ def moe_fp8_case(quant, static, g):
         s13 = torch.rand(E, 2, generator=g, device=DEV) * 2e-3 + 1e-3
         s2 = torch.rand(E, generator=g, device=DEV) * 2e-3 + 1e-3
     a1 = (torch.rand(E, generator=g, device=DEV) * 0.01 + 0.005).max().reshape(1) if static else None
-    logits = torch.randn(T, E, generator=g, device=DEV)
-    wts, ids = torch.topk(torch.softmax(logits, -1), k)
-    wts = wts / wts.sum(-1, keepdim=True)
+    wts, ids = routing(T, E, k, g)
     weights = ops.prepare_experts(w13, w2, quant, w13_scale=s13, w2_scale=s2, a1_scale=a1, num_experts=E)
     out = ops.fused_moe(x, weights, ids.int(), wts)
     ref = fused_moe_reference_quant(x.cpu(), w13.cpu(), w2.cpu(), ids.cpu(), wts.cpu(), quant=quant,
                                     w13_scale=s13.cpu(), w2_scale=s2.cpu(),
                                     a1_scale=None if a1 is None else a1.cpu())
-    cos = torch.nn.functional.cosine_similarity(out.double().cpu().flatten(), ref.flatten(), dim=0).item()
+    cos = cosine(out, ref)
     act = "static" if static else "dynamic"
     return dict(check=f"moe {quant} ({act} activations) vLLM layout T=16 H=2048 I=256 E=32 top-8", cosine=cos,
                 ok=cos >= 0.9999)
@@ -140,7 +146,8 @@ def main(out_json: str) -> None:
     rows = []
     cases = [(attention_case, (hq, hkv, bs, fp8, g)) for hq, hkv in ((8, 1), (32, 4)) for bs in (16, 64)
              for fp8 in (False, True)] + [(moe_case, (g,))]
-    cases += [(moe_fp8_case, (q, st, g)) for q, st in (("fp8_tensor", False), ("fp8_tensor", True), ("fp8_block", False))]
+    cases += [(moe_fp8_case, (q, static, g))
+              for q, static in (("fp8_tensor", False), ("fp8_tensor", True), ("fp8_block", False))]
     cases += [(router_case, (g,))]
     for fn, args in cases:
         try:

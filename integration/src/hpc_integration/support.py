@@ -75,6 +75,10 @@ def device_reason(device: torch.device | str | None = None) -> str | None:
     return None
 
 
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def attention_reason(*, head_dim: int, num_qo_heads: int, num_kv_heads: int, page_size: int,
                      kv_dtype: torch.dtype, v_head_dim: int | None = None, sliding_window: int | None = None,
                      logit_cap: float | None = None, is_cross: bool = False) -> str | None:
@@ -89,8 +93,7 @@ def attention_reason(*, head_dim: int, num_qo_heads: int, num_kv_heads: int, pag
     if page_size < 1 or page_size & (page_size - 1):
         return f"page size {page_size}: set the page/block size to a power of two (64 is the reference)"
     if kv_dtype not in KV_DTYPES:
-        name = str(kv_dtype).replace("torch.", "")
-        return f"KV cache dtype {name}: set the KV cache dtype to bfloat16 (auto) or fp8_e4m3"
+        return f"KV cache dtype {_dtype_name(kv_dtype)}: set the KV cache dtype to bfloat16 (auto) or fp8_e4m3"
     if sliding_window is not None and sliding_window > 0:
         return f"sliding window {sliding_window}: the decode kernel attends the whole context"
     if logit_cap:
@@ -160,11 +163,9 @@ def fp8_moe_reason(*, block_shape=None, weight_dtype: torch.dtype = torch.float8
     block_shape: None for per-tensor weight scales ("fp8_tensor"), else the weight block [n, k]
     ("fp8_block" needs 128 x 128); weight_dtype / scale_dtype: the checkpoint's."""
     if weight_dtype != torch.float8_e4m3fn:
-        name = str(weight_dtype).replace("torch.", "")
-        return f"FP8 weights of dtype {name}: the fused MoE reads float8_e4m3fn (OCP E4M3)"
+        return f"FP8 weights of dtype {_dtype_name(weight_dtype)}: the fused MoE reads float8_e4m3fn (OCP E4M3)"
     if scale_dtype != torch.float32:
-        name = str(scale_dtype).replace("torch.", "")
-        return f"FP8 weight scales of dtype {name}: the fused MoE reads float32 scales"
+        return f"FP8 weight scales of dtype {_dtype_name(scale_dtype)}: the fused MoE reads float32 scales"
     if block_shape is not None and tuple(block_shape) != MOE_FP8_BLOCK:
         return (f"FP8 weight block size {list(block_shape)}: the fused MoE's block format is "
                 f"weight_block_size={list(MOE_FP8_BLOCK)}")
@@ -175,8 +176,7 @@ def router_reason(*, num_experts: int, hidden_size: int, weight_dtype: torch.dty
                   has_bias: bool = False) -> str | None:
     """None when hpc_router_gemm serves this gate (FP32 weight [N, K], BF16 activations)."""
     if weight_dtype != torch.float32:
-        name = str(weight_dtype).replace("torch.", "")
-        return f"gate weight dtype {name}: the router GEMM serves FP32 router weights"
+        return f"gate weight dtype {_dtype_name(weight_dtype)}: the router GEMM serves FP32 router weights"
     if has_bias:
         return "gate bias: not supported by the router GEMM"
     if num_experts % ROUTER_MULTIPLE or hidden_size % ROUTER_MULTIPLE:

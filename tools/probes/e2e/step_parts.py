@@ -73,18 +73,11 @@ def part_fns(rt, st, inputs) -> dict[str, list]:
 def run(models, batches, res, log=print) -> None:
     from hpc_common.bench import cold_us, rotation_us
     from hpc_integration.runner import bench as e2e
-    from hpc_integration.runner.config import RunOptions
-    from hpc_integration.runner.model import DecodeRunner
-    from hpc_integration.runner.weights import random_weights
 
     dev = torch.device("cuda", torch.cuda.current_device())
     for model in models:
-        cfg, quant = e2e.model_config(model), e2e.MODELS[model][1]
-        weights = random_weights(cfg, seed=0, device=dev)
-        opts = RunOptions(kv_dtype=e2e.KV_DTYPE, moe_quant=quant, max_batch=max(batches),
-                          max_kv_len=e2e.CONTEXT + 512)
-        runners = {p: DecodeRunner(cfg, weights, p, opts, device=dev) for p in e2e.PROVIDERS}
-        del weights
+        quant = e2e.MODELS[model][1]
+        runners = e2e.build_runners(model, max(batches), dev)
         for B in batches:
             for p, rt in runners.items():
                 impl = ",".join(f"{k}={v}" for k, v in sorted(rt.impl.items()))

@@ -52,21 +52,28 @@ def model_config(model: str):
     return preset(name, num_layers=LAYERS, vocab_size=VOCAB, max_position=CONTEXT + 1024)
 
 
+def build_runners(model: str, max_batch: int, dev: torch.device) -> dict[str, DecodeRunner]:
+    """{provider: DecodeRunner} of one model, both on the same random weights (seed 0), as timed."""
+    from .weights import random_weights
+
+    cfg = model_config(model)
+    weights = random_weights(cfg, seed=0, device=dev)
+    opts = RunOptions(kv_dtype=KV_DTYPE, moe_quant=MODELS[model][1], max_batch=max_batch,
+                      max_kv_len=CONTEXT + 512)
+    return {p: DecodeRunner(cfg, weights, p, opts, device=dev) for p in PROVIDERS}
+
+
 def run_model(model: str, batches=BATCHES, log=print) -> list[dict]:
     """Rows of one model: every batch, both providers, both methods."""
     from hpc_common.bench import cold_us, rotation_us
 
     from .graphs import StepGraph
-    from .weights import random_weights
 
     cfg = model_config(model)
     quant = MODELS[model][1]
     dev = torch.device("cuda", torch.cuda.current_device())
     t0 = time.time()
-    weights = random_weights(cfg, seed=0, device=dev)
-    opts = RunOptions(kv_dtype=KV_DTYPE, moe_quant=quant, max_batch=max(batches), max_kv_len=CONTEXT + 512)
-    runners = {p: DecodeRunner(cfg, weights, p, opts, device=dev) for p in PROVIDERS}
-    del weights
+    runners = build_runners(model, max(batches), dev)
     base_impl = ",".join(f"{k}={v}" for k, v in sorted(runners["baseline"].impl.items()))
     log(f"  {model}: runners built in {time.time() - t0:.1f}s (baseline: {base_impl})")
     rows = []
