@@ -260,3 +260,53 @@ def test_duplicate_and_foreign_ids(quant):
         out = _run(c, down=down)
         torch.cuda.synchronize()
         _check_close(out, _reference(c), c.weights.quant, f"{quant} duplicates down={down}")
+
+
+# The tile-form Down split over experts (gridDim.z, per-pair partials + the top-k reduce) at each forced
+# split count against the reference and bitwise repeatable: Qwen3-30B-A3B (E = 128, top-8, H = 2048,
+# I = 768, where the heuristic splits) at T = 1, 16 and 200 (two token chunks); a hot expert with EP, ids
+# of -1 and a shared output; fewer active experts than split groups (T = 1, top-2: CTAs without work).
+@pytest.mark.parametrize("quant", QUANTS)
+@pytest.mark.parametrize("case", [(1, 2048, 768, 128, 8, 1, 0, "uniform"), (16, 2048, 768, 128, 8, 1, 0, "uniform"),
+                                  (200, 2048, 768, 128, 8, 1, 0, "uniform"), (77, 512, 192, 64, 8, 4, 1, "hot"),
+                                  (1, 256, 64, 16, 2, 1, 0, "uniform")])
+def test_tile_down_splits(quant, case):
+    from hpc_common.launch import get_num_sms
+    from hpc_moe import kernels
+
+    T, H, I, E, K, ep_size, ep_rank, skew = case
+    c = _setup(quant, T, H, I, E, K, ep_size, ep_rank, skew, 41, shared=T % 2 == 1)
+    ref = _reference(c)
+    one = _run(c, down="tile", down_splits=1)
+    for s in (1, 2, 3, 5, 8):
+        out = _run(c, down="tile", down_splits=s)
+        again = _run(c, down="tile", down_splits=s)
+        torch.cuda.synchronize()
+        _check_close(out, ref, c.weights.quant, f"{quant} {case} splits={s}")
+        assert torch.equal(out.view(torch.int16), again.view(torch.int16)), f"{quant} {case} splits={s}: not bitwise"
+    if (H, I, E) == (2048, 768, 128):  # the heuristic splits at this shape on an H200-sized GPU
+        assert kernels.window_down_splits(c.weights, T, K, one, c.ws, get_num_sms(c.hidden.device)) > 1
+
+
+@pytest.mark.parametrize("quant", ["bf16", "fp8_block"])
+def test_tile_down_splits_graph_replay(quant):
+    T, H, I, E, K = 24, 2048, 768, 128, 8
+    c = _setup(quant, T, H, I, E, K, 1, 0, "uniform", 43, shared=True)
+    out = torch.empty_like(c.hidden)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        _run(c, out=out, down_splits=3)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _run(c, out=out, down_splits=3)
+    new = _setup(quant, T, H, I, E, K, 1, 0, "hot", 44, shared=True)
+    c.ids.copy_(new.ids.to(c.ids.dtype))
+    c.wts.copy_(new.wts)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = _run(c, down_splits=3)
+    assert torch.equal(out.view(torch.int16), eager.view(torch.int16)), f"{quant}: graph replay != eager"
+    _check_close(eager, _reference(c), c.weights.quant, f"{quant} split graph routing")

@@ -123,6 +123,46 @@ def test_window_down_form_checks():
         kernels.window_down_form(w, 2048, out, short)
 
 
+def test_down_tile_splits():
+    # H200 (132 SMs, 3 resident tile-form CTAs each = 396): H = 4096 (256 CTAs per chunk) is never split,
+    # H = 2048 (128) into 3, H = 256 (16) up to the cap; never more split groups than active-expert groups
+    assert heuristics.down_tile_splits(1, 4096, 256 * 8, 192, 132) == 1
+    assert heuristics.down_tile_splits(1, 7168, 64 * 8, 256, 132) == 1
+    assert heuristics.down_tile_splits(1, 2048, 16 * 8, 128, 132) == 3
+    assert heuristics.down_tile_splits(2, 2048, 200 * 8, 128, 132) == 1  # two chunks: 256 CTAs
+    assert heuristics.down_tile_splits(1, 2048, 8, 128, 132) == 2  # T = 1, top-8: two groups of 4 experts
+    assert heuristics.down_tile_splits(1, 2048, 4, 128, 132) == 1
+    assert heuristics.down_tile_splits(1, 256, 4096, 64, 132) == heuristics.MAX_DOWN_TILE_SPLITS
+    assert heuristics.down_tile_splits(1, 2048, 128, 2, 132) == 1  # EP: 2 local experts
+    for chunks in (1, 2, 5):
+        for H in (128, 2048, 4096, 8192):
+            for pairs in (1, 8, 64, 1024):
+                s = heuristics.down_tile_splits(chunks, H, pairs, 128, 132)
+                assert 1 <= s <= heuristics.MAX_DOWN_TILE_SPLITS
+                assert s == 1 or chunks * H // 16 * s <= 3 * 132  # every CTA resident at once
+
+
+def test_window_down_splits_checks():
+    from hpc_moe import kernels
+
+    w = SimpleNamespace(quant="bf16", intermediate_size=768, hidden_size=2048, num_experts=128, num_local_experts=128)
+    ws = MoEWorkspace(64, 8, 2048, 768, fp8=False)
+    out = torch.empty(64, 2048, dtype=torch.bfloat16)
+    assert kernels.window_down_splits(w, 16, 8, out, ws, 132) == 3
+    assert kernels.window_down_splits(w, 16, 8, out, ws, 132, splits=5) == 5
+    misaligned = torch.empty(64 * 2048 + 1, dtype=torch.bfloat16)[1:].view(64, 2048)
+    assert kernels.window_down_splits(w, 16, 8, misaligned, ws, 132) == 1  # the reduce stores 16 bytes
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        kernels.window_down_splits(w, 16, 8, misaligned, ws, 132, splits=2)
+    small = SimpleNamespace(y=torch.empty(100, 2048, dtype=torch.bfloat16))
+    assert kernels.window_down_splits(w, 16, 8, out, small, 132) == 1
+    with pytest.raises(ValueError, match="workspace.y"):
+        kernels.window_down_splits(w, 16, 8, out, small, 132, splits=2)
+    for bad in (0, 9, 2.0):
+        with pytest.raises(ValueError, match="down_splits must be an int"):
+            kernels.window_down_splits(w, 16, 8, out, ws, 132, splits=bad)
+
+
 @pytest.mark.parametrize("max_tokens,top_k", [(1, 1), (33, 4), (256, 8), (1024, 8), (8192, 8), (700, 3), (5000, 16)])
 def test_workspace_holds_every_window(max_tokens, top_k):
     """Any call the workspace accepts (T <= max_tokens, k <= top_k) has windows whose partials fit."""

@@ -49,6 +49,12 @@ EXPERT_DOWN_MAX_TILE_BYTES = 12 << 10
 EXPERT_DOWN_SLAB_PAIRS = 128
 W2_TILE_ROWS = 16
 WARPS = 4
+# Tile-form Down over few H tiles (H = 2048: 128 CTAs, each with ~24 KB of w2 loads in flight, ~3 MB over the
+# GPU, well under what 4.27 TB/s needs): S CTAs share a (token chunk, tile), each over every S-th group of 4
+# active experts, writing per-pair partial rows that the top-k reduce sums (moe_down.cuh). S fills the GPU's
+# resident CTAs: 3 per SM (146 BF16 / 157 FP8 registers x 128 threads), and every warp keeps an expert.
+DOWN_TILE_CTAS_PER_SM = 3
+MAX_DOWN_TILE_SPLITS = 8
 
 
 def window_tokens(top_k: int) -> int:
@@ -74,6 +80,16 @@ def down_form(num_pairs: int, num_experts: int, intermediate_size: int, fp8: boo
     if num_pairs >= EXPERT_DOWN_MIN_PAIRS and den * num_pairs >= num * num_experts:
         return DOWN_EXPERT
     return DOWN_TILE
+
+
+def down_tile_splits(num_chunks: int, hidden_size: int, num_pairs: int, num_local_experts: int, num_sms: int) -> int:
+    """Expert splits S of a tile-form Down window (gridDim.z): as many as the resident CTAs allow over the
+    chunks x H/16 grid, at most one group of WARPS active experts per split, 1 when the grid fills the GPU
+    already (Hy3, H = 4096: 256 CTAs)."""
+    base = max(1, num_chunks) * (hidden_size // W2_TILE_ROWS)
+    by_grid = DOWN_TILE_CTAS_PER_SM * num_sms // base
+    by_experts = -(-min(num_local_experts, num_pairs) // WARPS)
+    return max(1, min(by_grid, by_experts, MAX_DOWN_TILE_SPLITS))
 
 
 def expert_down_tiles_per_warp(intermediate_size: int, fp8: bool) -> int:

@@ -83,14 +83,46 @@ def window_down_form(weights, num_pairs: int, out: torch.Tensor, workspace, down
     return form
 
 
+def window_down_splits(weights, num_tokens: int, top_k: int, out: torch.Tensor, workspace, num_sms: int,
+                       splits: int | None = None) -> int:
+    """Expert splits of a tile-form Down window (gridDim.z): `splits` when given (tests and probes), else
+    heuristics.down_tile_splits. More than one needs the workspace's partial rows for the window's pairs and
+    16-byte aligned output (the top-k reduce stores 16 bytes); without them the heuristic's choice falls back
+    to 1 and a forced one raises ValueError."""
+    H, num_pairs = weights.hidden_size, num_tokens * top_k
+    chunks = -(-num_tokens // down_chunk_tokens_for(num_tokens, top_k))
+    forced = splits is not None
+    if not forced:
+        splits = heuristics.down_tile_splits(chunks, H, num_pairs, weights.num_local_experts, num_sms)
+    elif not isinstance(splits, int) or not 1 <= splits <= heuristics.MAX_DOWN_TILE_SPLITS:
+        raise ValueError(f"run_fused_moe: down_splits must be an int in [1, {heuristics.MAX_DOWN_TILE_SPLITS}], "
+                         f"got {splits!r}")
+    if splits == 1:
+        return 1
+    y = workspace.y
+    fits = y.dim() == 2 and y.shape[0] >= num_pairs and y.shape[1] == H and y.dtype == torch.bfloat16
+    if fits and out.data_ptr() % 16 == 0:
+        return splits
+    if forced:
+        raise ValueError(f"run_fused_moe: down_splits={splits} needs workspace.y to hold {num_pairs} x {H} BF16 "
+                         f"partials (has {tuple(y.shape)}) and out 16-byte aligned")
+    return 1
+
+
+def down_chunk_tokens_for(num_tokens: int, top_k: int) -> int:
+    """Tokens per tile-form Down CTA of a window of `num_tokens` tokens."""
+    return min(num_tokens, down_chunk_tokens(top_k))
+
+
 def run_fused_moe(weights, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                   shared_output: torch.Tensor | None, out: torch.Tensor, workspace, *, pdl: bool | None = None,
-                  unfused: bool = False, down: str | None = None) -> torch.Tensor:
+                  unfused: bool = False, down: str | None = None, down_splits: int | None = None) -> torch.Tensor:
     """out[t] = sum_j topk_weights[t, j] * Down_e(silu(Gate_e x_t) * Up_e x_t) (+ shared_output[t]) over
     the pairs whose expert e = topk_ids[t, j] is local. hidden BF16 [T, H] (unit inner stride, rows
     16-byte aligned); topk_ids int32/int64 and topk_weights FP32, both contiguous [T, K]; out BF16
     contiguous [T, H]. `unfused`: the same stages with PDL off (the benchmark's `ours_unfused`).
-    `down`: force the Down form of every window ("tile" or "expert"; None: heuristics.down_form)."""
+    `down`: force the Down form of every window ("tile" or "expert"; None: heuristics.down_form);
+    `down_splits`: force the expert splits of every tile-form window (None: heuristics.down_tile_splits)."""
     T, H = hidden.shape
     if T == 0:
         return out
@@ -143,7 +175,12 @@ def run_fused_moe(weights, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_we
                             out_stride, nt, K, H, weights.expert_start, E, use_pdl, stream)
         else:
             prefetch = min(E, pairs) * H * I * (1 if fp8 else 2) <= MAX_PREFETCH_W2_BYTES
+            splits = window_down_splits(weights, nt, K, out, workspace, num_sms, down_splits)
+            y_ptr = workspace.y.data_ptr() if splits > 1 else 0
             ext.down(fmt, workspace.inter.data_ptr(), weights.w2.data_ptr(), w2s, ids_ptr, ids64, wts_ptr,
                      shared_t0, shared_stride, out_t0, out_stride, nt, K, H, I, weights.expert_start, E,
-                     min(nt, down_chunk_tokens(K)), prefetch, use_pdl, stream)
+                     down_chunk_tokens_for(nt, K), prefetch, splits, y_ptr, use_pdl, stream)
+            if splits > 1:  # the split CTAs wrote per-pair partial rows: sum them as after the expert form
+                ext.topk_reduce(y_ptr, ids_ptr, ids64, wts_ptr, shared_t0, shared_stride, out_t0, out_stride, nt, K,
+                                H, weights.expert_start, E, use_pdl, stream)
     return out

@@ -34,18 +34,20 @@ PYBIND11_MODULE(HPC_EXT_NAME, m) {
   m.def("down",
         [](int fmt, uintptr_t inter, uintptr_t w2, uintptr_t w2s, uintptr_t ids, bool ids_int64, uintptr_t weights,
            uintptr_t shared, int64_t shared_stride, uintptr_t out, int64_t out_stride, int T, int K, int H, int I,
-           int expert_start, int num_local_experts, int chunk_tokens, bool prefetch_w2, bool pdl, uintptr_t stream) {
+           int expert_start, int num_local_experts, int chunk_tokens, bool prefetch_w2, int expert_splits, uintptr_t y,
+           bool pdl, uintptr_t stream) {
           mo::DownParams p{hpc::as_ptr<const void>(inter), hpc::as_ptr<const void>(w2), hpc::as_ptr<const float>(w2s),
                            hpc::as_ptr<const void>(ids), ids_int64 ? 1 : 0, hpc::as_ptr<const float>(weights),
                            hpc::as_ptr<const void>(shared), shared_stride, hpc::as_ptr<void>(out), out_stride,
-                           T, K, H, I, expert_start, num_local_experts, chunk_tokens, prefetch_w2 ? 1 : 0};
+                           T, K, H, I, expert_start, num_local_experts, chunk_tokens, prefetch_w2 ? 1 : 0,
+                           expert_splits, hpc::as_ptr<void>(y)};
           HPC_CUDA_CHECK(mo::run_down(static_cast<mo::Format>(fmt), p, hpc::as_stream(stream), pdl), "moe_down");
         },
         py::arg("fmt"), py::arg("inter"), py::arg("w2"), py::arg("w2s"), py::arg("ids"), py::arg("ids_int64"),
         py::arg("weights"), py::arg("shared"), py::arg("shared_stride"), py::arg("out"), py::arg("out_stride"),
         py::arg("T"), py::arg("K"), py::arg("H"), py::arg("I"), py::arg("expert_start"),
-        py::arg("num_local_experts"), py::arg("chunk_tokens"), py::arg("prefetch_w2"), py::arg("pdl"),
-        py::arg("stream"));
+        py::arg("num_local_experts"), py::arg("chunk_tokens"), py::arg("prefetch_w2"), py::arg("expert_splits"),
+        py::arg("y"), py::arg("pdl"), py::arg("stream"));
   m.def("down_experts",
         [](int fmt, uintptr_t inter, uintptr_t w2, uintptr_t w2s, uintptr_t index, uintptr_t y, int cap, int H, int I,
            int num_local_experts, int tiles_per_warp, int slab_pairs, int task_bound, bool pdl, uintptr_t stream) {

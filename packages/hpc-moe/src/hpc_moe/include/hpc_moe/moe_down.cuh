@@ -9,6 +9,12 @@
 // shared memory. Each pair has its own row of y, so no atomics; then out[t] sums w[t, j] * y over
 // j = 0..K-1 in order (bitwise deterministic, duplicates included) and every row of the chunk is
 // written, tokens without a local expert included.
+//
+// Split over experts (expert_splits = S > 1, gridDim.z = S): when the grid (chunks x H/16) is too
+// small to keep HBM busy (H = 2048: 128 CTAs, ~24 KB of loads in flight each), S CTAs share a
+// (chunk, tile); CTA z's warp w takes active experts 4z + w, 4z + w + 4S, ... and writes its pairs'
+// 16 columns as BF16 into the partial rows y[pair][H] (each (pair, column) by exactly one CTA), and
+// moe_topk_reduce.cuh sums them in j order, as after the expert form.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -83,8 +89,9 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const DownParams p) 
   const int t0 = blockIdx.x * p.chunk_tokens;
   const int nt = min(p.chunk_tokens, p.T - t0);
   const int np = nt * p.K, p0 = t0 * p.K;
+  const int splits = p.expert_splits, z = blockIdx.z;
   const SmemIndex x = SmemIndex::carve(smem, E);
-  float* y = reinterpret_cast<float*>(smem + ((SmemIndex::words(E, np) + 3) & ~3));  // [np][16]
+  float* y = reinterpret_cast<float*>(smem + ((SmemIndex::words(E, np) + 3) & ~3));  // [np][16], splits == 1
 
   build_index(x, p.topk_ids, p.ids_int64, p0, np, p.expert_start, E, 0);
   const int elem = F == Format::kFp8 ? 1 : 2;
@@ -92,10 +99,12 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const DownParams p) 
   if (p.prefetch_w2) {
     const int64_t tile_bytes = int64_t(16) * p.I * elem;
     for (int i = threadIdx.x; i < nact; i += kThreads)
-      prefetch_l2(static_cast<const char*>(p.w2) + (int64_t(x.active[i]) * (p.H / 16) + u) * tile_bytes,
-                  static_cast<uint32_t>(tile_bytes));
+      if ((i >> 2) % splits == z)
+        prefetch_l2(static_cast<const char*>(p.w2) + (int64_t(x.active[i]) * (p.H / 16) + u) * tile_bytes,
+                    static_cast<uint32_t>(tile_bytes));
   }
-  for (int i = threadIdx.x; i < np * 16; i += kThreads) y[i] = 0.f;
+  if (splits == 1)
+    for (int i = threadIdx.x; i < np * 16; i += kThreads) y[i] = 0.f;
   hpc::pdl_wait();  // inter (Gate-Up), shared_output and out's previous readers are done
   hpc::pdl_launch_dependents();
   __syncthreads();
@@ -104,17 +113,18 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const DownParams p) 
   const int g = lane >> 2, q = lane & 3;
   const int num_stages = p.I / 64;
   const uint64_t policy = evict_first_policy();
-  // Two cursors over the warp's (pass, stage) sequence: passes are (active expert ai = warp,
-  // warp + 4, ..., pairs c0 = 0, 16, ...). `l` is kDownStages units ahead of `c`.
+  // Two cursors over the warp's (pass, stage) sequence: passes are (active expert ai = 4z + warp,
+  // 4z + warp + 4S, ..., pairs c0 = 0, 16, ...). `l` is kDownStages units ahead of `c`.
+  const int ai_step = 4 * splits;
   auto advance = [&](int& ai, int& c0, int& s) {  // true when a new pass starts
     if (++s < num_stages) return false;
     s = 0;
     c0 += kChunkPairs;
-    if (c0 >= x.cnt[x.active[ai]]) c0 = 0, ai += 4;
+    if (c0 >= x.cnt[x.active[ai]]) c0 = 0, ai += ai_step;
     return true;
   };
-  int lai = warp, lc0 = 0, ls = 0;
-  int cai = warp, cc0 = 0, cs = 0;
+  int lai = 4 * z + warp, lc0 = 0, ls = 0;
+  int cai = lai, cc0 = 0, cs = 0;
   DownPass L{}, C{};
   if (lai < nact) L = C = down_pass<F>(p, x, x.active[lai], 0, u, p0, lane);
   constexpr int kDownStages = down_stages<F>();
@@ -144,8 +154,14 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const DownParams p) 
               const int col = j * 8 + 2 * q + h;
               if (col < C.n) {
                 const int pl = x.list[C.base + col];
-                y[pl * 16 + g] = acc[j][h];
-                y[pl * 16 + g + 8] = acc[j][2 + h];
+                if (splits == 1) {
+                  y[pl * 16 + g] = acc[j][h];
+                  y[pl * 16 + g + 8] = acc[j][2 + h];
+                } else {
+                  __nv_bfloat16* yg = static_cast<__nv_bfloat16*>(p.y) + int64_t(p0 + pl) * p.H + u * 16;
+                  yg[g] = __float2bfloat16_rn(acc[j][h]);
+                  yg[g + 8] = __float2bfloat16_rn(acc[j][2 + h]);
+                }
               }
             }
 #pragma unroll
@@ -157,6 +173,7 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const DownParams p) 
       }
     }
   }
+  if (splits > 1) return;  // the top-k reduce kernel sums the partial rows
   __syncthreads();
 
   for (int i = threadIdx.x; i < nt * 16; i += kThreads) {
@@ -180,8 +197,11 @@ template <Format F>
 cudaError_t launch_moe_down(const DownParams& p, cudaStream_t stream, bool pdl) {
   const int chunk_tokens = p.chunk_tokens;
   // Chunks fastest: the CTAs of one w2 tile run together and share its L2 lines (one HBM read).
-  const dim3 grid((p.T + chunk_tokens - 1) / chunk_tokens, p.H / 16);
-  const size_t smem = down_smem_bytes_impl(chunk_tokens * p.K, p.num_local_experts);
+  const dim3 grid((p.T + chunk_tokens - 1) / chunk_tokens, p.H / 16, p.expert_splits);
+  // split CTAs keep no y in shared memory: only the index (list sized by the chunk's pairs)
+  const size_t smem = p.expert_splits > 1
+      ? down_smem_bytes_impl(chunk_tokens * p.K, p.num_local_experts) - size_t(chunk_tokens * p.K) * 16 * sizeof(float)
+      : down_smem_bytes_impl(chunk_tokens * p.K, p.num_local_experts);
   return hpc::launch_kernel(moe_down_kernel<F>, grid, dim3(kThreads), smem, stream, pdl, p);
 }
 

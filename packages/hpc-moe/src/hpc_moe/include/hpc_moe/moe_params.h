@@ -48,6 +48,9 @@ struct DownParams {
   int num_local_experts;
   int chunk_tokens;         // tokens per CTA (gridDim.x = ceil(T / chunk_tokens), gridDim.y = H / 16)
   int prefetch_w2;          // 1: prefetch the active experts' w2 tiles to L2 before the PDL wait
+  int expert_splits;        // gridDim.z: CTAs sharing a (chunk, tile), each over every splits-th group of
+                            // 4 active experts; > 1 writes per-pair partials to y (the top-k reduce sums them)
+  void* y;                  // BF16 [T*K, H] partial rows when expert_splits > 1, else unused
 };
 
 // The routing index of one window as the Gate-Up kernel's CTA 0 writes it for the expert-form Down
