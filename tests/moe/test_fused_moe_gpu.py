@@ -276,15 +276,16 @@ def test_tile_down_splits(quant, case):
 
     T, H, I, E, K, ep_size, ep_rank, skew = case
     c = _setup(quant, T, H, I, E, K, ep_size, ep_rank, skew, 41, shared=T % 2 == 1)
-    ref = _reference(c)
     one = _run(c, down="tile", down_splits=1)
+    torch.cuda.synchronize()
+    ref = _reference(c)  # after a run: the FP8 formats' reference reads the quantised input it left
     for s in (1, 2, 3, 5, 8):
         out = _run(c, down="tile", down_splits=s)
         again = _run(c, down="tile", down_splits=s)
         torch.cuda.synchronize()
         _check_close(out, ref, c.weights.quant, f"{quant} {case} splits={s}")
         assert torch.equal(out.view(torch.int16), again.view(torch.int16)), f"{quant} {case} splits={s}: not bitwise"
-    if (H, I, E) == (2048, 768, 128):  # the heuristic splits at this shape on an H200-sized GPU
+    if (H, I, E) == (2048, 768, 128) and T <= 128:  # one token chunk: the heuristic splits on an H200-sized GPU
         assert kernels.window_down_splits(c.weights, T, K, one, c.ws, get_num_sms(c.hidden.device)) > 1
 
 

@@ -3,8 +3,9 @@
 
 Shapes: hy3_tp8 (E=192, top-8, H=4096, I=192) and qwen3_30b (E=128, top-8, H=2048, I=768). Per row: the byte
 floor (distinct experts' weights and scales plus activations over 4.27 TB/s), the whole call with the Down
-splits the heuristic picks, each stage alone (Gate-Up; the tile-form Down at 1 split), and the whole call
-with each forced split count (`--splits`, tile form). Every variant is checked against the float64
+splits the heuristic picks, each stage alone (Gate-Up; the tile-form Down at 1 split), the whole call in
+the expert form (where the format and I allow it), and the whole call with each forced split count
+(`--splits`, tile form). Every variant is checked against the float64
 reference first. This is the measurement behind heuristics.down_tile_splits.
 
     python tools/probes/moe/time_moe.py [--models qwen3_30b,hy3_tp8] [--T 1,4,16,64] [--quant bf16,fp8_block]
@@ -89,6 +90,11 @@ def main():
                             lambda: _run(c, out=out, unfused=True, down="tile", down_splits=1)), 2)
                     finally:
                         kernels._ext.load = lambda: real
+                if heuristics.expert_down_supported(I, quant != "bf16"):
+                    o = _run(c, down="expert")
+                    torch.cuda.synchronize()
+                    _check_close(o, ref, c.weights.quant, f"probe {model} {quant} T={T} expert form")
+                    row["call_expert_us"] = round(cold_us(lambda: _run(c, out=out, down="expert")), 2)
                 for s in (int(x) for x in args.splits.split(",")):
                     o = _run(c, down="tile", down_splits=s)
                     torch.cuda.synchronize()
