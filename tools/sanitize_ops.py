@@ -15,8 +15,9 @@ script under memcheck, racecheck and synccheck, one short run each):
   the separate combine kernel and the cp.async producer, pages of 64 tokens and of 1 (the cp.async kernel);
 - the attention prologue (hpc_attention.qk_norm_rope_store): BF16 and FP8 KV and Q, both RoPE styles,
   full and partial rotary dims (the shuffle and the shared-memory paths), norm on and off, padding;
-- fused MoE (hpc_moe): each weight format at T = 5 (the tile-form Down) and T = 300 (the expert form and
-  its reduce kernel), when hpc_moe has a CUDA path.
+- fused MoE (hpc_moe): each weight format at T = 1 (the tile-form Down), T = 5 (the tile form split over
+  experts, with the reduce kernel) and T = 300 (the expert form and its reduce kernel), when hpc_moe has a
+  CUDA path.
 
 An operator whose package is not installed is skipped and named. Each op synchronises, so an error
 is attributed to the op that caused it; the last line is `sanitize_ops: N ops ran, M skipped`.
@@ -203,14 +204,15 @@ def prologue_ops(dev: torch.device) -> None:
 
 
 def moe_ops(dev: torch.device) -> None:
-    from hpc_moe import MoEWeights, fused_moe
-
-    from hpc_moe import heuristics
+    from hpc_common.launch import get_num_sms
+    from hpc_moe import MoEWeights, fused_moe, heuristics
 
     gen = torch.Generator(dev).manual_seed(4)
     H, inter, E, k = 256, 128, 8, 2
-    # T = 5: the tile-form Down; T = 300 (600 pairs, 75 per expert): the expert form and its reduce kernel.
-    for T, quant in [(t, q) for t in (5, 300) for q in ("bf16", "fp8_tensor", "fp8_block")]:
+    # T = 1 (2 pairs): the tile-form Down in one CTA per H tile; T = 5: the tile form split over experts (16 H
+    # tiles leave the GPU idle: heuristics.down_tile_splits) and the reduce kernel; T = 300 (600 pairs, 75 per
+    # expert): the expert form and its reduce kernel.
+    for T, quant in [(t, q) for t in (1, 5, 300) for q in ("bf16", "fp8_tensor", "fp8_block")]:
         w13 = torch.randn(E, 2 * inter, H, device=dev, generator=gen) * 0.05
         w2 = torch.randn(E, H, inter, device=dev, generator=gen) * 0.05
         kw = {}
@@ -230,6 +232,8 @@ def moe_ops(dev: torch.device) -> None:
         topw = torch.rand(T, k, device=dev, generator=gen)
         fused_moe(hidden, weights, ids, topw)
         form = heuristics.down_form(T * k, E, inter, quant != "bf16")
+        if form == heuristics.DOWN_TILE:
+            form += f", {heuristics.down_tile_splits(1, H, T * k, E, get_num_sms(dev))} expert splits"
         _done(f"moe {quant} T={T} E={E} top-{k} (Down form: {form})")
 
 
