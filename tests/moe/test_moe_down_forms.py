@@ -126,10 +126,12 @@ def test_window_down_form_checks():
 def test_down_tile_splits():
     # H200 (132 SMs, 3 resident tile-form CTAs each = 396): H = 4096 (256 CTAs per chunk) is never split,
     # H = 2048 (128) into 3, H = 256 (16) up to the cap; never more split groups than active-expert groups
-    assert heuristics.down_tile_splits(1, 4096, 256 * 8, 192, 132) == 1
+    assert heuristics.down_tile_splits(1, 4096, 4 * 8, 192, 132) == 1  # Hy3 T = 4: one wave, no split
+    assert heuristics.down_tile_splits(1, 4096, 16 * 8, 192, 132) == 3  # Hy3 T = 16: two full waves
+    assert heuristics.down_tile_splits(2, 4096, 256 * 8, 192, 132) == 1  # 512 CTAs already
     assert heuristics.down_tile_splits(1, 7168, 64 * 8, 256, 132) == 1
     assert heuristics.down_tile_splits(1, 2048, 16 * 8, 128, 132) == 3
-    assert heuristics.down_tile_splits(2, 2048, 200 * 8, 128, 132) == 1  # two chunks: 256 CTAs
+    assert heuristics.down_tile_splits(2, 2048, 200 * 8, 128, 132) == 3  # two chunks: 256 CTAs, two waves
     assert heuristics.down_tile_splits(1, 2048, 8, 128, 132) == 2  # T = 1, top-8: two groups of 4 experts
     assert heuristics.down_tile_splits(1, 2048, 4, 128, 132) == 1
     assert heuristics.down_tile_splits(1, 256, 4096, 64, 132) == heuristics.MAX_DOWN_TILE_SPLITS
@@ -139,7 +141,7 @@ def test_down_tile_splits():
             for pairs in (1, 8, 64, 1024):
                 s = heuristics.down_tile_splits(chunks, H, pairs, 128, 132)
                 assert 1 <= s <= heuristics.MAX_DOWN_TILE_SPLITS
-                assert s == 1 or chunks * H // 16 * s <= 3 * 132  # every CTA resident at once
+                assert s == 1 or chunks * H // 16 * s <= 2 * 3 * 132  # at most two waves of resident CTAs
 
 
 def test_window_down_splits_checks():

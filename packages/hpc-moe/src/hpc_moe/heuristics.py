@@ -55,6 +55,12 @@ WARPS = 4
 # resident CTAs: 3 per SM (146 BF16 / 157 FP8 registers x 128 threads), and every warp keeps an expert.
 DOWN_TILE_CTAS_PER_SM = 3
 MAX_DOWN_TILE_SPLITS = 8
+# Measured (H200, tools/probes/moe/time_moe.py at 7e33cb6, whole call cold, us, tile form at S = 1 / 2 / 3 / 4;
+# results in benchmarks/results/h200/moe_tile_splits.json): Qwen3-30B-A3B (H = 2048, 128 CTAs per chunk) BF16
+# T = 16 249 / 208 / 203 / 216, T = 64 399 / 323 / 314 / 336; FP8 block T = 16 230 / 171 / 148 / 166. Hy3 TP8
+# (H = 4096, 256 CTAs) FP8 block T = 1 20.2 / 24.4 / 25.0 / 26.5 (small windows lose to the reduce kernel),
+# T = 16 97.5 / 101 / 89.9 / 94.1 (S = 2 leaves a partial second wave; S = 3 fills two).
+DOWN_TILE_TWO_WAVE_MIN_PAIRS = 128
 
 
 def window_tokens(top_k: int) -> int:
@@ -87,7 +93,10 @@ def down_tile_splits(num_chunks: int, hidden_size: int, num_pairs: int, num_loca
     chunks x H/16 grid, at most one group of WARPS active experts per split, 1 when the grid fills the GPU
     already (Hy3, H = 4096: 256 CTAs)."""
     base = max(1, num_chunks) * (hidden_size // W2_TILE_ROWS)
-    by_grid = DOWN_TILE_CTAS_PER_SM * num_sms // base
+    resident = DOWN_TILE_CTAS_PER_SM * num_sms
+    # one full wave when it fits twice; else two waves once the window has DOWN_TILE_TWO_WAVE_MIN_PAIRS pairs
+    by_grid = resident // base if 2 * base <= resident else \
+        (2 * resident // base if num_pairs >= DOWN_TILE_TWO_WAVE_MIN_PAIRS else 1)
     by_experts = -(-min(num_local_experts, num_pairs) // WARPS)
     return max(1, min(by_grid, by_experts, MAX_DOWN_TILE_SPLITS))
 
