@@ -56,7 +56,7 @@ WARPS = 4
 DOWN_TILE_CTAS_PER_SM = 3
 MAX_DOWN_TILE_SPLITS = 8
 # Measured (H200, tools/probes/moe/time_moe.py at 7e33cb6, whole call cold, us, tile form at S = 1 / 2 / 3 / 4;
-# results in benchmarks/results/h200/moe_tile_splits.json): Qwen3-30B-A3B (H = 2048, 128 CTAs per chunk) BF16
+# results in benchmarks/results/h200/moe_tile_splits/moe_tile_splits.json): Qwen3-30B-A3B (H = 2048, 128 CTAs per chunk) BF16
 # T = 16 249 / 208 / 203 / 216, T = 64 399 / 323 / 314 / 336; FP8 block T = 16 230 / 171 / 148 / 166. Hy3 TP8
 # (H = 4096, 256 CTAs) FP8 block T = 1 20.2 / 24.4 / 25.0 / 26.5 (small windows lose to the reduce kernel),
 # T = 16 97.5 / 101 / 89.9 / 94.1 (S = 2 leaves a partial second wave; S = 3 fills two).
