@@ -232,7 +232,7 @@ def moe_ops(dev: torch.device) -> None:
         topw = torch.rand(T, k, device=dev, generator=gen)
         fused_moe(hidden, weights, ids, topw)
         form = heuristics.down_form(T * k, E, inter, quant != "bf16")
-        if form == heuristics.DOWN_TILE:
+        if form == heuristics.DOWN_TILE:  # T <= 5: one token chunk
             form += f", {heuristics.down_tile_splits(1, H, T * k, E, get_num_sms(dev))} expert splits"
         _done(f"moe {quant} T={T} E={E} top-{k} (Down form: {form})")
 

@@ -12,6 +12,8 @@ Down forms:
            shared memory with one bulk copy per warp, multiplies them by the slab's pairs 16 columns
            at a time and writes per-pair BF16 partial rows y [pairs, H]; a second kernel sums each
            token's top-k partials in j order. Costs the partials' bytes (written once, read once).
+The tile form may be split over experts (down_tile_splits): S CTAs per (chunk, tile), per-pair partial rows
+summed by the same top-k reduce kernel.
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ W2_TILE_ROWS = 16
 WARPS = 4
 # Tile-form Down over few H tiles (H = 2048: 128 CTAs, each with ~24 KB of w2 loads in flight, ~3 MB over the
 # GPU, well under what 4.27 TB/s needs): S CTAs share a (token chunk, tile), each over every S-th group of 4
-# active experts, writing per-pair partial rows that the top-k reduce sums (moe_down.cuh). S fills the GPU's
-# resident CTAs: 3 per SM (146 BF16 / 157 FP8 registers x 128 threads), and every warp keeps an expert.
+# active experts, writing per-pair partial rows that the top-k reduce sums (moe_down.cuh). S fills one wave of
+# resident CTAs (3 per SM: 147 BF16 / 165 FP8 registers x 128 threads), or two from
+# DOWN_TILE_TWO_WAVE_MIN_PAIRS pairs, and every warp keeps an expert.
 DOWN_TILE_CTAS_PER_SM = 3
 MAX_DOWN_TILE_SPLITS = 8
 # Measured (H200, tools/probes/moe/time_moe.py at 7e33cb6, whole call cold, us, tile form at S = 1 / 2 / 3 / 4;
@@ -89,14 +92,18 @@ def down_form(num_pairs: int, num_experts: int, intermediate_size: int, fp8: boo
 
 
 def down_tile_splits(num_chunks: int, hidden_size: int, num_pairs: int, num_local_experts: int, num_sms: int) -> int:
-    """Expert splits S of a tile-form Down window (gridDim.z): as many as the resident CTAs allow over the
-    chunks x H/16 grid, at most one group of WARPS active experts per split, 1 when the grid fills the GPU
-    already (Hy3, H = 4096: 256 CTAs)."""
+    """Expert splits S of a tile-form Down window (gridDim.z) over its chunks x H/16 grid: as many as one wave
+    of resident CTAs holds when the grid fits in it twice (H = 2048: 3); else as many as two waves hold once the
+    window has DOWN_TILE_TWO_WAVE_MIN_PAIRS pairs (Hy3, H = 4096, T = 16: 3), and 1 below that (Hy3 T <= 4).
+    At most one group of WARPS active experts per split."""
     base = max(1, num_chunks) * (hidden_size // W2_TILE_ROWS)
     resident = DOWN_TILE_CTAS_PER_SM * num_sms
-    # one full wave when it fits twice; else two waves once the window has DOWN_TILE_TWO_WAVE_MIN_PAIRS pairs
-    by_grid = resident // base if 2 * base <= resident else \
-        (2 * resident // base if num_pairs >= DOWN_TILE_TWO_WAVE_MIN_PAIRS else 1)
+    if 2 * base <= resident:
+        by_grid = resident // base
+    elif num_pairs >= DOWN_TILE_TWO_WAVE_MIN_PAIRS:
+        by_grid = 2 * resident // base
+    else:
+        by_grid = 1
     by_experts = -(-min(num_local_experts, num_pairs) // WARPS)
     return max(1, min(by_grid, by_experts, MAX_DOWN_TILE_SPLITS))
 

@@ -17,7 +17,8 @@ properties and the GPU tests can compare the kernels' enumeration with it.
   id order, then the I/8 tiles of 16 rows (8 gate + 8 up), then the chunks (consecutive CTAs
   share a w13 tile in the L2); the kernel's CTA c takes tasks c, c + grid, ...
 * Down tasks: one CTA per (16-row tile of H, chunk of <= down_chunk_tokens(k) tokens), in the
-  order of the linear block id of the grid (H/16, chunks): chunks outer, tiles inner.
+  order of the linear block id of the grid (H/16, chunks): chunks outer, tiles inner. A split tile-form
+  Down (heuristics.down_tile_splits) runs S CTAs per task, each over every S-th group of 4 active experts.
 
 The kernels run a large T as consecutive windows of tokens (kernels.window_tokens(k), so a
 window's index fits in shared memory); within a window the index is the one below.

@@ -74,13 +74,19 @@ def window_down_form(weights, num_pairs: int, out: torch.Tensor, workspace, down
         raise ValueError(f"run_fused_moe: down must be None, 'tile' or 'expert', got {down!r}")
     if form == DOWN_EXPERT:
         y, index = workspace.y, workspace.down_index
-        if y.dim() != 2 or y.shape[0] < num_pairs or y.shape[1] != H or y.dtype != torch.bfloat16:
+        if not _partials_fit(workspace, num_pairs, H):
             raise ValueError(f"run_fused_moe: workspace.y {tuple(y.shape)} cannot hold the partials of "
                              f"{num_pairs} pairs x H = {H} (BF16)")
         if index.dtype != torch.int32 or index.numel() < heuristics.index_words(num_pairs):
             raise ValueError(f"run_fused_moe: workspace.down_index holds {index.numel()} words, the window "
                              f"needs {heuristics.index_words(num_pairs)} (int32)")
     return form
+
+
+def _partials_fit(workspace, num_pairs: int, H: int) -> bool:
+    """workspace.y holds BF16 partial rows [>= num_pairs, H] (the expert form's and the split tile form's)."""
+    y = workspace.y
+    return y.dim() == 2 and y.shape[0] >= num_pairs and y.shape[1] == H and y.dtype == torch.bfloat16
 
 
 def window_down_splits(weights, num_tokens: int, top_k: int, out: torch.Tensor, workspace, num_sms: int,
@@ -99,13 +105,11 @@ def window_down_splits(weights, num_tokens: int, top_k: int, out: torch.Tensor, 
                          f"got {splits!r}")
     if splits == 1:
         return 1
-    y = workspace.y
-    fits = y.dim() == 2 and y.shape[0] >= num_pairs and y.shape[1] == H and y.dtype == torch.bfloat16
-    if fits and out.data_ptr() % 16 == 0:
+    if _partials_fit(workspace, num_pairs, H) and out.data_ptr() % 16 == 0:
         return splits
     if forced:
         raise ValueError(f"run_fused_moe: down_splits={splits} needs workspace.y to hold {num_pairs} x {H} BF16 "
-                         f"partials (has {tuple(y.shape)}) and out 16-byte aligned")
+                         f"partials (has {tuple(workspace.y.shape)}) and out 16-byte aligned")
     return 1
 
 

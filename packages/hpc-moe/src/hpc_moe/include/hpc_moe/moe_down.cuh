@@ -188,9 +188,11 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const DownParams p) 
   }
 }
 
-inline size_t down_smem_bytes_impl(int num_pairs, int E) {
+// The chunk's index, and its y [pairs][16] FP32 unless the CTAs are split over experts (they write
+// partial rows to global memory instead).
+inline size_t down_smem_bytes_impl(int num_pairs, int E, bool y_rows) {
   const size_t words = ((size_t(5) * E + 3 + num_pairs) + 3) & ~size_t(3);
-  return words * 4 + size_t(num_pairs) * 16 * sizeof(float);
+  return words * 4 + (y_rows ? size_t(num_pairs) * 16 * sizeof(float) : 0);
 }
 
 template <Format F>
@@ -198,10 +200,7 @@ cudaError_t launch_moe_down(const DownParams& p, cudaStream_t stream, bool pdl) 
   const int chunk_tokens = p.chunk_tokens;
   // Chunks fastest: the CTAs of one w2 tile run together and share its L2 lines (one HBM read).
   const dim3 grid((p.T + chunk_tokens - 1) / chunk_tokens, p.H / 16, p.expert_splits);
-  // split CTAs keep no y in shared memory: only the index (list sized by the chunk's pairs)
-  const size_t smem = p.expert_splits > 1
-      ? down_smem_bytes_impl(chunk_tokens * p.K, p.num_local_experts) - size_t(chunk_tokens * p.K) * 16 * sizeof(float)
-      : down_smem_bytes_impl(chunk_tokens * p.K, p.num_local_experts);
+  const size_t smem = down_smem_bytes_impl(chunk_tokens * p.K, p.num_local_experts, p.expert_splits == 1);
   return hpc::launch_kernel(moe_down_kernel<F>, grid, dim3(kThreads), smem, stream, pdl, p);
 }
 
